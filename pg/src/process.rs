@@ -59,13 +59,12 @@ pub fn spawn_tied(
     // libc functions (setgroups, setgid, setuid, prctl, getppid); it allocates nothing.
     unsafe {
         command.pre_exec(move || {
-            if let Some(Credentials { uid, gid }) = credentials {
-                if libc::setgroups(0, std::ptr::null()) != 0
+            if let Some(Credentials { uid, gid }) = credentials
+                && (libc::setgroups(0, std::ptr::null()) != 0
                     || libc::setgid(gid) != 0
-                    || libc::setuid(uid) != 0
-                {
-                    return Err(io::Error::last_os_error());
-                }
+                    || libc::setuid(uid) != 0)
+            {
+                return Err(io::Error::last_os_error());
             }
             if libc::prctl(
                 libc::PR_SET_PDEATHSIG,

@@ -1,0 +1,344 @@
+//! What a case sees: its own seeded database, connections, a race helper that releases
+//! N connections together, and a check recorder that writes the transcript (SPEC §7).
+//!
+//! The runner (the `harness` binary) builds an [`Env`] once per run and a [`Ctx`] per
+//! case; cases know nothing of the cluster's lifecycle, evidence files or exit codes.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::BoxFuture;
+use scratch_pg::Cluster;
+use serde::Serialize;
+
+/// When a case may run relative to the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Schedule {
+    /// Alongside other cases (it touches only its own database).
+    Concurrent,
+    /// Alone: it restarts the cluster or kills processes that others would notice.
+    Exclusive,
+    /// After every other case of the run (it inspects their databases).
+    Last,
+}
+
+/// The async body of a case.
+pub type CaseFn = for<'a> fn(&'a mut Ctx) -> BoxFuture<'a, anyhow::Result<()>>;
+
+/// One numbered case: an id (`L3`), a title naming the claim or the anomaly, and its body.
+#[derive(Clone, Copy)]
+pub struct Case {
+    /// Short id, `L1` … `L11`; what `./run.sh L3` selects.
+    pub id: &'static str,
+    /// One line: the claim or, for a negative control, the anomaly it shows.
+    pub title: &'static str,
+    /// When it may run.
+    pub schedule: Schedule,
+    /// Whether its database must reconcile clean afterwards (false for negative
+    /// controls, whose databases are broken on purpose).
+    pub clean: bool,
+    /// The body.
+    pub run: CaseFn,
+}
+
+impl std::fmt::Debug for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Case")
+            .field("id", &self.id)
+            .field("title", &self.title)
+            .finish()
+    }
+}
+
+/// One check's result, as written to the transcript and the result file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// What was checked, e.g. `successes = floor(100/7)`.
+    pub name: String,
+    /// Whether it held.
+    pub passed: bool,
+    /// Expected value, when the check compares values.
+    pub expected: Option<String>,
+    /// Actual value, when the check compares values.
+    pub actual: Option<String>,
+}
+
+/// A transcript line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Line {
+    /// `  note <text>`: a figure worth seeing, not a verdict.
+    Note {
+        /// The text.
+        text: String,
+    },
+    /// `  ok   …` or `  FAIL …`.
+    Check(Check),
+}
+
+impl Line {
+    /// The line as printed, without a trailing newline.
+    pub fn render(&self) -> String {
+        match self {
+            Line::Note { text } => format!("  note {text}"),
+            Line::Check(check) => {
+                let verdict = if check.passed { "ok  " } else { "FAIL" };
+                match (&check.expected, &check.actual) {
+                    (Some(expected), Some(actual)) => {
+                        format!(
+                            "  {verdict} {} (expected={expected}, actual={actual})",
+                            check.name
+                        )
+                    }
+                    (None, Some(actual)) => format!("  {verdict} {} ({actual})", check.name),
+                    _ => format!("  {verdict} {}", check.name),
+                }
+            }
+        }
+    }
+}
+
+/// Shared by all cases of one run.
+pub struct Env {
+    /// The scratch cluster; locked only to read its address or to restart it.
+    pub cluster: Arc<Mutex<Cluster>>,
+    /// The database that holds the schema and the seeded accounts; cloned per case.
+    pub template: String,
+    /// Databases meant to be clean, registered as their cases finish (for L11).
+    pub clean_databases: Mutex<Vec<String>>,
+    /// The run's seed for any random input (printed first; replays a run).
+    pub seed: u64,
+}
+
+impl Env {
+    /// The database name a case gets, e.g. `case_l3`.
+    pub fn database_for(case_id: &str) -> String {
+        format!("case_{}", case_id.to_ascii_lowercase())
+    }
+
+    fn cluster(&self) -> std::sync::MutexGuard<'_, Cluster> {
+        self.cluster
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A tokio-postgres config for `database` on the run's cluster.
+    pub fn config(&self, database: &str) -> tokio_postgres::Config {
+        self.cluster().config(database)
+    }
+
+    /// Connects to `database`, spawning the connection task on the current runtime.
+    ///
+    /// Errors: connection failures.
+    pub async fn connect(&self, database: &str) -> anyhow::Result<tokio_postgres::Client> {
+        connect_with(self.config(database)).await
+    }
+}
+
+async fn connect_with(config: tokio_postgres::Config) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+/// One participant of [`Ctx::race`]: its index, its own connection, and the barrier all
+/// participants share (released when every participant has called `wait`).
+pub struct Racer {
+    /// 0-based index.
+    pub index: usize,
+    /// A connection of its own, opened before the race starts.
+    pub client: tokio_postgres::Client,
+    /// Shared by all participants; a naive design meets here between read and write.
+    pub barrier: Arc<tokio::sync::Barrier>,
+}
+
+/// The context a case runs in.
+pub struct Ctx {
+    env: Arc<Env>,
+    case_id: &'static str,
+    database: String,
+    lines: Vec<Line>,
+}
+
+impl Ctx {
+    /// A context for `case_id` whose own database `database` already exists.
+    pub fn new(env: Arc<Env>, case_id: &'static str, database: String) -> Ctx {
+        Ctx {
+            env,
+            case_id,
+            database,
+            lines: Vec::new(),
+        }
+    }
+
+    /// The case's id.
+    pub fn case_id(&self) -> &'static str {
+        self.case_id
+    }
+
+    /// The run's seed.
+    pub fn seed(&self) -> u64 {
+        self.env.seed
+    }
+
+    /// Name of this case's own database (a clone of the seeded template).
+    pub fn database(&self) -> &str {
+        &self.database
+    }
+
+    /// A new connection to this case's database.
+    ///
+    /// Errors: connection failures.
+    pub async fn connect(&self) -> anyhow::Result<tokio_postgres::Client> {
+        self.env.connect(&self.database).await
+    }
+
+    /// A new connection to another database of the run (e.g. for reconciliation).
+    ///
+    /// Errors: connection failures.
+    pub async fn connect_to(&self, database: &str) -> anyhow::Result<tokio_postgres::Client> {
+        self.env.connect(database).await
+    }
+
+    /// The databases of the run that are meant to be clean, registered so far (cases
+    /// scheduled [`Schedule::Last`] see all of them), excluding this case's own.
+    pub fn clean_databases(&self) -> Vec<String> {
+        let mut names = self
+            .env
+            .clean_databases
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        names.retain(|name| name != &self.database);
+        names.sort();
+        names
+    }
+
+    /// Races `participants` OS threads, each with its own runtime and its own connection
+    /// opened beforehand; all start `body` at the same moment (a barrier), and may meet
+    /// again at [`Racer::barrier`]. Returns the results in index order.
+    ///
+    /// Errors: a failed connection or a panicked participant.
+    pub async fn race<T, F, Fut>(&self, participants: usize, body: F) -> anyhow::Result<Vec<T>>
+    where
+        T: Send + 'static,
+        F: Fn(Racer) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = T>,
+    {
+        let config = self.env.config(&self.database);
+        let body = Arc::new(body);
+        let start = Arc::new(tokio::sync::Barrier::new(participants));
+        let shared = Arc::new(tokio::sync::Barrier::new(participants));
+        let mut threads = Vec::with_capacity(participants);
+        for index in 0..participants {
+            let (config, body, start, shared) =
+                (config.clone(), body.clone(), start.clone(), shared.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("racer-{index}"))
+                .spawn(move || -> anyhow::Result<T> {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?;
+                    runtime.block_on(async move {
+                        let client = connect_with(config).await;
+                        // Everyone reaches the start line, connected or not, so that a
+                        // failed connection cannot leave the others waiting forever.
+                        start.wait().await;
+                        let client = client?;
+                        Ok(body(Racer {
+                            index,
+                            client,
+                            barrier: shared,
+                        })
+                        .await)
+                    })
+                })?;
+            threads.push(thread);
+        }
+        tokio::task::spawn_blocking(move || {
+            threads
+                .into_iter()
+                .map(|thread| {
+                    thread
+                        .join()
+                        .map_err(|_| anyhow::anyhow!("a racer panicked"))?
+                })
+                .collect()
+        })
+        .await?
+    }
+
+    /// Restarts the cluster in immediate mode (no checkpoint; WAL recovery on start).
+    /// Only for cases scheduled [`Schedule::Exclusive`].
+    ///
+    /// Errors: the cluster's stop or start failed.
+    pub async fn restart_cluster_immediate(&self) -> anyhow::Result<()> {
+        let cluster = self.env.cluster.clone();
+        tokio::task::spawn_blocking(move || {
+            cluster
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .restart_immediate()
+        })
+        .await??;
+        Ok(())
+    }
+
+    /// Adds `  note <text>`.
+    pub fn note(&mut self, text: impl Into<String>) {
+        self.lines.push(Line::Note { text: text.into() });
+    }
+
+    /// Records whether `actual == expected`. Returns whether it held.
+    pub fn check_eq<T: PartialEq + Display>(
+        &mut self,
+        name: impl Into<String>,
+        expected: T,
+        actual: T,
+    ) -> bool {
+        let passed = expected == actual;
+        self.lines.push(Line::Check(Check {
+            name: name.into(),
+            passed,
+            expected: Some(expected.to_string()),
+            actual: Some(actual.to_string()),
+        }));
+        passed
+    }
+
+    /// Records a condition with a short description of what was seen. Returns `passed`.
+    pub fn check(&mut self, name: impl Into<String>, passed: bool, seen: impl Display) -> bool {
+        let seen = seen.to_string();
+        self.lines.push(Line::Check(Check {
+            name: name.into(),
+            passed,
+            expected: None,
+            actual: (!seen.is_empty()).then_some(seen),
+        }));
+        passed
+    }
+
+    /// A negative control's verdict: passes only when the naive design `misbehaved` as
+    /// predicted; prints `negative control exposes: <anomaly>`. If the naive code
+    /// happened to behave, this check FAILs: the control proved nothing.
+    pub fn exposes(&mut self, anomaly: impl Display, misbehaved: bool, seen: impl Display) -> bool {
+        self.check(
+            format!("negative control exposes: {anomaly}"),
+            misbehaved,
+            seen,
+        )
+    }
+
+    /// The transcript lines so far.
+    pub fn lines(&self) -> &[Line] {
+        &self.lines
+    }
+
+    /// Takes the recorded lines (the runner does this when the case ends).
+    pub fn take_lines(&mut self) -> Vec<Line> {
+        std::mem::take(&mut self.lines)
+    }
+}

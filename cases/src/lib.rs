@@ -1,0 +1,22 @@
+//! The numbered cases of SPEC §6, one file each, and the context they run in.
+//!
+//! Adding a case: write `lNN_<name>.rs` beside the others (copy a short one such as
+//! `l01_normal_path.rs`), then add one line to [`all`].
+
+pub mod framework;
+pub mod queries;
+
+mod l01_normal_path;
+mod l03_real_concurrency;
+mod l11_reconciliation;
+
+pub use framework::{Case, Check, Ctx, Env, Line, Racer, Schedule};
+
+/// Every registered case, in id order. One line per case.
+pub fn all() -> Vec<Case> {
+    vec![
+        l01_normal_path::case(),
+        l03_real_concurrency::case(),
+        l11_reconciliation::case(),
+    ]
+}

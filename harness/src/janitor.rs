@@ -1,0 +1,81 @@
+//! A watchdog process that removes the run's temporary folder when the harness dies
+//! without cleaning up (SIGKILL). The harness re-executes itself as
+//! `harness --janitor-for <folder>` with a pipe on its standard input; end of file on that
+//! pipe means the harness is gone. By then every postgres, service and worker process
+//! has received its parent-death signal; the janitor waits for the postmaster to exit,
+//! removes the folder, and exits. It runs in its own process group so that a Ctrl-C
+//! aimed at the harness does not kill it first.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long the janitor waits for the postmaster to exit before removing the folder.
+pub const POSTMASTER_EXIT_WAIT_MS: u64 = 15_000;
+
+/// A running janitor; dropping it closes the pipe, which lets it finish.
+pub struct Janitor {
+    child: Child,
+    pipe: Option<ChildStdin>,
+}
+
+impl Janitor {
+    /// After a normal cleanup: close the pipe and reap the janitor (it finds nothing left
+    /// to do and exits at once), so it does not linger as a zombie.
+    pub fn finish(mut self) {
+        drop(self.pipe.take());
+        let deadline = Instant::now() + Duration::from_millis(2_000);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Starts the janitor for `run_dir`.
+///
+/// Errors: the harness binary cannot be re-executed.
+pub fn spawn(run_dir: &Path) -> std::io::Result<Janitor> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg("--janitor-for")
+        .arg(run_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()?;
+    let pipe = child.stdin.take().expect("piped stdin");
+    Ok(Janitor {
+        child,
+        pipe: Some(pipe),
+    })
+}
+
+/// The janitor's body: wait for end of file on stdin, then clean `run_dir` up.
+pub fn run(run_dir: &Path) -> ! {
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    let deadline = Instant::now() + Duration::from_millis(POSTMASTER_EXIT_WAIT_MS);
+    while postmaster_alive(run_dir) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_dir_all(run_dir);
+    std::process::exit(0);
+}
+
+fn postmaster_alive(run_dir: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(run_dir.join("pg/data/postmaster.pid")) else {
+        return false;
+    };
+    let Some(pid) = text.lines().next().map(str::trim) else {
+        return false;
+    };
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.contains(") Z "),
+        Err(_) => false,
+    }
+}

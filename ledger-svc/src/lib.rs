@@ -1,0 +1,25 @@
+//! The points ledger on PostgreSQL 16: schema, idempotent transfer, reconciliation.
+//!
+//! - [`schema`]: the four tables (SPEC §2) and the seeded accounts.
+//! - [`mod@transfer`]: one READ COMMITTED transaction per request, at most once per
+//!   `(client_id, idem_key)` (SPEC §3), with named hook points for fault injection.
+//! - [`mod@reconcile`]: the invariant checks of SPEC §6 L11 in one REPEATABLE READ snapshot.
+//! - [`fingerprint`]: the request fingerprint compared on replay.
+//! - [`error`]: the error type, [`LedgerError`].
+//!
+//! Amounts are integer points (`i64`), never floating point.
+
+pub mod error;
+pub mod fingerprint;
+pub mod reconcile;
+pub mod schema;
+pub mod transfer;
+
+pub use error::LedgerError;
+pub use fingerprint::request_hash;
+pub use reconcile::{BalanceMismatch, Findings, RequestRef, TxnRef, UnbalancedTxn, reconcile};
+pub use schema::{SYS_ISSUER, SYS_REDEEM, TEST_ACCOUNT_COUNT, test_account};
+pub use transfer::{
+    HookAbort, HookContext, HookPoint, Hooks, Kind, NoHooks, Outcome, TransferRequest,
+    TransferResult, UnknownName, debit, grant, transfer,
+};

@@ -1,0 +1,691 @@
+//! The idempotent transfer (SPEC §3): one READ COMMITTED transaction per request.
+//!
+//! Every operation moves points between two accounts: a DEBIT from a user to
+//! [`SYS_REDEEM`], a GRANT from [`SYS_ISSUER`] to a user. The request is registered under
+//! its `(client_id, idem_key)` first, so a retry with the same key replays the recorded
+//! result instead of moving points twice (key semantics after the IETF draft
+//! draft-ietf-httpapi-idempotency-key-header; see SPEC §4 for the deliberate differences).
+
+use std::fmt;
+use std::str::FromStr;
+
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, IsolationLevel, Row, Transaction};
+
+use crate::error::LedgerError;
+use crate::fingerprint;
+use crate::schema::{SYS_ISSUER, SYS_REDEEM};
+
+/// The kind of a transfer, stored in `ledger_txn.kind` and part of the fingerprint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Kind {
+    /// A user spends points: `from` = the user's account, `to` = [`SYS_REDEEM`].
+    Debit,
+    /// Points are issued to a user: `from` = [`SYS_ISSUER`], `to` = the user's account.
+    Grant,
+}
+
+impl Kind {
+    /// Both kinds, in declaration order.
+    pub const ALL: [Kind; 2] = [Kind::Debit, Kind::Grant];
+
+    /// The stored spelling: `"DEBIT"` or `"GRANT"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Debit => "DEBIT",
+            Kind::Grant => "GRANT",
+        }
+    }
+}
+
+/// The business outcome of a transfer, stored in `idem_request.outcome` and replayed for
+/// every retry with the same key. (The fourth stored value, `PENDING`, only exists inside
+/// the registering transaction and is never an outcome.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Outcome {
+    /// The points moved; a `ledger_txn` with two entries exists (HTTP 201).
+    Ok,
+    /// `from` exists but its balance was below the amount and it may not go negative (HTTP 409).
+    Insufficient,
+    /// `from` does not exist (HTTP 404).
+    NoAccount,
+}
+
+impl Outcome {
+    /// All outcomes, in declaration order.
+    pub const ALL: [Outcome; 3] = [Outcome::Ok, Outcome::Insufficient, Outcome::NoAccount];
+
+    /// The stored spelling: `"OK"`, `"INSUFFICIENT"` or `"NO_ACCOUNT"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "OK",
+            Outcome::Insufficient => "INSUFFICIENT",
+            Outcome::NoAccount => "NO_ACCOUNT",
+        }
+    }
+}
+
+/// A named point inside [`transfer`] where [`Hooks::at`] is called (SPEC §3), used by fault
+/// injection and the crash-worker. In normal operation ([`NoHooks`]) nothing happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HookPoint {
+    /// After the `idem_request` row was inserted as `PENDING` (this transaction now holds the
+    /// key; a concurrent same-key request waits), before any balance is touched.
+    Registered,
+    /// After the debit, the credit, the `ledger_txn` row and its two `ledger_entry` rows were
+    /// written, before the outcome is recorded. Only reached on the OK path.
+    EntriesWritten,
+    /// Immediately before `COMMIT`, with the outcome recorded. Reached on every path that
+    /// commits (OK, INSUFFICIENT, NO_ACCOUNT).
+    BeforeCommit,
+    /// After `COMMIT` succeeded (the point of no return), before the result is returned;
+    /// in the service, before the response is written. No transaction any more.
+    AfterCommit,
+}
+
+impl HookPoint {
+    /// All points, in the order a successful transfer passes them.
+    pub const ALL: [HookPoint; 4] = [
+        HookPoint::Registered,
+        HookPoint::EntriesWritten,
+        HookPoint::BeforeCommit,
+        HookPoint::AfterCommit,
+    ];
+
+    /// The name: `"registered"`, `"entries-written"`, `"before-commit"` or `"after-commit"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookPoint::Registered => "registered",
+            HookPoint::EntriesWritten => "entries-written",
+            HookPoint::BeforeCommit => "before-commit",
+            HookPoint::AfterCommit => "after-commit",
+        }
+    }
+}
+
+macro_rules! name_traits {
+    ($ty:ident, $what:literal) => {
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = UnknownName;
+
+            /// Parses the exact spelling produced by `as_str` (case-sensitive).
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                $ty::ALL
+                    .into_iter()
+                    .find(|v| v.as_str() == s)
+                    .ok_or_else(|| UnknownName {
+                        what: $what,
+                        input: s.to_owned(),
+                    })
+            }
+        }
+    };
+}
+
+name_traits!(Kind, "transfer kind");
+name_traits!(Outcome, "outcome");
+name_traits!(HookPoint, "hook point");
+
+/// Parse error of the `FromStr` impls of [`Kind`], [`Outcome`] and [`HookPoint`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what}: {input:?}")]
+pub struct UnknownName {
+    /// What was being parsed, e.g. `"hook point"`.
+    pub what: &'static str,
+    /// The rejected text.
+    pub input: String,
+}
+
+/// One transfer request: move `amount` points from `from` to `to`, at most once per
+/// `(client_id, idem_key)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferRequest {
+    /// The caller's self-declared identity; scopes `idem_key`.
+    pub client_id: String,
+    /// The idempotency key, created when the client decides to act and reused on every retry.
+    pub idem_key: String,
+    /// DEBIT or GRANT (recorded in `ledger_txn.kind` and part of the fingerprint).
+    pub kind: Kind,
+    /// Account debited (locked first).
+    pub from: String,
+    /// Account credited (locked second; must exist).
+    pub to: String,
+    /// Points to move; must be > 0.
+    pub amount: i64,
+}
+
+impl TransferRequest {
+    /// A DEBIT of `amount` points: `from` = `account`, `to` = [`SYS_REDEEM`].
+    pub fn debit(
+        client_id: impl Into<String>,
+        idem_key: impl Into<String>,
+        account: impl Into<String>,
+        amount: i64,
+    ) -> Self {
+        TransferRequest {
+            client_id: client_id.into(),
+            idem_key: idem_key.into(),
+            kind: Kind::Debit,
+            from: account.into(),
+            to: SYS_REDEEM.to_owned(),
+            amount,
+        }
+    }
+
+    /// A GRANT of `amount` points: `from` = [`SYS_ISSUER`], `to` = `account`.
+    pub fn grant(
+        client_id: impl Into<String>,
+        idem_key: impl Into<String>,
+        account: impl Into<String>,
+        amount: i64,
+    ) -> Self {
+        TransferRequest {
+            client_id: client_id.into(),
+            idem_key: idem_key.into(),
+            kind: Kind::Grant,
+            from: SYS_ISSUER.to_owned(),
+            to: account.into(),
+            amount,
+        }
+    }
+
+    /// The fingerprint of this request, see [`fingerprint::request_hash`] (32 lower-case hex
+    /// chars; client id and key are not part of it).
+    pub fn request_hash(&self) -> String {
+        fingerprint::request_hash(self.kind, &self.from, &self.to, self.amount)
+    }
+}
+
+/// What a transfer reports to its caller, identical for the first execution and every replay
+/// (except `replayed`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferResult {
+    /// The business outcome.
+    pub outcome: Outcome,
+    /// `ledger_txn.txn_id` for [`Outcome::Ok`], otherwise `None`.
+    pub txn_id: Option<i64>,
+    /// Reported balance in points: OK DEBIT → `from`'s balance after; OK GRANT → `to`'s
+    /// balance after; INSUFFICIENT → `from`'s balance when the debit was refused;
+    /// NO_ACCOUNT → 0. A replay reports the stored value, not the current balance.
+    pub balance: i64,
+    /// `true` when this result was read back from an earlier request with the same key
+    /// (HTTP: `Idempotent-Replayed: true`); nothing was executed by this call.
+    pub replayed: bool,
+}
+
+/// What a hook sees: where the transfer is, which request, and the open transaction.
+#[derive(Clone, Copy)]
+pub struct HookContext<'a> {
+    /// The hook point being passed.
+    pub point: HookPoint,
+    /// The request being executed.
+    pub request: &'a TransferRequest,
+    /// The open transaction, so a hook may inspect (or write through) it; `None` at
+    /// [`HookPoint::AfterCommit`]. The transaction's own lifetime parameter is shortened to
+    /// `'a` (`Transaction` is covariant), which keeps the context to one lifetime.
+    pub transaction: Option<&'a Transaction<'a>>,
+}
+
+impl fmt::Debug for HookContext<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HookContext")
+            .field("point", &self.point)
+            .field("request", self.request)
+            .field("in_transaction", &self.transaction.is_some())
+            .finish()
+    }
+}
+
+/// A hook's request to abort the transfer (see [`Hooks::at`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("hook aborted the transfer: {reason}")]
+pub struct HookAbort {
+    /// Free text for logs; not part of [`LedgerError::HookAborted`].
+    pub reason: String,
+}
+
+impl HookAbort {
+    /// An abort with the given reason.
+    pub fn new(reason: impl Into<String>) -> Self {
+        HookAbort {
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Code run at each [`HookPoint`] of [`transfer`].
+///
+/// The future may take as long as it likes (the crash-worker pauses at `before-commit`
+/// forever and is killed; the service's after-commit hook may withhold a response); the
+/// transaction, with its row locks, stays open meanwhile. Returning `Err(HookAbort)`
+/// before commit rolls the transfer back and makes [`transfer`] return
+/// [`LedgerError::HookAborted`]; at `after-commit` the transfer stays committed but
+/// [`transfer`] still returns that error.
+pub trait Hooks: Send + Sync {
+    /// Called once per hook point passed.
+    fn at<'a>(&'a self, ctx: HookContext<'a>) -> BoxFuture<'a, Result<(), HookAbort>>;
+}
+
+/// Hooks that do nothing (normal operation).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHooks;
+
+impl Hooks for NoHooks {
+    fn at<'a>(&'a self, _ctx: HookContext<'a>) -> BoxFuture<'a, Result<(), HookAbort>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// How often step 1 retries when the conflicting registration is not visible (see
+/// [`LedgerError::RegistrationVanished`]).
+const REGISTER_ATTEMPTS: u32 = 3;
+
+// Step 1. ON CONFLICT DO NOTHING waits on the unique index while a concurrent transaction
+// holds the same key, then returns no row if that transaction committed (PostgreSQL docs,
+// INSERT, "ON CONFLICT Clause").
+const REGISTER_SQL: &str = "\
+INSERT INTO idem_request (client_id, idem_key, request_hash, outcome)
+VALUES ($1, $2, $3, 'PENDING')
+ON CONFLICT (client_id, idem_key) DO NOTHING
+RETURNING 1";
+
+// Step 1, key known: a new statement takes a new snapshot under READ COMMITTED and so sees
+// the row committed by the transaction we waited for.
+const READ_REGISTRATION_SQL: &str = "\
+SELECT request_hash, outcome, txn_id, balance_after
+FROM idem_request
+WHERE client_id = $1 AND idem_key = $2";
+
+// Step 2. If a concurrent transaction changed the row, PostgreSQL waits for it and
+// re-evaluates the WHERE clause on the new row version (docs, 13.2.1 "Read Committed
+// Isolation Level"), so "enough?" and "take it" are one evaluation.
+const DEBIT_FROM_SQL: &str = "\
+UPDATE account
+SET balance = balance - $2
+WHERE account_id = $1 AND (allow_negative OR balance >= $2)
+RETURNING balance";
+
+// Step 2, refused: INSUFFICIENT with the current balance if `from` exists, else NO_ACCOUNT
+// with 0; recorded on the registration.
+const RECORD_REFUSAL_SQL: &str = "\
+WITH current AS (SELECT balance FROM account WHERE account_id = $3)
+UPDATE idem_request
+SET outcome = CASE WHEN EXISTS (SELECT 1 FROM current) THEN 'INSUFFICIENT' ELSE 'NO_ACCOUNT' END,
+    balance_after = COALESCE((SELECT balance FROM current), 0)
+WHERE client_id = $1 AND idem_key = $2
+RETURNING outcome, balance_after";
+
+// End of step 2 and step 3 in one statement: credit `to` (locked after `from`), then the
+// ledger_txn row and its two entries (-amount on `from` first, +amount on `to`). Each
+// INSERT reads its input from the previous CTE, so a missing `to` leaves all three empty
+// and the statement returns no row.
+const CREDIT_AND_RECORD_SQL: &str = "\
+WITH credited AS (
+    UPDATE account SET balance = balance + $5 WHERE account_id = $4 RETURNING balance
+), txn AS (
+    INSERT INTO ledger_txn (client_id, idem_key, kind)
+    SELECT $1, $2, $3 FROM credited
+    RETURNING txn_id
+), entries AS (
+    INSERT INTO ledger_entry (txn_id, account_id, amount)
+    SELECT txn.txn_id, e.account_id, e.amount
+    FROM txn CROSS JOIN (VALUES (1, $6, -$5), (2, $4, $5)) AS e(pos, account_id, amount)
+    ORDER BY e.pos
+    RETURNING entry_id
+)
+SELECT credited.balance, txn.txn_id, (SELECT count(*) FROM entries) AS entry_count
+FROM credited CROSS JOIN txn";
+
+// Step 4.
+const RECORD_OK_SQL: &str = "\
+UPDATE idem_request
+SET outcome = 'OK', txn_id = $3, balance_after = $4
+WHERE client_id = $1 AND idem_key = $2";
+
+/// Executes `req` at most once per `(client_id, idem_key)`, exactly as SPEC §3 describes,
+/// in one transaction started with isolation level READ COMMITTED (set explicitly).
+///
+/// 1. Register the key as `PENDING` (`INSERT ... ON CONFLICT DO NOTHING`). If the key is
+///    known, read the stored row in a new statement, roll back, and replay it
+///    (`replayed = true`) when the fingerprint matches.
+/// 2. Debit `from` with a conditional UPDATE; if refused, record and commit INSUFFICIENT
+///    (current balance) or NO_ACCOUNT (0). Then credit `to`.
+/// 3. Write the `ledger_txn` row and its two entries.
+/// 4. Record OK with the txn id and the reported balance, then COMMIT.
+///
+/// Lock order is `from`, then `to`. Hooks run at [`HookPoint::Registered`],
+/// [`HookPoint::EntriesWritten`] (OK path only), [`HookPoint::BeforeCommit`] and
+/// [`HookPoint::AfterCommit`] (every committing path); a replay runs no hooks.
+///
+/// Statements: START TRANSACTION, then 4 statements and COMMIT on the OK path, 3 and
+/// COMMIT on a refusal, 2 and ROLLBACK on a replay; each is sent with its parameter types
+/// (`query_typed`), one round trip, no prepared statement.
+///
+/// Errors: [`LedgerError::InvalidAmount`] (`amount <= 0`, before any database access),
+/// [`LedgerError::KeyReused`], [`LedgerError::CommittedPending`] (also for a stored outcome
+/// that is not one of OK/INSUFFICIENT/NO_ACCOUNT), [`LedgerError::RegistrationVanished`],
+/// [`LedgerError::CreditAccountMissing`], [`LedgerError::HookAborted`], and
+/// [`LedgerError::Db`] (e.g. SQLSTATE 23514 if the CHECK `balance_non_negative` fires,
+/// 40P01 on a deadlock, no SQLSTATE when the connection is lost). On every error except
+/// `HookAborted(AfterCommit)` nothing was committed.
+pub async fn transfer(
+    client: &mut Client,
+    req: &TransferRequest,
+    hooks: &dyn Hooks,
+) -> Result<TransferResult, LedgerError> {
+    if req.amount <= 0 {
+        return Err(LedgerError::InvalidAmount(req.amount));
+    }
+    let request_hash = req.request_hash();
+    let tx = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::ReadCommitted)
+        .start()
+        .await?;
+
+    // Step 1: register the key, or replay what it recorded.
+    let mut attempt = 0;
+    loop {
+        let registered = tx
+            .query_typed_opt(
+                REGISTER_SQL,
+                &[
+                    (&req.client_id, Type::TEXT),
+                    (&req.idem_key, Type::TEXT),
+                    (&request_hash, Type::TEXT),
+                ],
+            )
+            .await?;
+        if registered.is_some() {
+            break;
+        }
+        let stored = tx
+            .query_typed_opt(
+                READ_REGISTRATION_SQL,
+                &[(&req.client_id, Type::TEXT), (&req.idem_key, Type::TEXT)],
+            )
+            .await?;
+        if let Some(row) = stored {
+            tx.rollback().await?;
+            return replay(req, &request_hash, &row);
+        }
+        // The conflicting row is gone again (deleted behind our back): try once more.
+        attempt += 1;
+        if attempt >= REGISTER_ATTEMPTS {
+            tx.rollback().await?;
+            return Err(LedgerError::RegistrationVanished {
+                client_id: req.client_id.clone(),
+                idem_key: req.idem_key.clone(),
+            });
+        }
+    }
+    if hooks
+        .at(in_tx(HookPoint::Registered, req, &tx))
+        .await
+        .is_err()
+    {
+        return abort(tx, HookPoint::Registered).await;
+    }
+
+    // Step 2: the conditional debit.
+    let debited = tx
+        .query_typed_opt(
+            DEBIT_FROM_SQL,
+            &[(&req.from, Type::TEXT), (&req.amount, Type::INT8)],
+        )
+        .await?;
+    let Some(debited) = debited else {
+        let row = tx
+            .query_typed_one(
+                RECORD_REFUSAL_SQL,
+                &[
+                    (&req.client_id, Type::TEXT),
+                    (&req.idem_key, Type::TEXT),
+                    (&req.from, Type::TEXT),
+                ],
+            )
+            .await?;
+        let outcome: &str = row.try_get("outcome")?;
+        let outcome = if outcome == Outcome::Insufficient.as_str() {
+            Outcome::Insufficient
+        } else {
+            Outcome::NoAccount
+        };
+        let result = TransferResult {
+            outcome,
+            txn_id: None,
+            balance: row.try_get("balance_after")?,
+            replayed: false,
+        };
+        return commit(tx, hooks, req, result).await;
+    };
+    let from_balance_after: i64 = debited.try_get("balance")?;
+
+    // End of step 2 (credit `to`) and step 3 (ledger_txn and entries), one statement.
+    let kind = req.kind.as_str();
+    let recorded = tx
+        .query_typed_opt(
+            CREDIT_AND_RECORD_SQL,
+            &[
+                (&req.client_id, Type::TEXT),
+                (&req.idem_key, Type::TEXT),
+                (&kind, Type::TEXT),
+                (&req.to, Type::TEXT),
+                (&req.amount, Type::INT8),
+                (&req.from, Type::TEXT),
+            ],
+        )
+        .await?;
+    let Some(recorded) = recorded else {
+        tx.rollback().await?;
+        return Err(LedgerError::CreditAccountMissing(req.to.clone()));
+    };
+    let to_balance_after: i64 = recorded.try_get("balance")?;
+    let txn_id: i64 = recorded.try_get("txn_id")?;
+    debug_assert_eq!(recorded.try_get::<_, i64>("entry_count").ok(), Some(2));
+    if hooks
+        .at(in_tx(HookPoint::EntriesWritten, req, &tx))
+        .await
+        .is_err()
+    {
+        return abort(tx, HookPoint::EntriesWritten).await;
+    }
+
+    // Step 4: record OK with the reported balance.
+    let balance = match req.kind {
+        Kind::Debit => from_balance_after,
+        Kind::Grant => to_balance_after,
+    };
+    tx.execute_typed(
+        RECORD_OK_SQL,
+        &[
+            (&req.client_id, Type::TEXT),
+            (&req.idem_key, Type::TEXT),
+            (&txn_id, Type::INT8),
+            (&balance, Type::INT8),
+        ],
+    )
+    .await?;
+    let result = TransferResult {
+        outcome: Outcome::Ok,
+        txn_id: Some(txn_id),
+        balance,
+        replayed: false,
+    };
+    commit(tx, hooks, req, result).await
+}
+
+/// [`transfer`] of a GRANT (`sys-issuer` → `account`, `amount` points) without hooks.
+pub async fn grant(
+    client: &mut Client,
+    client_id: &str,
+    idem_key: &str,
+    account: &str,
+    amount: i64,
+) -> Result<TransferResult, LedgerError> {
+    let req = TransferRequest::grant(client_id, idem_key, account, amount);
+    transfer(client, &req, &NoHooks).await
+}
+
+/// [`transfer`] of a DEBIT (`account` → `sys-redeem`, `amount` points) without hooks.
+pub async fn debit(
+    client: &mut Client,
+    client_id: &str,
+    idem_key: &str,
+    account: &str,
+    amount: i64,
+) -> Result<TransferResult, LedgerError> {
+    let req = TransferRequest::debit(client_id, idem_key, account, amount);
+    transfer(client, &req, &NoHooks).await
+}
+
+fn in_tx<'a>(
+    point: HookPoint,
+    request: &'a TransferRequest,
+    transaction: &'a Transaction<'a>,
+) -> HookContext<'a> {
+    HookContext {
+        point,
+        request,
+        transaction: Some(transaction),
+    }
+}
+
+/// Rolls back after a hook abort. A failed ROLLBACK means the connection is gone, and the
+/// server rolls back on its own, so the hook abort is the error reported either way.
+async fn abort(tx: Transaction<'_>, point: HookPoint) -> Result<TransferResult, LedgerError> {
+    let _ = tx.rollback().await;
+    Err(LedgerError::HookAborted(point))
+}
+
+/// `before-commit`, COMMIT, `after-commit`.
+async fn commit(
+    tx: Transaction<'_>,
+    hooks: &dyn Hooks,
+    req: &TransferRequest,
+    result: TransferResult,
+) -> Result<TransferResult, LedgerError> {
+    if hooks
+        .at(in_tx(HookPoint::BeforeCommit, req, &tx))
+        .await
+        .is_err()
+    {
+        return abort(tx, HookPoint::BeforeCommit).await;
+    }
+    tx.commit().await?;
+    let after = HookContext {
+        point: HookPoint::AfterCommit,
+        request: req,
+        transaction: None,
+    };
+    if hooks.at(after).await.is_err() {
+        return Err(LedgerError::HookAborted(HookPoint::AfterCommit));
+    }
+    Ok(result)
+}
+
+/// Step 1, key known: compare fingerprints, then return the stored result.
+fn replay(
+    req: &TransferRequest,
+    request_hash: &str,
+    row: &Row,
+) -> Result<TransferResult, LedgerError> {
+    let stored_hash: String = row.try_get("request_hash")?;
+    if stored_hash != request_hash {
+        return Err(LedgerError::KeyReused {
+            stored_hash,
+            request_hash: request_hash.to_owned(),
+        });
+    }
+    let stored_outcome: &str = row.try_get("outcome")?;
+    let Ok(outcome) = stored_outcome.parse::<Outcome>() else {
+        return Err(LedgerError::CommittedPending {
+            client_id: req.client_id.clone(),
+            idem_key: req.idem_key.clone(),
+        });
+    };
+    let balance_after: Option<i64> = row.try_get("balance_after")?;
+    Ok(TransferResult {
+        outcome,
+        txn_id: row.try_get("txn_id")?,
+        balance: balance_after.unwrap_or(0),
+        replayed: true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for k in Kind::ALL {
+            assert_eq!(k.as_str().parse::<Kind>(), Ok(k));
+        }
+        for o in Outcome::ALL {
+            assert_eq!(o.as_str().parse::<Outcome>(), Ok(o));
+        }
+        for p in HookPoint::ALL {
+            assert_eq!(p.as_str().parse::<HookPoint>(), Ok(p));
+            assert_eq!(p.to_string(), p.as_str());
+        }
+        assert!("debit".parse::<Kind>().is_err());
+        assert!("PENDING".parse::<Outcome>().is_err());
+        assert_eq!(
+            "entries_written"
+                .parse::<HookPoint>()
+                .unwrap_err()
+                .to_string(),
+            "unknown hook point: \"entries_written\""
+        );
+    }
+
+    #[test]
+    fn serde_spellings_match_as_str() {
+        assert_eq!(
+            serde_json::to_string(&Outcome::NoAccount).unwrap(),
+            "\"NO_ACCOUNT\""
+        );
+        assert_eq!(serde_json::to_string(&Kind::Grant).unwrap(), "\"GRANT\"");
+        assert_eq!(
+            serde_json::to_string(&HookPoint::EntriesWritten).unwrap(),
+            "\"entries-written\""
+        );
+    }
+
+    #[test]
+    fn constructors_route_through_system_accounts() {
+        let d = TransferRequest::debit("app-a", "k1", "acct-0001", 300);
+        assert_eq!(
+            (d.kind, d.from.as_str(), d.to.as_str()),
+            (Kind::Debit, "acct-0001", SYS_REDEEM)
+        );
+        assert_eq!(d.request_hash(), "71ee59fc88147037d30c4e785127a745");
+        let g = TransferRequest::grant("app-a", "k2", "acct-0001", 1000);
+        assert_eq!(
+            (g.kind, g.from.as_str(), g.to.as_str()),
+            (Kind::Grant, SYS_ISSUER, "acct-0001")
+        );
+    }
+
+    #[test]
+    fn transfer_future_is_send() {
+        fn assert_send<T: Send>(_: &T) {}
+        fn check(client: &mut Client, req: &TransferRequest) {
+            let fut = transfer(client, req, &NoHooks);
+            assert_send(&fut);
+        }
+        let _ = check;
+    }
+}

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Builds the release binaries and runs the harness; arguments pass through
+# (case ids such as L3, --list, --keep-cluster, --seed N; see `./run.sh --help`).
+set -euo pipefail
+cd "$(dirname "$0")"
+echo "run.sh: building release binaries" >&2
+cargo build --release --quiet --bins
+exec target/release/harness --evidence-dir evidence "$@"
