@@ -5,12 +5,14 @@
 
 pub mod framework;
 pub mod queries;
+pub mod runner;
 
 mod l01_normal_path;
 mod l03_real_concurrency;
 mod l11_reconciliation;
 
 pub use framework::{Case, Check, Ctx, Env, Line, Racer, Schedule};
+pub use runner::{CaseReport, run_case};
 
 /// Every registered case, in id order. One line per case.
 pub fn all() -> Vec<Case> {

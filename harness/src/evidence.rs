@@ -5,39 +5,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use cases::Line;
+use cases::CaseReport;
 use serde::Serialize;
-
-/// One case's result, as written to `results.json`.
-#[derive(Debug, Clone, Serialize)]
-pub struct CaseRecord {
-    /// Case id, e.g. `L3`.
-    pub id: String,
-    /// Case title.
-    pub title: String,
-    /// The case's own database.
-    pub database: String,
-    /// Checks that held.
-    pub passed: usize,
-    /// Checks that failed (a case error or timeout counts as one).
-    pub failed: usize,
-    /// Wall time of the case in milliseconds.
-    pub duration_ms: u128,
-    /// Transcript lines (notes and checks).
-    pub lines: Vec<Line>,
-}
-
-impl CaseRecord {
-    /// The case's transcript: `CASE <id> :: <title>` and its lines.
-    pub fn transcript(&self) -> String {
-        let mut text = format!("CASE {} :: {}\n", self.id, self.title);
-        for line in &self.lines {
-            text.push_str(&line.render());
-            text.push('\n');
-        }
-        text
-    }
-}
 
 /// The environment of a run, as written to `environment.json`.
 #[derive(Debug, Clone, Serialize)]
@@ -91,7 +60,7 @@ impl RunFolder {
     /// Writes one case's transcript as `<id>.txt`.
     ///
     /// Errors: file system errors.
-    pub fn write_case(&self, record: &CaseRecord) -> std::io::Result<()> {
+    pub fn write_case(&self, record: &CaseReport) -> std::io::Result<()> {
         fs::write(
             self.dir.join(format!("{}.txt", record.id)),
             record.transcript(),
@@ -105,7 +74,7 @@ impl RunFolder {
     pub fn finish(
         &self,
         transcript: &str,
-        records: &[CaseRecord],
+        records: &[CaseReport],
         environment: &Environment,
     ) -> anyhow::Result<()> {
         fs::write(self.dir.join("transcript.txt"), transcript)?;

@@ -7,27 +7,21 @@
 mod evidence;
 mod janitor;
 
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use anyhow::Context as _;
-use cases::{Case, Check, Ctx, Env, Line, Schedule};
+use cases::{Case, CaseReport, Env, Schedule, run_case};
 use clap::Parser;
-use futures_util::FutureExt;
 use scratch_pg::{Cluster, ClusterOptions};
 
-use crate::evidence::{CaseRecord, Environment, RunFolder};
+use crate::evidence::{Environment, RunFolder};
 
 /// Exit status when a check failed.
 const EXIT_CHECK_FAILED: i32 = 1;
 /// Exit status for a harness or usage error.
 const EXIT_HARNESS_ERROR: i32 = 2;
-/// Longest a case may run before it is failed (override: `LEDGER_CASE_TIMEOUT_MS`).
-const CASE_TIMEOUT_MS: u64 = 120_000;
-/// The template database every case database is cloned from.
-const TEMPLATE_DATABASE: &str = "ledger_template";
 
 /// Runs the ledger cases against a throw-away PostgreSQL 16 cluster.
 #[derive(Debug, Parser)]
@@ -218,19 +212,15 @@ async fn run_in(
         facts.synchronous_commit,
         facts.full_page_writes
     );
-    create_template(&cluster)
-        .await
-        .context("creating the template database")?;
+    let env = Arc::new(
+        Env::prepare(cluster, seed)
+            .await
+            .context("creating the template database")?,
+    );
     let cluster_ready_ms = launched.elapsed().as_millis();
 
     let folder = RunFolder::create(&args.evidence_dir, &started_at.replace(':', ""))
         .context("creating the evidence folder")?;
-    let env = Arc::new(Env {
-        cluster: Arc::new(Mutex::new(cluster)),
-        template: TEMPLATE_DATABASE.into(),
-        clean_databases: Mutex::new(Vec::new()),
-        seed,
-    });
 
     let mut records = Vec::new();
     let mut transcript = String::new();
@@ -240,7 +230,7 @@ async fn run_in(
             .filter(|c| c.schedule == phase)
             .copied()
             .collect();
-        let phase_records: Vec<CaseRecord> = if phase == Schedule::Concurrent {
+        let phase_records: Vec<CaseReport> = if phase == Schedule::Concurrent {
             futures_util::future::join_all(
                 in_phase.into_iter().map(|case| run_case(env.clone(), case)),
             )
@@ -295,134 +285,4 @@ async fn run_in(
     }
     print!("{summary}");
     Ok(if failed == 0 { 0 } else { EXIT_CHECK_FAILED })
-}
-
-/// The template: schema and seeded accounts; no connections remain open to it.
-async fn create_template(cluster: &Cluster) -> anyhow::Result<()> {
-    cluster.create_database(TEMPLATE_DATABASE, None).await?;
-    {
-        let client = cluster.connect(TEMPLATE_DATABASE).await?;
-        ledger_svc::schema::install(&client).await?;
-        ledger_svc::schema::seed(&client).await?;
-    }
-    let admin = cluster.connect("postgres").await?;
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {TEMPLATE_DATABASE} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false"
-        ))
-        .await?;
-    Ok(())
-}
-
-fn case_timeout() -> Duration {
-    let ms = std::env::var("LEDGER_CASE_TIMEOUT_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(CASE_TIMEOUT_MS);
-    Duration::from_millis(ms)
-}
-
-fn failure(name: impl Into<String>, seen: String) -> Line {
-    Line::Check(Check {
-        name: name.into(),
-        passed: false,
-        expected: None,
-        actual: Some(seen),
-    })
-}
-
-/// Runs one case in its own database. A case error, panic or timeout is recorded as a
-/// failed check, so it always shows in the transcript and the SUMMARY.
-async fn run_case(env: Arc<Env>, case: Case) -> CaseRecord {
-    let started = Instant::now();
-    let database = Env::database_for(case.id);
-    let mut lines = Vec::new();
-    let created = async {
-        let cluster_config = env.config("postgres");
-        let (admin, connection) = cluster_config.connect(tokio_postgres::NoTls).await?;
-        tokio::spawn(connection);
-        // Two statements: DROP/CREATE DATABASE cannot run inside a transaction block,
-        // which a multi-statement batch would be.
-        admin
-            .batch_execute(&format!(
-                "DROP DATABASE IF EXISTS \"{database}\" WITH (FORCE)"
-            ))
-            .await?;
-        admin
-            .batch_execute(&format!(
-                "CREATE DATABASE \"{database}\" TEMPLATE {}",
-                env.template
-            ))
-            .await?;
-        anyhow::Ok(())
-    }
-    .await;
-    match created {
-        Err(error) => lines.push(failure(
-            "case database cloned from the template",
-            format!("{error:#}"),
-        )),
-        Ok(()) => {
-            let mut ctx = Ctx::new(env.clone(), case.id, database.clone());
-            let timeout = case_timeout();
-            let outcome = tokio::time::timeout(
-                timeout,
-                AssertUnwindSafe((case.run)(&mut ctx)).catch_unwind(),
-            )
-            .await;
-            lines = ctx.take_lines();
-            let completed = match outcome {
-                Ok(Ok(Ok(()))) => true,
-                Ok(Ok(Err(error))) => {
-                    lines.push(failure(
-                        "case ran to completion",
-                        format!("error: {error:#}"),
-                    ));
-                    false
-                }
-                Ok(Err(panic)) => {
-                    let message = panic
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_default();
-                    lines.push(failure(
-                        "case ran to completion",
-                        format!("panic: {message}"),
-                    ));
-                    false
-                }
-                Err(_) => {
-                    lines.push(failure(
-                        "case ran to completion",
-                        format!("timed out after {} ms", timeout.as_millis()),
-                    ));
-                    false
-                }
-            };
-            if completed && case.clean {
-                env.clean_databases
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(database.clone());
-            }
-        }
-    }
-    let passed = lines
-        .iter()
-        .filter(|l| matches!(l, Line::Check(c) if c.passed))
-        .count();
-    let failed = lines
-        .iter()
-        .filter(|l| matches!(l, Line::Check(c) if !c.passed))
-        .count();
-    CaseRecord {
-        id: case.id.to_string(),
-        title: case.title.to_string(),
-        database,
-        passed,
-        failed,
-        duration_ms: started.elapsed().as_millis(),
-        lines,
-    }
 }
