@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Builds the release binaries and runs the harness; arguments pass through
 # (case ids such as L3, --list, --keep-cluster, --seed N; see `./run.sh --help`).
+# `./run.sh bench [--duration-s N]` runs the benchmark instead (see `./run.sh bench --help`).
 set -euo pipefail
 cd "$(dirname "$0")"
 echo "run.sh: building release binaries" >&2
 cargo build --release --quiet --bins
+if [ "${1:-}" = "bench" ]; then
+    shift
+    exec target/release/bench --out evidence/bench "$@"
+fi
 exec target/release/harness --evidence-dir evidence "$@"

@@ -13,6 +13,7 @@ pub mod error;
 pub mod fingerprint;
 pub mod reconcile;
 pub mod schema;
+pub mod striping;
 pub mod transfer;
 
 pub use error::LedgerError;
