@@ -113,7 +113,7 @@ pub async fn run_with(ctx: &mut Ctx, plan: RacePlan) -> anyhow::Result<()> {
 /// The duplicate part of L6: grants 100 to acct-0007, then sends one business request
 /// (debit 30) twice through the real ledger, under `keys[0]` and then `keys[1]`, and checks
 /// that both were executed (100 -> 40) while the CHECK held. In a run the keys differ
-/// ([`DUPLICATE_KEYS`]); with one key reused, as a correct client does, the second send is
+/// (`k-0601`, `k-0602`); with one key reused, as a correct client does, the second send is
 /// a replay and the [`DUPLICATE_ANOMALY`] check fails.
 ///
 /// Errors: connection or SQL errors.
