@@ -4,12 +4,18 @@
 //! `l01_normal_path.rs`), then add one line to [`all`].
 
 pub mod framework;
+pub mod naive;
 pub mod queries;
 pub mod runner;
 
 mod l01_normal_path;
 mod l03_real_concurrency;
 mod l11_reconciliation;
+// The negative controls are public so that a test can run them under a plan where the
+// race cannot happen (`run_with(ctx, naive::RacePlan::serial(32))`) and see them fail.
+pub mod l04_lost_update;
+pub mod l05_overdraft;
+pub mod l06_check_last_line;
 
 pub use framework::{Case, Check, Ctx, Env, Line, Racer, Schedule};
 pub use runner::{CaseReport, run_case};
@@ -19,6 +25,9 @@ pub fn all() -> Vec<Case> {
     vec![
         l01_normal_path::case(),
         l03_real_concurrency::case(),
+        l04_lost_update::case(),
+        l05_overdraft::case(),
+        l06_check_last_line::case(),
         l11_reconciliation::case(),
     ]
 }
