@@ -6,12 +6,15 @@
 pub mod framework;
 pub mod queries;
 pub mod runner;
+pub mod worker;
 
 mod l01_normal_path;
 mod l03_real_concurrency;
+mod l09_killed_before_commit;
+mod l10_database_crash;
 mod l11_reconciliation;
 
-pub use framework::{Case, Check, Ctx, Env, Line, Racer, Schedule};
+pub use framework::{AbortOnDrop, Case, Check, Ctx, Env, Line, Racer, Schedule};
 pub use runner::{CaseReport, run_case};
 
 /// Every registered case, in id order. One line per case.
@@ -19,6 +22,8 @@ pub fn all() -> Vec<Case> {
     vec![
         l01_normal_path::case(),
         l03_real_concurrency::case(),
+        l09_killed_before_commit::case(),
+        l10_database_crash::case(),
         l11_reconciliation::case(),
     ]
 }
