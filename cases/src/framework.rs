@@ -128,6 +128,12 @@ impl Env {
         self.cluster().config(database)
     }
 
+    /// A connection URL over TCP for `database` (`postgresql://postgres@127.0.0.1:PORT/db`),
+    /// for child processes such as the crash-worker.
+    pub fn url(&self, database: &str) -> String {
+        self.cluster().url(database)
+    }
+
     /// Connects to `database`, spawning the connection task on the current runtime.
     ///
     /// Errors: connection failures.
@@ -153,6 +159,43 @@ pub struct Racer {
     pub client: tokio_postgres::Client,
     /// Shared by all participants; a naive design meets here between read and write.
     pub barrier: Arc<tokio::sync::Barrier>,
+}
+
+/// A spawned task that is aborted when this handle is dropped, so a case that fails or is
+/// cancelled midway leaves no task behind (a plain `JoinHandle` detaches on drop).
+/// Awaiting it (also through `&mut`) yields the task's output or its `JoinError`.
+#[derive(Debug)]
+pub struct AbortOnDrop<T>(pub tokio::task::JoinHandle<T>);
+
+impl<T: Send + 'static> AbortOnDrop<T> {
+    /// Spawns `future` on the current runtime.
+    pub fn spawn(future: impl Future<Output = T> + Send + 'static) -> AbortOnDrop<T> {
+        AbortOnDrop(tokio::spawn(future))
+    }
+}
+
+impl<T> AbortOnDrop<T> {
+    /// Whether the task has finished (without waiting).
+    pub fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+}
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The context a case runs in.
@@ -187,6 +230,11 @@ impl Ctx {
     /// Name of this case's own database (a clone of the seeded template).
     pub fn database(&self) -> &str {
         &self.database
+    }
+
+    /// A connection URL of this case's database, for a child process (the crash-worker).
+    pub fn database_url(&self) -> String {
+        self.env.url(&self.database)
     }
 
     /// A new connection to this case's database.

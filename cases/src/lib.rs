@@ -7,9 +7,12 @@ pub mod framework;
 pub mod naive;
 pub mod queries;
 pub mod runner;
+pub mod worker;
 
 mod l01_normal_path;
 mod l03_real_concurrency;
+mod l09_killed_before_commit;
+mod l10_database_crash;
 mod l11_reconciliation;
 // The negative controls are public so that a test can run them under a plan where the
 // race cannot happen (`run_with(ctx, naive::RacePlan::serial(32))`) and see them fail.
@@ -17,7 +20,7 @@ pub mod l04_lost_update;
 pub mod l05_overdraft;
 pub mod l06_check_last_line;
 
-pub use framework::{Case, Check, Ctx, Env, Line, Racer, Schedule};
+pub use framework::{AbortOnDrop, Case, Check, Ctx, Env, Line, Racer, Schedule};
 pub use runner::{CaseReport, run_case};
 
 /// Every registered case, in id order. One line per case.
@@ -28,6 +31,8 @@ pub fn all() -> Vec<Case> {
         l04_lost_update::case(),
         l05_overdraft::case(),
         l06_check_last_line::case(),
+        l09_killed_before_commit::case(),
+        l10_database_crash::case(),
         l11_reconciliation::case(),
     ]
 }
