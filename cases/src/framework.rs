@@ -128,6 +128,12 @@ impl Env {
         self.cluster().config(database)
     }
 
+    /// Folder for the logs of service processes started by cases (inside the cluster's
+    /// folder, so it goes away with the cluster unless the cluster is kept).
+    pub fn service_log_dir(&self) -> std::path::PathBuf {
+        self.cluster().dir().join("service-logs")
+    }
+
     /// Connects to `database`, spawning the connection task on the current runtime.
     ///
     /// Errors: connection failures.
@@ -187,6 +193,19 @@ impl Ctx {
     /// Name of this case's own database (a clone of the seeded template).
     pub fn database(&self) -> &str {
         &self.database
+    }
+
+    /// The URL of this case's database over TCP, for a child process such as ledger-svc
+    /// (`postgresql://postgres@127.0.0.1:PORT/case_lN`).
+    pub fn database_url(&self) -> String {
+        self.env.cluster().url(&self.database)
+    }
+
+    /// Where a service process of this case logs: `<service log dir>/<name>-<case>.log`.
+    pub fn service_log_path(&self, name: &str) -> std::path::PathBuf {
+        self.env
+            .service_log_dir()
+            .join(format!("{name}-{}.log", self.case_id.to_ascii_lowercase()))
     }
 
     /// A new connection to this case's database.

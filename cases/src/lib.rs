@@ -6,9 +6,13 @@
 pub mod framework;
 pub mod queries;
 pub mod runner;
+pub mod service;
 
 mod l01_normal_path;
+mod l02_rejected_key_stays_rejected;
 mod l03_real_concurrency;
+mod l07_response_lost_after_commit;
+mod l08_same_key_same_moment;
 mod l11_reconciliation;
 
 pub use framework::{Case, Check, Ctx, Env, Line, Racer, Schedule};
@@ -18,7 +22,10 @@ pub use runner::{CaseReport, run_case};
 pub fn all() -> Vec<Case> {
     vec![
         l01_normal_path::case(),
+        l02_rejected_key_stays_rejected::case(),
         l03_real_concurrency::case(),
+        l07_response_lost_after_commit::case(),
+        l08_same_key_same_moment::case(),
         l11_reconciliation::case(),
     ]
 }

@@ -240,7 +240,7 @@ async fn shutdown(
         .await
         .is_ok();
     if connections_drained && tasks_drained {
-        eprintln!("ledger-svc: stopped ({open} connections drained)");
+        eprintln!("ledger-svc: stopped ({open} open connections and all transfers drained)");
         0
     } else {
         eprintln!(

@@ -301,9 +301,22 @@ async fn transfer_route(
             Some(faults) => faults.as_ref(),
             None => &NoHooks,
         };
-        transfer(&mut client, &transfer_request, hooks)
-            .await
-            .map_err(Failure::Ledger)
+        let result = transfer(&mut client, &transfer_request, hooks).await;
+        // Logged here, not by the handler: the client may be gone and the handler dropped.
+        if let Err(LedgerError::HookAborted(point)) = &result {
+            eprintln!(
+                "ledger-svc: fault at {point} aborted {} {}: {}; closing the connection \
+                 without a response",
+                transfer_request.kind.as_str(),
+                transfer_request.idem_key,
+                if *point == HookPoint::AfterCommit {
+                    "the transfer is committed"
+                } else {
+                    "the transfer was rolled back"
+                }
+            );
+        }
+        result.map_err(Failure::Ledger)
     });
     let outcome = match task.await {
         Ok(outcome) => outcome,
@@ -314,17 +327,7 @@ async fn transfer_route(
     };
     match outcome {
         Ok(result) => Ok(result_response(kind, &account, amount, &result)),
-        Err(Failure::Ledger(LedgerError::HookAborted(point))) => {
-            eprintln!(
-                "ledger-svc: fault at {point}: closing the connection without a response{}",
-                if point == HookPoint::AfterCommit {
-                    " (the transfer is committed)"
-                } else {
-                    " (the transfer was rolled back)"
-                }
-            );
-            Err(CloseConnection)
-        }
+        Err(Failure::Ledger(LedgerError::HookAborted(_))) => Err(CloseConnection),
         Err(Failure::Ledger(LedgerError::KeyReused { .. })) => Ok(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "key-reused",
