@@ -802,3 +802,42 @@ async fn pool_replaces_dead_connections_after_restart() {
     drop(svc);
     cluster.stop(scratch_pg::StopMode::Fast).unwrap();
 }
+
+/// Without a usable database every route that needs one answers 503 with outcome
+/// `UNKNOWN`, and no driver text (such as the server's "database ... does not exist")
+/// reaches the client; requests that need no database still get their 4xx.
+#[tokio::test]
+async fn database_unavailable_is_503_unknown_without_driver_text() {
+    let db = TestDb::new("h_unavailable").await;
+    let url = db.cluster.url("h_no_such_database");
+    let svc = Service::start(
+        &url,
+        Options {
+            no_health_wait: true,
+            ..Options::default()
+        },
+    )
+    .await;
+    let health = svc
+        .send(svc.http.get(format!("{}/healthz", svc.public)))
+        .await
+        .unwrap();
+    assert_problem(&health, 503, "UNKNOWN", "healthz");
+    let balance = svc
+        .send(svc.http.get(format!("{}/accounts/acct-0001", svc.public)))
+        .await
+        .unwrap();
+    assert_problem(&balance, 503, "UNKNOWN", "balance");
+    let debit = svc.debit("acct-0001", "app-a", "k-1", "5").await;
+    assert_problem(&debit, 503, "UNKNOWN", "debit");
+    assert!(!debit.raw.contains("h_no_such_database"), "{}", debit.raw);
+    let grant = svc.grant("acct-0001", "g-1", 5).await;
+    assert_problem(&grant, 503, "UNKNOWN", "grant");
+    let malformed = svc.debit("acct-0001", "app-a", "k-1", "007").await;
+    assert_problem(
+        &malformed,
+        400,
+        "BAD_REQUEST",
+        "malformed without a database",
+    );
+}

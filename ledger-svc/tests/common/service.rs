@@ -35,6 +35,9 @@ pub struct Options {
     pub pool_size: Option<usize>,
     /// `--shutdown-grace-ms`, when set.
     pub shutdown_grace_ms: Option<u64>,
+    /// Return once the address line is read, without waiting for a healthy `/healthz`
+    /// (for a service whose database is unreachable).
+    pub no_health_wait: bool,
 }
 
 /// A response: status, headers and the body parsed as JSON (`Null` when empty).
@@ -118,6 +121,9 @@ impl Service {
                 .build()
                 .expect("http client"),
         };
+        if options.no_health_wait {
+            return service;
+        }
         let deadline = Instant::now() + Duration::from_millis(START_TIMEOUT_MS);
         loop {
             let healthy = service
