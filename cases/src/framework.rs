@@ -134,6 +134,12 @@ impl Env {
         self.cluster().url(database)
     }
 
+    /// Folder for the logs of service processes started by cases (inside the cluster's
+    /// folder, so it goes away with the cluster unless the cluster is kept).
+    pub fn service_log_dir(&self) -> std::path::PathBuf {
+        self.cluster().dir().join("service-logs")
+    }
+
     /// Connects to `database`, spawning the connection task on the current runtime.
     ///
     /// Errors: connection failures.
@@ -235,6 +241,13 @@ impl Ctx {
     /// A connection URL of this case's database, for a child process (the crash-worker).
     pub fn database_url(&self) -> String {
         self.env.url(&self.database)
+    }
+
+    /// Where a service process of this case logs: `<service log dir>/<name>-<case>.log`.
+    pub fn service_log_path(&self, name: &str) -> std::path::PathBuf {
+        self.env
+            .service_log_dir()
+            .join(format!("{name}-{}.log", self.case_id.to_ascii_lowercase()))
     }
 
     /// A new connection to this case's database.

@@ -7,10 +7,14 @@ pub mod framework;
 pub mod naive;
 pub mod queries;
 pub mod runner;
+pub mod service;
 pub mod worker;
 
 mod l01_normal_path;
+mod l02_rejected_key_stays_rejected;
 mod l03_real_concurrency;
+mod l07_response_lost_after_commit;
+mod l08_same_key_same_moment;
 mod l09_killed_before_commit;
 mod l10_database_crash;
 mod l11_reconciliation;
@@ -27,10 +31,13 @@ pub use runner::{CaseReport, run_case};
 pub fn all() -> Vec<Case> {
     vec![
         l01_normal_path::case(),
+        l02_rejected_key_stays_rejected::case(),
         l03_real_concurrency::case(),
         l04_lost_update::case(),
         l05_overdraft::case(),
         l06_check_last_line::case(),
+        l07_response_lost_after_commit::case(),
+        l08_same_key_same_moment::case(),
         l09_killed_before_commit::case(),
         l10_database_crash::case(),
         l11_reconciliation::case(),

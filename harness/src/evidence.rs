@@ -94,6 +94,24 @@ impl RunFolder {
         Ok(())
     }
 
+    /// Copies the logs of the service processes started by cases (`*.log` in `dir`)
+    /// into the run folder's `services/`.
+    pub fn copy_service_logs(&self, dir: &Path) {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        let target = self.dir.join("services");
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|ext| ext == "log")
+                && let Some(name) = path.file_name()
+                && fs::create_dir_all(&target).is_ok()
+            {
+                let _ = fs::copy(&path, target.join(name));
+            }
+        }
+    }
+
     /// Copies the server log into the run folder as `postgres.log`.
     pub fn copy_server_log(&self, log: &Path) {
         let _ = fs::copy(log, self.dir.join("postgres.log"));

@@ -254,6 +254,7 @@ async fn run_in(
     let passed: usize = records.iter().map(|r| r.passed).sum();
     let failed: usize = records.iter().map(|r| r.failed).sum();
     folder.copy_server_log(&log_path);
+    folder.copy_service_logs(&env.service_log_dir());
     let environment = Environment {
         started_at,
         command: std::env::args().collect(),
