@@ -184,7 +184,7 @@ impl Snapshots {
         Ok(Verdict::Differs {
             exists: old.is_some(),
             diff,
-            pending: pending.exists().then_some(pending),
+            pending: (self.mode == Mode::Review && pending.exists()).then_some(pending),
             declined: None,
         })
     }
