@@ -12,6 +12,7 @@
 //! | `postgres.log` | the server log of the run's scratch cluster |
 //! | `logs/` | logs of processes the cases start (ledger-svc, crash-worker) |
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -153,6 +154,7 @@ impl RunFolder {
         &self,
         transcript: &str,
         records: &[CaseReport],
+        diffs: &BTreeMap<String, String>,
         environment: &Environment,
     ) -> anyhow::Result<()> {
         fs::write(self.dir.join("transcript.txt"), transcript)?;
@@ -160,7 +162,10 @@ impl RunFolder {
             self.dir.join("results.json"),
             serde_json::to_string_pretty(&results(records, environment))?,
         )?;
-        fs::write(self.dir.join("junit.xml"), junit(records, environment)?)?;
+        fs::write(
+            self.dir.join("junit.xml"),
+            junit(records, diffs, environment)?,
+        )?;
         fs::write(
             self.dir.join("environment.json"),
             serde_json::to_string_pretty(environment)?,
@@ -215,8 +220,12 @@ fn results<'a>(records: &'a [CaseReport], environment: &Environment) -> Results<
 
 /// JUnit XML: one suite per case (named by id, timed by the case), one test case per
 /// check (classname = case id); a failed check is a `<failure>` whose message is the
-/// rendered transcript line.
-fn junit(records: &[CaseReport], environment: &Environment) -> anyhow::Result<String> {
+/// rendered transcript line (and, for a snapshot check, the diff as its text).
+fn junit(
+    records: &[CaseReport],
+    diffs: &BTreeMap<String, String>,
+    environment: &Environment,
+) -> anyhow::Result<String> {
     let mut report = Report::new("ledger-harness");
     report.set_time(Duration::from_millis(
         u64::try_from(environment.durations.wall_ms).unwrap_or(u64::MAX),
@@ -236,6 +245,11 @@ fn junit(records: &[CaseReport], environment: &Environment) -> anyhow::Result<St
                 let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
                 status.set_message(Line::Check(check.clone()).render().trim().to_string());
                 status.set_type("check");
+                if check.name.starts_with(crate::snapshots::MATCH_CHECK_PREFIX)
+                    && let Some(diff) = diffs.get(&record.id)
+                {
+                    status.set_description(diff.as_str());
+                }
                 status
             };
             let mut test_case = TestCase::new(check.name.as_str(), status);

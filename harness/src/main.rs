@@ -307,7 +307,8 @@ async fn run_in(
 
     let mut records = Vec::new();
     let mut transcript = String::new();
-    let mut snapshot_failures = Vec::new();
+    let mut acceptable = Vec::new();
+    let mut diffs = std::collections::BTreeMap::new();
     for phase in [Schedule::Concurrent, Schedule::Exclusive, Schedule::Last] {
         let phase_started = Instant::now();
         let in_phase: Vec<Case> = selected
@@ -347,8 +348,9 @@ async fn run_in(
                 None
             } else {
                 let verdict = store.compare(&record)?;
-                if matches!(verdict, Verdict::Differs { .. }) {
-                    snapshot_failures.push(record.id.clone());
+                // Only a case whose own checks all passed can be accepted.
+                if matches!(verdict, Verdict::Differs { .. }) && record.failed == 0 {
+                    acceptable.push(record.id.clone());
                 }
                 store.record(&mut record, &verdict)
             };
@@ -363,6 +365,9 @@ async fn run_in(
             print!("{text}");
             transcript.push_str(&text);
             folder.write_case(&record, diff.as_deref())?;
+            if let Some(diff) = diff {
+                diffs.insert(record.id.clone(), diff);
+            }
             records.push(record);
         }
     }
@@ -402,11 +407,12 @@ async fn run_in(
     };
     let summary = format!("SUMMARY passed={passed} failed={failed}\n");
     transcript.push_str(&summary);
-    folder.finish(&transcript, &records, &environment)?;
+    folder.finish(&transcript, &records, &diffs, &environment)?;
     drop(env); // stops the cluster (immediate) and removes its folder
     println!(
-        "run: {} cases, wall {:.1} s (cluster ready {:.1} s; phases: concurrent{} {:.1} s, exclusive {:.1} s, last {:.1} s)",
+        "run: {} case{}, wall {:.1} s (cluster ready {:.1} s; phases: concurrent{} {:.1} s, exclusive {:.1} s, last {:.1} s)",
         records.len(),
+        if records.len() == 1 { "" } else { "s" },
         launched.elapsed().as_secs_f64(),
         durations.cluster_ready_ms as f64 / 1000.0,
         if args.sequential {
@@ -429,10 +435,10 @@ async fn run_in(
             "re-run the failing cases: ./run.sh --seed {seed} {}",
             failing.join(" ")
         );
-        if !snapshot_failures.is_empty() && snapshot_mode == Mode::Review {
+        if !acceptable.is_empty() && snapshot_mode == Mode::Review {
             println!(
-                "after reviewing the diffs, accept the new transcripts: ./run.sh --accept {}",
-                snapshot_failures.join(" ")
+                "if the diffs are meant, accept the new transcripts: ./run.sh --accept {}",
+                acceptable.join(" ")
             );
         }
     }

@@ -22,6 +22,8 @@ use serde::Serialize;
 
 /// Folder of the committed snapshots, under the evidence folder.
 pub const SNAPSHOT_DIR: &str = "snapshots";
+/// How the snapshot's check begins: `transcript matches evidence/snapshots/<id>.snap`.
+pub const MATCH_CHECK_PREFIX: &str = "transcript matches ";
 
 /// What a run may write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -230,7 +232,7 @@ impl Snapshots {
             Verdict::Matched => {
                 report.push(check(
                     true,
-                    format!("transcript matches {shown}"),
+                    format!("{MATCH_CHECK_PREFIX}{shown}"),
                     String::new(),
                 ));
                 None
@@ -265,7 +267,7 @@ impl Snapshots {
                 }
                 report.push(check(
                     false,
-                    format!("transcript matches {shown}"),
+                    format!("{MATCH_CHECK_PREFIX}{shown}"),
                     seen.join("; "),
                 ));
                 Some(diff.clone())

@@ -97,6 +97,7 @@ fn canary_fails_the_run() {
         "{text}"
     );
     assert_eq!(last_line(&text), "SUMMARY passed=1 failed=1");
+    assert!(!text.contains("--accept"), "{text}");
     let junit = std::fs::read_to_string(scratch.evidence().join("latest/junit.xml")).unwrap();
     assert!(junit.contains(r#"tests="2""#), "{junit}");
     assert!(junit.contains("<failure"), "{junit}");
@@ -141,10 +142,24 @@ fn snapshot_mismatch_diff_and_modes() {
         broken
     );
     assert!(!scratch.snapshot("L1").with_extension("snap.new").exists());
+    assert!(
+        !text.contains("--accept"),
+        "no accept hint under CI: {text}"
+    );
+    let junit = std::fs::read_to_string(scratch.evidence().join("latest/junit.xml")).unwrap();
+    assert!(
+        junit.contains("-  ok   stored balance (expected=701, actual=701)"),
+        "the diff is the failure's text: {junit}"
+    );
 
     // Review mode: the new version lands beside the snapshot.
     let output = scratch.harness(&["L1"], false);
     assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stdout(&output).contains("accept the new transcripts: ./run.sh --accept L1"),
+        "{}",
+        stdout(&output)
+    );
     assert!(scratch.snapshot("L1").with_extension("snap.new").exists());
     assert_eq!(
         std::fs::read_to_string(scratch.snapshot("L1")).unwrap(),
