@@ -153,16 +153,15 @@ pub fn service_binary() -> anyhow::Result<PathBuf> {
 impl Service {
     /// Starts `ledger-svc` on the case's database, listening on free loopback ports, and
     /// waits until `/healthz` answers 200 (at most [`SERVICE_START_TIMEOUT_MS`]). Its
-    /// stdout and stderr go to [`Ctx::service_log_path`].
+    /// stdout and stderr go to [`Ctx::log_file`]`("ledger-svc")`.
     ///
     /// Errors: binary missing, spawn failure, no address line, never healthy; the child
     /// is killed in each case.
     pub async fn start(ctx: &Ctx, options: ServiceOptions) -> anyhow::Result<Service> {
         let binary = service_binary()?;
-        let log_path = ctx.service_log_path("ledger-svc");
-        if let Some(dir) = log_path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
+        let log_path = ctx
+            .log_file("ledger-svc")
+            .context("creating the log folder")?;
         let log = OpenOptions::new()
             .create(true)
             .append(true)
