@@ -6,9 +6,12 @@
 
 use std::fmt::Display;
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
 use scratch_pg::Cluster;
 use serde::Serialize;
 
@@ -109,9 +112,27 @@ pub struct Env {
     pub clean_databases: Mutex<Vec<String>>,
     /// The run's seed for any random input (printed first; replays a run).
     pub seed: u64,
+    /// Where cases put the logs of processes they start (ledger-svc, crash-worker);
+    /// `None` means `logs/` in the cluster folder.
+    pub(crate) logs_dir: Option<PathBuf>,
 }
 
 impl Env {
+    /// Sets the folder for the logs of processes that cases start; the harness points it
+    /// at the run's evidence (`evidence/runs/<run>/logs/`).
+    pub fn with_logs_dir(mut self, dir: PathBuf) -> Env {
+        self.logs_dir = Some(dir);
+        self
+    }
+
+    /// The folder for the logs of processes that cases start (created on demand); without
+    /// [`Env::with_logs_dir`], `logs/` inside the cluster folder, removed with the cluster.
+    pub fn logs_dir(&self) -> PathBuf {
+        self.logs_dir
+            .clone()
+            .unwrap_or_else(|| self.cluster().dir().join("logs"))
+    }
+
     /// The database name a case gets, e.g. `case_l3`.
     pub fn database_for(case_id: &str) -> String {
         format!("case_{}", case_id.to_ascii_lowercase())
@@ -126,6 +147,12 @@ impl Env {
     /// A tokio-postgres config for `database` on the run's cluster.
     pub fn config(&self, database: &str) -> tokio_postgres::Config {
         self.cluster().config(database)
+    }
+
+    /// A connection URL over TCP for `database` (`postgresql://postgres@127.0.0.1:PORT/db`),
+    /// for child processes such as the crash-worker.
+    pub fn url(&self, database: &str) -> String {
+        self.cluster().url(database)
     }
 
     /// Connects to `database`, spawning the connection task on the current runtime.
@@ -144,6 +171,22 @@ async fn connect_with(config: tokio_postgres::Config) -> anyhow::Result<tokio_po
     Ok(client)
 }
 
+/// A ChaCha8 generator (portable: the same seed gives the same values on every platform
+/// and version of `rand_chacha` 0.10) for the stream `label` of `seed`. Different labels
+/// give independent streams, so concurrent cases and racers do not share one.
+pub fn seeded_rng(seed: u64, label: &str) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed ^ fnv1a_64(label.as_bytes()))
+}
+
+/// FNV-1a, 64 bit: a stable hash of a label (std's hasher makes no stability promise).
+fn fnv1a_64(bytes: &[u8]) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes.iter().fold(OFFSET_BASIS, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(PRIME)
+    })
+}
+
 /// One participant of [`Ctx::race`]: its index, its own connection, and the barrier all
 /// participants share (released when every participant has called `wait`).
 pub struct Racer {
@@ -153,6 +196,43 @@ pub struct Racer {
     pub client: tokio_postgres::Client,
     /// Shared by all participants; a naive design meets here between read and write.
     pub barrier: Arc<tokio::sync::Barrier>,
+}
+
+/// A spawned task that is aborted when this handle is dropped, so a case that fails or is
+/// cancelled midway leaves no task behind (a plain `JoinHandle` detaches on drop).
+/// Awaiting it (also through `&mut`) yields the task's output or its `JoinError`.
+#[derive(Debug)]
+pub struct AbortOnDrop<T>(pub tokio::task::JoinHandle<T>);
+
+impl<T: Send + 'static> AbortOnDrop<T> {
+    /// Spawns `future` on the current runtime.
+    pub fn spawn(future: impl Future<Output = T> + Send + 'static) -> AbortOnDrop<T> {
+        AbortOnDrop(tokio::spawn(future))
+    }
+}
+
+impl<T> AbortOnDrop<T> {
+    /// Whether the task has finished (without waiting).
+    pub fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+}
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The context a case runs in.
@@ -179,14 +259,40 @@ impl Ctx {
         self.case_id
     }
 
-    /// The run's seed.
+    /// The run's seed (printed first by the harness; `--seed N` replays a run).
     pub fn seed(&self) -> u64 {
         self.env.seed
+    }
+
+    /// A random generator for this case, seeded from the run's seed and the case id, so a
+    /// run with the same `--seed` draws the same values. Each call starts the same
+    /// sequence again: call it once and keep the generator. For racers, use
+    /// [`seeded_rng`] with [`Ctx::seed`] and a label per racer.
+    ///
+    /// Print only what is deterministic for the transcript (counts, sums, balances), not
+    /// the drawn values, or the snapshot would change with the seed.
+    pub fn rng(&self) -> ChaCha8Rng {
+        seeded_rng(self.seed(), self.case_id)
+    }
+
+    /// A log file path for a process this case starts, e.g. `log_file("ledger-svc")` →
+    /// `<run>/logs/L7-ledger-svc.log` in a harness run. The folder exists on return.
+    ///
+    /// Errors: the folder cannot be created.
+    pub fn log_file(&self, name: &str) -> std::io::Result<PathBuf> {
+        let dir = self.env.logs_dir();
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir.join(format!("{}-{name}.log", self.case_id)))
     }
 
     /// Name of this case's own database (a clone of the seeded template).
     pub fn database(&self) -> &str {
         &self.database
+    }
+
+    /// A connection URL of this case's database, for a child process (the crash-worker).
+    pub fn database_url(&self) -> String {
+        self.env.url(&self.database)
     }
 
     /// A new connection to this case's database.
@@ -340,5 +446,23 @@ impl Ctx {
     /// Takes the recorded lines (the runner does this when the case ends).
     pub fn take_lines(&mut self) -> Vec<Line> {
         std::mem::take(&mut self.lines)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::RngExt;
+
+    use super::seeded_rng;
+
+    #[test]
+    fn seeded_streams_replay_and_differ() {
+        let draw = |seed, label| -> Vec<u32> {
+            let mut rng = seeded_rng(seed, label);
+            (0..8).map(|_| rng.random_range(0..1_000_000)).collect()
+        };
+        assert_eq!(draw(42, "L3"), draw(42, "L3"));
+        assert_ne!(draw(42, "L3"), draw(43, "L3"));
+        assert_ne!(draw(42, "L3"), draw(42, "L4"));
     }
 }

@@ -63,3 +63,90 @@ pub async fn sum_of_entries(client: &Client, account: &str) -> anyhow::Result<i6
         .await?;
     Ok(row.get(0))
 }
+
+/// One session as `pg_stat_activity` shows it (PostgreSQL docs, 28.2.3
+/// "pg_stat_activity"): `state` (e.g. `idle in transaction`) and what it waits for
+/// (`wait_event_type`/`wait_event`, e.g. `Lock`/`transactionid`; empty when not waiting).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// `state`, e.g. `active`, `idle`, `idle in transaction`.
+    pub state: String,
+    /// `wait_event_type`, e.g. `Lock`, `Client`; empty when not waiting.
+    pub wait_event_type: String,
+    /// `wait_event`, e.g. `transactionid`, `ClientRead`; empty when not waiting.
+    pub wait_event: String,
+}
+
+/// The session served by backend `pid`, or `None` when no such backend exists (ended).
+///
+/// Errors: database errors.
+pub async fn session(client: &Client, pid: i32) -> anyhow::Result<Option<Session>> {
+    let row = client
+        .query_opt(
+            "SELECT COALESCE(state, ''), COALESCE(wait_event_type, ''), COALESCE(wait_event, '') \
+             FROM pg_stat_activity WHERE pid = $1",
+            &[&pid],
+        )
+        .await?;
+    Ok(row.map(|row| Session {
+        state: row.get(0),
+        wait_event_type: row.get(1),
+        wait_event: row.get(2),
+    }))
+}
+
+/// The backends that block backend `pid` (`pg_blocking_pids`, PostgreSQL docs 9.26
+/// "System Information Functions").
+///
+/// Errors: database errors.
+pub async fn blocking_pids(client: &Client, pid: i32) -> anyhow::Result<Vec<i32>> {
+    let row = client
+        .query_one("SELECT pg_blocking_pids($1)", &[&pid])
+        .await?;
+    Ok(row.get(0))
+}
+
+/// How many `ledger_txn` rows exist for `(client_id, idem_key)` (at most 1 by I2).
+///
+/// Errors: database errors.
+pub async fn txns_for_key(client: &Client, client_id: &str, idem_key: &str) -> anyhow::Result<i64> {
+    let row = client
+        .query_one(
+            "SELECT count(*) FROM ledger_txn WHERE client_id = $1 AND idem_key = $2",
+            &[&client_id, &idem_key],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// The recorded `idem_request` of `(client_id, idem_key)` as `(outcome, txn_id)`, or
+/// `None` when the key is not registered (committed).
+///
+/// Errors: database errors.
+pub async fn request_for_key(
+    client: &Client,
+    client_id: &str,
+    idem_key: &str,
+) -> anyhow::Result<Option<(String, Option<i64>)>> {
+    let row = client
+        .query_opt(
+            "SELECT outcome, txn_id FROM idem_request WHERE client_id = $1 AND idem_key = $2",
+            &[&client_id, &idem_key],
+        )
+        .await?;
+    Ok(row.map(|row| (row.get(0), row.get(1))))
+}
+
+/// How many DEBIT transactions took exactly `amount` points from `account`.
+///
+/// Errors: database errors.
+pub async fn debits_of(client: &Client, account: &str, amount: i64) -> anyhow::Result<i64> {
+    let row = client
+        .query_one(
+            "SELECT count(*) FROM ledger_entry e JOIN ledger_txn t USING (txn_id) \
+             WHERE t.kind = 'DEBIT' AND e.account_id = $1 AND e.amount = -$2::bigint",
+            &[&account, &amount],
+        )
+        .await?;
+    Ok(row.get(0))
+}

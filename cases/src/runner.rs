@@ -10,7 +10,7 @@ use futures_util::FutureExt;
 use scratch_pg::{Cluster, ClusterOptions};
 use serde::Serialize;
 
-use crate::framework::{Case, Check, Ctx, Env, Line};
+use crate::framework::{Case, Check, Ctx, Env, Line, Schedule};
 
 /// Longest a case may run before it is failed (override: `LEDGER_CASE_TIMEOUT_MS`).
 pub const CASE_TIMEOUT_MS: u64 = 120_000;
@@ -24,6 +24,8 @@ pub struct CaseReport {
     pub id: String,
     /// Case title.
     pub title: String,
+    /// When it ran relative to the others.
+    pub schedule: Schedule,
     /// The case's own database.
     pub database: String,
     /// Checks that held.
@@ -37,6 +39,27 @@ pub struct CaseReport {
 }
 
 impl CaseReport {
+    /// The checks, in transcript order.
+    pub fn checks(&self) -> impl Iterator<Item = &Check> {
+        self.lines.iter().filter_map(|line| match line {
+            Line::Check(check) => Some(check),
+            Line::Note { .. } => None,
+        })
+    }
+
+    /// Appends a line (the harness adds its snapshot check this way) and keeps
+    /// `passed`/`failed` in step with the lines.
+    pub fn push(&mut self, line: Line) {
+        if let Line::Check(check) = &line {
+            if check.passed {
+                self.passed += 1;
+            } else {
+                self.failed += 1;
+            }
+        }
+        self.lines.push(line);
+    }
+
     /// The case's transcript: `CASE <id> :: <title>` and its lines, newline-terminated.
     pub fn transcript(&self) -> String {
         let mut text = format!("CASE {} :: {}\n", self.id, self.title);
@@ -71,6 +94,7 @@ impl Env {
             template: TEMPLATE_DATABASE.into(),
             clean_databases: Mutex::new(Vec::new()),
             seed,
+            logs_dir: None,
         })
     }
 
@@ -190,6 +214,7 @@ pub async fn run_case(env: Arc<Env>, case: Case) -> CaseReport {
     CaseReport {
         id: case.id.to_string(),
         title: case.title.to_string(),
+        schedule: case.schedule,
         database,
         passed,
         failed,

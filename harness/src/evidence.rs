@@ -1,12 +1,40 @@
-//! The run's record under `evidence/runs/<stamp>/` (not committed): per-case transcripts,
-//! `results.json`, `environment.json`, the full transcript and the server log, plus the
-//! stable pointer `evidence/latest` to the newest run.
+//! The run's record under `evidence/runs/<stamp>-<pid>/` (ignored by git), and the
+//! stable pointer `evidence/latest` to the newest run. `evidence/README.md` explains it.
+//!
+//! | file | what |
+//! |---|---|
+//! | `transcript.txt` | everything the run printed for its cases, diffs included, and SUMMARY |
+//! | `<id>.txt` | one case's raw (unredacted) transcript |
+//! | `<id>.snap.diff` | snapshot → this run, when they differ |
+//! | `results.json` | per case: status, checks, notes, duration; the totals |
+//! | `junit.xml` | one test suite per case, one test case per check |
+//! | `environment.json` | PostgreSQL version and durability settings, commit, command, seed, durations |
+//! | `postgres.log` | the server log of the run's scratch cluster |
+//! | `logs/` | logs of processes the cases start (ledger-svc, crash-worker) |
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use cases::CaseReport;
+use cases::{CaseReport, Line, Schedule};
+use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use serde::Serialize;
+
+/// Wall times of a run, in milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Durations {
+    /// From launch until the cluster and the template database were ready.
+    pub cluster_ready_ms: u128,
+    /// The Concurrent phase (independent cases together, or one by one with `--sequential`).
+    pub concurrent_phase_ms: u128,
+    /// The Exclusive phase (each case alone).
+    pub exclusive_phase_ms: u128,
+    /// The Last phase (cases that inspect the others' databases).
+    pub last_phase_ms: u128,
+    /// The whole run, launch to SUMMARY.
+    pub wall_ms: u128,
+}
 
 /// The environment of a run, as written to `environment.json`.
 #[derive(Debug, Clone, Serialize)]
@@ -15,20 +43,61 @@ pub struct Environment {
     pub started_at: String,
     /// The harness command line.
     pub command: Vec<String>,
+    /// The command that replays this run's selection with its seed.
+    pub replay: String,
     /// The seed for random input.
     pub seed: u64,
     /// `git rev-parse HEAD` of the work tree, with `-dirty` when it has changes.
     pub git_commit: String,
-    /// Server facts read from the running server.
+    /// Server facts read from the running server (version, fsync, synchronous_commit,
+    /// full_page_writes).
     pub postgres: scratch_pg::ServerFacts,
+    /// The PostgreSQL major version of the binaries.
+    pub postgres_major: u32,
     /// `postgres --version` and where the binaries came from.
     pub postgres_binaries: String,
     /// The OS user id the server ran as, when the harness dropped privileges.
     pub server_uid: Option<u32>,
-    /// Milliseconds from launch until the cluster and template were ready.
-    pub cluster_ready_ms: u128,
-    /// Milliseconds for the whole run.
-    pub total_ms: u128,
+    /// The case ids of the run, in the order they ran.
+    pub cases: Vec<String>,
+    /// Whether independent cases ran one at a time (`--sequential`).
+    pub sequential: bool,
+    /// Snapshot mode: review, accept or read-only.
+    pub snapshot_mode: crate::snapshots::Mode,
+    /// Whether the run saw `CI=true`.
+    pub ci: bool,
+    /// Wall times.
+    pub durations: Durations,
+}
+
+/// One case in `results.json`.
+#[derive(Debug, Serialize)]
+struct CaseResult<'a> {
+    id: &'a str,
+    title: &'a str,
+    schedule: Schedule,
+    database: &'a str,
+    status: &'static str,
+    passed: usize,
+    failed: usize,
+    duration_ms: u128,
+    checks: Vec<&'a cases::Check>,
+    notes: Vec<&'a str>,
+}
+
+/// `results.json`.
+#[derive(Debug, Serialize)]
+struct Results<'a> {
+    status: &'static str,
+    passed: usize,
+    failed: usize,
+    wall_ms: u128,
+    seed: u64,
+    cases: Vec<CaseResult<'a>>,
+}
+
+fn status(failed: usize) -> &'static str {
+    if failed == 0 { "pass" } else { "fail" }
 }
 
 /// The folder of one run.
@@ -38,14 +107,14 @@ pub struct RunFolder {
 }
 
 impl RunFolder {
-    /// Creates `<evidence>/runs/<stamp>-<pid>/`.
+    /// Creates `<evidence>/runs/<stamp>-<pid>/` and its `logs/` folder.
     ///
     /// Errors: file system errors.
     pub fn create(evidence_dir: &Path, stamp: &str) -> std::io::Result<RunFolder> {
         let dir = evidence_dir
             .join("runs")
             .join(format!("{stamp}-{}", std::process::id()));
-        fs::create_dir_all(&dir)?;
+        fs::create_dir_all(dir.join("logs"))?;
         Ok(RunFolder {
             root: evidence_dir.to_path_buf(),
             dir,
@@ -57,30 +126,45 @@ impl RunFolder {
         &self.dir
     }
 
-    /// Writes one case's transcript as `<id>.txt`.
+    /// Where cases put the logs of processes they start.
+    pub fn logs_dir(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+
+    /// Writes one case's raw transcript as `<id>.txt`, and its snapshot diff as
+    /// `<id>.snap.diff` when there is one.
     ///
     /// Errors: file system errors.
-    pub fn write_case(&self, record: &CaseReport) -> std::io::Result<()> {
+    pub fn write_case(&self, record: &CaseReport, diff: Option<&str>) -> std::io::Result<()> {
         fs::write(
             self.dir.join(format!("{}.txt", record.id)),
             record.transcript(),
-        )
+        )?;
+        if let Some(diff) = diff {
+            fs::write(self.dir.join(format!("{}.snap.diff", record.id)), diff)?;
+        }
+        Ok(())
     }
 
-    /// Writes `transcript.txt`, `results.json`, `environment.json`, and points
-    /// `evidence/latest` at this run (atomically, so concurrent runs do not clash).
+    /// Writes `transcript.txt`, `results.json`, `junit.xml`, `environment.json`, and
+    /// points `evidence/latest` at this run (atomically, so concurrent runs do not clash).
     ///
     /// Errors: file system or serialization errors.
     pub fn finish(
         &self,
         transcript: &str,
         records: &[CaseReport],
+        diffs: &BTreeMap<String, String>,
         environment: &Environment,
     ) -> anyhow::Result<()> {
         fs::write(self.dir.join("transcript.txt"), transcript)?;
         fs::write(
             self.dir.join("results.json"),
-            serde_json::to_string_pretty(records)?,
+            serde_json::to_string_pretty(&results(records, environment))?,
+        )?;
+        fs::write(
+            self.dir.join("junit.xml"),
+            junit(records, diffs, environment)?,
         )?;
         fs::write(
             self.dir.join("environment.json"),
@@ -100,6 +184,82 @@ impl RunFolder {
     }
 }
 
+fn results<'a>(records: &'a [CaseReport], environment: &Environment) -> Results<'a> {
+    let passed = records.iter().map(|r| r.passed).sum();
+    let failed = records.iter().map(|r| r.failed).sum();
+    Results {
+        status: status(failed),
+        passed,
+        failed,
+        wall_ms: environment.durations.wall_ms,
+        seed: environment.seed,
+        cases: records
+            .iter()
+            .map(|record| CaseResult {
+                id: &record.id,
+                title: &record.title,
+                schedule: record.schedule,
+                database: &record.database,
+                status: status(record.failed),
+                passed: record.passed,
+                failed: record.failed,
+                duration_ms: record.duration_ms,
+                checks: record.checks().collect(),
+                notes: record
+                    .lines
+                    .iter()
+                    .filter_map(|line| match line {
+                        Line::Note { text } => Some(text.as_str()),
+                        Line::Check(_) => None,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// JUnit XML: one suite per case (named by id, timed by the case), one test case per
+/// check (classname = case id); a failed check is a `<failure>` whose message is the
+/// rendered transcript line (and, for a snapshot check, the diff as its text).
+fn junit(
+    records: &[CaseReport],
+    diffs: &BTreeMap<String, String>,
+    environment: &Environment,
+) -> anyhow::Result<String> {
+    let mut report = Report::new("ledger-harness");
+    report.set_time(Duration::from_millis(
+        u64::try_from(environment.durations.wall_ms).unwrap_or(u64::MAX),
+    ));
+    for record in records {
+        let mut suite = TestSuite::new(record.id.as_str());
+        suite.set_time(Duration::from_millis(
+            u64::try_from(record.duration_ms).unwrap_or(u64::MAX),
+        ));
+        suite.add_property(("title", record.title.as_str()));
+        suite.add_property(("seed", environment.seed.to_string().as_str()));
+        suite.set_system_out(record.transcript());
+        for check in record.checks() {
+            let status = if check.passed {
+                TestCaseStatus::success()
+            } else {
+                let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                status.set_message(Line::Check(check.clone()).render().trim().to_string());
+                status.set_type("check");
+                if check.name.starts_with(crate::snapshots::MATCH_CHECK_PREFIX)
+                    && let Some(diff) = diffs.get(&record.id)
+                {
+                    status.set_description(diff.as_str());
+                }
+                status
+            };
+            let mut test_case = TestCase::new(check.name.as_str(), status);
+            test_case.set_classname(format!("ledger-harness.{}", record.id));
+            suite.add_test_case(test_case);
+        }
+        report.add_test_suite(suite);
+    }
+    Ok(report.to_string()?)
+}
 /// `git rev-parse HEAD` plus `-dirty` when `git status --porcelain` is not empty;
 /// `unknown` outside a repository.
 pub fn git_commit() -> String {

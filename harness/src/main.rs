@@ -3,9 +3,16 @@
 //!
 //! Exit status: 0 when every check passed, 1 when a check failed, 2 on a harness or
 //! usage error (cluster did not start, unknown case id), 130/143 when interrupted.
+//!
+//! Scheduling: the Concurrent phase runs independent cases together (each in its own
+//! database); then each Exclusive case runs alone (it restarts the cluster or kills
+//! processes others would notice); then the Last cases, one by one, inspect the others'
+//! databases. Each case's redacted transcript is compared with its snapshot
+//! (`snapshots.rs`).
 
 mod evidence;
 mod janitor;
+mod snapshots;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -16,7 +23,8 @@ use cases::{Case, CaseReport, Env, Schedule, run_case};
 use clap::Parser;
 use scratch_pg::{Cluster, ClusterOptions};
 
-use crate::evidence::{Environment, RunFolder};
+use crate::evidence::{Durations, Environment, RunFolder};
+use crate::snapshots::{Mode, Snapshots, Verdict};
 
 /// Exit status when a check failed.
 const EXIT_CHECK_FAILED: i32 = 1;
@@ -27,11 +35,20 @@ const EXIT_HARNESS_ERROR: i32 = 2;
 #[derive(Debug, Parser)]
 #[command(name = "harness", version)]
 struct Args {
-    /// Case ids to run (e.g. L3 L11); all when none are given.
+    /// Case ids to run (e.g. L3 L11); all registered cases when none are given. The
+    /// off-by-default cases (L0 template, CANARY) run only when named.
     cases: Vec<String>,
     /// List the case ids and titles, then exit.
     #[arg(long)]
     list: bool,
+    /// Write the transcripts of the cases run (those without failed checks) over their
+    /// snapshots in evidence/snapshots/, for review with `git diff`. Refused under CI=true.
+    #[arg(long)]
+    accept: bool,
+    /// Run independent cases one at a time instead of together (for timing comparisons
+    /// and debugging).
+    #[arg(long)]
+    sequential: bool,
     /// Keep the cluster folder (data, socket, server log) after the run.
     #[arg(long)]
     keep_cluster: bool,
@@ -61,14 +78,33 @@ fn main() {
         janitor::run(run_dir);
     }
     let registry = cases::all();
+    let extras = cases::extras();
     if args.list {
         for case in &registry {
-            println!("{:<4} {}", case.id, case.title);
+            println!("{:<7} {}", case.id, case.title);
+        }
+        for case in &extras {
+            println!("{:<7} {} (off by default)", case.id, case.title);
         }
         return;
     }
-    let selected = match select(&registry, &args.cases) {
+    let selected = match select(&registry, &extras, &args.cases) {
         Ok(selected) => selected,
+        Err(message) => {
+            eprintln!("harness: {message}");
+            std::process::exit(EXIT_HARNESS_ERROR);
+        }
+    };
+    let workspace_root = match workspace_root(&args.evidence_dir) {
+        Ok(root) => root,
+        Err(error) => {
+            eprintln!("harness: {error:#}");
+            std::process::exit(EXIT_HARNESS_ERROR);
+        }
+    };
+    // Before the runtime starts: insta is configured through the environment.
+    let snapshot_mode = match snapshots::configure(args.accept, &workspace_root) {
+        Ok(mode) => mode,
         Err(message) => {
             eprintln!("harness: {message}");
             std::process::exit(EXIT_HARNESS_ERROR);
@@ -80,7 +116,7 @@ fn main() {
         .expect("tokio runtime");
     let code = runtime.block_on(async {
         tokio::select! {
-            result = run(&args, selected) => match result {
+            result = run(&args, selected, snapshot_mode) => match result {
                 Ok(code) => code,
                 Err(error) => {
                     eprintln!("harness error: {error:#}");
@@ -118,7 +154,13 @@ async fn interrupted() -> i32 {
 /// The run's temporary folder, for the signal path (removed unless kept).
 static RUN_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
 
-fn select(registry: &[Case], wanted: &[String]) -> Result<Vec<Case>, String> {
+/// The absolute evidence folder's parent: the workspace the snapshots belong to.
+fn workspace_root(evidence_dir: &Path) -> anyhow::Result<PathBuf> {
+    let absolute = std::env::current_dir()?.join(evidence_dir);
+    Ok(absolute.parent().map(Path::to_path_buf).unwrap_or(absolute))
+}
+
+fn select(registry: &[Case], extras: &[Case], wanted: &[String]) -> Result<Vec<Case>, String> {
     if wanted.is_empty() {
         return Ok(registry.to_vec());
     }
@@ -126,9 +168,10 @@ fn select(registry: &[Case], wanted: &[String]) -> Result<Vec<Case>, String> {
     for id in wanted {
         let case = registry
             .iter()
+            .chain(extras)
             .find(|case| case.id.eq_ignore_ascii_case(id))
             .ok_or_else(|| {
-                let known: Vec<&str> = registry.iter().map(|case| case.id).collect();
+                let known: Vec<&str> = registry.iter().chain(extras).map(|case| case.id).collect();
                 format!("unknown case {id:?}; known: {}", known.join(" "))
             })?;
         if !selected.iter().any(|c: &Case| c.id == case.id) {
@@ -138,7 +181,7 @@ fn select(registry: &[Case], wanted: &[String]) -> Result<Vec<Case>, String> {
     Ok(selected)
 }
 
-async fn run(args: &Args, selected: Vec<Case>) -> anyhow::Result<i32> {
+async fn run(args: &Args, selected: Vec<Case>, snapshot_mode: Mode) -> anyhow::Result<i32> {
     let launched = Instant::now();
     let started_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
     let seed = args.seed.unwrap_or_else(|| {
@@ -161,7 +204,18 @@ async fn run(args: &Args, selected: Vec<Case>) -> anyhow::Result<i32> {
         *RUN_DIR.lock().unwrap_or_else(|p| p.into_inner()) = Some(run_dir.clone());
         Some(janitor::spawn(&run_dir).context("starting the janitor")?)
     };
-    let result = run_in(args, selected, &run_dir, seed, launched, started_at).await;
+    let result = run_in(
+        args,
+        selected,
+        &run_dir,
+        RunStart {
+            seed,
+            launched,
+            started_at,
+            snapshot_mode,
+        },
+    )
+    .await;
     if !args.keep_cluster {
         let _ = std::fs::remove_dir_all(&run_dir);
         if let Some(janitor) = janitor {
@@ -173,14 +227,26 @@ async fn run(args: &Args, selected: Vec<Case>) -> anyhow::Result<i32> {
     result
 }
 
+/// What is fixed before the cluster starts.
+struct RunStart {
+    seed: u64,
+    launched: Instant,
+    started_at: String,
+    snapshot_mode: Mode,
+}
+
 async fn run_in(
     args: &Args,
     selected: Vec<Case>,
     run_dir: &Path,
-    seed: u64,
-    launched: Instant,
-    started_at: String,
+    start: RunStart,
 ) -> anyhow::Result<i32> {
+    let RunStart {
+        seed,
+        launched,
+        started_at,
+        snapshot_mode,
+    } = start;
     let mut options = ClusterOptions {
         pg_bin: args.pg_bin.clone(),
         dir: Some(run_dir.join("pg")),
@@ -202,6 +268,7 @@ async fn run_in(
         cluster.binaries().version_text,
         cluster.binaries().source
     );
+    let postgres_major = cluster.binaries().major;
     let server_uid = cluster.server_uid();
     let log_path = cluster.log_path().to_path_buf();
     println!(
@@ -212,76 +279,168 @@ async fn run_in(
         facts.synchronous_commit,
         facts.full_page_writes
     );
+    let folder = RunFolder::create(&args.evidence_dir, &started_at.replace(':', ""))
+        .context("creating the evidence folder")?;
     let env = Arc::new(
         Env::prepare(cluster, seed)
             .await
-            .context("creating the template database")?,
+            .context("creating the template database")?
+            .with_logs_dir(std::env::current_dir()?.join(folder.logs_dir())),
     );
-    let cluster_ready_ms = launched.elapsed().as_millis();
+    let mut durations = Durations {
+        cluster_ready_ms: launched.elapsed().as_millis(),
+        ..Durations::default()
+    };
 
-    let folder = RunFolder::create(&args.evidence_dir, &started_at.replace(':', ""))
-        .context("creating the evidence folder")?;
+    let registered: Vec<&str> = cases::all().iter().map(|case| case.id).collect();
+    // A Last case's transcript depends on which cases ran before it, so its snapshot is
+    // compared only when the run is exactly the registered set.
+    let full_run = selected.len() == registered.len()
+        && selected.iter().all(|case| registered.contains(&case.id));
+    let snapshot_dir = args.evidence_dir.join(snapshots::SNAPSHOT_DIR);
+    let store = Snapshots::new(
+        std::env::current_dir()?.join(&snapshot_dir),
+        snapshot_dir.display().to_string(),
+        snapshot_mode,
+        postgres_major,
+    );
 
     let mut records = Vec::new();
     let mut transcript = String::new();
+    let mut acceptable = Vec::new();
+    let mut diffs = std::collections::BTreeMap::new();
     for phase in [Schedule::Concurrent, Schedule::Exclusive, Schedule::Last] {
+        let phase_started = Instant::now();
         let in_phase: Vec<Case> = selected
             .iter()
             .filter(|c| c.schedule == phase)
             .copied()
             .collect();
-        let phase_records: Vec<CaseReport> = if phase == Schedule::Concurrent {
+        let phase_records: Vec<CaseReport> = if phase == Schedule::Concurrent && !args.sequential {
             futures_util::future::join_all(
                 in_phase.into_iter().map(|case| run_case(env.clone(), case)),
             )
             .await
         } else {
+            // Exclusive and Last cases run alone: the previous phase has ended and each
+            // case is awaited before the next starts.
             let mut sequential = Vec::new();
             for case in in_phase {
                 sequential.push(run_case(env.clone(), case).await);
             }
             sequential
         };
-        for record in phase_records {
-            let text = record.transcript();
+        let phase_ms = phase_started.elapsed().as_millis();
+        match phase {
+            Schedule::Concurrent => durations.concurrent_phase_ms = phase_ms,
+            Schedule::Exclusive => durations.exclusive_phase_ms = phase_ms,
+            Schedule::Last => durations.last_phase_ms = phase_ms,
+        }
+        for mut record in phase_records {
+            let diff = if !registered.contains(&record.id.as_str()) {
+                store.skip(&mut record, "an off-by-default case has no snapshot");
+                None
+            } else if record.schedule == Schedule::Last && !full_run {
+                store.skip(
+                    &mut record,
+                    "it inspects the other cases of the run; compared in full runs only",
+                );
+                None
+            } else {
+                let verdict = store.compare(&record)?;
+                // Only a case whose own checks all passed can be accepted.
+                if matches!(verdict, Verdict::Differs { .. }) && record.failed == 0 {
+                    acceptable.push(record.id.clone());
+                }
+                store.record(&mut record, &verdict)
+            };
+            let mut text = record.transcript();
+            if let Some(diff) = &diff {
+                for line in diff.lines() {
+                    text.push_str("    ");
+                    text.push_str(line);
+                    text.push('\n');
+                }
+            }
             print!("{text}");
             transcript.push_str(&text);
-            folder.write_case(&record)?;
+            folder.write_case(&record, diff.as_deref())?;
+            if let Some(diff) = diff {
+                diffs.insert(record.id.clone(), diff);
+            }
             records.push(record);
+        }
+    }
+    if full_run {
+        for orphan in store.orphans(&registered) {
+            eprintln!(
+                "harness: {orphan} belongs to no registered case; remove it if the case is gone"
+            );
         }
     }
 
     let passed: usize = records.iter().map(|r| r.passed).sum();
     let failed: usize = records.iter().map(|r| r.failed).sum();
+    let replay = if full_run {
+        format!("./run.sh --seed {seed}")
+    } else {
+        let ids: Vec<&str> = records.iter().map(|r| r.id.as_str()).collect();
+        format!("./run.sh --seed {seed} {}", ids.join(" "))
+    };
     folder.copy_server_log(&log_path);
+    durations.wall_ms = launched.elapsed().as_millis();
     let environment = Environment {
         started_at,
         command: std::env::args().collect(),
+        replay,
         seed,
         git_commit: evidence::git_commit(),
         postgres: facts,
+        postgres_major,
         postgres_binaries: binaries,
         server_uid,
-        cluster_ready_ms,
-        total_ms: launched.elapsed().as_millis(),
+        cases: records.iter().map(|r| r.id.clone()).collect(),
+        sequential: args.sequential,
+        snapshot_mode,
+        ci: snapshots::is_ci(),
+        durations: durations.clone(),
     };
     let summary = format!("SUMMARY passed={passed} failed={failed}\n");
     transcript.push_str(&summary);
-    folder.finish(&transcript, &records, &environment)?;
+    folder.finish(&transcript, &records, &diffs, &environment)?;
     drop(env); // stops the cluster (immediate) and removes its folder
     println!(
-        "run: {} cases in {:.1} s; evidence in {}",
+        "run: {} case{}, wall {:.1} s (cluster ready {:.1} s; phases: concurrent{} {:.1} s, exclusive {:.1} s, last {:.1} s)",
         records.len(),
+        if records.len() == 1 { "" } else { "s" },
         launched.elapsed().as_secs_f64(),
-        folder.dir().display()
+        durations.cluster_ready_ms as f64 / 1000.0,
+        if args.sequential {
+            " (one at a time)"
+        } else {
+            ""
+        },
+        durations.concurrent_phase_ms as f64 / 1000.0,
+        durations.exclusive_phase_ms as f64 / 1000.0,
+        durations.last_phase_ms as f64 / 1000.0,
     );
+    println!("evidence: {} (evidence/latest)", folder.dir().display());
     if failed > 0 {
         let failing: Vec<&str> = records
             .iter()
             .filter(|r| r.failed > 0)
             .map(|r| r.id.as_str())
             .collect();
-        println!("re-run the failing cases: ./run.sh {}", failing.join(" "));
+        println!(
+            "re-run the failing cases: ./run.sh --seed {seed} {}",
+            failing.join(" ")
+        );
+        if !acceptable.is_empty() && snapshot_mode == Mode::Review {
+            println!(
+                "if the diffs are meant, accept the new transcripts: ./run.sh --accept {}",
+                acceptable.join(" ")
+            );
+        }
     }
     print!("{summary}");
     Ok(if failed == 0 { 0 } else { EXIT_CHECK_FAILED })

@@ -15,6 +15,16 @@ pub const SYS_ISSUER: &str = "sys-issuer";
 /// Account id of the redemption sink: the destination of every debit (SPEC §2).
 pub const SYS_REDEEM: &str = "sys-redeem";
 
+/// Account ids starting with this prefix are reserved for system accounts
+/// ([`SYS_ISSUER`], [`SYS_REDEEM`] and its stripes `sys-redeem-NN`).
+pub const SYSTEM_ACCOUNT_PREFIX: &str = "sys-";
+
+/// Whether `account_id` names a system account (see [`SYSTEM_ACCOUNT_PREFIX`]); the
+/// public HTTP routes refuse them.
+pub fn is_system_account(account_id: &str) -> bool {
+    account_id.starts_with(SYSTEM_ACCOUNT_PREFIX)
+}
+
 /// Number of seeded ordinary accounts (`acct-0001` … `acct-0010`, SPEC §6).
 pub const TEST_ACCOUNT_COUNT: u32 = 10;
 

@@ -80,7 +80,7 @@ impl Default for ClusterOptions {
             dir: None,
             keep: false,
             required_major: Some(16),
-            max_connections: 200,
+            max_connections: 300,
         }
     }
 }

@@ -2,6 +2,8 @@
 //! the tests of a binary that overlap in time, and one fresh database per test.
 #![allow(dead_code)]
 
+pub mod service;
+
 use std::sync::{Arc, Mutex, Weak};
 
 use scratch_pg::{Cluster, ClusterOptions};
@@ -49,6 +51,11 @@ impl TestDb {
             name: name.to_owned(),
             client,
         }
+    }
+
+    /// The database's URL over TCP (for a service process).
+    pub fn url(&self) -> String {
+        self.cluster.url(&self.name)
     }
 
     /// Another connection to the same database.

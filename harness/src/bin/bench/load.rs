@@ -4,10 +4,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cases::service::{Service, ServiceOptions};
+use cases::{ChaCha8Rng, seeded_rng};
 use ledger_svc::striping::{create_redeem_stripes, striped_debit};
 use ledger_svc::{NoHooks, Outcome, TransferRequest, reconcile, transfer};
-use rand::rngs::ChaCha8Rng;
-use rand::{RngExt, SeedableRng};
+use rand::RngExt;
 use scratch_pg::Cluster;
 use serde::Serialize;
 use tokio::sync::Barrier;
@@ -23,25 +24,81 @@ const FUNDING_CONNECTIONS: usize = 8;
 /// The funded template every measured database is cloned from.
 const TEMPLATE: &str = "bench_template";
 
+/// Per-request timeout of the service variant's HTTP clients, milliseconds.
+const HTTP_TIMEOUT_MS: u64 = 10_000;
+
 /// A measured design.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Variant {
     /// SPEC §3 transfer over database connections; every debit credits `sys-redeem`.
     Raw,
-    /// The same transfer with the sink striped (`ledger_svc::striping`).
+    /// The same debits through ledger-svc over HTTP (keep-alive clients, unique keys,
+    /// a pool of as many connections as clients), still crediting `sys-redeem`.
+    Service,
+    /// The raw transfer with the sink striped (`ledger_svc::striping`): no hot row.
     Fix,
 }
 
 impl Variant {
     /// Every variant, in report order.
-    pub const ALL: [Variant; 2] = [Variant::Raw, Variant::Fix];
+    pub const ALL: [Variant; 3] = [Variant::Raw, Variant::Service, Variant::Fix];
 
     /// Lower-case name used in tables and the BENCH line.
     pub fn name(self) -> &'static str {
         match self {
             Variant::Raw => "raw",
+            Variant::Service => "service",
             Variant::Fix => "fix",
+        }
+    }
+}
+
+/// How one client issues a debit.
+enum Debitor {
+    Sql(tokio_postgres::Client),
+    Http {
+        client: reqwest::Client,
+        base: String,
+    },
+}
+
+impl Debitor {
+    /// One debit; `Ok(true)` when it committed OK, `Ok(false)` when refused.
+    async fn debit(
+        &mut self,
+        variant: Variant,
+        stripes: u32,
+        key: String,
+        account: &str,
+        amount: i64,
+    ) -> anyhow::Result<bool> {
+        match self {
+            Debitor::Sql(client) => {
+                let request = match variant {
+                    Variant::Fix => striped_debit("bench", key, account, amount, stripes),
+                    _ => TransferRequest::debit("bench", key, account, amount),
+                };
+                let done = transfer(client, &request, &NoHooks).await?;
+                Ok(done.outcome == Outcome::Ok)
+            }
+            Debitor::Http { client, base } => {
+                let response = client
+                    .post(format!("{base}/accounts/{account}/debits"))
+                    .header("x-client-id", "bench")
+                    .header("idempotency-key", key)
+                    .header("content-type", "application/json")
+                    .body(format!("{{\"amount\": {amount}}}"))
+                    .send()
+                    .await?;
+                let status = response.status().as_u16();
+                let _ = response.bytes().await?;
+                match status {
+                    201 => Ok(true),
+                    409 => Ok(false),
+                    other => anyhow::bail!("status {other}"),
+                }
+            }
         }
     }
 }
@@ -156,14 +213,39 @@ impl BenchDb {
             .batch_execute(&format!("CREATE DATABASE {database} TEMPLATE {TEMPLATE}"))
             .await?;
 
+        let service = match variant {
+            Variant::Service => Some(
+                Service::launch(
+                    &self.cluster.url(&database),
+                    self.cluster
+                        .dir()
+                        .join(format!("ledger-svc-{database}.log")),
+                    ServiceOptions {
+                        pool_size: clients,
+                        ..ServiceOptions::default()
+                    },
+                )
+                .await?,
+            ),
+            _ => None,
+        };
         let barrier = Arc::new(Barrier::new(clients + 1));
         let accounts = Arc::new(self.accounts.clone());
         let mut workers = Vec::new();
         for worker in 0..clients {
-            let mut client = self.cluster.connect(&database).await?;
+            let mut debitor = match &service {
+                Some(service) => Debitor::Http {
+                    client: reqwest::Client::builder()
+                        .no_proxy()
+                        .timeout(Duration::from_millis(HTTP_TIMEOUT_MS))
+                        .build()?,
+                    base: service.public_url(""),
+                },
+                None => Debitor::Sql(self.cluster.connect(&database).await?),
+            };
             let (barrier, accounts, stripes) = (barrier.clone(), accounts.clone(), self.stripes);
-            let mut rng =
-                ChaCha8Rng::seed_from_u64(seed ^ ((worker as u64 + 1) * 0x9E37_79B9_7F4A_7C15));
+            let mut rng: ChaCha8Rng =
+                seeded_rng(seed, &format!("{}-{clients}-{worker}", variant.name()));
             workers.push(tokio::spawn(async move {
                 let mut tally = Tally::default();
                 barrier.wait().await;
@@ -174,18 +256,12 @@ impl BenchDb {
                     let amount = rng.random_range(AMOUNT_RANGE);
                     let key = format!("{}-{clients}-{worker}-{n}", variant.name());
                     n += 1;
-                    let request = match variant {
-                        Variant::Raw => {
-                            TransferRequest::debit("bench", key, account.as_str(), amount)
-                        }
-                        Variant::Fix => striped_debit("bench", key, account, amount, stripes),
-                    };
                     let began = Instant::now();
-                    let result = transfer(&mut client, &request, &NoHooks).await;
+                    let result = debitor.debit(variant, stripes, key, account, amount).await;
                     tally.latencies_us.push(began.elapsed().as_micros() as u32);
                     match result {
-                        Ok(done) if done.outcome == Outcome::Ok => tally.ok += 1,
-                        Ok(_) => tally.refused += 1,
+                        Ok(true) => tally.ok += 1,
+                        Ok(false) => tally.refused += 1,
                         Err(_) => tally.errors += 1,
                     }
                 }
@@ -201,6 +277,9 @@ impl BenchDb {
             total.merge(worker.await?);
         }
         let elapsed_s = started.elapsed().as_secs_f64();
+        if let Some(service) = service {
+            service.stop().await?;
+        }
 
         let findings = {
             let mut client = self.cluster.connect(&database).await?;

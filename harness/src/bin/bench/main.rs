@@ -8,7 +8,9 @@
 //!
 //! - `raw`: the transfer issued from N database connections, every debit crediting the
 //!   one `sys-redeem` row (the hot row);
-//! - `fix`: the same transfer with the redemption sink striped over K sub-accounts
+//! - `service`: the same debits through ledger-svc over HTTP from N keep-alive clients
+//!   (unique idempotency keys; the service's pool has N connections);
+//! - `fix`: the raw transfer with the redemption sink striped over K sub-accounts
 //!   (`ledger_svc::striping`), so debits of different accounts lock different rows.
 //!
 //! Output: a table on stdout and under `evidence/bench/` (Markdown and JSON, with the
@@ -44,7 +46,7 @@ struct Args {
     #[arg(long, default_value_t = 1000)]
     accounts: u32,
     /// Redemption stripes of the `fix` variant.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 64)]
     stripes: u32,
     /// Seed for the random accounts and amounts [default: from the clock; printed].
     #[arg(long)]

@@ -92,12 +92,14 @@ fn ratio(results: &[Measurement], top: Variant, bottom: Variant, clients: usize)
     }
 }
 
-/// `BENCH fix/hot@8=… fix/hot@32=…` (ratios of debits per second in this run; `hot` is
-/// the `raw` variant, whose every debit updates the one `sys-redeem` row).
+/// `BENCH service/raw@8=… service/raw@32=… fix/hot@32=…` (ratios of debits per second
+/// in this run; `hot` is the `raw` variant, whose every debit updates the one
+/// `sys-redeem` row).
 pub fn bench_line(results: &[Measurement]) -> String {
     format!(
-        "BENCH fix/hot@8={} fix/hot@32={}",
-        ratio(results, Variant::Fix, Variant::Raw, 8),
+        "BENCH service/raw@8={} service/raw@32={} fix/hot@32={}",
+        ratio(results, Variant::Service, Variant::Raw, 8),
+        ratio(results, Variant::Service, Variant::Raw, 32),
         ratio(results, Variant::Fix, Variant::Raw, 32),
     )
 }

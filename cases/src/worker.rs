@@ -1,0 +1,350 @@
+//! The parent's side of the crash-worker (the `crash-worker` binary of this workspace):
+//! launch it as a child process, wait until it stops inside its transfer, kill it with a
+//! real SIGKILL, and tell how it ended.
+//!
+//! The child is spawned with [`scratch_pg::process::spawn_tied`] (parent-death signal
+//! SIGKILL), so it dies with the harness even when the harness is killed; dropping a
+//! [`CrashWorker`] that has not ended kills and reaps it, so a case that fails or is
+//! cancelled midway leaves no worker behind.
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use ledger_svc::HookPoint;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::sync::mpsc;
+
+/// First word of the line the worker prints when it stops: `PAUSED_IN_TX backend_pid=<pid>`.
+/// Must match `PAUSED_MARKER` in `crash-worker/src/main.rs`.
+pub const PAUSED_MARKER: &str = "PAUSED_IN_TX";
+/// The worker's exit status when it paused for its whole pause limit without being killed.
+/// Must match `EXIT_PAUSE_LIMIT` in `crash-worker/src/main.rs` (a test checks it does).
+pub const EXIT_PAUSE_LIMIT: i32 = 3;
+/// How long the parent waits for the worker's [`PAUSED_MARKER`] line.
+pub const PAUSED_WAIT_MS: u64 = 30_000;
+/// How long the parent waits for the worker to end, after SIGKILL.
+pub const EXIT_WAIT_MS: u64 = 10_000;
+/// Environment variable that names the worker binary explicitly.
+pub const BINARY_ENV: &str = "LEDGER_CRASH_WORKER_BIN";
+/// File name of the worker binary, looked for next to the running executable.
+pub const BINARY_NAME: &str = "crash-worker";
+
+/// How often an exit is polled for, in milliseconds.
+const EXIT_POLL_MS: u64 = 5;
+
+/// What the worker is to do: one transfer (a DEBIT of `amount` points from `account`),
+/// stopping at `stop_at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerSpec {
+    /// Connection URL of the case's database (see `Ctx::database_url`).
+    pub database_url: String,
+    /// Client id of the request.
+    pub client_id: String,
+    /// Idempotency key of the request.
+    pub idem_key: String,
+    /// Account debited.
+    pub account: String,
+    /// Points debited.
+    pub amount: i64,
+    /// Where the worker stops and waits to be killed.
+    pub stop_at: HookPoint,
+    /// The worker's own bound on its pause, in milliseconds; `None` keeps the worker's
+    /// default (`PAUSE_LIMIT_MS`, 60 s).
+    pub pause_limit_ms: Option<u64>,
+}
+
+/// The worker reached its stop point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Paused {
+    /// pid of the PostgreSQL backend serving the worker's connection (its transaction is
+    /// open there, unless the stop point is `after-commit`).
+    pub backend_pid: i32,
+}
+
+/// How a worker process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerEnd {
+    /// It exited on its own with this status.
+    Exited(i32),
+    /// A signal ended it (9 for SIGKILL).
+    Signalled(i32),
+}
+
+impl WorkerEnd {
+    fn from_status(status: ExitStatus) -> WorkerEnd {
+        match (status.code(), status.signal()) {
+            (Some(code), _) => WorkerEnd::Exited(code),
+            (None, Some(signal)) => WorkerEnd::Signalled(signal),
+            // Neither code nor signal: stopped/continued states are not reported by wait.
+            (None, None) => WorkerEnd::Exited(-1),
+        }
+    }
+
+    /// The status a POSIX shell reports: the exit code, or 128 + the signal number
+    /// (137 after SIGKILL).
+    pub fn shell_status(self) -> i32 {
+        match self {
+            WorkerEnd::Exited(code) => code,
+            WorkerEnd::Signalled(signal) => 128 + signal,
+        }
+    }
+
+    /// The signal that ended the process, if one did.
+    pub fn signal(self) -> Option<i32> {
+        match self {
+            WorkerEnd::Signalled(signal) => Some(signal),
+            WorkerEnd::Exited(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for WorkerEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WorkerEnd::Exited(code) => write!(f, "exited with status {code}"),
+            WorkerEnd::Signalled(signal) => write!(
+                f,
+                "ended by signal {signal} (shell status {})",
+                self.shell_status()
+            ),
+        }
+    }
+}
+
+/// A running (or ended) crash-worker child process.
+pub struct CrashWorker {
+    child: Child,
+    ended: Option<WorkerEnd>,
+    lines: mpsc::UnboundedReceiver<String>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl std::fmt::Debug for CrashWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CrashWorker")
+            .field("pid", &self.child.id())
+            .field("ended", &self.ended)
+            .finish()
+    }
+}
+
+impl CrashWorker {
+    /// Finds the worker binary: the path in [`BINARY_ENV`] if set; otherwise
+    /// [`BINARY_NAME`] next to the running executable, or one folder up (test binaries
+    /// live in `target/<profile>/deps`, the worker in `target/<profile>`).
+    ///
+    /// Errors: no such file (build it with `cargo build --bins`).
+    pub fn locate() -> anyhow::Result<PathBuf> {
+        if let Some(path) = std::env::var_os(BINARY_ENV) {
+            let path = PathBuf::from(path);
+            anyhow::ensure!(
+                path.is_file(),
+                "{BINARY_ENV} names {}, which is not a file",
+                path.display()
+            );
+            return Ok(path);
+        }
+        let exe = std::env::current_exe().context("locating the running executable")?;
+        let tried: Vec<PathBuf> = exe
+            .ancestors()
+            .skip(1)
+            .take(2)
+            .map(|folder| folder.join(BINARY_NAME))
+            .collect();
+        tried.iter().find(|path| path.is_file()).cloned().ok_or_else(|| {
+            let tried: Vec<String> = tried.iter().map(|p| p.display().to_string()).collect();
+            anyhow::anyhow!(
+                "{BINARY_NAME} not found (tried {}); build it with `cargo build --bins` or set {BINARY_ENV}",
+                tried.join(", ")
+            )
+        })
+    }
+
+    /// Launches the worker found by [`CrashWorker::locate`].
+    ///
+    /// Errors: see [`CrashWorker::locate`] and [`CrashWorker::launch_binary`].
+    pub fn launch(spec: &WorkerSpec) -> anyhow::Result<CrashWorker> {
+        CrashWorker::launch_binary(&CrashWorker::locate()?, spec)
+    }
+
+    /// Launches `binary` for `spec` as a child tied to this process (it receives SIGKILL
+    /// when we die), with stdout and stderr captured and stdin closed.
+    ///
+    /// Errors: the process could not be started.
+    pub fn launch_binary(binary: &Path, spec: &WorkerSpec) -> anyhow::Result<CrashWorker> {
+        let mut command = Command::new(binary);
+        command
+            .arg("--database-url")
+            .arg(&spec.database_url)
+            .arg("--client-id")
+            .arg(&spec.client_id)
+            .arg("--key")
+            .arg(&spec.idem_key)
+            .arg("--account")
+            .arg(&spec.account)
+            .arg("--amount")
+            .arg(spec.amount.to_string())
+            .arg("--kind")
+            .arg("DEBIT")
+            .arg("--stop-at")
+            .arg(spec.stop_at.as_str());
+        if let Some(limit_ms) = spec.pause_limit_ms {
+            command.arg("--pause-limit-ms").arg(limit_ms.to_string());
+        }
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = scratch_pg::process::spawn_tied(command, None, libc::SIGKILL)
+            .with_context(|| format!("starting {}", binary.display()))?;
+
+        let (sender, lines) = mpsc::unbounded_channel();
+        let stdout = child.stdout.take().expect("stdout is piped");
+        std::thread::Builder::new()
+            .name("crash-worker-stdout".into())
+            .spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    if sender.send(line).is_err() {
+                        break;
+                    }
+                }
+            })
+            .context("starting the stdout reader")?;
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut pipe = child.stderr.take().expect("stderr is piped");
+        let sink = stderr.clone();
+        std::thread::Builder::new()
+            .name("crash-worker-stderr".into())
+            .spawn(move || {
+                let mut buffer = [0u8; 1024];
+                while let Ok(read) = pipe.read(&mut buffer) {
+                    if read == 0 {
+                        break;
+                    }
+                    sink.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push_str(&String::from_utf8_lossy(&buffer[..read]));
+                }
+            })
+            .context("starting the stderr reader")?;
+        Ok(CrashWorker {
+            child,
+            ended: None,
+            lines,
+            stderr,
+        })
+    }
+
+    /// The worker's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What the worker wrote to stderr so far (its error messages).
+    pub fn stderr(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Waits up to [`PAUSED_WAIT_MS`] for the `PAUSED_IN_TX backend_pid=<pid>` line.
+    /// Other lines are skipped.
+    ///
+    /// Errors: the worker ended first (its status and stderr are in the message), the
+    /// line is malformed, or the wait timed out.
+    pub async fn wait_paused(&mut self) -> anyhow::Result<Paused> {
+        let wait = Duration::from_millis(PAUSED_WAIT_MS);
+        let line = tokio::time::timeout(wait, async {
+            while let Some(line) = self.lines.recv().await {
+                if line.split_whitespace().next() == Some(PAUSED_MARKER) {
+                    return Some(line);
+                }
+            }
+            None
+        })
+        .await;
+        match line {
+            Ok(Some(line)) => {
+                let backend_pid = line
+                    .split_whitespace()
+                    .find_map(|word| word.strip_prefix("backend_pid="))
+                    .and_then(|pid| pid.parse().ok())
+                    .ok_or_else(|| anyhow::anyhow!("malformed line from the worker: {line:?}"))?;
+                Ok(Paused { backend_pid })
+            }
+            Ok(None) => {
+                let end = self.wait(Duration::from_millis(EXIT_WAIT_MS)).await?;
+                anyhow::bail!(
+                    "the worker {end} before reaching its stop point; stderr: {}",
+                    self.stderr().trim()
+                )
+            }
+            Err(_) => anyhow::bail!(
+                "the worker did not report {PAUSED_MARKER} within wait_ms={PAUSED_WAIT_MS}; stderr: {}",
+                self.stderr().trim()
+            ),
+        }
+    }
+
+    /// Sends SIGKILL (unless the worker has already been reaped) and waits up to
+    /// [`EXIT_WAIT_MS`] for it to end.
+    ///
+    /// Errors: the signal could not be sent, or the process did not end in time.
+    pub async fn kill(&mut self) -> anyhow::Result<WorkerEnd> {
+        if self.poll_end()?.is_none() {
+            // The child is not reaped yet, so its pid cannot have been reused.
+            kill(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL)
+                .context("sending SIGKILL to the worker")?;
+        }
+        self.wait(Duration::from_millis(EXIT_WAIT_MS)).await
+    }
+
+    /// Waits up to `limit` for the worker to end on its own, and reaps it.
+    ///
+    /// Errors: it is still running after `limit`, or waiting failed.
+    pub async fn wait(&mut self, limit: Duration) -> anyhow::Result<WorkerEnd> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(end) = self.poll_end()? {
+                return Ok(end);
+            }
+            if Instant::now() >= deadline {
+                anyhow::bail!(
+                    "the worker was still running after wait_ms={}",
+                    limit.as_millis()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(EXIT_POLL_MS)).await;
+        }
+    }
+
+    /// How the worker ended, if it has (reaping it); `None` while it runs.
+    ///
+    /// Errors: `waitpid` failed.
+    pub fn poll_end(&mut self) -> anyhow::Result<Option<WorkerEnd>> {
+        if self.ended.is_none()
+            && let Some(status) = self.child.try_wait().context("waiting for the worker")?
+        {
+            self.ended = Some(WorkerEnd::from_status(status));
+        }
+        Ok(self.ended)
+    }
+}
+
+impl Drop for CrashWorker {
+    /// Kills and reaps a worker that has not ended, so none outlives its case.
+    fn drop(&mut self) {
+        if matches!(self.poll_end(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! The negative controls L4, L5 and L6 can fail: run where the race cannot happen (the
+//! naive debits one after another without a barrier, or a single participant), each
+//! control's `negative control exposes` check must report FAIL; so must L6's duplicate
+//! check when the client reuses its key. Run with the forced race, every check of each
+//! control must pass.
+//!
+//! One scratch PostgreSQL 16 cluster (with the ledger template) for the whole binary,
+//! one database per run, cloned from the template as `run_case` does.
+
+use std::sync::Arc;
+
+use cases::naive::{RACE_PARTICIPANTS, RacePlan};
+use cases::{Ctx, Env, Line, l04_lost_update, l05_overdraft, l06_check_last_line};
+
+/// Seed of this test's environment (the controls use no random input).
+const SEED: u64 = 4;
+
+/// A context for `case_id` on a fresh clone of the template named `database`.
+async fn fresh_ctx(env: &Arc<Env>, case_id: &'static str, database: &str) -> Ctx {
+    let admin = env.connect("postgres").await.expect("connect as admin");
+    admin
+        .batch_execute(&format!(
+            "CREATE DATABASE \"{database}\" TEMPLATE {}",
+            env.template
+        ))
+        .await
+        .expect("clone the template");
+    Ctx::new(env.clone(), case_id, database.to_owned())
+}
+
+fn transcript(ctx: &Ctx) -> String {
+    ctx.lines()
+        .iter()
+        .map(|line| line.render() + "\n")
+        .collect()
+}
+
+/// Whether the check `negative control exposes: <anomaly>` passed; panics if it is absent.
+fn exposes_passed(ctx: &Ctx, anomaly: &str) -> bool {
+    let name = format!("negative control exposes: {anomaly}");
+    ctx.lines()
+        .iter()
+        .find_map(|line| match line {
+            Line::Check(check) if check.name == name => Some(check.passed),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no check {name:?} in:\n{}", transcript(ctx)))
+}
+
+fn assert_control_failed(ctx: &Ctx, anomaly: &str, plan: RacePlan) {
+    // Shown by `cargo test -- --nocapture`, and with any failure.
+    eprint!("{} under {plan:?}:\n{}", ctx.case_id(), transcript(ctx));
+    assert!(
+        !exposes_passed(ctx, anomaly),
+        "{} under {plan:?}: the control claims to expose {anomaly:?} although the race \
+         could not happen:\n{}",
+        ctx.case_id(),
+        transcript(ctx)
+    );
+}
+
+fn assert_all_passed(ctx: &Ctx) {
+    eprint!(
+        "{} under the forced race:\n{}",
+        ctx.case_id(),
+        transcript(ctx)
+    );
+    let failed = ctx
+        .lines()
+        .iter()
+        .any(|line| matches!(line, Line::Check(check) if !check.passed));
+    assert!(
+        !failed,
+        "{} under the forced race has a failed check:\n{}",
+        ctx.case_id(),
+        transcript(ctx)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_controls_fail_without_a_race_and_pass_with_one() {
+    let env = Env::for_tests(SEED)
+        .await
+        .expect("scratch cluster and template");
+    let no_race = [
+        ("serial", RacePlan::serial(RACE_PARTICIPANTS)),
+        ("single", RacePlan::forced(1)),
+    ];
+
+    for (label, plan) in no_race {
+        let mut ctx = fresh_ctx(&env, "L4", &format!("l4_{label}")).await;
+        l04_lost_update::run_with(&mut ctx, plan)
+            .await
+            .expect("L4 runs");
+        assert_control_failed(&ctx, l04_lost_update::ANOMALY, plan);
+
+        let mut ctx = fresh_ctx(&env, "L5", &format!("l5_{label}")).await;
+        l05_overdraft::run_with(&mut ctx, plan)
+            .await
+            .expect("L5 runs");
+        assert_control_failed(&ctx, l05_overdraft::ANOMALY, plan);
+
+        let mut ctx = fresh_ctx(&env, "L6", &format!("l6_{label}")).await;
+        l06_check_last_line::run_with(&mut ctx, plan)
+            .await
+            .expect("L6 runs");
+        assert_control_failed(&ctx, l06_check_last_line::RACE_ANOMALY, plan);
+        // The duplicate part does not race: it is exposed whatever the plan.
+        assert!(exposes_passed(&ctx, l06_check_last_line::DUPLICATE_ANOMALY));
+    }
+
+    // The duplicate with the key reused, as a correct client retries: a replay, not a
+    // second debit, so the duplicate check must fail.
+    let mut ctx = fresh_ctx(&env, "L6", "l6_same_key").await;
+    l06_check_last_line::run_duplicate(&mut ctx, ["k-0601", "k-0601"])
+        .await
+        .expect("L6 duplicate part runs");
+    eprint!("L6 duplicate with one key reused:\n{}", transcript(&ctx));
+    assert!(
+        !exposes_passed(&ctx, l06_check_last_line::DUPLICATE_ANOMALY),
+        "the duplicate check passed although the key was reused:\n{}",
+        transcript(&ctx)
+    );
+
+    // The same code with the forced race: every check holds.
+    let plan = RacePlan::FORCED;
+    let mut ctx = fresh_ctx(&env, "L4", "l4_forced").await;
+    l04_lost_update::run_with(&mut ctx, plan)
+        .await
+        .expect("L4 runs");
+    assert_all_passed(&ctx);
+    assert!(exposes_passed(&ctx, l04_lost_update::ANOMALY));
+
+    let mut ctx = fresh_ctx(&env, "L5", "l5_forced").await;
+    l05_overdraft::run_with(&mut ctx, plan)
+        .await
+        .expect("L5 runs");
+    assert_all_passed(&ctx);
+    assert!(exposes_passed(&ctx, l05_overdraft::ANOMALY));
+
+    let mut ctx = fresh_ctx(&env, "L6", "l6_forced").await;
+    l06_check_last_line::run_with(&mut ctx, plan)
+        .await
+        .expect("L6 runs");
+    assert_all_passed(&ctx);
+    assert!(exposes_passed(&ctx, l06_check_last_line::RACE_ANOMALY));
+}

@@ -1,0 +1,200 @@
+//! `crash-worker`: runs one ledger transfer (`ledger_svc::transfer`, SPEC §3) and stops
+//! inside it at a named hook point, so that a parent process can kill it there with a real
+//! signal (SPEC §6, L9).
+//!
+//! Protocol with the parent (`cases::worker` is the other side):
+//!
+//! - At the stop point the worker prints exactly one line, `PAUSED_IN_TX backend_pid=<pid>`
+//!   (the PostgreSQL backend serving its connection), flushes stdout and waits. Before
+//!   `after-commit` the transaction is open and holds its row and key locks meanwhile; at
+//!   `after-commit` it is already committed (the marker keeps its name).
+//! - The wait is bounded by `--pause-limit-ms` (default [`PAUSE_LIMIT_MS`]). When nobody
+//!   killed the worker by then, it aborts the transfer (rolled back, except at
+//!   `after-commit`) and exits with [`EXIT_PAUSE_LIMIT`], so it can never hang a run.
+//! - Everything else (connecting, statements, waiting for locks) is bounded by
+//!   [`WORK_LIMIT_MS`] on top of the pause; past that the exit status is [`EXIT_WORK_LIMIT`].
+//! - A transfer that never passes the stop point (a replay, or a refusal that skips
+//!   `entries-written`) completes: the worker prints `RESULT outcome=… replayed=…
+//!   balance=… txn_id=…` and exits 0. Errors exit [`EXIT_FAILED`]; usage errors exit 2.
+//!
+//! The parent should start it with a parent-death signal
+//! (`scratch_pg::process::spawn_tied`), so it never outlives the harness.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use futures_util::future::BoxFuture;
+use ledger_svc::{
+    HookAbort, HookContext, HookPoint, Hooks, Kind, LedgerError, TransferRequest, transfer,
+};
+
+/// Default bound of the pause at the stop point, in milliseconds.
+const PAUSE_LIMIT_MS: u64 = 60_000;
+/// Bound of everything except the pause (connect, statements, lock waits), in milliseconds.
+const WORK_LIMIT_MS: u64 = 30_000;
+/// Connect timeout of the worker's one connection, in milliseconds.
+const CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// First word of the line printed at the stop point.
+const PAUSED_MARKER: &str = "PAUSED_IN_TX";
+/// `application_name` of the worker's session, visible in `pg_stat_activity`.
+const APPLICATION_NAME: &str = "crash-worker";
+
+/// Exit status: a database or connection error.
+const EXIT_FAILED: i32 = 1;
+/// Exit status: paused for the whole pause limit without being killed.
+const EXIT_PAUSE_LIMIT: i32 = 3;
+/// Exit status: the work around the pause took longer than [`WORK_LIMIT_MS`].
+const EXIT_WORK_LIMIT: i32 = 4;
+
+/// Runs one transfer and stops inside it at a named hook point until killed.
+#[derive(Debug, Parser)]
+#[command(name = "crash-worker", version)]
+struct Args {
+    /// Connection URL, e.g. postgresql://postgres@127.0.0.1:5432/case_l9.
+    #[arg(long)]
+    database_url: String,
+    /// Client id (scopes the idempotency key).
+    #[arg(long)]
+    client_id: String,
+    /// Idempotency key.
+    #[arg(long)]
+    key: String,
+    /// The user account: debited for DEBIT, credited for GRANT.
+    #[arg(long)]
+    account: String,
+    /// Points to move (a positive integer).
+    #[arg(long)]
+    amount: i64,
+    /// DEBIT (account -> sys-redeem) or GRANT (sys-issuer -> account).
+    #[arg(long, default_value = "DEBIT")]
+    kind: Kind,
+    /// Hook point to stop at: registered, entries-written, before-commit, after-commit.
+    #[arg(long, default_value = "before-commit")]
+    stop_at: HookPoint,
+    /// How long to wait at the stop point before giving up, in milliseconds.
+    #[arg(long, default_value_t = PAUSE_LIMIT_MS)]
+    pause_limit_ms: u64,
+}
+
+fn main() {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let code = runtime.block_on(run(&args));
+    drop(runtime);
+    std::process::exit(code);
+}
+
+async fn run(args: &Args) -> i32 {
+    let limit_ms = args.pause_limit_ms.saturating_add(WORK_LIMIT_MS);
+    match tokio::time::timeout(Duration::from_millis(limit_ms), work(args)).await {
+        Ok(Ok(code)) => code,
+        Ok(Err(error)) => {
+            eprintln!("crash-worker: {error:#}");
+            EXIT_FAILED
+        }
+        Err(_) => {
+            eprintln!("crash-worker: gave up after limit_ms={limit_ms}");
+            EXIT_WORK_LIMIT
+        }
+    }
+}
+
+async fn work(args: &Args) -> anyhow::Result<i32> {
+    let mut config: tokio_postgres::Config = args
+        .database_url
+        .parse()
+        .context("parsing --database-url")?;
+    config
+        .application_name(APPLICATION_NAME)
+        .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS));
+    let (mut client, connection) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .context("connecting")?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let backend_pid: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .context("reading the backend pid")?
+        .get(0);
+
+    let request = match args.kind {
+        Kind::Debit => {
+            TransferRequest::debit(&args.client_id, &args.key, &args.account, args.amount)
+        }
+        Kind::Grant => {
+            TransferRequest::grant(&args.client_id, &args.key, &args.account, args.amount)
+        }
+    };
+    let hooks = StopAt {
+        point: args.stop_at,
+        backend_pid,
+        pause: Duration::from_millis(args.pause_limit_ms),
+        waited_out: AtomicBool::new(false),
+    };
+    match transfer(&mut client, &request, &hooks).await {
+        Ok(result) => {
+            let txn_id = result
+                .txn_id
+                .map(|id| format!(" txn_id={id}"))
+                .unwrap_or_default();
+            println!(
+                "RESULT outcome={} replayed={} balance={}{txn_id}",
+                result.outcome, result.replayed, result.balance
+            );
+            Ok(0)
+        }
+        Err(LedgerError::HookAborted(point)) if hooks.waited_out.load(Ordering::SeqCst) => {
+            let state = if point == HookPoint::AfterCommit {
+                "the transfer stays committed"
+            } else {
+                "the transaction was rolled back"
+            };
+            eprintln!(
+                "crash-worker: not killed within pause_limit_ms={} at {point}; {state}",
+                args.pause_limit_ms
+            );
+            Ok(EXIT_PAUSE_LIMIT)
+        }
+        Err(error) => Err(error).context("transfer"),
+    }
+}
+
+/// Hooks that stop at one point: print the marker line, then wait up to `pause`.
+struct StopAt {
+    point: HookPoint,
+    backend_pid: i32,
+    pause: Duration,
+    /// Set when the whole pause passed without the process being killed.
+    waited_out: AtomicBool,
+}
+
+impl Hooks for StopAt {
+    fn at<'a>(&'a self, ctx: HookContext<'a>) -> BoxFuture<'a, Result<(), HookAbort>> {
+        Box::pin(async move {
+            if ctx.point != self.point {
+                return Ok(());
+            }
+            let announced = {
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "{PAUSED_MARKER} backend_pid={}", self.backend_pid)
+                    .and_then(|()| out.flush())
+            };
+            // The parent closed our stdout: nobody is watching, so do not wait.
+            if announced.is_err() {
+                return Err(HookAbort::new("stdout closed; parent gone"));
+            }
+            tokio::time::sleep(self.pause).await;
+            self.waited_out.store(true, Ordering::SeqCst);
+            Err(HookAbort::new("pause limit reached"))
+        })
+    }
+}

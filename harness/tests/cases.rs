@@ -1,0 +1,134 @@
+//! The cases as cargo tests (libtest-mimic, so `cargo test` and nextest list and filter
+//! them by id): `cargo test -p harness --test cases -- --list`, `... -- --exact L3`.
+//!
+//! - every registered case (`cases::all()`) is a test that fails when the case has a
+//!   failed check; its transcript is the failure message;
+//! - the template `L0` runs too, so the file engineers copy keeps compiling and passing;
+//! - `CANARY` passes only when the canary case FAILS, exactly on its deliberately false
+//!   check: a runner that lost failures would turn it red.
+//!
+//! One scratch cluster per test process, started by the first test that needs it (so
+//! `--list` starts nothing). Independent cases run in parallel on the test threads;
+//! Exclusive and Last cases take the cluster alone (a write lock). Snapshots are compared
+//! by `./run.sh`, not here: a Last case's transcript depends on which cases ran before
+//! it, which libtest's order does not fix.
+//!
+//! The seed: `LEDGER_SEED=N` replays a run; otherwise it is drawn from the clock and
+//! printed to stderr.
+
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::SystemTime;
+
+use cases::{Case, CaseReport, Env, Line, Schedule};
+use libtest_mimic::{Arguments, Failed, Trial};
+
+/// Worker threads of the shared runtime (connection tasks; racers have their own threads).
+const RUNTIME_WORKER_THREADS: usize = 2;
+
+static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+static ENV: OnceLock<Result<Arc<Env>, String>> = OnceLock::new();
+/// Concurrent cases share it (read); Exclusive and Last cases hold it alone (write).
+static CLUSTER_TURN: RwLock<()> = RwLock::new(());
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(RUNTIME_WORKER_THREADS)
+            .enable_all()
+            .build()
+            .expect("tokio runtime")
+    })
+}
+
+fn seed() -> u64 {
+    std::env::var("LEDGER_SEED")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        })
+}
+
+fn env() -> Result<Arc<Env>, Failed> {
+    ENV.get_or_init(|| {
+        let seed = seed();
+        eprintln!("cases: seed={seed} (replay with LEDGER_SEED={seed})");
+        runtime()
+            .block_on(Env::for_tests(seed))
+            .map_err(|error| format!("scratch cluster for the cases: {error:#}"))
+    })
+    .clone()
+    .map_err(Failed::from)
+}
+
+fn run(case: Case) -> Result<CaseReport, Failed> {
+    let env = env()?;
+    let report = if case.schedule == Schedule::Concurrent {
+        let _turn = CLUSTER_TURN.read().unwrap_or_else(|p| p.into_inner());
+        runtime().block_on(cases::run_case(env, case))
+    } else {
+        let _turn = CLUSTER_TURN.write().unwrap_or_else(|p| p.into_inner());
+        runtime().block_on(cases::run_case(env, case))
+    };
+    Ok(report)
+}
+
+/// A registered case (or the template): passes when every check passed.
+fn expect_pass(case: Case) -> Result<(), Failed> {
+    let report = run(case)?;
+    if report.failed == 0 {
+        Ok(())
+    } else {
+        Err(Failed::from(format!(
+            "{} of {} checks failed\n{}",
+            report.failed,
+            report.failed + report.passed,
+            report.transcript()
+        )))
+    }
+}
+
+/// The canary: passes only when the case failed on exactly its deliberately false check
+/// and on nothing else.
+fn expect_canary_failure(case: Case) -> Result<(), Failed> {
+    let report = run(case)?;
+    let failed: Vec<&str> = report
+        .lines
+        .iter()
+        .filter_map(|line| match line {
+            Line::Check(check) if !check.passed => Some(check.name.as_str()),
+            _ => None,
+        })
+        .collect();
+    if failed == [cases::CANARY_CHECK] && report.failed == 1 && report.passed >= 1 {
+        Ok(())
+    } else {
+        Err(Failed::from(format!(
+            "the canary must fail on exactly {:?}; it failed on {failed:?}\n{}",
+            cases::CANARY_CHECK,
+            report.transcript()
+        )))
+    }
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let mut trials: Vec<Trial> = cases::all()
+        .into_iter()
+        .map(|case| Trial::test(case.id, move || expect_pass(case)))
+        .collect();
+    for case in cases::extras() {
+        if case.id == cases::CANARY_ID {
+            trials.push(Trial::test(case.id, move || expect_canary_failure(case)));
+        } else {
+            trials.push(Trial::test(case.id, move || expect_pass(case)));
+        }
+    }
+    let conclusion = libtest_mimic::run(&args, trials);
+    // The shared cluster lives in a static that is never dropped: stop it here.
+    scratch_pg::cleanup_all_clusters();
+    conclusion.exit();
+}

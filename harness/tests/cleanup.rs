@@ -1,0 +1,110 @@
+//! No process of a run outlives it, and its temporary folder goes: after SIGINT, SIGTERM
+//! and SIGKILL of the harness in the middle of a run (SPEC §5).
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long cleanup may take after the signal (the janitor waits for the postmaster).
+const CLEANUP_DEADLINE_MS: u64 = 20_000;
+
+/// Processes whose command line mentions `needle`, as (pid, command line).
+fn processes_mentioning(needle: &str) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.contains(") Z "));
+        if cmdline.contains(needle) && !zombie {
+            found.push((pid, cmdline));
+        }
+    }
+    found
+}
+
+/// Starts the harness on L3, waits until postgres is up, sends `signal`, and checks that
+/// every process of the run and its folder are gone.
+fn interrupt_run(signal: nix::sys::signal::Signal) {
+    let evidence = tempdir_for("evidence");
+    let mut harness = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["--evidence-dir"])
+        .arg(&evidence)
+        .args(["L3", "L1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("harness starts");
+    let pid = harness.id();
+    let run_dir = std::env::temp_dir().join(format!("ledger-harness-{pid}"));
+    let mut stdout = BufReader::new(harness.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "harness ended before postgres started"
+        );
+        if line.starts_with("postgres ") {
+            break;
+        }
+    }
+    let needle = run_dir.display().to_string();
+    assert!(
+        processes_mentioning(&needle).len() >= 2,
+        "postmaster and janitor run: {:?}",
+        processes_mentioning(&needle)
+    );
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap();
+    let status = harness.wait().unwrap();
+    assert!(
+        !status.success(),
+        "interrupted run does not report success: {status:?}"
+    );
+
+    let deadline = Instant::now() + Duration::from_millis(CLEANUP_DEADLINE_MS);
+    loop {
+        let left = processes_mentioning(&needle);
+        if left.is_empty() && !run_dir.exists() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after {signal:?}: processes {left:?}, folder exists: {}",
+            run_dir.exists()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_dir_all(evidence);
+}
+
+fn tempdir_for(what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "cleanup-test-{what}-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn sigint_mid_run_leaves_nothing() {
+    interrupt_run(nix::sys::signal::Signal::SIGINT);
+}
+
+#[test]
+fn sigterm_mid_run_leaves_nothing() {
+    interrupt_run(nix::sys::signal::Signal::SIGTERM);
+}
+
+#[test]
+fn sigkill_mid_run_leaves_nothing() {
+    interrupt_run(nix::sys::signal::Signal::SIGKILL);
+}

@@ -1,0 +1,183 @@
+//! The harness binary end to end, in a scratch evidence folder: exit statuses, the
+//! re-run command, snapshot diffs, and what each snapshot mode writes. Each run boots its
+//! own scratch cluster (about a second).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A throw-away evidence folder, removed on drop.
+struct Scratch {
+    root: PathBuf,
+}
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let root =
+            std::env::temp_dir().join(format!("ledger-harness-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("evidence/snapshots")).unwrap();
+        Scratch { root }
+    }
+
+    fn evidence(&self) -> PathBuf {
+        self.root.join("evidence")
+    }
+
+    fn snapshot(&self, id: &str) -> PathBuf {
+        self.evidence().join(format!("snapshots/{id}.snap"))
+    }
+
+    /// Runs the harness with `args` from the scratch root; `ci` sets `CI=true` or `CI=false`.
+    fn harness(&self, args: &[&str], ci: bool) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_harness"))
+            .args(["--evidence-dir", "evidence", "--seed", "7"])
+            .args(args)
+            .current_dir(&self.root)
+            .env("CI", if ci { "true" } else { "false" })
+            .env_remove("INSTA_UPDATE")
+            .output()
+            .expect("harness runs")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn last_line(text: &str) -> &str {
+    text.lines().last().unwrap_or_default()
+}
+
+/// The committed snapshot of L1, from the repository.
+fn committed(id: &str) -> String {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../evidence/snapshots/{id}.snap"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn list_and_usage_errors() {
+    let scratch = Scratch::new("list");
+    let listed = scratch.harness(&["--list"], true);
+    assert!(listed.status.success());
+    let text = stdout(&listed);
+    for case in cases::all() {
+        assert!(text.contains(case.id), "{text}");
+    }
+    assert!(text.contains("CANARY"), "{text}");
+
+    let unknown = scratch.harness(&["L999"], true);
+    assert_eq!(unknown.status.code(), Some(2));
+
+    let accept_in_ci = scratch.harness(&["--accept", "L1"], true);
+    assert_eq!(accept_in_ci.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&accept_in_ci.stderr).contains("CI"));
+}
+
+/// The canary fails on purpose: exit 1, the re-run command names it with the seed, and
+/// SUMMARY is the last line; junit.xml lists each of its checks.
+#[test]
+fn canary_fails_the_run() {
+    let scratch = Scratch::new("canary");
+    let output = scratch.harness(&["CANARY"], true);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!("  FAIL {}", cases::CANARY_CHECK)),
+        "{text}"
+    );
+    assert!(
+        text.contains("re-run the failing cases: ./run.sh --seed 7 CANARY"),
+        "{text}"
+    );
+    assert_eq!(last_line(&text), "SUMMARY passed=1 failed=1");
+    assert!(!text.contains("--accept"), "{text}");
+    let junit = std::fs::read_to_string(scratch.evidence().join("latest/junit.xml")).unwrap();
+    assert!(junit.contains(r#"tests="2""#), "{junit}");
+    assert!(junit.contains("<failure"), "{junit}");
+}
+
+/// A snapshot that no longer matches: the check fails with a diff; under CI nothing is
+/// written; in review mode a `.snap.new` appears; `--accept` rewrites the snapshot, after
+/// which the run passes.
+#[test]
+fn snapshot_mismatch_diff_and_modes() {
+    let scratch = Scratch::new("snap");
+    let good = committed("L1");
+    let broken = good.replace(
+        "stored balance (expected=700, actual=700)",
+        "stored balance (expected=701, actual=701)",
+    );
+    assert_ne!(good, broken, "the committed L1 snapshot changed shape");
+    std::fs::write(scratch.snapshot("L1"), &broken).unwrap();
+
+    // CI: fails, prints the diff, writes nothing.
+    let output = scratch.harness(&["L1"], true);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("  FAIL transcript matches evidence/snapshots/L1.snap"),
+        "{text}"
+    );
+    assert!(
+        text.contains("-  ok   stored balance (expected=701, actual=701)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("+  ok   stored balance (expected=700, actual=700)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("re-run the failing cases: ./run.sh --seed 7 L1"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(scratch.snapshot("L1")).unwrap(),
+        broken
+    );
+    assert!(!scratch.snapshot("L1").with_extension("snap.new").exists());
+    assert!(
+        !text.contains("--accept"),
+        "no accept hint under CI: {text}"
+    );
+    let junit = std::fs::read_to_string(scratch.evidence().join("latest/junit.xml")).unwrap();
+    assert!(
+        junit.contains("-  ok   stored balance (expected=701, actual=701)"),
+        "the diff is the failure's text: {junit}"
+    );
+
+    // Review mode: the new version lands beside the snapshot.
+    let output = scratch.harness(&["L1"], false);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stdout(&output).contains("accept the new transcripts: ./run.sh --accept L1"),
+        "{}",
+        stdout(&output)
+    );
+    assert!(scratch.snapshot("L1").with_extension("snap.new").exists());
+    assert_eq!(
+        std::fs::read_to_string(scratch.snapshot("L1")).unwrap(),
+        broken
+    );
+
+    // Accept: the snapshot is rewritten and equals the committed one; the run passes.
+    let output = scratch.harness(&["--accept", "L1"], false);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("ok   transcript accepted into evidence/snapshots/L1.snap"));
+    assert_eq!(
+        std::fs::read_to_string(scratch.snapshot("L1")).unwrap(),
+        good
+    );
+    assert!(!scratch.snapshot("L1").with_extension("snap.new").exists());
+
+    // And then it matches.
+    let output = scratch.harness(&["L1"], true);
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+}

@@ -1,0 +1,258 @@
+//! Fault injection at the transfer's named hook points (SPEC §3): the [`Hooks`] the
+//! service passes to every transfer, armed and cleared from the admin listener, and only
+//! when the service was started with `--enable-fault-injection`.
+//!
+//! A fault is armed per hook point with an action and a count: it fires on the next
+//! `count` transfers that pass the point (1 = one-shot), then disarms itself.
+//!
+//! - `delay`: wait `hold_ms`, then go on.
+//! - `pause`: wait until released from the admin listener (or `hold_ms` passes), then go
+//!   on. A case uses it to hold a transaction at a known point, not for a guessed time.
+//! - `close`: wait `hold_ms`, then abort: before `after-commit` the transaction rolls
+//!   back; at `after-commit` it stays committed. Either way the client's connection is
+//!   closed without a response (a lost response, SPEC §6 L7).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use ledger_svc::{HookAbort, HookContext, HookPoint, Hooks};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+/// Longest `hold_ms` a fault may ask for, milliseconds.
+pub const MAX_FAULT_HOLD_MS: u64 = 60_000;
+/// Largest `count` a fault may ask for.
+pub const MAX_FAULT_COUNT: u32 = 1_000_000;
+
+/// What an armed fault does when it fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultAction {
+    /// Wait `hold_ms`, then continue.
+    Delay,
+    /// Wait for a release (or `hold_ms`), then continue.
+    Pause,
+    /// Wait `hold_ms`, then abort the transfer and close the connection without a response.
+    Close,
+}
+
+/// The body of `PUT /faults/{point}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultSpec {
+    /// What to do.
+    pub action: FaultAction,
+    /// How long to hold, milliseconds (for `pause`, the longest wait for a release);
+    /// default 0, at most [`MAX_FAULT_HOLD_MS`].
+    #[serde(default)]
+    pub hold_ms: u64,
+    /// How many transfers it fires for; default 1 (one-shot), 1 to [`MAX_FAULT_COUNT`].
+    #[serde(default = "one")]
+    pub count: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl FaultSpec {
+    /// Checks the limits.
+    ///
+    /// Errors: a text for the client naming the broken limit.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.hold_ms > MAX_FAULT_HOLD_MS {
+            return Err(format!("hold_ms must be at most {MAX_FAULT_HOLD_MS}"));
+        }
+        if !(1..=MAX_FAULT_COUNT).contains(&self.count) {
+            return Err(format!("count must be 1 to {MAX_FAULT_COUNT}"));
+        }
+        Ok(())
+    }
+}
+
+/// A hook point's fault, as reported by `GET /faults`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FaultState {
+    /// The hook point.
+    pub point: HookPoint,
+    /// The armed action, `null` when nothing was armed since the last clear.
+    pub action: Option<FaultAction>,
+    /// The armed hold, milliseconds.
+    pub hold_ms: u64,
+    /// How many more transfers it will fire for (0: disarmed).
+    pub remaining: u32,
+    /// How many times it fired since armed.
+    pub fired: u64,
+    /// How many transfers are inside its hold right now.
+    pub holding: u32,
+}
+
+struct Slot {
+    spec: Option<FaultSpec>,
+    remaining: u32,
+    fired: u64,
+    holding: u32,
+    /// Bumped by a release; paused transfers wait for a change.
+    release: watch::Sender<u64>,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            spec: None,
+            remaining: 0,
+            fired: 0,
+            holding: 0,
+            release: watch::Sender::new(0),
+        }
+    }
+}
+
+/// The service's [`Hooks`]: per hook point, an optional armed fault.
+pub struct FaultHooks {
+    slots: Mutex<HashMap<HookPoint, Slot>>,
+}
+
+impl Default for FaultHooks {
+    fn default() -> Self {
+        FaultHooks::new()
+    }
+}
+
+impl FaultHooks {
+    /// Nothing armed.
+    pub fn new() -> FaultHooks {
+        FaultHooks {
+            slots: Mutex::new(
+                HookPoint::ALL
+                    .into_iter()
+                    .map(|p| (p, Slot::new()))
+                    .collect(),
+            ),
+        }
+    }
+
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<HookPoint, Slot>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Arms `spec` at `point`, replacing what was there and resetting its counters.
+    pub fn arm(&self, point: HookPoint, spec: FaultSpec) -> FaultState {
+        let mut slots = self.slots();
+        let slot = slots.entry(point).or_insert_with(Slot::new);
+        slot.spec = Some(spec);
+        slot.remaining = spec.count;
+        slot.fired = 0;
+        state(point, slot)
+    }
+
+    /// Disarms `point` and resets its counters (transfers already holding go on).
+    pub fn clear(&self, point: HookPoint) -> FaultState {
+        let mut slots = self.slots();
+        let slot = slots.entry(point).or_insert_with(Slot::new);
+        slot.spec = None;
+        slot.remaining = 0;
+        slot.fired = 0;
+        state(point, slot)
+    }
+
+    /// Releases every transfer paused at `point`; returns how many were holding there.
+    pub fn release(&self, point: HookPoint) -> u32 {
+        let slots = self.slots();
+        let Some(slot) = slots.get(&point) else {
+            return 0;
+        };
+        slot.release.send_modify(|generation| *generation += 1);
+        slot.holding
+    }
+
+    /// The state of every hook point, in [`HookPoint::ALL`] order.
+    pub fn states(&self) -> Vec<FaultState> {
+        let slots = self.slots();
+        HookPoint::ALL
+            .into_iter()
+            .filter_map(|point| slots.get(&point).map(|slot| state(point, slot)))
+            .collect()
+    }
+
+    fn hold_done(&self, point: HookPoint) {
+        if let Some(slot) = self.slots().get_mut(&point) {
+            slot.holding = slot.holding.saturating_sub(1);
+        }
+    }
+}
+
+fn state(point: HookPoint, slot: &Slot) -> FaultState {
+    FaultState {
+        point,
+        action: slot.spec.map(|s| s.action),
+        hold_ms: slot.spec.map_or(0, |s| s.hold_ms),
+        remaining: slot.remaining,
+        fired: slot.fired,
+        holding: slot.holding,
+    }
+}
+
+/// Decrements `holding` when the hold ends, also if the transfer's task is cancelled.
+struct Holding<'a> {
+    hooks: &'a FaultHooks,
+    point: HookPoint,
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        self.hooks.hold_done(self.point);
+    }
+}
+
+impl Hooks for FaultHooks {
+    fn at<'a>(&'a self, ctx: HookContext<'a>) -> BoxFuture<'a, Result<(), HookAbort>> {
+        let point = ctx.point;
+        // Take the fault (if armed) and subscribe to releases under one lock, so a release
+        // sent right after firing is not missed.
+        let fired = {
+            let mut slots = self.slots();
+            match slots.get_mut(&point) {
+                Some(slot) if slot.remaining > 0 => {
+                    slot.remaining -= 1;
+                    slot.fired += 1;
+                    slot.holding += 1;
+                    let mut released = slot.release.subscribe();
+                    released.mark_unchanged();
+                    slot.spec.map(|spec| (spec, released))
+                }
+                _ => None,
+            }
+        };
+        let Some((spec, mut released)) = fired else {
+            return Box::pin(std::future::ready(Ok(())));
+        };
+        Box::pin(async move {
+            let _holding = Holding { hooks: self, point };
+            let hold = Duration::from_millis(spec.hold_ms);
+            eprintln!(
+                "ledger-svc: fault {:?} fired at {point} for {} {} (hold_ms={})",
+                spec.action,
+                ctx.request.kind.as_str(),
+                ctx.request.idem_key,
+                spec.hold_ms
+            );
+            match spec.action {
+                FaultAction::Delay => {
+                    tokio::time::sleep(hold).await;
+                    Ok(())
+                }
+                FaultAction::Pause => {
+                    let _ = tokio::time::timeout(hold, released.changed()).await;
+                    Ok(())
+                }
+                FaultAction::Close => {
+                    tokio::time::sleep(hold).await;
+                    Err(HookAbort::new(format!("fault close at {point}")))
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,485 @@
+//! The two listeners' routes.
+//!
+//! Public listener (SPEC §4):
+//! - `GET /healthz` → 200 `{"status":"ok"}` once a pooled connection answers, else 503.
+//! - `GET /accounts/{id}` → 200 `{"account_id","balance"}`, or 404 `NO_ACCOUNT`.
+//! - `POST /accounts/{id}/debits` → the SPEC §4 table.
+//!
+//! Admin listener (never reachable from the public one):
+//! - `GET /healthz`, and `POST /accounts/{id}/grants` (same headers, body and table as a
+//!   debit; a grant to a missing account is 404 `NO_ACCOUNT`, not recorded).
+//! - With `--enable-fault-injection` only (otherwise these paths are 404):
+//!   `GET /faults`, `DELETE /faults`, `PUT /faults/{point}` (body [`FaultSpec`]),
+//!   `DELETE /faults/{point}`, `POST /faults/{point}/release`.
+//!
+//! Anything else: 404 problem; a known path with another method: 405 with `Allow`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use deadpool_postgres::Pool;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{Method, Request, StatusCode};
+use ledger_svc::schema::is_system_account;
+use ledger_svc::striping::striped_debit;
+use ledger_svc::{
+    HookPoint, Hooks, Kind, LedgerError, NoHooks, Outcome, TransferRequest, TransferResult,
+    transfer,
+};
+use serde_json::json;
+use tokio_postgres::types::Type;
+use tokio_util::task::TaskTracker;
+
+use super::CloseConnection;
+use super::faults::{FaultHooks, FaultSpec};
+use super::grammar::{self, MAX_BODY_BYTES};
+use super::problem::{ApiOutcome, HttpResponse, Problem, json_response, mark_replayed};
+
+/// Longest wait for a pooled database connection, milliseconds; then 503.
+pub const POOL_WAIT_TIMEOUT_MS: u64 = 5_000;
+
+/// What every handler shares.
+pub struct AppState {
+    /// The database pool (Verified recycling: a dead connection is replaced).
+    pub pool: Pool,
+    /// Armed faults, `Some` only with `--enable-fault-injection`.
+    pub faults: Option<Arc<FaultHooks>>,
+    /// Transfers run as tasks tracked here, so that a client going away does not cancel
+    /// a transaction half-way and shutdown can wait for them.
+    pub tasks: TaskTracker,
+    /// Redemption stripes for debits (`--redeem-stripes`): 0 or 1 credits the one
+    /// `sys-redeem` row (SPEC §3); K > 1 credits `sys-redeem-NN` chosen from the account
+    /// (`ledger_svc::striping`), which removes the hot row.
+    pub redeem_stripes: u32,
+}
+
+/// Which listener a request came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// The public listener.
+    Public,
+    /// The admin listener.
+    Admin,
+}
+
+type Handled = Result<HttpResponse, CloseConnection>;
+
+/// Routes one request. `Err(CloseConnection)` closes the connection without a response.
+pub async fn handle(
+    state: Arc<AppState>,
+    listener: Listener,
+    request: Request<Incoming>,
+) -> Handled {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let result = route(&state, listener, request).await;
+    match &result {
+        Ok(response) => eprintln!(
+            "ledger-svc: {listener:?} {method} {path} -> {}{}",
+            response.status().as_u16(),
+            if response
+                .headers()
+                .contains_key(super::problem::REPLAYED_HEADER)
+            {
+                " (replayed)"
+            } else {
+                ""
+            }
+        ),
+        Err(CloseConnection) => {
+            eprintln!("ledger-svc: {listener:?} {method} {path} -> connection closed")
+        }
+    }
+    result
+}
+
+async fn route(state: &Arc<AppState>, listener: Listener, request: Request<Incoming>) -> Handled {
+    let path = request.uri().path().to_owned();
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    let method = request.method().clone();
+    match (listener, segments.as_slice()) {
+        (_, ["healthz"]) => only(&method, Method::GET, "GET", || healthz(state)).await,
+        (Listener::Public, ["accounts", account]) => {
+            let account = account.to_string();
+            only(&method, Method::GET, "GET", || read_account(state, account)).await
+        }
+        (Listener::Public, ["accounts", account, "debits"]) => {
+            let account = account.to_string();
+            only(&method, Method::POST, "POST", || {
+                transfer_route(state, request, Kind::Debit, account)
+            })
+            .await
+        }
+        (Listener::Admin, ["accounts", account, "grants"]) => {
+            let account = account.to_string();
+            only(&method, Method::POST, "POST", || {
+                transfer_route(state, request, Kind::Grant, account)
+            })
+            .await
+        }
+        (Listener::Admin, ["faults", rest @ ..]) => match &state.faults {
+            Some(faults) => fault_route(faults, request, rest, &path).await,
+            None => Ok(Problem::no_route(&path).into_response()),
+        },
+        _ => Ok(Problem::no_route(&path).into_response()),
+    }
+}
+
+/// Runs `handler` if `method` is `allowed`, else answers 405.
+async fn only<F, Fut>(method: &Method, allowed: Method, allow: &'static str, handler: F) -> Handled
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Handled>,
+{
+    if *method == allowed {
+        handler().await
+    } else {
+        Ok(Problem::wrong_method(method, allow).into_response())
+    }
+}
+
+async fn healthz(state: &AppState) -> Handled {
+    // Getting a pooled connection runs the Verified recycling check (a round trip).
+    match state.pool.get().await {
+        Ok(_) => Ok(json_response(StatusCode::OK, &json!({"status": "ok"}))),
+        Err(error) => {
+            eprintln!("ledger-svc: healthz: no database connection: {error}");
+            Ok(Problem::unavailable().into_response())
+        }
+    }
+}
+
+async fn read_account(state: &AppState, account: String) -> Handled {
+    let account = match grammar::parse_account_id(&account) {
+        Ok(account) => account,
+        Err(bad) => return Ok(Problem::bad_request(bad.0).into_response()),
+    };
+    let client = match state.pool.get().await {
+        Ok(client) => client,
+        Err(error) => {
+            eprintln!("ledger-svc: no database connection: {error}");
+            return Ok(Problem::unavailable().into_response());
+        }
+    };
+    let row = client
+        .query_typed_opt(
+            "SELECT balance FROM account WHERE account_id = $1",
+            &[(&account, Type::TEXT)],
+        )
+        .await;
+    match row {
+        Ok(Some(row)) => {
+            let balance: i64 = row.get(0);
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"account_id": account, "balance": balance}),
+            ))
+        }
+        Ok(None) => Ok(no_account(&account, None).into_response()),
+        Err(error) => {
+            eprintln!(
+                "ledger-svc: reading {account}: {}",
+                LedgerError::from(error)
+            );
+            Ok(Problem::unavailable().into_response())
+        }
+    }
+}
+
+fn no_account(account: &str, amount: Option<i64>) -> Problem {
+    let mut problem = Problem::new(
+        StatusCode::NOT_FOUND,
+        "no-account",
+        "No such account",
+        format!("account {account} does not exist"),
+        ApiOutcome::NoAccount,
+    )
+    .with("account_id", account);
+    if let Some(amount) = amount {
+        problem = problem.with("amount", amount).with("balance", 0);
+    }
+    problem
+}
+
+/// Reads a request body of at most [`MAX_BODY_BYTES`].
+async fn read_body(request: Request<Incoming>) -> Result<Bytes, Problem> {
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
+        return Err(Problem::too_large(MAX_BODY_BYTES));
+    }
+    match Limited::new(request.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+            Err(Problem::too_large(MAX_BODY_BYTES))
+        }
+        Err(_) => Err(Problem::bad_request("the request body could not be read")),
+    }
+}
+
+/// Everything about a transfer request that is checked before the database is touched.
+fn parse_transfer(
+    request: &Request<Incoming>,
+    kind: Kind,
+    account: &str,
+) -> Result<(String, String, String, grammar::BodyType), Problem> {
+    let account = grammar::parse_account_id(account).map_err(|bad| Problem::bad_request(bad.0))?;
+    if is_system_account(&account) {
+        return Err(Problem::new(
+            StatusCode::FORBIDDEN,
+            "system-account",
+            "System account",
+            format!(
+                "{account} is a system account; {} only address user accounts",
+                match kind {
+                    Kind::Debit => "debits",
+                    Kind::Grant => "grants",
+                }
+            ),
+            ApiOutcome::BadRequest,
+        ));
+    }
+    let headers = request.headers();
+    let client_id = grammar::parse_client_id(
+        headers
+            .get_all("x-client-id")
+            .iter()
+            .map(|value| value.as_bytes()),
+    )
+    .map_err(|bad| Problem::bad_request(bad.0))?;
+    let key = grammar::parse_idempotency_key(
+        headers
+            .get_all("idempotency-key")
+            .iter()
+            .map(|value| value.as_bytes()),
+    )
+    .map_err(|bad| Problem::bad_request(bad.0))?;
+    let mut content_types = headers.get_all(CONTENT_TYPE).iter();
+    let body_type = match (content_types.next(), content_types.next()) {
+        (Some(value), None) => grammar::body_type(value.as_bytes()),
+        _ => None,
+    }
+    .ok_or_else(Problem::unsupported_media_type)?;
+    Ok((account, client_id, key, body_type))
+}
+
+async fn transfer_route(
+    state: &Arc<AppState>,
+    request: Request<Incoming>,
+    kind: Kind,
+    account: String,
+) -> Handled {
+    let (account, client_id, key, body_type) = match parse_transfer(&request, kind, &account) {
+        Ok(parsed) => parsed,
+        Err(problem) => return Ok(problem.into_response()),
+    };
+    let body = match read_body(request).await {
+        Ok(body) => body,
+        Err(problem) => return Ok(problem.into_response()),
+    };
+    let amount = match grammar::parse_body(body_type, &body) {
+        Ok(amount) => amount,
+        Err(bad) => return Ok(Problem::bad_request(bad.0).into_response()),
+    };
+    let transfer_request = match kind {
+        Kind::Debit => striped_debit(client_id, key, &account, amount, state.redeem_stripes),
+        Kind::Grant => TransferRequest::grant(client_id, key, &account, amount),
+    };
+
+    // The transfer runs in its own task: if the client goes away (hyper then drops this
+    // future), the transaction still ends by commit or rollback, never half-way.
+    let task_state = state.clone();
+    let task = state.tasks.spawn(async move {
+        let mut client = match task_state.pool.get().await {
+            Ok(client) => client,
+            Err(error) => return Err(Failure::NoConnection(error.to_string())),
+        };
+        let hooks: &dyn Hooks = match &task_state.faults {
+            Some(faults) => faults.as_ref(),
+            None => &NoHooks,
+        };
+        let result = transfer(&mut client, &transfer_request, hooks).await;
+        // Logged here, not by the handler: the client may be gone and the handler dropped.
+        if let Err(LedgerError::HookAborted(point)) = &result {
+            eprintln!(
+                "ledger-svc: fault at {point} aborted {} {}: {}; closing the connection \
+                 without a response",
+                transfer_request.kind.as_str(),
+                transfer_request.idem_key,
+                if *point == HookPoint::AfterCommit {
+                    "the transfer is committed"
+                } else {
+                    "the transfer was rolled back"
+                }
+            );
+        }
+        result.map_err(Failure::Ledger)
+    });
+    let outcome = match task.await {
+        Ok(outcome) => outcome,
+        Err(join_error) => {
+            eprintln!("ledger-svc: transfer task failed: {join_error}");
+            return Ok(Problem::internal().into_response());
+        }
+    };
+    match outcome {
+        Ok(result) => Ok(result_response(kind, &account, amount, &result)),
+        Err(Failure::Ledger(LedgerError::HookAborted(_))) => Err(CloseConnection),
+        Err(Failure::Ledger(LedgerError::KeyReused { .. })) => Ok(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "key-reused",
+            "Idempotency key reused",
+            "this Idempotency-Key was first used with a different request; \
+             a key must be reused only to retry the same request",
+            ApiOutcome::KeyReused,
+        )
+        .into_response()),
+        Err(Failure::Ledger(LedgerError::CreditAccountMissing(missing))) if kind == Kind::Grant => {
+            Ok(no_account(&missing, Some(amount)).into_response())
+        }
+        Err(Failure::Ledger(LedgerError::InvalidAmount(_))) => {
+            Ok(Problem::bad_request("amount must be a positive integer").into_response())
+        }
+        Err(Failure::Ledger(error @ LedgerError::Db { .. })) => {
+            eprintln!("ledger-svc: transfer failed: {error}");
+            Ok(Problem::unavailable().into_response())
+        }
+        Err(Failure::Ledger(error)) => {
+            eprintln!("ledger-svc: transfer failed: {error}");
+            Ok(Problem::internal().into_response())
+        }
+        Err(Failure::NoConnection(error)) => {
+            eprintln!("ledger-svc: no database connection: {error}");
+            Ok(Problem::unavailable().into_response())
+        }
+    }
+}
+
+enum Failure {
+    NoConnection(String),
+    Ledger(LedgerError),
+}
+
+/// The response of an executed or replayed transfer (SPEC §4 table): 201 JSON for OK,
+/// 409 `INSUFFICIENT` and 404 `NO_ACCOUNT` problems, each with `Idempotent-Replayed:
+/// true` when replayed. The body depends only on the request and the stored result, so a
+/// replay is byte-for-byte the first response.
+fn result_response(
+    kind: Kind,
+    account: &str,
+    amount: i64,
+    result: &TransferResult,
+) -> HttpResponse {
+    let mut response = match result.outcome {
+        Outcome::Ok => json_response(
+            StatusCode::CREATED,
+            &json!({
+                "outcome": ApiOutcome::Ok.as_str(),
+                "kind": kind.as_str(),
+                "account_id": account,
+                "amount": amount,
+                "txn_id": result.txn_id,
+                "balance": result.balance,
+            }),
+        ),
+        Outcome::Insufficient => Problem::new(
+            StatusCode::CONFLICT,
+            "insufficient",
+            "Insufficient balance",
+            format!(
+                "account {account} had {} points, fewer than the {amount} requested",
+                result.balance
+            ),
+            ApiOutcome::Insufficient,
+        )
+        .with("account_id", account)
+        .with("amount", amount)
+        .with("balance", result.balance)
+        .into_response(),
+        Outcome::NoAccount => no_account(account, Some(amount)).into_response(),
+    };
+    if result.replayed {
+        mark_replayed(&mut response);
+    }
+    response
+}
+
+async fn fault_route(
+    faults: &FaultHooks,
+    request: Request<Incoming>,
+    rest: &[&str],
+    path: &str,
+) -> Handled {
+    let method = request.method().clone();
+    let states = |faults: &FaultHooks| json!({ "faults": faults.states() });
+    match rest {
+        [] => match method {
+            Method::GET => Ok(json_response(StatusCode::OK, &states(faults))),
+            Method::DELETE => {
+                for point in HookPoint::ALL {
+                    faults.clear(point);
+                }
+                Ok(json_response(StatusCode::OK, &states(faults)))
+            }
+            _ => Ok(Problem::wrong_method(&method, "GET, DELETE").into_response()),
+        },
+        [point] => {
+            let Ok(point) = point.parse::<HookPoint>() else {
+                return Ok(Problem::no_route(path).into_response());
+            };
+            match method {
+                Method::PUT => {
+                    let body = match read_body(request).await {
+                        Ok(body) => body,
+                        Err(problem) => return Ok(problem.into_response()),
+                    };
+                    let spec: FaultSpec = match serde_json::from_slice(&body) {
+                        Ok(spec) => spec,
+                        Err(_) => {
+                            return Ok(Problem::bad_request(
+                                "fault body must be {\"action\": \"delay\"|\"pause\"|\"close\", \
+                                 \"hold_ms\": N, \"count\": N}",
+                            )
+                            .into_response());
+                        }
+                    };
+                    if let Err(text) = spec.validate() {
+                        return Ok(Problem::bad_request(text).into_response());
+                    }
+                    let state = faults.arm(point, spec);
+                    Ok(json_response(StatusCode::OK, &json!(state)))
+                }
+                Method::DELETE => Ok(json_response(StatusCode::OK, &json!(faults.clear(point)))),
+                _ => Ok(Problem::wrong_method(&method, "PUT, DELETE").into_response()),
+            }
+        }
+        [point, "release"] => {
+            let Ok(point) = point.parse::<HookPoint>() else {
+                return Ok(Problem::no_route(path).into_response());
+            };
+            if method != Method::POST {
+                return Ok(Problem::wrong_method(&method, "POST").into_response());
+            }
+            let released = faults.release(point);
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"point": point, "released": released}),
+            ))
+        }
+        _ => Ok(Problem::no_route(path).into_response()),
+    }
+}
+
+/// [`POOL_WAIT_TIMEOUT_MS`] as a duration.
+pub fn pool_wait_timeout() -> Duration {
+    Duration::from_millis(POOL_WAIT_TIMEOUT_MS)
+}

@@ -1,0 +1,272 @@
+//! `ledger-svc`: the points ledger as an HTTP service (SPEC §4), on hyper 1.x.
+//!
+//! Two listeners: the public one (health, balance, debits) and the admin one (health,
+//! grants, and, with `--enable-fault-injection`, the fault routes). At start it prints one
+//! line on stdout with the bound addresses, e.g.
+//! `listening on 127.0.0.1:40123 admin 127.0.0.1:40124`; everything else goes to stderr.
+//!
+//! On SIGTERM or SIGINT it stops accepting, lets in-flight requests and transfers finish
+//! for at most `--shutdown-grace-ms`, and exits: status 0 when everything drained,
+//! [`EXIT_GRACE_EXCEEDED`] when the grace period ran out (open transactions then end with
+//! the process, and PostgreSQL rolls them back). [`EXIT_STARTUP_FAILED`] when it could not
+//! start (bad URL, address in use).
+
+mod http;
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_util::task::TaskTracker;
+
+use crate::http::faults::FaultHooks;
+use crate::http::routes::{AppState, Listener, pool_wait_timeout};
+
+/// Default number of pooled database connections.
+const DEFAULT_POOL_SIZE: usize = 16;
+/// Default longest wait for in-flight requests at shutdown, milliseconds.
+const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 5_000;
+/// Connect timeout for a new database connection when the URL sets none, milliseconds.
+const DB_CONNECT_TIMEOUT_MS: u64 = 5_000;
+/// Longest Verified recycling check (a round trip) of a pooled connection, milliseconds.
+const POOL_RECYCLE_TIMEOUT_MS: u64 = 5_000;
+/// `application_name` of the service's sessions (visible in `pg_stat_activity`).
+const APPLICATION_NAME: &str = "ledger-svc";
+/// Exit status when the shutdown grace period ran out before everything drained.
+const EXIT_GRACE_EXCEEDED: i32 = 1;
+/// Exit status when the service could not start.
+const EXIT_STARTUP_FAILED: i32 = 2;
+
+/// The points ledger over HTTP (SPEC §4).
+#[derive(Debug, Parser)]
+#[command(name = "ledger-svc", version)]
+struct Args {
+    /// PostgreSQL URL of the ledger database, e.g. postgresql://postgres@127.0.0.1:5432/ledger.
+    #[arg(long)]
+    database_url: String,
+    /// Public listen address (port 0: any free port; the bound one is printed).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Admin listen address: grants and fault injection (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    admin_listen: SocketAddr,
+    /// Number of pooled database connections.
+    #[arg(long, default_value_t = DEFAULT_POOL_SIZE)]
+    pool_size: usize,
+    /// Serve the fault routes on the admin listener (otherwise they do not exist: 404).
+    #[arg(long)]
+    enable_fault_injection: bool,
+    /// Longest wait for in-flight requests on SIGTERM/SIGINT, milliseconds.
+    #[arg(long, default_value_t = DEFAULT_SHUTDOWN_GRACE_MS)]
+    shutdown_grace_ms: u64,
+    /// Credit debits to K redemption stripes `sys-redeem-NN` instead of the one
+    /// `sys-redeem` row (0 or 1: the SPEC §3 design). Created at start if missing. Keep K
+    /// fixed for a database: the stripe is part of a request's fingerprint.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=ledger_svc::striping::MAX_REDEEM_STRIPES as i64))]
+    redeem_stripes: u32,
+}
+
+fn main() {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("ledger-svc: cannot start the runtime: {error}");
+            std::process::exit(EXIT_STARTUP_FAILED);
+        }
+    };
+    let code = runtime.block_on(run(args));
+    // Cancels transfers still running after the grace period; their connections close and
+    // PostgreSQL rolls their transactions back.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    std::process::exit(code);
+}
+
+async fn run(args: Args) -> i32 {
+    let (pool, database) = match build_pool(&args) {
+        Ok(pool) => pool,
+        Err(error) => {
+            eprintln!("ledger-svc: {error:#}");
+            return EXIT_STARTUP_FAILED;
+        }
+    };
+    let (public, admin) = match bind(&args).await {
+        Ok(listeners) => listeners,
+        Err(error) => {
+            eprintln!("ledger-svc: {error:#}");
+            return EXIT_STARTUP_FAILED;
+        }
+    };
+    let (public_addr, admin_addr) = match (public.local_addr(), admin.local_addr()) {
+        (Ok(p), Ok(a)) => (p, a),
+        (Err(error), _) | (_, Err(error)) => {
+            eprintln!("ledger-svc: cannot read the bound address: {error}");
+            return EXIT_STARTUP_FAILED;
+        }
+    };
+    let state = Arc::new(AppState {
+        pool,
+        faults: args
+            .enable_fault_injection
+            .then(|| Arc::new(FaultHooks::new())),
+        tasks: TaskTracker::new(),
+        redeem_stripes: args.redeem_stripes,
+    });
+    if args.redeem_stripes > 1 {
+        let created = match state.pool.get().await {
+            Ok(client) => ledger_svc::striping::create_redeem_stripes(&client, args.redeem_stripes)
+                .await
+                .map_err(|error| error.to_string()),
+            Err(error) => Err(error.to_string()),
+        };
+        if let Err(error) = created {
+            eprintln!("ledger-svc: cannot create the redemption stripes: {error}");
+            return EXIT_STARTUP_FAILED;
+        }
+    }
+    eprintln!(
+        "ledger-svc: database={database} pool_size={} redeem_stripes={} fault_injection={}",
+        args.pool_size,
+        args.redeem_stripes,
+        if args.enable_fault_injection {
+            "on"
+        } else {
+            "off"
+        }
+    );
+    {
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "listening on {public_addr} admin {admin_addr}");
+        let _ = stdout.flush();
+    }
+
+    let (stop, stopped) = watch::channel(false);
+    let public_loop = tokio::spawn(http::server::serve(
+        public,
+        Listener::Public,
+        state.clone(),
+        stopped.clone(),
+    ));
+    let admin_loop = tokio::spawn(http::server::serve(
+        admin,
+        Listener::Admin,
+        state.clone(),
+        stopped,
+    ));
+    let signal = wait_for_signal().await;
+    eprintln!("ledger-svc: {signal} received; shutting down");
+    let _ = stop.send(true);
+    shutdown(
+        public_loop,
+        admin_loop,
+        &state,
+        Duration::from_millis(args.shutdown_grace_ms),
+    )
+    .await
+}
+
+fn build_pool(args: &Args) -> anyhow::Result<(Pool, String)> {
+    let mut config: tokio_postgres::Config = args
+        .database_url
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--database-url is not a valid PostgreSQL URL"))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_millis(DB_CONNECT_TIMEOUT_MS));
+    }
+    if config.get_application_name().is_none() {
+        config.application_name(APPLICATION_NAME);
+    }
+    let database = config.get_dbname().unwrap_or("(default)").to_owned();
+    // Verified: every connection taken from the pool first answers a round trip, so one
+    // that died (e.g. in an immediate restart of the server) is replaced, not handed out.
+    let manager = Manager::from_config(
+        config,
+        tokio_postgres::NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Verified,
+        },
+    );
+    let pool = Pool::builder(manager)
+        .max_size(args.pool_size)
+        .wait_timeout(Some(pool_wait_timeout()))
+        .create_timeout(Some(Duration::from_millis(DB_CONNECT_TIMEOUT_MS)))
+        .recycle_timeout(Some(Duration::from_millis(POOL_RECYCLE_TIMEOUT_MS)))
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|error| anyhow::anyhow!("cannot build the connection pool: {error}"))?;
+    Ok((pool, database))
+}
+
+async fn bind(args: &Args) -> anyhow::Result<(TcpListener, TcpListener)> {
+    let public = TcpListener::bind(args.listen)
+        .await
+        .map_err(|error| anyhow::anyhow!("cannot listen on {}: {error}", args.listen))?;
+    let admin = TcpListener::bind(args.admin_listen)
+        .await
+        .map_err(|error| anyhow::anyhow!("cannot listen on {}: {error}", args.admin_listen))?;
+    Ok((public, admin))
+}
+
+async fn wait_for_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut terminate), Ok(mut interrupt)) => tokio::select! {
+            _ = terminate.recv() => "SIGTERM",
+            _ = interrupt.recv() => "SIGINT",
+        },
+        _ => {
+            eprintln!("ledger-svc: cannot install signal handlers; running until killed");
+            std::future::pending().await
+        }
+    }
+}
+
+/// Drains both listeners' connections and the transfer tasks within `grace`.
+async fn shutdown(
+    public_loop: tokio::task::JoinHandle<hyper_util::server::graceful::GracefulShutdown>,
+    admin_loop: tokio::task::JoinHandle<hyper_util::server::graceful::GracefulShutdown>,
+    state: &AppState,
+    grace: Duration,
+) -> i32 {
+    let deadline = tokio::time::Instant::now() + grace;
+    let (public, admin) = match (public_loop.await, admin_loop.await) {
+        (Ok(public), Ok(admin)) => (public, admin),
+        _ => {
+            eprintln!("ledger-svc: an accept loop failed");
+            return EXIT_GRACE_EXCEEDED;
+        }
+    };
+    let open = public.count() + admin.count();
+    // GracefulShutdown::shutdown never ends while a request is held, hence the deadline.
+    let connections_drained = tokio::time::timeout_at(deadline, async {
+        tokio::join!(public.shutdown(), admin.shutdown());
+    })
+    .await
+    .is_ok();
+    state.tasks.close();
+    let tasks_drained = tokio::time::timeout_at(deadline, state.tasks.wait())
+        .await
+        .is_ok();
+    if connections_drained && tasks_drained {
+        eprintln!("ledger-svc: stopped ({open} open connections and all transfers drained)");
+        0
+    } else {
+        eprintln!(
+            "ledger-svc: grace of {} ms ran out (connections drained: {connections_drained}, \
+             transfers finished: {tasks_drained}); exiting",
+            grace.as_millis()
+        );
+        EXIT_GRACE_EXCEEDED
+    }
+}
