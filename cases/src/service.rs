@@ -127,30 +127,7 @@ pub struct Service {
 ///
 /// Errors: none of these exists.
 pub fn service_binary() -> anyhow::Result<PathBuf> {
-    if let Some(path) = std::env::var_os(SERVICE_BIN_ENV) {
-        let path = PathBuf::from(path);
-        if !path.is_file() {
-            bail!("{SERVICE_BIN_ENV}={} is not a file", path.display());
-        }
-        return Ok(path);
-    }
-    let exe = std::env::current_exe().context("locating the running executable")?;
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    let candidates = [
-        Some(dir.join("ledger-svc")),
-        dir.parent().map(|up| up.join("ledger-svc")),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .find(|candidate| candidate.is_file())
-        .ok_or_else(|| {
-            anyhow!(
-                "no ledger-svc binary beside {} or one folder up; build it \
-                 (cargo build --release --bins) or set {SERVICE_BIN_ENV}",
-                exe.display()
-            )
-        })
+    crate::framework::locate_binary("ledger-svc", SERVICE_BIN_ENV)
 }
 
 impl Service {

@@ -141,29 +141,7 @@ impl CrashWorker {
     ///
     /// Errors: no such file (build it with `cargo build --bins`).
     pub fn locate() -> anyhow::Result<PathBuf> {
-        if let Some(path) = std::env::var_os(BINARY_ENV) {
-            let path = PathBuf::from(path);
-            anyhow::ensure!(
-                path.is_file(),
-                "{BINARY_ENV} names {}, which is not a file",
-                path.display()
-            );
-            return Ok(path);
-        }
-        let exe = std::env::current_exe().context("locating the running executable")?;
-        let tried: Vec<PathBuf> = exe
-            .ancestors()
-            .skip(1)
-            .take(2)
-            .map(|folder| folder.join(BINARY_NAME))
-            .collect();
-        tried.iter().find(|path| path.is_file()).cloned().ok_or_else(|| {
-            let tried: Vec<String> = tried.iter().map(|p| p.display().to_string()).collect();
-            anyhow::anyhow!(
-                "{BINARY_NAME} not found (tried {}); build it with `cargo build --bins` or set {BINARY_ENV}",
-                tried.join(", ")
-            )
-        })
+        crate::framework::locate_binary(BINARY_NAME, BINARY_ENV)
     }
 
     /// Launches the worker found by [`CrashWorker::locate`].
