@@ -449,24 +449,6 @@ impl Ctx {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use rand::RngExt;
-
-    use super::seeded_rng;
-
-    #[test]
-    fn seeded_streams_replay_and_differ() {
-        let draw = |seed, label| -> Vec<u32> {
-            let mut rng = seeded_rng(seed, label);
-            (0..8).map(|_| rng.random_range(0..1_000_000)).collect()
-        };
-        assert_eq!(draw(42, "L3"), draw(42, "L3"));
-        assert_ne!(draw(42, "L3"), draw(43, "L3"));
-        assert_ne!(draw(42, "L3"), draw(42, "L4"));
-    }
-}
-
 /// Finds a workspace binary that a case starts as a child process (`ledger-svc`,
 /// `crash-worker`): the path in the environment variable `env_override` if set, else
 /// beside the running executable (`target/release/harness` → `target/release/<name>`),
@@ -498,4 +480,22 @@ pub fn locate_binary(name: &str, env_override: &str) -> anyhow::Result<PathBuf> 
             tried.join(", ")
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::RngExt;
+
+    use super::seeded_rng;
+
+    #[test]
+    fn seeded_streams_replay_and_differ() {
+        let draw = |seed, label| -> Vec<u32> {
+            let mut rng = seeded_rng(seed, label);
+            (0..8).map(|_| rng.random_range(0..1_000_000)).collect()
+        };
+        assert_eq!(draw(42, "L3"), draw(42, "L3"));
+        assert_ne!(draw(42, "L3"), draw(43, "L3"));
+        assert_ne!(draw(42, "L3"), draw(42, "L4"));
+    }
 }
