@@ -4,9 +4,11 @@
 //! Exit status: 0 when every check passed, 1 when a check failed, 2 on a harness or
 //! usage error (cluster did not start, unknown case id), 130/143 when interrupted.
 //!
-//! Scheduling: the Concurrent phase runs independent cases together (each in its own
-//! database); then each Exclusive case runs alone (it restarts the cluster or kills
-//! processes others would notice); then the Last cases, one by one, inspect the others'
+//! Scheduling: first each Exclusive case runs alone (it restarts the cluster or kills
+//! processes others would notice); it goes first because WAL recovery after an immediate
+//! stop fsyncs every file of the data directory, and the fewer case databases exist then,
+//! the shorter the recovery. Then the Concurrent phase runs independent cases together
+//! (each in its own database); then the Last cases, one by one, inspect the others'
 //! databases. Each case's redacted transcript is compared with its snapshot
 //! (`snapshots.rs`).
 
@@ -309,7 +311,7 @@ async fn run_in(
     let mut transcript = String::new();
     let mut acceptable = Vec::new();
     let mut diffs = std::collections::BTreeMap::new();
-    for phase in [Schedule::Concurrent, Schedule::Exclusive, Schedule::Last] {
+    for phase in [Schedule::Exclusive, Schedule::Concurrent, Schedule::Last] {
         let phase_started = Instant::now();
         let in_phase: Vec<Case> = selected
             .iter()
@@ -410,18 +412,18 @@ async fn run_in(
     folder.finish(&transcript, &records, &diffs, &environment)?;
     drop(env); // stops the cluster (immediate) and removes its folder
     println!(
-        "run: {} case{}, wall {:.1} s (cluster ready {:.1} s; phases: concurrent{} {:.1} s, exclusive {:.1} s, last {:.1} s)",
+        "run: {} case{}, wall {:.1} s (cluster ready {:.1} s; phases: exclusive {:.1} s, concurrent{} {:.1} s, last {:.1} s)",
         records.len(),
         if records.len() == 1 { "" } else { "s" },
         launched.elapsed().as_secs_f64(),
         durations.cluster_ready_ms as f64 / 1000.0,
+        durations.exclusive_phase_ms as f64 / 1000.0,
         if args.sequential {
             " (one at a time)"
         } else {
             ""
         },
         durations.concurrent_phase_ms as f64 / 1000.0,
-        durations.exclusive_phase_ms as f64 / 1000.0,
         durations.last_phase_ms as f64 / 1000.0,
     );
     println!("evidence: {} (evidence/latest)", folder.dir().display());
