@@ -187,6 +187,14 @@ fn fnv1a_64(bytes: &[u8]) -> u64 {
     })
 }
 
+/// Why a racer did not run its body.
+enum RaceError {
+    /// This racer failed (could not connect, or panicked): the cause to report.
+    Cause(String),
+    /// Another racer failed to connect (how many), so no one started.
+    Abandoned(usize),
+}
+
 /// One participant of [`Ctx::race`]: its index, its own connection, and the barrier all
 /// participants share (released when every participant has called `wait`).
 pub struct Racer {
@@ -327,7 +335,8 @@ impl Ctx {
     /// opened beforehand; all start `body` at the same moment (a barrier), and may meet
     /// again at [`Racer::barrier`]. Returns the results in index order.
     ///
-    /// Errors: a failed connection or a panicked participant.
+    /// Errors: a participant could not connect (then no participant runs `body`, so none
+    /// waits at the barrier for one that never comes), or a participant panicked.
     pub async fn race<T, F, Fut>(&self, participants: usize, body: F) -> anyhow::Result<Vec<T>>
     where
         T: Send + 'static,
@@ -336,45 +345,77 @@ impl Ctx {
     {
         let config = self.env.config(&self.database);
         let body = Arc::new(body);
-        let start = Arc::new(tokio::sync::Barrier::new(participants));
+        // A blocking barrier that needs no runtime: every thread reaches it, whatever
+        // happened before, so a failure can never leave the others waiting.
+        let start = Arc::new(std::sync::Barrier::new(participants));
+        let unconnected = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let shared = Arc::new(tokio::sync::Barrier::new(participants));
         let mut threads = Vec::with_capacity(participants);
         for index in 0..participants {
-            let (config, body, start, shared) =
-                (config.clone(), body.clone(), start.clone(), shared.clone());
+            let (config, body, start, unconnected, shared) = (
+                config.clone(),
+                body.clone(),
+                start.clone(),
+                unconnected.clone(),
+                shared.clone(),
+            );
             let thread = std::thread::Builder::new()
                 .name(format!("racer-{index}"))
-                .spawn(move || -> anyhow::Result<T> {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
+                .spawn(move || -> Result<T, RaceError> {
+                    let ready = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
-                        .build()?;
-                    runtime.block_on(async move {
-                        let client = connect_with(config).await;
-                        // Everyone reaches the start line, connected or not, so that a
-                        // failed connection cannot leave the others waiting forever.
-                        start.wait().await;
-                        let client = client?;
-                        Ok(body(Racer {
-                            index,
-                            client,
-                            barrier: shared,
-                        })
-                        .await)
-                    })
+                        .build()
+                        .map_err(anyhow::Error::from)
+                        .and_then(|runtime| {
+                            let client = runtime.block_on(connect_with(config))?;
+                            Ok((runtime, client))
+                        });
+                    if ready.is_err() {
+                        unconnected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    start.wait();
+                    // After the start line the count is final. If anyone is missing, no
+                    // one starts: a body that waits at the shared barrier would wait for
+                    // a participant that never comes.
+                    let (runtime, client) = ready.map_err(|error| {
+                        RaceError::Cause(format!("racer {index} could not connect: {error:#}"))
+                    })?;
+                    let missing = unconnected.load(std::sync::atomic::Ordering::SeqCst);
+                    if missing > 0 {
+                        return Err(RaceError::Abandoned(missing));
+                    }
+                    Ok(runtime.block_on(body(Racer {
+                        index,
+                        client,
+                        barrier: shared,
+                    })))
                 })?;
             threads.push(thread);
         }
-        tokio::task::spawn_blocking(move || {
+        let joined: Vec<Result<T, RaceError>> = tokio::task::spawn_blocking(move || {
             threads
                 .into_iter()
                 .map(|thread| {
                     thread
                         .join()
-                        .map_err(|_| anyhow::anyhow!("a racer panicked"))?
+                        .unwrap_or_else(|_| Err(RaceError::Cause("a racer panicked".into())))
                 })
                 .collect()
         })
-        .await?
+        .await?;
+        let mut results = Vec::with_capacity(participants);
+        let mut abandoned = None;
+        for outcome in joined {
+            match outcome {
+                Ok(value) => results.push(value),
+                Err(RaceError::Cause(cause)) => anyhow::bail!("race not run: {cause}"),
+                Err(RaceError::Abandoned(missing)) => abandoned = Some(missing),
+            }
+        }
+        if let Some(missing) = abandoned {
+            anyhow::bail!("race not run: {missing} racer(s) could not connect");
+        }
+        Ok(results)
     }
 
     /// Restarts the cluster in immediate mode (no checkpoint; WAL recovery on start).

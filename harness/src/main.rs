@@ -28,6 +28,8 @@ use scratch_pg::{Cluster, ClusterOptions};
 use crate::evidence::{Durations, Environment, RunFolder};
 use crate::snapshots::{Mode, Snapshots, Verdict};
 
+/// Longest wait for the runtime's tasks when the harness exits, milliseconds.
+const RUNTIME_SHUTDOWN_MS: u64 = 1_000;
 /// Exit status when a check failed.
 const EXIT_CHECK_FAILED: i32 = 1;
 /// Exit status for a harness or usage error.
@@ -128,8 +130,10 @@ fn main() {
             code = interrupted() => code,
         }
     });
-    // Drops the runtime: connection tasks end before the process exits.
-    drop(runtime);
+    // Connection tasks end with the runtime. Bounded: a blocking task still waiting (a
+    // timed-out case's racer threads, say) must not keep the process from exiting with
+    // its status; exit() ends such threads.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(RUNTIME_SHUTDOWN_MS));
     std::process::exit(code);
 }
 
@@ -145,9 +149,16 @@ async fn interrupted() -> i32 {
         _ = terminate.recv() => ("SIGTERM", 143),
         _ = hangup.recv() => ("SIGHUP", 129),
     };
-    eprintln!("harness: {name} received; stopping postgres and removing the run folder");
+    let run_dir = RUN_DIR.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match &run_dir {
+        Some(dir) => eprintln!(
+            "harness: {name} received; stopping postgres and removing {}",
+            dir.display()
+        ),
+        None => eprintln!("harness: {name} received; stopping postgres (cluster folder kept)"),
+    }
     scratch_pg::cleanup_all_clusters();
-    if let Some(dir) = RUN_DIR.lock().unwrap_or_else(|p| p.into_inner()).take() {
+    if let Some(dir) = run_dir {
         let _ = std::fs::remove_dir_all(dir);
     }
     code
