@@ -91,18 +91,6 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         START_BALANCE - COMMITTED_DEBIT,
         committed.balance,
     );
-    let after_checkpoint: bool = a
-        .query_one(
-            "SELECT redo_lsn <= $1::text::pg_lsn FROM pg_control_checkpoint()",
-            &[&wal_before_commit],
-        )
-        .await?
-        .get(0);
-    ctx.check(
-        "the committed debit lies after the last checkpoint (only WAL replay restores it)",
-        after_checkpoint,
-        format!("after_checkpoint={after_checkpoint}"),
-    );
 
     // b: the open debit, held at before-commit on its own connection.
     let mut b = ctx.connect().await?;
@@ -141,6 +129,21 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         "the open debit's WAL reached disk before the crash",
         flushed,
         format!("flushed={flushed}"),
+    );
+
+    // Checked last before the crash: no checkpoint has happened since the commit, so
+    // only WAL replay can bring the debit back.
+    let after_checkpoint: bool = a
+        .query_one(
+            "SELECT redo_lsn <= $1::text::pg_lsn FROM pg_control_checkpoint()",
+            &[&wal_before_commit],
+        )
+        .await?
+        .get(0);
+    ctx.check(
+        "the committed debit lies after the last checkpoint (only WAL replay restores it)",
+        after_checkpoint,
+        format!("after_checkpoint={after_checkpoint}"),
     );
 
     // server: immediate stop (no checkpoint), start, WAL recovery.

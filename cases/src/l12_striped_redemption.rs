@@ -67,11 +67,19 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     .await;
     let ok: Vec<&(String, String, _)> = replies
         .iter()
-        .filter(|(_, _, reply)| reply.as_ref().is_ok_and(|r| r.status == 201))
+        .filter(|(_, _, reply)| {
+            reply
+                .as_ref()
+                .is_ok_and(|r| r.status == 201 && r.outcome() == "OK")
+        })
         .collect();
     let refused = replies
         .iter()
-        .filter(|(_, _, reply)| reply.as_ref().is_ok_and(|r| r.status == 409))
+        .filter(|(_, _, reply)| {
+            reply
+                .as_ref()
+                .is_ok_and(|r| r.status == 409 && r.outcome() == "INSUFFICIENT")
+        })
         .count();
     let other = replies.len() - ok.len() - refused;
     let expected_ok = (ACCOUNTS * (GRANT / DEBIT) as u32) as usize;

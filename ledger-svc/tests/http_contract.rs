@@ -841,3 +841,54 @@ async fn database_unavailable_is_503_unknown_without_driver_text() {
         "malformed without a database",
     );
 }
+
+/// A grant that would take a balance past the bigint range (SQLSTATE 22003 in the
+/// database) is the client's error: 400 BAD_REQUEST, nothing recorded, and a retry with
+/// the same key is refused the same way instead of a 5xx that invites retrying.
+#[tokio::test]
+async fn grant_beyond_the_range_of_points_is_400_not_5xx() {
+    let db = TestDb::new("h_overflow").await;
+    let svc = Service::start(&db.url(), Options::default()).await;
+    assert_eq!(svc.grant("acct-0001", "g-1", 1000).await.status, 201);
+    let before = recorded(&db).await;
+    for attempt in ["first", "retry with the same key"] {
+        let reply = svc.grant("acct-0002", "g-max", i64::MAX).await;
+        assert_problem(&reply, 400, "BAD_REQUEST", attempt);
+    }
+    assert_eq!(recorded(&db).await, before, "nothing recorded");
+    assert_eq!(
+        db.scalar("SELECT balance FROM account WHERE account_id = 'acct-0002'")
+            .await,
+        0
+    );
+}
+
+/// A body that never finishes arriving is answered 408 with a problem body after
+/// `BODY_READ_TIMEOUT_MS`, the connection does not stay open forever, and nothing is
+/// recorded.
+#[tokio::test]
+async fn slow_body_is_408_and_records_nothing() {
+    let db = TestDb::new("h_slow_body").await;
+    let svc = Service::start(&db.url(), Options::default()).await;
+    assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
+    let before = recorded(&db).await;
+    let started = Instant::now();
+    // Content-Length promises 100 bytes; 8 arrive, and the connection stays open.
+    let raw = raw_request(
+        &svc.public,
+        "POST /accounts/acct-0001/debits HTTP/1.1\r\nhost: x\r\nx-client-id: app-s\r\n\
+         idempotency-key: k-slow\r\ncontent-type: application/x-www-form-urlencoded\r\n\
+         content-length: 100\r\n\r\namount=5",
+    )
+    .await;
+    assert!(raw.starts_with("HTTP/1.1 408"), "got: {raw}");
+    assert!(
+        raw.contains("application/problem+json") && raw.contains("BAD_REQUEST"),
+        "{raw}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "answered at the body timeout"
+    );
+    assert_eq!(recorded(&db).await, before, "nothing recorded");
+}

@@ -41,6 +41,13 @@ use super::problem::{ApiOutcome, HttpResponse, Problem, json_response, mark_repl
 /// Longest wait for a pooled database connection, milliseconds; then 503.
 pub const POOL_WAIT_TIMEOUT_MS: u64 = 5_000;
 
+/// A request body must arrive within this after its head, milliseconds; a slower one
+/// gets 408 and nothing is recorded (the head has its own `HEADER_READ_TIMEOUT_MS`).
+pub const BODY_READ_TIMEOUT_MS: u64 = 5_000;
+
+/// SQLSTATE of numeric_value_out_of_range (PostgreSQL docs, Appendix A).
+const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";
+
 /// What every handler shares.
 pub struct AppState {
     /// The database pool (Verified recycling: a dead connection is replaced).
@@ -214,10 +221,21 @@ async fn read_body(request: Request<Incoming>) -> Result<Bytes, Problem> {
     if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
         return Err(Problem::too_large(MAX_BODY_BYTES));
     }
-    match Limited::new(request.into_body(), MAX_BODY_BYTES)
-        .collect()
-        .await
-    {
+    let collected = tokio::time::timeout(
+        Duration::from_millis(BODY_READ_TIMEOUT_MS),
+        Limited::new(request.into_body(), MAX_BODY_BYTES).collect(),
+    )
+    .await
+    .map_err(|_| {
+        Problem::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body-timeout",
+            "Request body too slow",
+            format!("the request body did not arrive within {BODY_READ_TIMEOUT_MS} ms"),
+            ApiOutcome::BadRequest,
+        )
+    })?;
+    match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) if error.is::<http_body_util::LengthLimitError>() => {
             Err(Problem::too_large(MAX_BODY_BYTES))
@@ -348,6 +366,18 @@ async fn transfer_route(
         }
         Err(Failure::Ledger(LedgerError::InvalidAmount(_))) => {
             Ok(Problem::bad_request("amount must be a positive integer").into_response())
+        }
+        // SQLSTATE 22003 numeric_value_out_of_range: the amount would take a balance past
+        // the bigint range (a grant of nearly i64::MAX). The transaction rolled back and
+        // nothing was recorded, so it is the client's request that cannot be done.
+        Err(Failure::Ledger(error @ LedgerError::Db { .. }))
+            if error.sqlstate() == Some(NUMERIC_VALUE_OUT_OF_RANGE) =>
+        {
+            eprintln!("ledger-svc: transfer refused: {error}");
+            Ok(Problem::bad_request(
+                "amount would take a balance outside the 64-bit range of points; nothing was recorded",
+            )
+            .into_response())
         }
         Err(Failure::Ledger(error @ LedgerError::Db { .. })) => {
             eprintln!("ledger-svc: transfer failed: {error}");
