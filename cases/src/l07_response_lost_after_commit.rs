@@ -111,7 +111,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         START_BALANCE - DEBIT,
         retry.balance().unwrap_or(i64::MIN),
     );
-    ctx.check_eq("transactions for the key", 1, txns_for_key(&db, KEY).await?);
+    ctx.check_eq("transactions for the key", 1, queries::txns_for_key(&db, CLIENT, KEY).await?);
     ctx.check_eq(
         "balance after the retry",
         START_BALANCE - DEBIT,
@@ -213,12 +213,3 @@ async fn executed_txn(db: &tokio_postgres::Client, key: &str) -> anyhow::Result<
     Ok(row.map(|row| row.get(0)))
 }
 
-async fn txns_for_key(db: &tokio_postgres::Client, key: &str) -> anyhow::Result<i64> {
-    let row = db
-        .query_one(
-            "SELECT count(*) FROM ledger_txn WHERE client_id = $1 AND idem_key = $2",
-            &[&CLIENT, &key],
-        )
-        .await?;
-    Ok(row.get(0))
-}

@@ -149,7 +149,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             ),
         ),
     );
-    ctx.check_eq("transactions for the key", 1, txns_for(&db, CLIENT).await?);
+    ctx.check_eq("transactions for the key", 1, queries::txns_for_key(&db, CLIENT, KEY).await?);
     ctx.check_eq(
         "balance after 16 requests",
         START_BALANCE - DEBIT,
@@ -237,12 +237,3 @@ async fn recorded(db: &tokio_postgres::Client) -> anyhow::Result<(i64, i64, i64)
     Ok((row.get(0), row.get(1), row.get(2)))
 }
 
-async fn txns_for(db: &tokio_postgres::Client, client_id: &str) -> anyhow::Result<i64> {
-    let row = db
-        .query_one(
-            "SELECT count(*) FROM ledger_txn WHERE client_id = $1 AND idem_key = $2",
-            &[&client_id, &KEY],
-        )
-        .await?;
-    Ok(row.get(0))
-}
