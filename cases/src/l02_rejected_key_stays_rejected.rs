@@ -47,7 +47,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "first debit: status and outcome",
         "409 INSUFFICIENT".to_string(),
-        format!("{} {}", first.status, first.outcome()),
+        first.status_outcome(),
     );
     ctx.check_eq("first debit is not a replay", false, first.replayed);
 
@@ -71,7 +71,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "retry: status and outcome",
         "409 INSUFFICIENT".to_string(),
-        format!("{} {}", retry.status, retry.outcome()),
+        retry.status_outcome(),
     );
     ctx.check_eq(
         "retry carries Idempotent-Replayed: true",
@@ -95,7 +95,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "new key: status and outcome",
         "201 OK".to_string(),
-        format!("{} {}", fresh.status, fresh.outcome()),
+        fresh.status_outcome(),
     );
     ctx.check_eq("new key is not a replay", false, fresh.replayed);
     ctx.check_eq(

@@ -89,7 +89,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "retry: status and outcome",
         "201 OK".to_string(),
-        format!("{} {}", retry.status, retry.outcome()),
+        retry.status_outcome(),
     );
     ctx.check_eq(
         "retry carries Idempotent-Replayed: true",

@@ -168,7 +168,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "same key, other amount: status and outcome",
         "422 KEY_REUSED".to_string(),
-        format!("{} {}", reused.status, reused.outcome()),
+        reused.status_outcome(),
     );
     let after = recorded(&db).await?;
     ctx.check(
@@ -193,7 +193,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "another client id: status and outcome",
         "201 OK".to_string(),
-        format!("{} {}", other.status, other.outcome()),
+        other.status_outcome(),
     );
     ctx.check_eq("another client id is not a replay", false, other.replayed);
     ctx.check(

@@ -87,6 +87,12 @@ impl Reply {
             .map_or_else(|| "none".to_string(), |b| b.to_string())
     }
 
+    /// `<status> <outcome>`, e.g. `409 INSUFFICIENT`: what a check compares, since 409 is
+    /// also used for other conflicts (SPEC §4: clients read `outcome`).
+    pub fn status_outcome(&self) -> String {
+        format!("{} {}", self.status, self.outcome())
+    }
+
     /// `<status> <outcome> balance=<N> replayed=<bool>`: the stable part of a reply, for
     /// transcripts (no txn id).
     pub fn summary(&self) -> String {
