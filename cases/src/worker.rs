@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -34,6 +34,10 @@ pub const EXIT_WAIT_MS: u64 = 10_000;
 pub const BINARY_ENV: &str = "LEDGER_CRASH_WORKER_BIN";
 /// File name of the worker binary, looked for next to the running executable.
 pub const BINARY_NAME: &str = "crash-worker";
+
+/// How long [`CrashWorker::stderr`] waits for the end of the stderr pipe once the worker
+/// has been reaped.
+pub const STDERR_EOF_WAIT_MS: u64 = 2_000;
 
 /// How often an exit is polled for, in milliseconds.
 const EXIT_POLL_MS: u64 = 5;
@@ -122,7 +126,43 @@ pub struct CrashWorker {
     child: Child,
     ended: Option<WorkerEnd>,
     lines: mpsc::UnboundedReceiver<String>,
-    stderr: Arc<Mutex<String>>,
+    stderr: Arc<StderrCapture>,
+}
+
+/// The worker's stderr as read so far by the reader thread, and whether the pipe reached
+/// end-of-file (the worker and every holder of the pipe have closed it).
+#[derive(Default)]
+struct StderrCapture {
+    state: Mutex<(String, bool)>,
+    closed: Condvar,
+}
+
+impl StderrCapture {
+    fn push(&self, bytes: &[u8]) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.0.push_str(&String::from_utf8_lossy(bytes));
+    }
+
+    fn close(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.closed.notify_all();
+    }
+
+    /// The text read so far; with `wait_for_eof`, first waits up to `limit` for the end
+    /// of the pipe, so that nothing the worker wrote before exiting is missed.
+    fn text(&self, wait_for_eof: Option<Duration>) -> String {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let state = match wait_for_eof {
+            Some(limit) => {
+                self.closed
+                    .wait_timeout_while(state, limit, |state| !state.1)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
+            }
+            None => state,
+        };
+        state.0.clone()
+    }
 }
 
 impl std::fmt::Debug for CrashWorker {
@@ -195,7 +235,7 @@ impl CrashWorker {
                 }
             })
             .context("starting the stdout reader")?;
-        let stderr = Arc::new(Mutex::new(String::new()));
+        let stderr = Arc::new(StderrCapture::default());
         let mut pipe = child.stderr.take().expect("stderr is piped");
         let sink = stderr.clone();
         std::thread::Builder::new()
@@ -206,10 +246,9 @@ impl CrashWorker {
                     if read == 0 {
                         break;
                     }
-                    sink.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push_str(&String::from_utf8_lossy(&buffer[..read]));
+                    sink.push(&buffer[..read]);
                 }
+                sink.close();
             })
             .context("starting the stderr reader")?;
         Ok(CrashWorker {
@@ -225,12 +264,15 @@ impl CrashWorker {
         self.child.id()
     }
 
-    /// What the worker wrote to stderr so far (its error messages).
+    /// What the worker wrote to stderr (its error messages): so far while it runs; all
+    /// of it once it has been reaped (then this waits up to [`STDERR_EOF_WAIT_MS`] for
+    /// the reader thread to drain the pipe, since the exit can be seen before the last
+    /// bytes are read).
     pub fn stderr(&self) -> String {
-        self.stderr
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        let wait_for_eof = self
+            .ended
+            .map(|_| Duration::from_millis(STDERR_EOF_WAIT_MS));
+        self.stderr.text(wait_for_eof)
     }
 
     /// Waits up to [`PAUSED_WAIT_MS`] for the `PAUSED_IN_TX backend_pid=<pid>` line.
