@@ -123,11 +123,6 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         format!("outcome={} txn={}", recorded.0, recorded.1.is_some()),
     );
 
-    let status = service.stop().await?;
-    ctx.check(
-        "ledger-svc stopped on SIGTERM with status 0",
-        status.success(),
-        status,
-    );
+    service.stop_checked(ctx).await?;
     Ok(())
 }

@@ -211,12 +211,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         queries::existing_balance(&db, ACCOUNT).await?,
     );
 
-    let status = service.stop().await?;
-    ctx.check(
-        "ledger-svc stopped on SIGTERM with status 0",
-        status.success(),
-        status,
-    );
+    service.stop_checked(ctx).await?;
     Ok(())
 }
 

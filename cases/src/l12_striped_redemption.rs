@@ -147,7 +147,6 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let mut client = ctx.connect().await?;
     let findings = ledger_svc::reconcile(&mut client).await?;
     ctx.check("reconciliation: no findings", findings.is_clean(), findings.summary());
-    let status = service.stop().await?;
-    ctx.check("ledger-svc stopped on SIGTERM with status 0", status.success(), status);
+    service.stop_checked(ctx).await?;
     Ok(())
 }

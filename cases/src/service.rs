@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
 use ledger_svc::HookPoint;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use reqwest::header::CONTENT_TYPE;
 use serde::Deserialize;
 use serde_json::Value;
@@ -359,10 +361,9 @@ impl Service {
         let Some(mut child) = self.child.take() else {
             bail!("ledger-svc was already stopped");
         };
-        // SAFETY: kill(2) on our own, not yet reaped child; no memory is involved.
-        unsafe {
-            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-        }
+        // Our own child, not yet reaped, so the pid cannot have been reused.
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM)
+            .context("sending SIGTERM to ledger-svc")?;
         let deadline = Instant::now() + Duration::from_millis(SERVICE_STOP_TIMEOUT_MS);
         loop {
             if let Some(status) = child.try_wait()? {
@@ -375,6 +376,20 @@ impl Service {
             }
             tokio::time::sleep(Duration::from_millis(HEALTH_POLL_MS)).await;
         }
+    }
+
+    /// [`Service::stop`], recording the check that the service exited with status 0
+    /// on SIGTERM (its graceful, bounded shutdown).
+    ///
+    /// Errors: see [`Service::stop`].
+    pub async fn stop_checked(self, ctx: &mut Ctx) -> anyhow::Result<()> {
+        let status = self.stop().await?;
+        ctx.check(
+            "ledger-svc stopped on SIGTERM with status 0",
+            status.success(),
+            status,
+        );
+        Ok(())
     }
 }
 
