@@ -89,10 +89,10 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let again = service.cancel(t, "cancel-0201", "alice", b).await?;
     ctx.note(format!("the same cancel again: {}", again.summary()));
     ctx.check_eq("repeated cancel is replayed", true, again.replayed);
-    ctx.check_eq(
+    ctx.check(
         "the replay carries the first body",
-        cancelled.body.to_string(),
-        again.body.to_string(),
+        cancelled.body == again.body,
+        if cancelled.body == again.body { "same" } else { "different" },
     );
     ctx.check(
         "nothing moved: operations, movements, orders and balances unchanged",
