@@ -607,3 +607,110 @@ async fn cross_asset_tamper_is_named_per_asset() {
     assert_eq!(unbalanced, vec!["BTC -1", "USDT 1"]);
     assert_eq!(findings.count(), 4);
 }
+
+/// Counts how often each event passes `registered` (one per attempt).
+#[derive(Default)]
+struct CountAttempts(std::sync::atomic::AtomicU32);
+
+impl Hooks for CountAttempts {
+    fn at<'a>(&'a self, ctx: HookContext<'a>) -> BoxFuture<'a, Result<(), HookAbort>> {
+        if ctx.point == HookPoint::Registered {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// A deadlock with a writer outside the product (it holds sys-fee's row, then asks for
+/// alice's, which the fill already holds): PostgreSQL aborts the fill with 40P01 (the
+/// writer's own deadlock check is set to come later), the fill retries under the same
+/// business id and settles once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadlock_is_retried_with_the_same_business_id() {
+    let db = Db::new("fb_deadlock").await;
+    let mut c = db.connect().await;
+    let t = DEFAULT_TENANT;
+    fund(&mut c, t, "dep-a", "alice", Asset::Usdt, "10000").await;
+    fund(&mut c, t, "dep-b", "bob", Asset::Btc, "2").await;
+    let b = place(
+        &mut c,
+        &order_req(t, "p-a", "alice", Side::Buy, "1.0", "5000"),
+        &NoHooks,
+    )
+    .await
+    .unwrap()
+    .order_id
+    .unwrap();
+    let s = place(
+        &mut c,
+        &order_req(t, "p-b", "bob", Side::Sell, "1.0", "5000"),
+        &NoHooks,
+    )
+    .await
+    .unwrap()
+    .order_id
+    .unwrap();
+
+    let mut outsider = db.connect().await;
+    let x = outsider.transaction().await.unwrap();
+    x.batch_execute(
+        "SET LOCAL deadlock_timeout = '10s';
+         SELECT 1 FROM balance WHERE account_id = 'sys-fee' AND asset = 'USDT' FOR UPDATE;",
+    )
+    .await
+    .unwrap();
+    let hooks = Arc::new(CountAttempts::default());
+    let fill_hooks = hooks.clone();
+    let mut fill_client = db.connect().await;
+    let settling = tokio::spawn(async move {
+        let req = fill_req("f-1", b, s, "1.0", "5000");
+        fill(&mut fill_client, &req, fill_hooks.as_ref()).await
+    });
+    // Wait until the fill waits for sys-fee's row (it took alice's and bob's first).
+    let watcher = db.connect().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = $1",
+                &[&db.name],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fill never waited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // The outsider now asks for alice's USDT row: a cycle. It changes nothing.
+    x.execute(
+        "UPDATE balance SET version = version WHERE account_id = 'alice' AND asset = 'USDT'",
+        &[],
+    )
+    .await
+    .unwrap();
+    x.commit().await.unwrap();
+    let settled = settling.await.unwrap().unwrap();
+    assert_eq!(settled.outcome, Outcome::Ok);
+    assert!(!settled.replayed);
+    assert_eq!(
+        hooks.0.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "one retry"
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM balance_operation WHERE business_id = 'f-1'")
+            .await,
+        1
+    );
+    assert_eq!(
+        db.text(t, "alice", Asset::Btc).await,
+        "1.00000000 0.00000000"
+    );
+    assert_clean(&mut c).await;
+}
