@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use case_kit::{CONNECTION_HEADROOM, Case, Engine, Env, Family, PgTemplate, run_case};
 use futures_util::FutureExt;
-use scratch_pg::{Cluster, ClusterOptions};
+use scratch_pg::ClusterOptions;
 
 /// A budget of 8 connections.
 const MAX_CONNECTIONS: u32 = CONNECTION_HEADROOM + 8;
@@ -91,13 +91,9 @@ async fn concurrent_cases_stay_within_the_connection_budget() {
         max_connections: MAX_CONNECTIONS,
         ..ClusterOptions::default()
     };
-    let cluster = tokio::task::spawn_blocking(|| Cluster::start(options))
+    let env = Env::for_tests_with(options, 1, &[&family(Vec::new())])
         .await
-        .unwrap()
         .expect("cluster starts");
-    let env = Env::with_cluster_for_tests(Some(cluster), 1, &[&family(Vec::new())])
-        .await
-        .expect("template");
     assert_eq!(env.connection_budget(), 8);
 
     // 6 + 6 > 8: one at a time.

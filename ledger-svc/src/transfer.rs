@@ -280,17 +280,7 @@ pub async fn transfer(
     // Step 1: register the key, or replay what it recorded.
     let mut attempt = 0;
     loop {
-        let registered = tx
-            .query_typed_opt(
-                REGISTER_SQL,
-                &[
-                    (&req.client_id, Type::TEXT),
-                    (&req.idem_key, Type::TEXT),
-                    (&request_hash, Type::TEXT),
-                ],
-            )
-            .await?;
-        if registered.is_some() {
+        if register(&tx, req, &request_hash).await? {
             break;
         }
         let stored = tx
@@ -386,6 +376,26 @@ pub async fn transfer(
     commit(tx, hooks, req, result).await
 }
 
+/// Step 1: inserts the key's registration as PENDING; false when the key is already
+/// registered (the insert did nothing).
+async fn register(
+    tx: &Transaction<'_>,
+    req: &TransferRequest,
+    request_hash: &str,
+) -> Result<bool, LedgerError> {
+    let registered = tx
+        .query_typed_opt(
+            REGISTER_SQL,
+            &[
+                (&req.client_id, Type::TEXT),
+                (&req.idem_key, Type::TEXT),
+                (&request_hash, Type::TEXT),
+            ],
+        )
+        .await?;
+    Ok(registered.is_some())
+}
+
 /// Credits `to` and writes the `ledger_txn` row with its two entries (steps 2–3), in one
 /// statement; returns `to`'s balance after and the txn id.
 ///
@@ -455,17 +465,7 @@ pub async fn record_transfer(
         return Err(LedgerError::InvalidAmount(req.amount));
     }
     let request_hash = req.request_hash();
-    let registered = tx
-        .query_typed_opt(
-            REGISTER_SQL,
-            &[
-                (&req.client_id, Type::TEXT),
-                (&req.idem_key, Type::TEXT),
-                (&request_hash, Type::TEXT),
-            ],
-        )
-        .await?;
-    if registered.is_none() {
+    if !register(tx, req, &request_hash).await? {
         return Err(LedgerError::KeyReused {
             stored_hash: String::from("(already registered)"),
             request_hash,
