@@ -621,6 +621,10 @@ impl Hooks for CountAttempts {
     }
 }
 
+/// How long the fill's session waits before it checks for a deadlock (PostgreSQL's
+/// `deadlock_timeout`, default 1 s), long enough for the outsider to start waiting.
+const FILL_DEADLOCK_TIMEOUT: &str = "3s";
+
 /// A deadlock with a writer outside the product (it holds sys-fee's row, then asks for
 /// alice's, which the fill already holds): PostgreSQL aborts the fill with 40P01 (the
 /// writer's own deadlock check is set to come later), the fill retries under the same
@@ -651,10 +655,20 @@ async fn deadlock_is_retried_with_the_same_business_id() {
     .order_id
     .unwrap();
 
+    // The fill's session checks for a deadlock only after FILL_DEADLOCK_TIMEOUT, by
+    // when the outsider surely waits too (a check that finds no cycle yet is not
+    // repeated); the outsider's own check comes much later. So the fill is the victim.
+    db.client
+        .batch_execute(&format!(
+            "ALTER DATABASE {} SET deadlock_timeout = '{FILL_DEADLOCK_TIMEOUT}'",
+            db.name
+        ))
+        .await
+        .unwrap();
     let mut outsider = db.connect().await;
     let x = outsider.transaction().await.unwrap();
     x.batch_execute(
-        "SET LOCAL deadlock_timeout = '10s';
+        "SET LOCAL deadlock_timeout = '60s';
          SELECT 1 FROM balance WHERE account_id = 'sys-fee' AND asset = 'USDT' FOR UPDATE;",
     )
     .await
@@ -693,16 +707,13 @@ async fn deadlock_is_retried_with_the_same_business_id() {
         &[],
     )
     .await
-    .unwrap();
+    .expect("the outsider was not the deadlock victim");
     x.commit().await.unwrap();
     let settled = settling.await.unwrap().unwrap();
     assert_eq!(settled.outcome, Outcome::Ok);
     assert!(!settled.replayed);
-    assert_eq!(
-        hooks.0.load(std::sync::atomic::Ordering::SeqCst),
-        2,
-        "one retry"
-    );
+    let attempts = hooks.0.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(attempts, 2, "expected one retry, saw {attempts} attempts");
     assert_eq!(
         db.scalar("SELECT count(*) FROM balance_operation WHERE business_id = 'f-1'")
             .await,
