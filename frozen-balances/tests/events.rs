@@ -712,8 +712,15 @@ async fn deadlock_is_retried_with_the_same_business_id() {
     let settled = settling.await.unwrap().unwrap();
     assert_eq!(settled.outcome, Outcome::Ok);
     assert!(!settled.replayed);
+    // At least one retry. Under load there can be two: after the first rollback the
+    // retry may lock alice's row again before the outsider, woken up, takes it, and the
+    // same cycle forms once more. Either way the retries are bounded and the fill
+    // settles once.
     let attempts = hooks.0.load(std::sync::atomic::Ordering::SeqCst);
-    assert_eq!(attempts, 2, "expected one retry, saw {attempts} attempts");
+    assert!(
+        (2..=frozen_balances::events::MAX_DEADLOCK_ATTEMPTS).contains(&attempts),
+        "expected a bounded retry, saw {attempts} attempts"
+    );
     assert_eq!(
         db.scalar("SELECT count(*) FROM balance_operation WHERE business_id = 'f-1'")
             .await,
