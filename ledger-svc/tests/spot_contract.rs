@@ -360,6 +360,33 @@ async fn spot_routes_and_listeners() {
         .await
         .unwrap();
     assert_problem(&admin_balances, 404, "BAD_REQUEST", "balances on admin");
+    // Balances: the tenant header is required, the account id follows the grammar.
+    for (what, path, tenant) in [
+        ("no tenant", "/spot/accounts/alice/balances", None),
+        ("empty tenant", "/spot/accounts/alice/balances", Some("")),
+        (
+            "tenant with a blank",
+            "/spot/accounts/alice/balances",
+            Some("a b"),
+        ),
+        (
+            "percent-encoded account",
+            "/spot/accounts/al%69ce/balances",
+            Some("default"),
+        ),
+    ] {
+        let mut request = svc.http.get(format!("{}{path}", svc.public));
+        if let Some(tenant) = tenant {
+            request = request.header("x-tenant-id", tenant);
+        }
+        let reply = svc.send(request).await.unwrap();
+        println!(
+            "balances {what:<40} -> {} {}",
+            reply.status,
+            reply.outcome()
+        );
+        assert_problem(&reply, 400, "BAD_REQUEST", what);
+    }
     let wrong = svc
         .send(
             svc.http
