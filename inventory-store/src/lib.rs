@@ -25,6 +25,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, 
 
 pub mod naive;
 mod reconcile;
+pub mod recorded_refusals;
 
 pub use reconcile::{Finding, reconcile};
 pub use rusqlite;
@@ -109,6 +110,20 @@ impl Store {
     /// Errors: the file cannot be opened, WAL mode cannot be set, or the schema fails.
     pub fn open(path: &Path) -> Result<Store, OpenError> {
         Store::open_with(path, Schema::Checked)
+    }
+
+    /// Opens `path`, which must exist already (a checker must not create an empty file
+    /// where it expected data).
+    ///
+    /// Errors: the file does not exist; otherwise as [`Store::open`].
+    pub fn open_existing(path: &Path) -> Result<Store, OpenError> {
+        if !path.is_file() {
+            return Err(OpenError::Setting(format!(
+                "{} does not exist",
+                path.display()
+            )));
+        }
+        Store::open(path)
     }
 
     /// Opens `path`; a new file gets `schema`. An existing file keeps the tables it has

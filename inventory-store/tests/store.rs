@@ -421,3 +421,27 @@ fn reconciliation_names_a_tampered_item() {
         "item=2 stored=45 recomputed=40 (stored = recomputed + 5)"
     );
 }
+
+#[test]
+fn s4_the_recording_policy_replays_a_refusal_after_restock() {
+    use inventory_store::recorded_refusals::{self, RecordedOutcome};
+    let (_dir, _path, store) = store_with_item(100);
+    recorded_refusals::install(&store).unwrap();
+    let first = recorded_refusals::apply_change(&store, "ship-4", ITEM, -150).unwrap();
+    assert_eq!(first, RecordedOutcome::Refused);
+    let restock = recorded_refusals::apply_change(&store, "restock-4", ITEM, 100).unwrap();
+    assert_eq!(restock, RecordedOutcome::Applied);
+    let retry = recorded_refusals::apply_change(&store, "ship-4", ITEM, -150).unwrap();
+    assert_eq!(retry, RecordedOutcome::RefusalReplayed);
+    assert_eq!(store.units(ITEM).unwrap(), Some(200));
+    let other = recorded_refusals::apply_change(&store, "ship-4", ITEM, -10).unwrap_err();
+    assert!(matches!(other, ChangeError::Mismatch { .. }));
+    assert!(reconcile(store.connection()).unwrap().is_empty());
+}
+
+#[test]
+fn open_existing_refuses_a_missing_file() {
+    let (_dir, path) = fresh_file();
+    assert!(Store::open_existing(&path).is_err());
+    assert!(!path.exists());
+}
