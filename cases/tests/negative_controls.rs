@@ -9,8 +9,9 @@
 
 use std::sync::Arc;
 
-use cases::naive::{RACE_PARTICIPANTS, RacePlan};
-use cases::{Ctx, Env, Line, l04_lost_update, l05_overdraft, l06_check_last_line};
+use case_kit::{Ctx, Env, Line, Resource};
+use cases::ledger::naive::{RACE_PARTICIPANTS, RacePlan};
+use cases::ledger::{self, l04_lost_update, l05_overdraft, l06_check_last_line};
 
 /// Seed of this test's environment (the controls use no random input).
 const SEED: u64 = 4;
@@ -21,11 +22,16 @@ async fn fresh_ctx(env: &Arc<Env>, case_id: &'static str, database: &str) -> Ctx
     admin
         .batch_execute(&format!(
             "CREATE DATABASE \"{database}\" TEMPLATE {}",
-            env.template
+            ledger::TEMPLATE_DATABASE
         ))
         .await
         .expect("clone the template");
-    Ctx::new(env.clone(), case_id, database.to_owned())
+    Ctx::new(
+        env.clone(),
+        "L",
+        case_id,
+        Resource::Database(database.to_owned()),
+    )
 }
 
 fn transcript(ctx: &Ctx) -> String {
@@ -79,7 +85,7 @@ fn assert_all_passed(ctx: &Ctx) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn negative_controls_fail_without_a_race_and_pass_with_one() {
-    let env = Env::for_tests(SEED)
+    let env = Env::for_tests(SEED, &[&ledger::family()])
         .await
         .expect("scratch cluster and template");
     let no_race = [

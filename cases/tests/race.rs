@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cases::{Ctx, Env};
+use case_kit::{Ctx, Env, Resource};
 use scratch_pg::{Cluster, ClusterOptions};
 
 /// Connections the small cluster accepts (superusers may also use the 3 reserved ones).
@@ -25,8 +25,15 @@ async fn a_race_with_unconnectable_racers_fails_fast_and_runs_no_body() {
         .await
         .unwrap()
         .expect("small cluster starts");
-    let env = Arc::new(Env::prepare(cluster, 1).await.expect("template"));
-    let ctx = Ctx::new(env.clone(), "RACE", "postgres".to_owned());
+    let env = Env::with_cluster_for_tests(Some(cluster), 1, &[&cases::ledger::family()])
+        .await
+        .expect("template");
+    let ctx = Ctx::new(
+        env.clone(),
+        "L",
+        "RACE",
+        Resource::Database("postgres".to_owned()),
+    );
 
     let bodies_started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = bodies_started.clone();

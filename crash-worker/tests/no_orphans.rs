@@ -5,8 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cases::worker::{CrashWorker, EXIT_PAUSE_LIMIT, WorkerEnd, WorkerSpec};
-use cases::{Ctx, Env};
+use case_kit::worker::{CrashWorker, EXIT_PAUSE_LIMIT, WorkerEnd};
+use case_kit::{Ctx, Env, Family, Resource};
+use cases::ledger::worker::WorkerSpec;
 use ledger_svc::HookPoint;
 
 /// The binary cargo built for these tests.
@@ -50,7 +51,10 @@ async fn fresh_database(env: &Env, name: &str) -> String {
         .await
         .expect("drop");
     admin
-        .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {}", env.template))
+        .batch_execute(&format!(
+            "CREATE DATABASE {name} TEMPLATE {}",
+            cases::ledger::TEMPLATE_DATABASE
+        ))
         .await
         .expect("create");
     name.to_string()
@@ -72,8 +76,7 @@ async fn eventually(client: &tokio_postgres::Client, sql: &str) -> bool {
 /// gone.
 fn shut_down(env: Arc<Env>) {
     let postmaster = env
-        .cluster
-        .lock()
+        .cluster()
         .unwrap()
         .postmaster_pid()
         .expect("cluster running");
@@ -85,7 +88,17 @@ fn shut_down(env: Arc<Env>) {
     );
 }
 
-fn spec(url: &str, key: &str, stop_at: HookPoint, pause_limit_ms: Option<u64>) -> WorkerSpec {
+/// The ledger family, whose template the tests clone.
+fn ledger() -> Family {
+    cases::ledger::family()
+}
+
+/// A test environment with the ledger's template.
+async fn ledger_env(seed: u64) -> Arc<Env> {
+    Env::for_tests(seed, &[&ledger()]).await.expect("cluster")
+}
+
+fn spec(url: &str, key: &str, stop_at: HookPoint, pause_limit_ms: Option<u64>) -> Vec<String> {
     WorkerSpec {
         database_url: url.to_string(),
         client_id: "app-t".into(),
@@ -95,15 +108,16 @@ fn spec(url: &str, key: &str, stop_at: HookPoint, pause_limit_ms: Option<u64>) -
         stop_at,
         pause_limit_ms,
     }
+    .args()
 }
 
 /// At every hook point the worker stops, reports its backend, and — not killed — gives up
 /// on its own after its pause limit with status 3; only at after-commit does the debit stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_stops_at_each_point_and_gives_up_on_its_own() {
-    let env = Env::for_tests(1).await.expect("cluster");
+    let env = ledger_env(1).await;
     let db = fresh_database(&env, "worker_points").await;
-    let url = env.url(&db);
+    let url = env.url(&db).unwrap();
     let mut client = env.connect(&db).await.unwrap();
     ledger_svc::grant(&mut client, "ops", "g-1", "acct-0001", 1000)
         .await
@@ -113,14 +127,14 @@ async fn worker_stops_at_each_point_and_gives_up_on_its_own() {
     for (n, point) in HookPoint::ALL.into_iter().enumerate() {
         let key = format!("k-point-{n}");
         let mut worker =
-            CrashWorker::launch_binary(WORKER.as_ref(), &spec(&url, &key, point, Some(300)))
+            CrashWorker::launch_binary(WORKER.as_ref(), spec(&url, &key, point, Some(300)))
                 .unwrap();
         let pid = worker.pid();
         let paused = worker.wait_paused().await.unwrap();
         let state: String = client
             .query_one(
                 "SELECT state FROM pg_stat_activity WHERE pid = $1",
-                &[&paused.backend_pid],
+                &[&paused.backend_pid().unwrap()],
             )
             .await
             .unwrap()
@@ -174,9 +188,9 @@ async fn worker_stops_at_each_point_and_gives_up_on_its_own() {
 /// rolls the transaction back and ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_handle_kills_the_worker() {
-    let env = Env::for_tests(2).await.expect("cluster");
+    let env = ledger_env(2).await;
     let db = fresh_database(&env, "worker_drop").await;
-    let url = env.url(&db);
+    let url = env.url(&db).unwrap();
     let mut client = env.connect(&db).await.unwrap();
     ledger_svc::grant(&mut client, "ops", "g-1", "acct-0001", 100)
         .await
@@ -184,7 +198,7 @@ async fn dropping_the_handle_kills_the_worker() {
 
     let mut worker = CrashWorker::launch_binary(
         WORKER.as_ref(),
-        &spec(&url, "k-drop", HookPoint::BeforeCommit, None),
+        spec(&url, "k-drop", HookPoint::BeforeCommit, None),
     )
     .unwrap();
     let pid = worker.pid();
@@ -199,7 +213,7 @@ async fn dropping_the_handle_kills_the_worker() {
 
     let backend_gone = format!(
         "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = {})",
-        paused.backend_pid
+        paused.backend_pid().unwrap()
     );
     assert!(eventually(&client, &backend_gone).await, "backend ended");
     let row = client
@@ -221,7 +235,7 @@ async fn dropping_the_handle_kills_the_worker() {
 async fn a_worker_that_fails_early_is_reported() {
     let mut worker = CrashWorker::launch_binary(
         WORKER.as_ref(),
-        &spec(
+        spec(
             "postgresql://postgres@127.0.0.1:1/nowhere",
             "k-fail",
             HookPoint::BeforeCommit,
@@ -244,20 +258,18 @@ async fn a_worker_that_fails_early_is_reported() {
 /// stops with no postgres process left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l9_cancelled_midway_leaves_no_process() {
-    let env = Env::for_tests(9).await.expect("cluster");
+    let env = ledger_env(9).await;
     let db = fresh_database(&env, "case_l9").await;
-    let url = env.url(&db);
+    let url = env.url(&db).unwrap();
     let observer = env.connect(&db).await.unwrap();
-    let case = cases::all()
-        .into_iter()
-        .find(|case| case.id == "L9")
-        .unwrap();
-    let mut ctx = Ctx::new(env.clone(), "L9", db);
+    let family = ledger();
+    let case = family.cases.iter().find(|case| case.id == "L9").unwrap();
+    let mut ctx = Ctx::new(env.clone(), "L", "L9", Resource::Database(db));
 
     let blocked = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity \
                    WHERE datname = current_database() AND wait_event_type = 'Lock')";
     let running_workers = {
-        let body = (case.run)(&mut ctx);
+        let body = (case.body)(&mut ctx);
         tokio::select! {
             outcome = body => panic!("L9 ended before it was cancelled: {outcome:?}"),
             // Collected inside the branch: select! drops the other branch (the case)
@@ -302,12 +314,13 @@ async fn l9_cancelled_midway_leaves_no_process() {
 /// and the recovery figures, and nothing is left running afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l9_and_l10_pass_and_leave_no_process() {
-    let env = Env::for_tests(10).await.expect("cluster");
-    let url = env.url(&Env::database_for("L9"));
+    let env = ledger_env(10).await;
+    let url = env.url(&Env::database_for("L9")).unwrap();
     let mut transcripts = String::new();
     for id in ["L9", "L10"] {
-        let case = cases::all().into_iter().find(|case| case.id == id).unwrap();
-        let report = cases::run_case(env.clone(), case).await;
+        let family = ledger();
+        let case = family.cases.iter().find(|case| case.id == id).unwrap();
+        let report = case_kit::run_case(env.clone(), &family, case).await;
         let transcript = report.transcript();
         assert_eq!(report.failed, 0, "{transcript}");
         assert!(report.passed > 10, "{transcript}");

@@ -8,7 +8,7 @@
 //! | `<id>.snap.diff` | snapshot → this run, when they differ |
 //! | `results.json` | per case: status, checks, notes, duration; the totals |
 //! | `junit.xml` | one test suite per case, one test case per check |
-//! | `environment.json` | PostgreSQL version and durability settings, commit, command, seed, durations |
+//! | `environment.json` | families, PostgreSQL version and durability settings (when a family needed it), commit, command, seed, durations |
 //! | `postgres.log` | the server log of the run's scratch cluster |
 //! | `logs/` | logs of processes the cases start (ledger-svc, crash-worker) |
 
@@ -17,7 +17,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cases::{CaseReport, Line, Schedule};
+use case_kit::{CaseReport, Line, Schedule};
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use serde::Serialize;
 
@@ -49,25 +49,37 @@ pub struct Environment {
     pub seed: u64,
     /// `git rev-parse HEAD` of the work tree, with `-dirty` when it has changes.
     pub git_commit: String,
-    /// Server facts read from the running server (version, fsync, synchronous_commit,
-    /// full_page_writes).
-    pub postgres: scratch_pg::ServerFacts,
-    /// The PostgreSQL major version of the binaries.
-    pub postgres_major: u32,
-    /// `postgres --version` and where the binaries came from.
-    pub postgres_binaries: String,
-    /// The OS user id the server ran as, when the harness dropped privileges.
-    pub server_uid: Option<u32>,
+    /// The families that had a case in the run (prefixes).
+    pub families: Vec<String>,
+    /// The scratch cluster, when a selected family needed PostgreSQL (`null` otherwise).
+    pub postgres: Option<PostgresRecord>,
+    /// The most connections concurrent cases could declare together (0 without a
+    /// cluster).
+    pub connection_budget: u32,
     /// The case ids of the run, in the order they ran.
     pub cases: Vec<String>,
     /// Whether independent cases ran one at a time (`--sequential`).
     pub sequential: bool,
     /// Snapshot mode: review, accept or read-only.
-    pub snapshot_mode: crate::snapshots::Mode,
+    pub snapshot_mode: case_kit::snapshot::Mode,
     /// Whether the run saw `CI=true`.
     pub ci: bool,
     /// Wall times.
     pub durations: Durations,
+}
+
+/// The scratch cluster of a run, as written to `environment.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PostgresRecord {
+    /// Server facts read from the running server (version, fsync, synchronous_commit,
+    /// full_page_writes).
+    pub facts: scratch_pg::ServerFacts,
+    /// The PostgreSQL major version of the binaries.
+    pub major: u32,
+    /// `postgres --version` and where the binaries came from.
+    pub binaries: String,
+    /// The OS user id the server ran as, when the harness dropped privileges.
+    pub server_uid: Option<u32>,
 }
 
 /// One case in `results.json`.
@@ -75,14 +87,16 @@ pub struct Environment {
 struct CaseResult<'a> {
     id: &'a str,
     title: &'a str,
+    family: &'a str,
     schedule: Schedule,
-    database: &'a str,
+    resource: &'a str,
     status: &'static str,
     passed: usize,
     failed: usize,
     duration_ms: u128,
-    checks: Vec<&'a cases::Check>,
+    checks: Vec<&'a case_kit::Check>,
     notes: Vec<&'a str>,
+    details: &'a BTreeMap<String, serde_json::Value>,
 }
 
 /// `results.json`.
@@ -198,8 +212,9 @@ fn results<'a>(records: &'a [CaseReport], environment: &Environment) -> Results<
             .map(|record| CaseResult {
                 id: &record.id,
                 title: &record.title,
+                family: &record.family,
                 schedule: record.schedule,
-                database: &record.database,
+                resource: &record.resource,
                 status: status(record.failed),
                 passed: record.passed,
                 failed: record.failed,
@@ -213,6 +228,7 @@ fn results<'a>(records: &'a [CaseReport], environment: &Environment) -> Results<
                         Line::Check(_) => None,
                     })
                     .collect(),
+                details: &record.details,
             })
             .collect(),
     }
@@ -245,7 +261,9 @@ fn junit(
                 let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
                 status.set_message(Line::Check(check.clone()).render().trim().to_string());
                 status.set_type("check");
-                if check.name.starts_with(crate::snapshots::MATCH_CHECK_PREFIX)
+                if check
+                    .name
+                    .starts_with(case_kit::snapshot::MATCH_CHECK_PREFIX)
                     && let Some(diff) = diffs.get(&record.id)
                 {
                     status.set_description(diff.as_str());

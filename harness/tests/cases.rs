@@ -1,17 +1,17 @@
 //! The cases as cargo tests (libtest-mimic, so `cargo test` and nextest list and filter
 //! them by id): `cargo test -p harness --test cases -- --list`, `... -- --exact L3`.
 //!
-//! - every registered case (`cases::all()`) is a test that fails when the case has a
-//!   failed check; its transcript is the failure message;
+//! - every registered case of every family (`cases::families()`) is a test that fails
+//!   when the case has a failed check; its transcript is the failure message;
 //! - the template `L0` runs too, so the file engineers copy keeps compiling and passing;
 //! - `CANARY` passes only when the canary case FAILS, exactly on its deliberately false
 //!   check: a runner that lost failures would turn it red.
 //!
-//! One scratch cluster per test process, started by the first test that needs it (so
-//! `--list` starts nothing). Independent cases run in parallel on the test threads;
+//! One environment per test process (a scratch cluster for the PostgreSQL families),
+//! made by the first test that needs it (so `--list` starts nothing). Independent cases run in parallel on the test threads;
 //! Exclusive and Last cases take the cluster alone (a write lock). Snapshots are compared
-//! by `./run.sh`, not here: a Last case's transcript depends on which cases ran before
-//! it, which libtest's order does not fix.
+//! by `./run.sh`, not here: what a Last case reconciles depends on which cases ran
+//! before it, which libtest's order does not fix.
 //!
 //! The seed: `LEDGER_SEED=N` replays a run; otherwise it is drawn from the clock and
 //! printed to stderr.
@@ -19,7 +19,7 @@
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::SystemTime;
 
-use cases::{Case, CaseReport, Env, Line, Schedule};
+use case_kit::{Case, CaseReport, Env, Family, Line, Schedule};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 /// Worker threads of the shared runtime (connection tasks; racers have their own threads).
@@ -27,6 +27,7 @@ const RUNTIME_WORKER_THREADS: usize = 2;
 
 static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
 static ENV: OnceLock<Result<Arc<Env>, String>> = OnceLock::new();
+static FAMILIES: OnceLock<Vec<Family>> = OnceLock::new();
 /// Concurrent cases share it (read); Exclusive and Last cases hold it alone (write).
 static CLUSTER_TURN: RwLock<()> = RwLock::new(());
 
@@ -57,28 +58,32 @@ fn env() -> Result<Arc<Env>, Failed> {
         let seed = seed();
         eprintln!("cases: seed={seed} (replay with LEDGER_SEED={seed})");
         runtime()
-            .block_on(Env::for_tests(seed))
+            .block_on(Env::for_tests(seed, &families().iter().collect::<Vec<_>>()))
             .map_err(|error| format!("scratch cluster for the cases: {error:#}"))
     })
     .clone()
     .map_err(Failed::from)
 }
 
-fn run(case: Case) -> Result<CaseReport, Failed> {
+fn families() -> &'static [Family] {
+    FAMILIES.get_or_init(cases::families)
+}
+
+fn run(family: &'static Family, case: &'static Case) -> Result<CaseReport, Failed> {
     let env = env()?;
     let report = if case.schedule == Schedule::Concurrent {
         let _turn = CLUSTER_TURN.read().unwrap_or_else(|p| p.into_inner());
-        runtime().block_on(cases::run_case(env, case))
+        runtime().block_on(case_kit::run_case(env, family, case))
     } else {
         let _turn = CLUSTER_TURN.write().unwrap_or_else(|p| p.into_inner());
-        runtime().block_on(cases::run_case(env, case))
+        runtime().block_on(case_kit::run_case(env, family, case))
     };
     Ok(report)
 }
 
 /// A registered case (or the template): passes when every check passed.
-fn expect_pass(case: Case) -> Result<(), Failed> {
-    let report = run(case)?;
+fn expect_pass(family: &'static Family, case: &'static Case) -> Result<(), Failed> {
+    let report = run(family, case)?;
     if report.failed == 0 {
         Ok(())
     } else {
@@ -93,8 +98,8 @@ fn expect_pass(case: Case) -> Result<(), Failed> {
 
 /// The canary: passes only when the case failed on exactly its deliberately false check
 /// and on nothing else.
-fn expect_canary_failure(case: Case) -> Result<(), Failed> {
-    let report = run(case)?;
+fn expect_canary_failure(family: &'static Family, case: &'static Case) -> Result<(), Failed> {
+    let report = run(family, case)?;
     let failed: Vec<&str> = report
         .lines
         .iter()
@@ -116,15 +121,23 @@ fn expect_canary_failure(case: Case) -> Result<(), Failed> {
 
 fn main() {
     let args = Arguments::from_args();
-    let mut trials: Vec<Trial> = cases::all()
-        .into_iter()
-        .map(|case| Trial::test(case.id, move || expect_pass(case)))
-        .collect();
-    for case in cases::extras() {
-        if case.id == cases::CANARY_ID {
-            trials.push(Trial::test(case.id, move || expect_canary_failure(case)));
-        } else {
-            trials.push(Trial::test(case.id, move || expect_pass(case)));
+    let mut trials = Vec::new();
+    for family in families() {
+        for case in &family.cases {
+            trials.push(Trial::test(case.id.as_str(), move || {
+                expect_pass(family, case)
+            }));
+        }
+        for case in &family.extras {
+            if case.id == cases::CANARY_ID {
+                trials.push(Trial::test(case.id.as_str(), move || {
+                    expect_canary_failure(family, case)
+                }));
+            } else {
+                trials.push(Trial::test(case.id.as_str(), move || {
+                    expect_pass(family, case)
+                }));
+            }
         }
     }
     let conclusion = libtest_mimic::run(&args, trials);

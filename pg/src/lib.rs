@@ -21,7 +21,9 @@ mod cluster;
 pub mod process;
 
 pub use binaries::PgBinaries;
-pub use cluster::{Cluster, ClusterOptions, ServerFacts, StopMode, cleanup_all_clusters};
+pub use cluster::{
+    Cluster, ClusterOptions, DEFAULT_SERVER_USER, ServerFacts, StopMode, cleanup_all_clusters,
+};
 
 /// Everything that can go wrong while managing a scratch cluster.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,378 @@
+//! The load: N clients debiting random funded accounts for a fixed time, a sampler of
+//! lock waits, and the reconciliation afterwards.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use case_kit::service::{Service, ServiceOptions};
+use case_kit::{ChaCha8Rng, seeded_rng};
+use ledger_svc::striping::{create_redeem_stripes, striped_debit};
+use ledger_svc::{NoHooks, Outcome, TransferRequest, reconcile, transfer};
+use rand::RngExt;
+use scratch_pg::Cluster;
+use serde::Serialize;
+use tokio::sync::Barrier;
+
+/// Points granted to each funded account: far more than a run can debit.
+const FUNDING_POINTS: i64 = 1_000_000_000;
+/// Debit amounts are drawn from this range, in points.
+const AMOUNT_RANGE: std::ops::RangeInclusive<i64> = 1..=100;
+/// How often the sampler reads `pg_stat_activity`, in milliseconds.
+const SAMPLE_INTERVAL_MS: u64 = 50;
+/// Connections used to fund the accounts.
+const FUNDING_CONNECTIONS: usize = 8;
+/// The funded template every measured database is cloned from.
+const TEMPLATE: &str = "bench_template";
+
+/// Per-request timeout of the service variant's HTTP clients, milliseconds.
+const HTTP_TIMEOUT_MS: u64 = 10_000;
+
+/// A measured design.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// SPEC §3 transfer over database connections; every debit credits `sys-redeem`.
+    Raw,
+    /// The same debits through ledger-svc over HTTP (keep-alive clients, unique keys,
+    /// a pool of as many connections as clients), still crediting `sys-redeem`.
+    Service,
+    /// The raw transfer with the sink striped (`ledger_svc::striping`): no hot row.
+    Fix,
+}
+
+impl Variant {
+    /// Every variant, in report order.
+    pub const ALL: [Variant; 3] = [Variant::Raw, Variant::Service, Variant::Fix];
+
+    /// Lower-case name used in tables and the BENCH line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Raw => "raw",
+            Variant::Service => "service",
+            Variant::Fix => "fix",
+        }
+    }
+}
+
+/// How one client issues a debit.
+enum Debitor {
+    Sql(tokio_postgres::Client),
+    Http {
+        client: reqwest::Client,
+        base: String,
+    },
+}
+
+impl Debitor {
+    /// One debit; `Ok(true)` when it committed OK, `Ok(false)` when refused.
+    async fn debit(
+        &mut self,
+        variant: Variant,
+        stripes: u32,
+        key: String,
+        account: &str,
+        amount: i64,
+    ) -> anyhow::Result<bool> {
+        match self {
+            Debitor::Sql(client) => {
+                let request = match variant {
+                    Variant::Fix => striped_debit("bench", key, account, amount, stripes),
+                    _ => TransferRequest::debit("bench", key, account, amount),
+                };
+                let done = transfer(client, &request, &NoHooks).await?;
+                Ok(done.outcome == Outcome::Ok)
+            }
+            Debitor::Http { client, base } => {
+                let response = client
+                    .post(format!("{base}/accounts/{account}/debits"))
+                    .header("x-client-id", "bench")
+                    .header("idempotency-key", key)
+                    .header("content-type", "application/json")
+                    .body(format!("{{\"amount\": {amount}}}"))
+                    .send()
+                    .await?;
+                let status = response.status().as_u16();
+                let _ = response.bytes().await?;
+                match status {
+                    201 => Ok(true),
+                    409 => Ok(false),
+                    other => anyhow::bail!("status {other}"),
+                }
+            }
+        }
+    }
+}
+
+/// One (variant, clients) point.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measurement {
+    /// The design measured.
+    pub variant: Variant,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Measured wall time in seconds.
+    pub elapsed_s: f64,
+    /// Debits that committed OK.
+    pub ok: u64,
+    /// Debits refused (INSUFFICIENT/NO_ACCOUNT; expected 0 with the funding used).
+    pub refused: u64,
+    /// Debits that failed with an error.
+    pub errors: u64,
+    /// OK debits per second.
+    pub debits_per_s: f64,
+    /// Median latency of a debit, milliseconds.
+    pub p50_ms: f64,
+    /// 99th percentile latency, milliseconds.
+    pub p99_ms: f64,
+    /// Share of sampled active client backends waiting on a heavyweight lock
+    /// (`pg_stat_activity.wait_event_type = 'Lock'`), 0..1.
+    pub lock_wait_share: f64,
+    /// Whether the reconciliation afterwards found nothing.
+    pub reconciled_clean: bool,
+    /// The reconciliation's one-line summary.
+    pub findings: String,
+}
+
+/// The cluster and its funded template.
+pub struct BenchDb {
+    cluster: Cluster,
+    accounts: Vec<String>,
+    stripes: u32,
+}
+
+impl BenchDb {
+    /// Creates the template: schema, seeded accounts, the stripes, and `accounts` funded
+    /// accounts `bench-0001` … granted [`FUNDING_POINTS`] each through the ledger.
+    ///
+    /// Errors: SQL or ledger errors.
+    pub async fn prepare(cluster: Cluster, accounts: u32, stripes: u32) -> anyhow::Result<BenchDb> {
+        cluster.create_database(TEMPLATE, None).await?;
+        let names: Vec<String> = (1..=accounts).map(|n| format!("bench-{n:04}")).collect();
+        {
+            let client = cluster.connect(TEMPLATE).await?;
+            ledger_svc::schema::install(&client).await?;
+            ledger_svc::schema::seed(&client).await?;
+            create_redeem_stripes(&client, stripes).await?;
+            client
+                .execute(
+                    "INSERT INTO account (account_id) SELECT unnest($1::text[])",
+                    &[&names],
+                )
+                .await?;
+        }
+        let mut funders = Vec::new();
+        for part in names.chunks(names.len().div_ceil(FUNDING_CONNECTIONS).max(1)) {
+            let mut client = cluster.connect(TEMPLATE).await?;
+            let part = part.to_vec();
+            funders.push(tokio::spawn(async move {
+                for account in part {
+                    let request = TransferRequest::grant(
+                        "bench-setup",
+                        format!("fund-{account}"),
+                        &account,
+                        FUNDING_POINTS,
+                    );
+                    transfer(&mut client, &request, &NoHooks).await?;
+                }
+                anyhow::Ok(())
+            }));
+        }
+        for funder in funders {
+            funder.await??;
+        }
+        let admin = cluster.connect("postgres").await?;
+        admin
+            .batch_execute(&format!(
+                "ALTER DATABASE {TEMPLATE} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false"
+            ))
+            .await?;
+        Ok(BenchDb {
+            cluster,
+            accounts: names,
+            stripes,
+        })
+    }
+
+    /// Runs `clients` clients of `variant` for `duration` on a fresh copy of the template,
+    /// then reconciles it and drops it.
+    ///
+    /// Errors: setup, SQL or reconciliation errors (a debit's own error is counted).
+    pub async fn measure(
+        &self,
+        variant: Variant,
+        clients: usize,
+        duration: Duration,
+        seed: u64,
+    ) -> anyhow::Result<Measurement> {
+        let database = format!("bench_{}_{clients}", variant.name());
+        let admin = self.cluster.connect("postgres").await?;
+        admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {database}"))
+            .await?;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {database} TEMPLATE {TEMPLATE}"))
+            .await?;
+
+        let service = match variant {
+            Variant::Service => Some(
+                Service::launch(
+                    &self.cluster.url(&database),
+                    self.cluster
+                        .dir()
+                        .join(format!("ledger-svc-{database}.log")),
+                    ServiceOptions {
+                        pool_size: clients,
+                        ..ServiceOptions::default()
+                    },
+                )
+                .await?,
+            ),
+            _ => None,
+        };
+        let barrier = Arc::new(Barrier::new(clients + 1));
+        let accounts = Arc::new(self.accounts.clone());
+        let mut workers = Vec::new();
+        for worker in 0..clients {
+            let mut debitor = match &service {
+                Some(service) => Debitor::Http {
+                    client: reqwest::Client::builder()
+                        .no_proxy()
+                        .timeout(Duration::from_millis(HTTP_TIMEOUT_MS))
+                        .build()?,
+                    base: service.public_url(""),
+                },
+                None => Debitor::Sql(self.cluster.connect(&database).await?),
+            };
+            let (barrier, accounts, stripes) = (barrier.clone(), accounts.clone(), self.stripes);
+            let mut rng: ChaCha8Rng =
+                seeded_rng(seed, &format!("{}-{clients}-{worker}", variant.name()));
+            workers.push(tokio::spawn(async move {
+                let mut tally = Tally::default();
+                barrier.wait().await;
+                let deadline = Instant::now() + duration;
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    let account = &accounts[rng.random_range(0..accounts.len())];
+                    let amount = rng.random_range(AMOUNT_RANGE);
+                    let key = format!("{}-{clients}-{worker}-{n}", variant.name());
+                    n += 1;
+                    let began = Instant::now();
+                    let result = debitor.debit(variant, stripes, key, account, amount).await;
+                    tally.latencies_us.push(began.elapsed().as_micros() as u32);
+                    match result {
+                        Ok(true) => tally.ok += 1,
+                        Ok(false) => tally.refused += 1,
+                        Err(_) => tally.errors += 1,
+                    }
+                }
+                tally
+            }));
+        }
+        let sampler_client = self.cluster.connect("postgres").await?;
+        barrier.wait().await;
+        let started = Instant::now();
+        let share = sample_lock_waits(&sampler_client, &database, duration).await?;
+        let mut total = Tally::default();
+        for worker in workers {
+            total.merge(worker.await?);
+        }
+        let elapsed_s = started.elapsed().as_secs_f64();
+        if let Some(service) = service {
+            service.stop().await?;
+        }
+
+        let findings = {
+            let mut client = self.cluster.connect(&database).await?;
+            reconcile(&mut client).await?
+        };
+        admin
+            .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
+            .await?;
+        let mut latencies = total.latencies_us;
+        latencies.sort_unstable();
+        Ok(Measurement {
+            variant,
+            clients,
+            elapsed_s,
+            ok: total.ok,
+            refused: total.refused,
+            errors: total.errors,
+            debits_per_s: total.ok as f64 / elapsed_s,
+            p50_ms: percentile_ms(&latencies, 0.50),
+            p99_ms: percentile_ms(&latencies, 0.99),
+            lock_wait_share: share,
+            reconciled_clean: findings.is_clean(),
+            findings: findings.summary(),
+        })
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    ok: u64,
+    refused: u64,
+    errors: u64,
+    latencies_us: Vec<u32>,
+}
+
+impl Tally {
+    fn merge(&mut self, other: Tally) {
+        self.ok += other.ok;
+        self.refused += other.refused;
+        self.errors += other.errors;
+        self.latencies_us.extend(other.latencies_us);
+    }
+}
+
+/// Nearest-rank percentile of sorted microsecond latencies, in milliseconds.
+fn percentile_ms(sorted_us: &[u32], quantile: f64) -> f64 {
+    if sorted_us.is_empty() {
+        return 0.0;
+    }
+    let rank = ((quantile * sorted_us.len() as f64).ceil() as usize).clamp(1, sorted_us.len());
+    sorted_us[rank - 1] as f64 / 1000.0
+}
+
+/// Samples `pg_stat_activity` every [`SAMPLE_INTERVAL_MS`] for `duration`: the share of
+/// active client backends of `database` waiting on a lock (docs, 27.2.3
+/// "pg_stat_activity", wait_event_type `Lock`).
+async fn sample_lock_waits(
+    client: &tokio_postgres::Client,
+    database: &str,
+    duration: Duration,
+) -> anyhow::Result<f64> {
+    let deadline = Instant::now() + duration;
+    let (mut waiting, mut active) = (0i64, 0i64);
+    let mut interval = tokio::time::interval(Duration::from_millis(SAMPLE_INTERVAL_MS));
+    while Instant::now() < deadline {
+        interval.tick().await;
+        let row = client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE wait_event_type = 'Lock'), count(*) \
+                 FROM pg_stat_activity \
+                 WHERE datname = $1 AND backend_type = 'client backend' AND state = 'active'",
+                &[&database],
+            )
+            .await?;
+        waiting += row.get::<_, i64>(0);
+        active += row.get::<_, i64>(1);
+    }
+    Ok(if active == 0 {
+        0.0
+    } else {
+        waiting as f64 / active as f64
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percentile_ms;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let sorted: Vec<u32> = (1..=100).map(|ms| ms * 1000).collect();
+        assert_eq!(percentile_ms(&sorted, 0.50), 50.0);
+        assert_eq!(percentile_ms(&sorted, 0.99), 99.0);
+        assert_eq!(percentile_ms(&[], 0.5), 0.0);
+    }
+}

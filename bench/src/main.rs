@@ -1,0 +1,118 @@
+//! `bench` (`./run.sh bench`, its own crate so that it depends on the case kit and the ledger, not on the cases): debits per second of the SPEC §3 transfer, and what the
+//! `sys-redeem` hot row costs. A benchmark, not a test: it reports figures and never
+//! fails on them.
+//!
+//! On a fresh scratch cluster with the normal durability settings (fsync,
+//! synchronous_commit and full_page_writes on), for each variant and each client count it
+//! runs a fixed-duration load on its own copy of a funded database, then reconciles it:
+//!
+//! - `raw`: the transfer issued from N database connections, every debit crediting the
+//!   one `sys-redeem` row (the hot row);
+//! - `service`: the same debits through ledger-svc over HTTP from N keep-alive clients
+//!   (unique idempotency keys; the service's pool has N connections);
+//! - `fix`: the raw transfer with the redemption sink striped over K sub-accounts
+//!   (`ledger_svc::striping`), so debits of different accounts lock different rows.
+//!
+//! Output: a table on stdout and under `evidence/bench/` (Markdown and JSON, with the
+//! machine, PostgreSQL version and settings, and the seed), an SVG plot of throughput
+//! against clients, and one last line `BENCH …` with ratios from the same run.
+
+mod load;
+mod report;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Parser;
+use scratch_pg::{Cluster, ClusterOptions};
+
+use crate::load::{BenchDb, Variant};
+
+/// Default load duration per (variant, clients) point, in seconds.
+const DEFAULT_DURATION_S: u64 = 10;
+
+/// Debit throughput of the ledger with and without the hot row.
+#[derive(Debug, Parser)]
+#[command(name = "bench")]
+struct Args {
+    /// Seconds of load per (variant, clients) point.
+    #[arg(long, default_value_t = DEFAULT_DURATION_S)]
+    duration_s: u64,
+    /// Concurrent client counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+    clients: Vec<usize>,
+    /// Funded accounts the load picks from at random.
+    #[arg(long, default_value_t = 1000)]
+    accounts: u32,
+    /// Redemption stripes of the `fix` variant.
+    #[arg(long, default_value_t = 64)]
+    stripes: u32,
+    /// Seed for the random accounts and amounts [default: from the clock; printed].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Folder for the table and the plot.
+    #[arg(long, default_value = "evidence/bench")]
+    out: PathBuf,
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    match run(args).await {
+        Ok(()) => {}
+        Err(error) => {
+            eprintln!("bench error: {error:#}");
+            std::process::exit(2);
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+    });
+    println!(
+        "seed={seed} duration_s={} clients={:?} accounts={} stripes={}",
+        args.duration_s, args.clients, args.accounts, args.stripes
+    );
+    let cluster = tokio::task::spawn_blocking(|| Cluster::start(ClusterOptions::default()))
+        .await?
+        .context("starting the scratch cluster")?;
+    let facts = cluster.server_facts().await?;
+    println!(
+        "postgres {} (fsync={} synchronous_commit={} full_page_writes={})",
+        facts.server_version, facts.fsync, facts.synchronous_commit, facts.full_page_writes
+    );
+    let db = BenchDb::prepare(cluster, args.accounts, args.stripes).await?;
+    let duration = Duration::from_secs(args.duration_s);
+    let mut results = Vec::new();
+    for variant in Variant::ALL {
+        for &clients in &args.clients {
+            let result = db.measure(variant, clients, duration, seed).await?;
+            println!("{}", report::row(&result));
+            results.push(result);
+        }
+    }
+    let context = report::Context {
+        seed,
+        duration_s: args.duration_s,
+        accounts: args.accounts,
+        stripes: args.stripes,
+        postgres: facts,
+        machine: report::machine(),
+        wall_time_s: started.elapsed().as_secs_f64(),
+    };
+    std::fs::create_dir_all(&args.out)?;
+    report::write(&args.out, &context, &results)?;
+    println!(
+        "wrote {}/results.md, results.json, throughput.svg",
+        args.out.display()
+    );
+    println!("{}", report::bench_line(&results));
+    Ok(())
+}

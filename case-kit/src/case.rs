@@ -1,0 +1,201 @@
+//! What a case is, and the family it belongs to.
+//!
+//! A [`Case`] owns its data (id, title, body), so cases can be built at run time as well
+//! as from a `fn`. A [`Family`] groups the cases of one system under test: their id
+//! prefix, the [`Engine`] each case gets (a PostgreSQL database cloned from the family's
+//! own template, an SQLite file, or nothing), and where their snapshots live.
+
+use std::fmt;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use serde::Serialize;
+
+use crate::ctx::Ctx;
+
+/// When a case may run relative to the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Schedule {
+    /// Alongside other cases (it touches only its own database or file).
+    Concurrent,
+    /// Alone: it restarts the cluster or kills processes that others would notice.
+    Exclusive,
+    /// After every other case of the run (it inspects the clean databases or files of
+    /// its family: the family's reconciliation).
+    Last,
+}
+
+/// The async body of a case: borrows the context for as long as it runs.
+pub type CaseBody = dyn for<'a> Fn(&'a mut Ctx) -> BoxFuture<'a, anyhow::Result<()>> + Send + Sync;
+
+/// PostgreSQL connections a case holds at once unless it declares more with
+/// [`Case::connections`].
+pub const DEFAULT_CONNECTIONS: u32 = 2;
+
+/// One numbered case: an id (`L3`), a title naming the claim or the anomaly, its body,
+/// and how it is scheduled.
+#[derive(Clone)]
+pub struct Case {
+    /// Short id, e.g. `L3`; what `./run.sh L3` selects. Starts with its family's prefix.
+    pub id: String,
+    /// One line: the claim or, for a negative control, the anomaly it shows.
+    pub title: String,
+    /// When it may run.
+    pub schedule: Schedule,
+    /// Whether its database or file must reconcile clean afterwards (false for negative
+    /// controls, whose data is broken on purpose, and for the reconciliation case).
+    pub clean: bool,
+    /// The most PostgreSQL connections the case holds at one moment: its own, a race's
+    /// participants, the pool of a service it starts, a crash-worker's. The runner never
+    /// lets concurrent cases declare more together than the cluster accepts.
+    pub connections: u32,
+    /// The body.
+    pub body: Arc<CaseBody>,
+}
+
+impl Case {
+    /// A case scheduled [`Schedule::Concurrent`], clean, holding
+    /// [`DEFAULT_CONNECTIONS`]; `body` is usually `|ctx| run(ctx).boxed()`.
+    pub fn new<F>(id: impl Into<String>, title: impl Into<String>, body: F) -> Case
+    where
+        F: for<'a> Fn(&'a mut Ctx) -> BoxFuture<'a, anyhow::Result<()>> + Send + Sync + 'static,
+    {
+        Case {
+            id: id.into(),
+            title: title.into(),
+            schedule: Schedule::Concurrent,
+            clean: true,
+            connections: DEFAULT_CONNECTIONS,
+            body: Arc::new(body),
+        }
+    }
+
+    /// Sets when it runs.
+    pub fn schedule(mut self, schedule: Schedule) -> Case {
+        self.schedule = schedule;
+        self
+    }
+
+    /// Marks its data as broken on purpose (a negative control, or a case that tampers):
+    /// the family's reconciliation does not include it.
+    pub fn not_clean(mut self) -> Case {
+        self.clean = false;
+        self
+    }
+
+    /// Declares the most PostgreSQL connections it holds at once (see
+    /// [`Case::connections`](struct.Case.html#structfield.connections)).
+    pub fn connections(mut self, connections: u32) -> Case {
+        self.connections = connections;
+        self
+    }
+}
+
+impl fmt::Debug for Case {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Case")
+            .field("id", &self.id)
+            .field("title", &self.title)
+            .field("schedule", &self.schedule)
+            .field("clean", &self.clean)
+            .field("connections", &self.connections)
+            .finish()
+    }
+}
+
+/// Installs a family's schema and seed data into its template database.
+pub type InstallFn = for<'a> fn(&'a tokio_postgres::Client) -> BoxFuture<'a, anyhow::Result<()>>;
+
+/// A PostgreSQL family's template: every case database of the family is cloned from it
+/// (`CREATE DATABASE … TEMPLATE`, PostgreSQL docs §23.3 "Template Databases").
+#[derive(Clone, Copy)]
+pub struct PgTemplate {
+    /// Name of the template database, e.g. `ledger_template`.
+    pub template: &'static str,
+    /// Installs the schema and seeds into it (called once per run, on a connection to
+    /// the new template database).
+    pub install: InstallFn,
+}
+
+impl fmt::Debug for PgTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgTemplate")
+            .field("template", &self.template)
+            .finish()
+    }
+}
+
+/// What each case of a family gets to work on.
+#[derive(Debug, Clone, Copy)]
+pub enum Engine {
+    /// Nothing: the case brings its own system. A run of such families boots no
+    /// PostgreSQL.
+    None,
+    /// Its own PostgreSQL database (`case_<id>`), cloned from the family's template on
+    /// the run's scratch cluster.
+    Postgres(PgTemplate),
+    /// Its own SQLite database file in the run's folder (`sqlite/<id>.db`, not yet
+    /// created when the case starts; removed with the run). No PostgreSQL.
+    SqliteFile,
+}
+
+impl Engine {
+    /// Whether the engine needs the scratch PostgreSQL cluster.
+    pub fn needs_postgres(&self) -> bool {
+        matches!(self, Engine::Postgres(_))
+    }
+}
+
+/// The cases of one system under test.
+#[derive(Debug, Clone)]
+pub struct Family {
+    /// Id prefix of its cases (`L`); `./run.sh L` runs the family.
+    pub prefix: &'static str,
+    /// One line naming the system, e.g. `points ledger on PostgreSQL (SPEC §1–§7)`.
+    pub title: &'static str,
+    /// What each case works on.
+    pub engine: Engine,
+    /// The cases of a default run, in id order. At most one is scheduled
+    /// [`Schedule::Last`]: the family's reconciliation, which sees the clean databases
+    /// (or files) of the family's other cases.
+    pub cases: Vec<Case>,
+    /// Cases compiled and tested but run only when named (a template to copy, a canary
+    /// that must fail); they have no snapshot.
+    pub extras: Vec<Case>,
+}
+
+impl Family {
+    /// The folder of the family's snapshots under the snapshot root:
+    /// `evidence/snapshots/<prefix>/<id>.snap`.
+    pub fn snapshot_folder(&self) -> &'static str {
+        self.prefix
+    }
+
+    /// Whether `case_id` is one of the default cases (not an extra).
+    pub fn is_default(&self, case_id: &str) -> bool {
+        self.cases.iter().any(|case| case.id == case_id)
+    }
+}
+
+/// Declares each case module of a family and lists it in `cases()`, in the order given:
+///
+/// ```ignore
+/// case_kit::register_cases! {
+///     l01_normal_path,
+///     pub l04_lost_update,   // public: a test runs it under another plan
+/// }
+/// ```
+///
+/// Each module has `pub fn case() -> Case`. Adding a case is one new file and one line
+/// here.
+#[macro_export]
+macro_rules! register_cases {
+    ($($visibility:vis $module:ident),* $(,)?) => {
+        $($visibility mod $module;)*
+
+        /// Every registered case of the family, in id order: what a full run runs.
+        pub fn cases() -> Vec<$crate::Case> {
+            vec![$($module::case()),*]
+        }
+    };
+}

@@ -1,0 +1,278 @@
+//! What a case sees: its own database or file, connections, a race helper that releases
+//! N connections together, and a check recorder that writes the transcript (SPEC §7).
+//!
+//! The runner builds an [`Env`] once per run and a [`Ctx`] per case; cases know nothing
+//! of the cluster's lifecycle, evidence files or exit codes.
+
+use std::collections::BTreeMap;
+use std::fmt::Display;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rand_chacha::ChaCha8Rng;
+
+use crate::env::Env;
+use crate::race::{Racer, race};
+use crate::report::{Check, Line};
+use crate::rng::seeded_rng;
+
+/// What a case works on (from its family's [`crate::Engine`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resource {
+    /// Nothing of its own.
+    None,
+    /// Its own PostgreSQL database, by name.
+    Database(String),
+    /// Its own SQLite file, by path (not yet created when the case starts).
+    SqliteFile(PathBuf),
+}
+
+impl Resource {
+    /// The name shown in reports: the database name, the file name, or `none`.
+    pub fn name(&self) -> String {
+        match self {
+            Resource::None => "none".into(),
+            Resource::Database(name) => name.clone(),
+            Resource::SqliteFile(path) => path.display().to_string(),
+        }
+    }
+}
+
+/// The context a case runs in.
+pub struct Ctx {
+    env: Arc<Env>,
+    family: String,
+    case_id: String,
+    resource: Resource,
+    lines: Vec<Line>,
+    details: BTreeMap<String, serde_json::Value>,
+}
+
+impl Ctx {
+    /// A context for case `case_id` of family `family` whose resource already exists
+    /// (or, for a file, may be created).
+    pub fn new(
+        env: Arc<Env>,
+        family: impl Into<String>,
+        case_id: impl Into<String>,
+        resource: Resource,
+    ) -> Ctx {
+        Ctx {
+            env,
+            family: family.into(),
+            case_id: case_id.into(),
+            resource,
+            lines: Vec::new(),
+            details: BTreeMap::new(),
+        }
+    }
+
+    /// The case's id.
+    pub fn case_id(&self) -> &str {
+        &self.case_id
+    }
+
+    /// The prefix of the case's family.
+    pub fn family(&self) -> &str {
+        &self.family
+    }
+
+    /// What the case works on.
+    pub fn resource(&self) -> &Resource {
+        &self.resource
+    }
+
+    /// The run's seed (printed first by the harness; `--seed N` replays a run).
+    pub fn seed(&self) -> u64 {
+        self.env.seed()
+    }
+
+    /// A random generator for this case, seeded from the run's seed and the case id, so a
+    /// run with the same `--seed` draws the same values. Each call starts the same
+    /// sequence again: call it once and keep the generator. For racers, use
+    /// [`seeded_rng`] with [`Ctx::seed`] and a label per racer.
+    ///
+    /// Print only what is deterministic for the transcript (counts, sums, balances), not
+    /// the drawn values, or the snapshot would change with the seed.
+    pub fn rng(&self) -> ChaCha8Rng {
+        seeded_rng(self.seed(), &self.case_id)
+    }
+
+    /// A log file path for a process this case starts, e.g. `log_file("ledger-svc")` →
+    /// `<run>/logs/L7-ledger-svc.log` in a harness run. The folder exists on return.
+    ///
+    /// Errors: the folder cannot be created.
+    pub fn log_file(&self, name: &str) -> std::io::Result<PathBuf> {
+        let dir = self.env.logs_dir();
+        std::fs::create_dir_all(dir)?;
+        Ok(dir.join(format!("{}-{name}.log", self.case_id)))
+    }
+
+    /// Name of this case's own database (a clone of its family's template).
+    ///
+    /// Panics when the family's engine is not PostgreSQL (the runner turns a panic into
+    /// a failed check).
+    pub fn database(&self) -> &str {
+        match &self.resource {
+            Resource::Database(name) => name,
+            other => panic!(
+                "case {} has no PostgreSQL database (it has {other:?})",
+                self.case_id
+            ),
+        }
+    }
+
+    /// A connection URL of this case's database, for a child process (the crash-worker,
+    /// ledger-svc).
+    ///
+    /// Errors: the run has no cluster.
+    pub fn database_url(&self) -> anyhow::Result<String> {
+        self.env.url(self.database())
+    }
+
+    /// A new connection to this case's database.
+    ///
+    /// Errors: connection failures; the case has no database.
+    pub async fn connect(&self) -> anyhow::Result<tokio_postgres::Client> {
+        self.env.connect(self.database()).await
+    }
+
+    /// A new connection to another database of the run (e.g. for reconciliation).
+    ///
+    /// Errors: connection failures.
+    pub async fn connect_to(&self, database: &str) -> anyhow::Result<tokio_postgres::Client> {
+        self.env.connect(database).await
+    }
+
+    /// The clean databases of this case's family registered so far (a case scheduled
+    /// [`crate::Schedule::Last`] sees all of them), excluding this case's own, sorted.
+    pub fn clean_databases(&self) -> Vec<String> {
+        let own = self.resource.name();
+        let mut names = self.env.clean_of(&self.family);
+        names.retain(|name| name != &own);
+        names
+    }
+
+    /// This case's own SQLite file (in the run's folder, removed with the run). The
+    /// folder exists on return; the file does not exist when the case starts.
+    ///
+    /// Panics when the family's engine is not an SQLite file.
+    pub fn sqlite_path(&self) -> PathBuf {
+        match &self.resource {
+            Resource::SqliteFile(path) => path.clone(),
+            other => panic!(
+                "case {} has no SQLite file (it has {other:?})",
+                self.case_id
+            ),
+        }
+    }
+
+    /// The clean SQLite files of this case's family registered so far, excluding this
+    /// case's own, sorted.
+    pub fn clean_sqlite_files(&self) -> Vec<PathBuf> {
+        self.clean_databases()
+            .into_iter()
+            .map(PathBuf::from)
+            .collect()
+    }
+
+    /// Races `participants` OS threads on this case's database, each with its own
+    /// runtime and its own connection opened beforehand; all start `body` at the same
+    /// moment (a barrier), and may meet again at [`Racer::barrier`]. Returns the results
+    /// in index order. Declare the participants in the case's
+    /// [`crate::Case::connections`].
+    ///
+    /// Errors: a participant could not connect (then no participant runs `body`, so none
+    /// waits at the barrier for one that never comes), or a participant panicked.
+    pub async fn race<T, F, Fut>(&self, participants: usize, body: F) -> anyhow::Result<Vec<T>>
+    where
+        T: Send + 'static,
+        F: Fn(Racer) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = T>,
+    {
+        race(self.env.config(self.database())?, participants, body).await
+    }
+
+    /// Restarts the cluster in immediate mode (no checkpoint; WAL recovery on start).
+    /// Only for cases scheduled [`crate::Schedule::Exclusive`].
+    ///
+    /// Errors: no cluster; the cluster's stop or start failed.
+    pub async fn restart_cluster_immediate(&self) -> anyhow::Result<()> {
+        let cluster = self.env.shared_cluster()?;
+        tokio::task::spawn_blocking(move || {
+            cluster
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .restart_immediate()
+        })
+        .await??;
+        Ok(())
+    }
+
+    /// Adds `  note <text>`.
+    pub fn note(&mut self, text: impl Into<String>) {
+        self.lines.push(Line::Note { text: text.into() });
+    }
+
+    /// Records a fact for the run record (`results.json`, under the case's `details`),
+    /// not for the transcript: what varies with the rest of the run (the list of
+    /// databases a reconciliation covered, say) goes here, so that another case's
+    /// arrival never changes this case's snapshot.
+    pub fn record(&mut self, key: impl Into<String>, value: serde_json::Value) {
+        self.details.insert(key.into(), value);
+    }
+
+    /// Records whether `actual == expected`. Returns whether it held.
+    pub fn check_eq<T: PartialEq + Display>(
+        &mut self,
+        name: impl Into<String>,
+        expected: T,
+        actual: T,
+    ) -> bool {
+        let passed = expected == actual;
+        self.lines.push(Line::Check(Check {
+            name: name.into(),
+            passed,
+            expected: Some(expected.to_string()),
+            actual: Some(actual.to_string()),
+        }));
+        passed
+    }
+
+    /// Records a condition with a short description of what was seen. Returns `passed`.
+    pub fn check(&mut self, name: impl Into<String>, passed: bool, seen: impl Display) -> bool {
+        let seen = seen.to_string();
+        self.lines.push(Line::Check(Check {
+            name: name.into(),
+            passed,
+            expected: None,
+            actual: (!seen.is_empty()).then_some(seen),
+        }));
+        passed
+    }
+
+    /// A negative control's verdict: passes only when the naive design `misbehaved` as
+    /// predicted; prints `negative control exposes: <anomaly>`. If the naive code
+    /// happened to behave, this check FAILs: the control proved nothing.
+    pub fn exposes(&mut self, anomaly: impl Display, misbehaved: bool, seen: impl Display) -> bool {
+        self.check(
+            format!("negative control exposes: {anomaly}"),
+            misbehaved,
+            seen,
+        )
+    }
+
+    /// The transcript lines so far.
+    pub fn lines(&self) -> &[Line] {
+        &self.lines
+    }
+
+    /// Takes the recorded lines and details (the runner does this when the case ends).
+    pub fn take(&mut self) -> (Vec<Line>, BTreeMap<String, serde_json::Value>) {
+        (
+            std::mem::take(&mut self.lines),
+            std::mem::take(&mut self.details),
+        )
+    }
+}

@@ -1,0 +1,259 @@
+//! What all cases of one run share: the scratch cluster (only when a selected family
+//! needs PostgreSQL), each PostgreSQL family's template database, the folder for SQLite
+//! files, the registry of clean databases and files per family, the seed, and the
+//! connection budget.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use anyhow::Context as _;
+use scratch_pg::{Cluster, ClusterOptions};
+use tokio::sync::Semaphore;
+
+use crate::case::{Engine, Family};
+
+/// Connections the runner keeps out of the case budget: its own connections (cloning
+/// case databases, preparing templates) and a margin for sessions a case opens briefly
+/// beyond what it declares.
+pub const CONNECTION_HEADROOM: u32 = 10;
+
+/// Where a run keeps what it shares.
+#[derive(Debug, Clone)]
+pub struct EnvOptions {
+    /// The run's seed for random input.
+    pub seed: u64,
+    /// Folder for the logs of processes that cases start (ledger-svc, crash-worker).
+    pub logs_dir: PathBuf,
+    /// Folder for the SQLite files of [`Engine::SqliteFile`] families (created on
+    /// demand; the caller removes it with the run).
+    pub files_dir: PathBuf,
+}
+
+/// Shared by all cases of one run.
+pub struct Env {
+    cluster: Option<Arc<Mutex<Cluster>>>,
+    templates: BTreeMap<String, String>,
+    clean: Mutex<BTreeMap<String, Vec<String>>>,
+    options: EnvOptions,
+    connection_budget: u32,
+    connections: Arc<Semaphore>,
+    /// A folder this `Env` made itself (tests) and removes on drop.
+    owned_dir: Option<PathBuf>,
+}
+
+impl Env {
+    /// Prepares what `families` need: for each [`Engine::Postgres`] family, its template
+    /// database on `cluster` (schema and seeds installed by the family, then
+    /// `IS_TEMPLATE true ALLOW_CONNECTIONS false` so no session lingers in it). The
+    /// connection budget is the server's `max_connections` less [`CONNECTION_HEADROOM`].
+    ///
+    /// Errors: a PostgreSQL family but no cluster; SQL errors while making a template.
+    pub async fn prepare(
+        cluster: Option<Cluster>,
+        families: &[&Family],
+        options: EnvOptions,
+    ) -> anyhow::Result<Env> {
+        let mut templates = BTreeMap::new();
+        let mut connection_budget = 0;
+        if let Some(cluster) = &cluster {
+            let admin = cluster.connect("postgres").await?;
+            let max: String = admin
+                .query_one("SELECT current_setting('max_connections')", &[])
+                .await?
+                .get(0);
+            let max: u32 = max.parse().context("reading max_connections")?;
+            connection_budget = max.saturating_sub(CONNECTION_HEADROOM).max(1);
+            for family in families {
+                let Engine::Postgres(template) = family.engine else {
+                    continue;
+                };
+                cluster.create_database(template.template, None).await?;
+                {
+                    let client = cluster.connect(template.template).await?;
+                    (template.install)(&client).await.with_context(|| {
+                        format!(
+                            "installing family {} into {}",
+                            family.prefix, template.template
+                        )
+                    })?;
+                }
+                admin
+                    .batch_execute(&format!(
+                        "ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false",
+                        template.template
+                    ))
+                    .await?;
+                templates.insert(family.prefix.to_string(), template.template.to_string());
+            }
+        } else if let Some(family) = families.iter().find(|f| f.engine.needs_postgres()) {
+            anyhow::bail!(
+                "family {} needs PostgreSQL, but no cluster was started",
+                family.prefix
+            );
+        }
+        Ok(Env {
+            cluster: cluster.map(|cluster| Arc::new(Mutex::new(cluster))),
+            templates,
+            clean: Mutex::new(BTreeMap::new()),
+            options,
+            connection_budget,
+            connections: Arc::new(Semaphore::new(connection_budget as usize)),
+            owned_dir: None,
+        })
+    }
+
+    /// For tests: a fresh cluster with default options (PG 16, fetched if needed) when a
+    /// family needs one, prepared templates, and a temporary folder for logs and files
+    /// that is removed when the `Env` is dropped. Blocks ~1 s while a cluster starts.
+    ///
+    /// Errors: the cluster did not start, or a template could not be made.
+    pub async fn for_tests(seed: u64, families: &[&Family]) -> anyhow::Result<Arc<Env>> {
+        let cluster = if families.iter().any(|f| f.engine.needs_postgres()) {
+            Some(tokio::task::spawn_blocking(|| Cluster::start(ClusterOptions::default())).await??)
+        } else {
+            None
+        };
+        Env::with_cluster_for_tests(cluster, seed, families).await
+    }
+
+    /// [`Env::for_tests`] on a cluster the test started itself (with its own options).
+    ///
+    /// Errors: a template could not be made.
+    pub async fn with_cluster_for_tests(
+        cluster: Option<Cluster>,
+        seed: u64,
+        families: &[&Family],
+    ) -> anyhow::Result<Arc<Env>> {
+        let dir = std::env::temp_dir().join(format!(
+            "case-kit-{}-{}",
+            std::process::id(),
+            TEST_ENVS.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let options = EnvOptions {
+            seed,
+            logs_dir: dir.join("logs"),
+            files_dir: dir.join("files"),
+        };
+        let mut env = Env::prepare(cluster, families, options).await?;
+        env.owned_dir = Some(dir);
+        Ok(Arc::new(env))
+    }
+
+    /// The run's seed.
+    pub fn seed(&self) -> u64 {
+        self.options.seed
+    }
+
+    /// Whether the run has a PostgreSQL cluster.
+    pub fn has_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// The folder for the logs of processes that cases start (not created here).
+    pub fn logs_dir(&self) -> &Path {
+        &self.options.logs_dir
+    }
+
+    /// The folder for SQLite files (not created here).
+    pub fn files_dir(&self) -> &Path {
+        &self.options.files_dir
+    }
+
+    /// The most connections concurrent cases may declare together.
+    pub fn connection_budget(&self) -> u32 {
+        self.connection_budget
+    }
+
+    pub(crate) fn connection_permits(&self) -> Arc<Semaphore> {
+        self.connections.clone()
+    }
+
+    /// The template database of the family with `prefix`, if it is a PostgreSQL family
+    /// of this run.
+    pub fn template_of(&self, prefix: &str) -> Option<&str> {
+        self.templates.get(prefix).map(String::as_str)
+    }
+
+    /// The database name a case gets, e.g. `case_l3`.
+    pub fn database_for(case_id: &str) -> String {
+        format!("case_{}", case_id.to_ascii_lowercase())
+    }
+
+    /// The cluster, locked (only to read its address or to restart it).
+    ///
+    /// Errors: the run has no cluster (no selected family needs PostgreSQL).
+    pub fn cluster(&self) -> anyhow::Result<MutexGuard<'_, Cluster>> {
+        let cluster = self
+            .cluster
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("this run has no PostgreSQL cluster"))?;
+        Ok(cluster
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()))
+    }
+
+    pub(crate) fn shared_cluster(&self) -> anyhow::Result<Arc<Mutex<Cluster>>> {
+        self.cluster
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("this run has no PostgreSQL cluster"))
+    }
+
+    /// A tokio-postgres config for `database` on the run's cluster.
+    ///
+    /// Errors: the run has no cluster.
+    pub fn config(&self, database: &str) -> anyhow::Result<tokio_postgres::Config> {
+        Ok(self.cluster()?.config(database))
+    }
+
+    /// A connection URL over TCP for `database` (`postgresql://postgres@127.0.0.1:PORT/db`),
+    /// for child processes such as the crash-worker.
+    ///
+    /// Errors: the run has no cluster.
+    pub fn url(&self, database: &str) -> anyhow::Result<String> {
+        Ok(self.cluster()?.url(database))
+    }
+
+    /// Connects to `database`, spawning the connection task on the current runtime.
+    ///
+    /// Errors: no cluster; connection failures.
+    pub async fn connect(&self, database: &str) -> anyhow::Result<tokio_postgres::Client> {
+        crate::race::connect_with(self.config(database)?).await
+    }
+
+    /// Registers a clean database or file of family `prefix` (the runner does this when a
+    /// clean case completes).
+    pub fn register_clean(&self, prefix: &str, resource: String) {
+        self.clean
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .entry(prefix.to_string())
+            .or_default()
+            .push(resource);
+    }
+
+    /// The clean databases or files registered so far for family `prefix`, sorted.
+    pub fn clean_of(&self, prefix: &str) -> Vec<String> {
+        let mut names = self
+            .clean
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(prefix)
+            .cloned()
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+}
+
+/// Numbers the folders of test environments within one process.
+static TEST_ENVS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.owned_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}

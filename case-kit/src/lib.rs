@@ -1,0 +1,41 @@
+//! The case kit: what every case of ledger-harness uses, whatever system it verifies.
+//!
+//! - [`Case`] and [`Family`]: a case owns its id, title and body; a family names its id
+//!   prefix, its [`Engine`] (a PostgreSQL database per case cloned from the family's
+//!   template, an SQLite file per case, or nothing), its cases and where its snapshots
+//!   live (`evidence/snapshots/<prefix>/`).
+//! - [`Ctx`]: the case's own database or file, connections, [`Ctx::race`] (N threads
+//!   released by one barrier), checks and notes for the transcript (SPEC §7), the seeded
+//!   rng, facts for the run record.
+//! - [`run_case`] and [`Env`]: one case on a fresh resource, with its share of the
+//!   connection budget and a timeout; shared by the harness and the tests.
+//! - [`redact`] and [`snapshot`]: the one redaction layer and the snapshot files.
+//! - [`service`] and [`worker`]: the `ledger-svc` and `crash-worker` child processes,
+//!   tied to the harness's life.
+//!
+//! The kit knows no case and no system under test: the families live in the `cases`
+//! crate, the systems in their own crates.
+
+mod case;
+mod ctx;
+mod env;
+pub mod process;
+mod race;
+pub mod redact;
+mod report;
+mod rng;
+mod runner;
+pub mod service;
+pub mod snapshot;
+pub mod worker;
+
+pub use case::{
+    Case, CaseBody, DEFAULT_CONNECTIONS, Engine, Family, InstallFn, PgTemplate, Schedule,
+};
+pub use ctx::{Ctx, Resource};
+pub use env::{CONNECTION_HEADROOM, Env, EnvOptions};
+pub use race::{AbortOnDrop, Racer, connect_with, race};
+pub use rand_chacha::ChaCha8Rng;
+pub use report::{CaseReport, Check, Line};
+pub use rng::seeded_rng;
+pub use runner::{CASE_TIMEOUT_MS, run_case};

@@ -1,0 +1,402 @@
+//! A `ledger-svc` process for a case: started as a child of the harness pointed at the
+//! case's own database, tied to the harness's life (parent-death signal) and killed on
+//! drop, with its output in a log file; plus a small HTTP client for it (reqwest over
+//! loopback, no proxy, a fresh connection per request). What a family sends to it (the
+//! ledger's debits, an exchange's orders) is the family's own: it builds the request on
+//! [`Service::http`] and sends it with [`Service::send`].
+//!
+//! The binary is found through `LEDGER_SVC_BIN`, else next to the running executable
+//! (`target/release/harness` → `target/release/ledger-svc`), else one folder up (test
+//! binaries live in `target/<profile>/deps/`).
+
+use std::fmt::Display;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, anyhow, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use reqwest::header::CONTENT_TYPE;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::ctx::Ctx;
+
+/// Environment variable naming the `ledger-svc` binary to run.
+pub const SERVICE_BIN_ENV: &str = "LEDGER_SVC_BIN";
+/// Longest wait for the service's address line plus a healthy `/healthz`, milliseconds.
+pub const SERVICE_START_TIMEOUT_MS: u64 = 15_000;
+/// Longest wait for the service to exit after SIGTERM before it is SIGKILLed, milliseconds.
+pub const SERVICE_STOP_TIMEOUT_MS: u64 = 15_000;
+/// Per-request timeout of a case's ordinary requests, milliseconds (a case that tests
+/// timeouts sets its own on the request).
+pub const CLIENT_TIMEOUT_MS: u64 = 10_000;
+/// Interval between `/healthz` probes while starting, milliseconds.
+const HEALTH_POLL_MS: u64 = 20;
+
+/// Pooled database connections of a service started with default options.
+pub const DEFAULT_POOL_SIZE: usize = 16;
+
+/// How to start the service.
+#[derive(Debug, Clone)]
+pub struct ServiceOptions {
+    /// Pass `--enable-fault-injection` (the admin fault routes exist only then).
+    pub fault_injection: bool,
+    /// `--pool-size`: pooled database connections (count them in the case's
+    /// [`crate::Case::connections`]).
+    pub pool_size: usize,
+    /// Further command-line arguments, e.g. `["--redeem-stripes", "64"]`.
+    pub extra_args: Vec<String>,
+}
+
+impl Default for ServiceOptions {
+    fn default() -> Self {
+        ServiceOptions {
+            fault_injection: false,
+            pool_size: DEFAULT_POOL_SIZE,
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// A response as a case sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// Whether `Idempotent-Replayed: true` was present.
+    pub replayed: bool,
+    /// The JSON body (`Null` if it was not JSON).
+    pub body: Value,
+}
+
+impl Reply {
+    /// The body's `outcome` member (empty if absent).
+    pub fn outcome(&self) -> &str {
+        self.body["outcome"].as_str().unwrap_or("")
+    }
+
+    /// The body's member `name` as an integer, if it is one.
+    pub fn integer(&self, name: &str) -> Option<i64> {
+        self.body[name].as_i64()
+    }
+
+    /// `<status> <outcome>`, e.g. `409 INSUFFICIENT`: what a check compares, since 409 is
+    /// also used for other conflicts (SPEC §4: clients read `outcome`).
+    pub fn status_outcome(&self) -> String {
+        format!("{} {}", self.status, self.outcome())
+    }
+}
+
+/// A fault's state as reported by `GET /faults` on the admin listener.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct FaultState {
+    /// Hook point name.
+    pub point: String,
+    /// Transfers it will still fire for.
+    pub remaining: u32,
+    /// Times it fired since armed.
+    pub fired: u64,
+    /// Transfers inside its hold right now.
+    pub holding: u32,
+}
+
+/// A running `ledger-svc`.
+pub struct Service {
+    child: Option<Child>,
+    public: SocketAddr,
+    admin: SocketAddr,
+    log_path: PathBuf,
+    http: reqwest::Client,
+}
+
+/// The `ledger-svc` binary: `LEDGER_SVC_BIN`, else beside the running executable, else
+/// one folder up from it.
+///
+/// Errors: none of these exists.
+pub fn service_binary() -> anyhow::Result<PathBuf> {
+    crate::process::locate_binary("ledger-svc", SERVICE_BIN_ENV)
+}
+
+impl Service {
+    /// Starts `ledger-svc` on the case's database, listening on free loopback ports, and
+    /// waits until `/healthz` answers 200 (at most [`SERVICE_START_TIMEOUT_MS`]). Its
+    /// stdout and stderr go to [`Ctx::log_file`]`("ledger-svc")`.
+    ///
+    /// Errors: binary missing, spawn failure, no address line, never healthy; the child
+    /// is killed in each case.
+    pub async fn start(ctx: &Ctx, options: ServiceOptions) -> anyhow::Result<Service> {
+        let log_path = ctx
+            .log_file("ledger-svc")
+            .context("creating the log folder")?;
+        Service::launch(&ctx.database_url()?, log_path, options).await
+    }
+
+    /// [`Service::start`] for any database URL and log file (the bench uses it).
+    ///
+    /// Errors: as [`Service::start`].
+    pub async fn launch(
+        database_url: &str,
+        log_path: PathBuf,
+        options: ServiceOptions,
+    ) -> anyhow::Result<Service> {
+        let binary = service_binary()?;
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("opening {}", log_path.display()))?;
+        let mut command = Command::new(&binary);
+        command
+            .arg("--database-url")
+            .arg(database_url)
+            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .arg("--pool-size")
+            .arg(options.pool_size.to_string())
+            .args(&options.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log.try_clone()?);
+        if options.fault_injection {
+            command.arg("--enable-fault-injection");
+        }
+        let mut child = scratch_pg::process::spawn_tied(command, None, libc::SIGKILL)
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let stdout = child.stdout.take();
+        let mut service = Service {
+            child: Some(child),
+            public: SocketAddr::from(([127, 0, 0, 1], 0)),
+            admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+            log_path,
+            http: reqwest::Client::builder()
+                .no_proxy()
+                .pool_max_idle_per_host(0)
+                .timeout(Duration::from_millis(CLIENT_TIMEOUT_MS))
+                .build()?,
+        };
+        let deadline = Instant::now() + Duration::from_millis(SERVICE_START_TIMEOUT_MS);
+        let line = first_line(stdout, log, deadline).await.with_context(|| {
+            format!(
+                "ledger-svc printed no address line (log: {})",
+                service.log_path.display()
+            )
+        })?;
+        let (public, admin) = parse_listening(&line)
+            .ok_or_else(|| anyhow!("unexpected first line from ledger-svc: {line:?}"))?;
+        service.public = public;
+        service.admin = admin;
+        loop {
+            let healthy = service
+                .http
+                .get(service.public_url("/healthz"))
+                .send()
+                .await
+                .is_ok_and(|response| response.status() == 200);
+            if healthy {
+                return Ok(service);
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "ledger-svc did not answer /healthz within {SERVICE_START_TIMEOUT_MS} ms \
+                     (log: {})",
+                    service.log_path.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(HEALTH_POLL_MS)).await;
+        }
+    }
+
+    /// `http://<public address><path>`.
+    pub fn public_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.public)
+    }
+
+    /// `http://<admin address><path>`.
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.admin)
+    }
+
+    /// The log file.
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// The HTTP client the service's calls go through (no proxy, no idle connections
+    /// kept, [`CLIENT_TIMEOUT_MS`] per request unless the request sets its own).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// Sends `request` (built on [`Service::http`]) and reads the whole reply.
+    ///
+    /// Errors: the transport's error (`is_timeout()` for a timeout; a connection closed
+    /// without a response is another error).
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> Result<Reply, reqwest::Error> {
+        read_reply(request).await
+    }
+
+    /// Arms a fault at `point` (`PUT /faults/{point}`), e.g.
+    /// `{"action": "close", "hold_ms": 1500, "count": 1}`.
+    ///
+    /// Errors: transport errors, or a status other than 200 (e.g. 404 when the service
+    /// was started without fault injection).
+    pub async fn arm_fault(&self, point: impl Display, spec: Value) -> anyhow::Result<()> {
+        let request = self
+            .http
+            .put(self.admin_url(&format!("/faults/{point}")))
+            .header(CONTENT_TYPE, "application/json")
+            .body(spec.to_string());
+        let reply = read_reply(request).await?;
+        if reply.status != 200 {
+            bail!("arming a fault at {point} answered {}", reply.status);
+        }
+        Ok(())
+    }
+
+    /// The state of the fault at `point` (`GET /faults`).
+    ///
+    /// Errors: transport errors, or an unexpected body.
+    pub async fn fault_state(&self, point: impl Display) -> anyhow::Result<FaultState> {
+        let reply = read_reply(self.http.get(self.admin_url("/faults"))).await?;
+        let states: Vec<FaultState> =
+            serde_json::from_value(reply.body["faults"].clone()).context("reading GET /faults")?;
+        states
+            .into_iter()
+            .find(|state| state.point == point.to_string())
+            .ok_or_else(|| anyhow!("GET /faults does not list {point}"))
+    }
+
+    /// Releases the transfers paused at `point`; returns how many were holding.
+    ///
+    /// Errors: transport errors, or a status other than 200.
+    pub async fn release_fault(&self, point: impl Display) -> anyhow::Result<u64> {
+        let reply = read_reply(
+            self.http
+                .post(self.admin_url(&format!("/faults/{point}/release"))),
+        )
+        .await?;
+        if reply.status != 200 {
+            bail!("releasing {point} answered {}", reply.status);
+        }
+        Ok(reply.body["released"].as_u64().unwrap_or(0))
+    }
+
+    /// Sends SIGTERM and waits for the exit (at most [`SERVICE_STOP_TIMEOUT_MS`], then
+    /// SIGKILL). Returns the exit status.
+    ///
+    /// Errors: the service did not stop in time (it was killed), or waiting failed.
+    pub async fn stop(mut self) -> anyhow::Result<ExitStatus> {
+        let Some(mut child) = self.child.take() else {
+            bail!("ledger-svc was already stopped");
+        };
+        // Our own child, not yet reaped, so the pid cannot have been reused.
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM)
+            .context("sending SIGTERM to ledger-svc")?;
+        let deadline = Instant::now() + Duration::from_millis(SERVICE_STOP_TIMEOUT_MS);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("ledger-svc did not exit within {SERVICE_STOP_TIMEOUT_MS} ms of SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(HEALTH_POLL_MS)).await;
+        }
+    }
+
+    /// [`Service::stop`], recording the check that the service exited with status 0
+    /// on SIGTERM (its graceful, bounded shutdown).
+    ///
+    /// Errors: see [`Service::stop`].
+    pub async fn stop_checked(self, ctx: &mut Ctx) -> anyhow::Result<()> {
+        let status = self.stop().await?;
+        ctx.check(
+            "ledger-svc stopped on SIGTERM with status 0",
+            status.success(),
+            status,
+        );
+        Ok(())
+    }
+}
+
+impl Drop for Service {
+    /// A service not stopped with [`Service::stop`] (a failed check, a case error) is
+    /// killed here, so none outlives its case.
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Sends `request` and reads the whole reply.
+async fn read_reply(request: reqwest::RequestBuilder) -> Result<Reply, reqwest::Error> {
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    let replayed = response
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|value| value == "true");
+    let bytes = response.bytes().await?;
+    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    Ok(Reply {
+        status,
+        replayed,
+        body,
+    })
+}
+
+/// Reads the child's first stdout line (copying it and everything after it to `log`) on a
+/// thread of its own; waits for it until `deadline`.
+async fn first_line(
+    stdout: Option<std::process::ChildStdout>,
+    mut log: File,
+    deadline: Instant,
+) -> anyhow::Result<String> {
+    let stdout = stdout.ok_or_else(|| anyhow!("no stdout pipe"))?;
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("ledger-svc-stdout".into())
+        .spawn(move || {
+            let mut sender = Some(sender);
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = writeln!(log, "{line}");
+                if let Some(sender) = sender.take() {
+                    let _ = sender.send(line);
+                }
+            }
+        })?;
+    let wait = deadline.saturating_duration_since(Instant::now());
+    match tokio::time::timeout(wait, receiver).await {
+        Ok(Ok(line)) => Ok(line),
+        Ok(Err(_)) => bail!("ledger-svc closed its stdout (it exited)"),
+        Err(_) => bail!("no address line within {SERVICE_START_TIMEOUT_MS} ms"),
+    }
+}
+
+/// `listening on A admin B` → (A, B).
+fn parse_listening(line: &str) -> Option<(SocketAddr, SocketAddr)> {
+    let rest = line.strip_prefix("listening on ")?;
+    let (public, admin) = rest.split_once(" admin ")?;
+    Some((public.trim().parse().ok()?, admin.trim().parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn address_line() {
+        let (public, admin) =
+            parse_listening("listening on 127.0.0.1:4000 admin 127.0.0.1:4001").unwrap();
+        assert_eq!((public.port(), admin.port()), (4000, 4001));
+        assert!(parse_listening("listening on 127.0.0.1:4000").is_none());
+    }
+}

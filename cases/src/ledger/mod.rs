@@ -1,0 +1,60 @@
+//! Family L: the points ledger on PostgreSQL (SPEC §1–§7), one file per case.
+//!
+//! Adding a case: copy `l00_template.rs` to `lNN_<what>.rs`, give it its id, title,
+//! claim and checks, and add its module name as one line to [`register_cases!`] below.
+//! Then `./run.sh --accept LNN` writes its snapshot `evidence/snapshots/L/LNN.snap` for
+//! review; commit both. A case that writes the ledger's tables with its own SQL (another
+//! locking strategy, say) records each transfer with [`ledger_svc::record_transfer`] so
+//! that L11 still finds its database clean.
+
+use case_kit::{Engine, Family, PgTemplate};
+use futures_util::FutureExt;
+
+pub mod canary;
+pub mod http;
+mod l00_template;
+pub mod naive;
+pub mod queries;
+pub mod worker;
+
+// One line per case, in id order. The negative controls are public so that a test can
+// run them under a plan where the race cannot happen
+// (`run_with(ctx, naive::RacePlan::serial(32))`) and see them fail.
+case_kit::register_cases! {
+    l01_normal_path,
+    l02_rejected_key_stays_rejected,
+    l03_real_concurrency,
+    pub l04_lost_update,
+    pub l05_overdraft,
+    pub l06_check_last_line,
+    l07_response_lost_after_commit,
+    l08_same_key_same_moment,
+    l09_killed_before_commit,
+    l10_database_crash,
+    l11_reconciliation,
+    l12_striped_redemption,
+}
+
+/// The template database every L case database is cloned from.
+pub const TEMPLATE_DATABASE: &str = "ledger_template";
+
+/// The family: its cases, and the off-by-default template `L0` and `CANARY`.
+pub fn family() -> Family {
+    Family {
+        prefix: "L",
+        title: "points ledger on PostgreSQL (SPEC §1–§7)",
+        engine: Engine::Postgres(PgTemplate {
+            template: TEMPLATE_DATABASE,
+            install: |client| install(client).boxed(),
+        }),
+        cases: cases(),
+        extras: vec![l00_template::case(), canary::case()],
+    }
+}
+
+/// The ledger's schema and seeded accounts (SPEC §2, §6).
+async fn install(client: &tokio_postgres::Client) -> anyhow::Result<()> {
+    ledger_svc::schema::install(client).await?;
+    ledger_svc::schema::seed(client).await?;
+    Ok(())
+}

@@ -1,0 +1,151 @@
+//! Which cases a run takes: every default case, whole families by prefix (`L`), or
+//! single cases by id (`L3`, also the off-by-default `L0` and `CANARY`).
+
+use case_kit::{Case, Family};
+
+/// The cases of one run, each with its family, in the order given (families in registry
+/// order, cases in id order, for a full run).
+pub struct Selection<'a> {
+    families: &'a [Family],
+    chosen: Vec<(&'a Family, &'a Case)>,
+    full: bool,
+}
+
+impl<'a> Selection<'a> {
+    /// Resolves the command line's words: none → every default case; a family prefix →
+    /// its default cases; anything else → the case with that id (case-insensitive).
+    ///
+    /// Errors: a word that names no family and no case.
+    pub fn parse(families: &'a [Family], words: &[String]) -> Result<Selection<'a>, String> {
+        let mut chosen: Vec<(&Family, &Case)> = Vec::new();
+        let mut add = |family: &'a Family, case: &'a Case| {
+            if !chosen.iter().any(|(_, c)| c.id == case.id) {
+                chosen.push((family, case));
+            }
+        };
+        if words.is_empty() {
+            for family in families {
+                family.cases.iter().for_each(|case| add(family, case));
+            }
+        }
+        for word in words {
+            if let Some(family) = families
+                .iter()
+                .find(|family| family.prefix.eq_ignore_ascii_case(word))
+            {
+                family.cases.iter().for_each(|case| add(family, case));
+                continue;
+            }
+            let found = families.iter().find_map(|family| {
+                family
+                    .cases
+                    .iter()
+                    .chain(&family.extras)
+                    .find(|case| case.id.eq_ignore_ascii_case(word))
+                    .map(|case| (family, case))
+            });
+            match found {
+                Some((family, case)) => add(family, case),
+                None => {
+                    let prefixes: Vec<&str> = families.iter().map(|f| f.prefix).collect();
+                    return Err(format!(
+                        "unknown case or family {word:?}; families: {} (`--list` shows the cases)",
+                        prefixes.join(" ")
+                    ));
+                }
+            }
+        }
+        let defaults: usize = families.iter().map(|f| f.cases.len()).sum();
+        let full = chosen.len() == defaults
+            && chosen
+                .iter()
+                .all(|(family, case)| family.is_default(&case.id));
+        Ok(Selection {
+            families,
+            chosen,
+            full,
+        })
+    }
+
+    /// The chosen cases with their families.
+    pub fn cases(&self) -> impl Iterator<Item = (&'a Family, &'a Case)> + '_ {
+        self.chosen.iter().copied()
+    }
+
+    /// The families that have a chosen case, in registry order.
+    pub fn families(&self) -> Vec<&'a Family> {
+        self.families
+            .iter()
+            .filter(|family| self.chosen.iter().any(|(f, _)| f.prefix == family.prefix))
+            .collect()
+    }
+
+    /// Whether a chosen case needs the scratch PostgreSQL cluster.
+    pub fn needs_postgres(&self) -> bool {
+        self.chosen
+            .iter()
+            .any(|(family, _)| family.engine.needs_postgres())
+    }
+
+    /// Whether the run is exactly every default case.
+    pub fn is_full_run(&self) -> bool {
+        self.full
+    }
+
+    /// The family of a chosen case.
+    pub fn family_of(&self, case_id: &str) -> Option<&'a Family> {
+        self.chosen
+            .iter()
+            .find(|(_, case)| case.id == case_id)
+            .map(|(family, _)| *family)
+    }
+
+    /// Every family's default case ids, for finding orphaned snapshot files.
+    pub fn registered_ids(&self) -> Vec<(&'a str, Vec<&'a str>)> {
+        self.families
+            .iter()
+            .map(|family| {
+                let ids = family.cases.iter().map(|case| case.id.as_str()).collect();
+                (family.prefix, ids)
+            })
+            .collect()
+    }
+
+    /// The command that replays this run's selection with `seed`.
+    pub fn replay_command(&self, seed: u64, reports: &[case_kit::CaseReport]) -> String {
+        if self.full {
+            format!("./run.sh --seed {seed}")
+        } else {
+            let ids: Vec<&str> = reports.iter().map(|r| r.id.as_str()).collect();
+            format!("./run.sh --seed {seed} {}", ids.join(" "))
+        }
+    }
+}
+
+/// `--list`: each family (prefix, title, engine), then its cases; extras marked.
+pub fn listing(families: &[Family]) -> String {
+    let mut text = String::new();
+    for family in families {
+        let engine = match family.engine {
+            case_kit::Engine::None => "no database".to_string(),
+            case_kit::Engine::Postgres(template) => {
+                format!("PostgreSQL, template {}", template.template)
+            }
+            case_kit::Engine::SqliteFile => "SQLite file per case".to_string(),
+        };
+        text.push_str(&format!(
+            "family {} :: {} ({engine}; ./run.sh {})\n",
+            family.prefix, family.title, family.prefix
+        ));
+        for case in &family.cases {
+            text.push_str(&format!("  {:<7} {}\n", case.id, case.title));
+        }
+        for case in &family.extras {
+            text.push_str(&format!(
+                "  {:<7} {} (off by default)\n",
+                case.id, case.title
+            ));
+        }
+    }
+    text
+}
