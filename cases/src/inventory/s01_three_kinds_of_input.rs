@@ -38,7 +38,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 
     let again = store.apply_change(EVENT, ITEM, 20);
     ctx.note(format!("{EVENT} +20 again -> {}", outcome_text(&again)));
-    ctx.check_eq("same change again", "replayed".to_string(), outcome_text(&again));
+    ctx.check_eq(
+        "same change again",
+        "replayed".to_string(),
+        outcome_text(&again),
+    );
     ctx.check_eq("units after the replay", 120, units_of(&store, ITEM)?);
 
     let other = store.apply_change(EVENT, ITEM, 25);

@@ -21,11 +21,9 @@ use super::{ITEM, outcome_kind, outcome_text, rows_for, seeded_store, units_of};
 
 /// The case's registration.
 pub fn case() -> Case {
-    Case::new(
-        "S2",
-        "a refused change does not occupy its key",
-        |ctx| run(ctx).boxed(),
-    )
+    Case::new("S2", "a refused change does not occupy its key", |ctx| {
+        run(ctx).boxed()
+    })
 }
 
 const SHIP: &str = "ship-1";
@@ -33,7 +31,11 @@ const SHIP: &str = "ship-1";
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let store = seeded_store(ctx)?;
     let receive = store.apply_change("receive-1", ITEM, 20);
-    ctx.check_eq("receive-1 +20", "applied".to_string(), outcome_kind(&receive));
+    ctx.check_eq(
+        "receive-1 +20",
+        "applied".to_string(),
+        outcome_kind(&receive),
+    );
     ctx.check_eq("units", 120, units_of(&store, ITEM)?);
 
     let refused = store.apply_change(SHIP, ITEM, -121);
@@ -43,7 +45,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         "insufficient".to_string(),
         outcome_kind(&refused),
     );
-    ctx.check_eq("rows for ship-1 after the refusal", 0, rows_for(&store, SHIP)?);
+    ctx.check_eq(
+        "rows for ship-1 after the refusal",
+        0,
+        rows_for(&store, SHIP)?,
+    );
     ctx.check_eq("units after the refusal", 120, units_of(&store, ITEM)?);
 
     let corrected = store.apply_change(SHIP, ITEM, -120);
@@ -56,7 +62,10 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq("units", 0, units_of(&store, ITEM)?);
 
     let again = store.apply_change(SHIP, ITEM, -120);
-    ctx.note(format!("{SHIP} -120 again at 0 units -> {}", outcome_text(&again)));
+    ctx.note(format!(
+        "{SHIP} -120 again at 0 units -> {}",
+        outcome_text(&again)
+    ));
     ctx.check_eq(
         "again at 0 units: replayed, not re-checked",
         "replayed".to_string(),

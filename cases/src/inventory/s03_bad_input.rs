@@ -62,7 +62,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         );
     }
     ctx.check_eq("rows after the bad input", 0, store.change_count()?);
-    ctx.check_eq("units after the bad input", START_UNITS, units_of(&store, ITEM)?);
+    ctx.check_eq(
+        "units after the bad input",
+        START_UNITS,
+        units_of(&store, ITEM)?,
+    );
 
     // caller: its own transaction on the store's connection, with an uncommitted row.
     let connection = store.connection();
@@ -88,7 +92,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check(
         "the caller's transaction is still open",
         !connection.is_autocommit(),
-        if connection.is_autocommit() { "ended" } else { "open" },
+        if connection.is_autocommit() {
+            "ended"
+        } else {
+            "open"
+        },
     );
     ctx.check_eq(
         "the caller sees its uncommitted row",

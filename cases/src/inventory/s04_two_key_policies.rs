@@ -13,12 +13,14 @@
 //! ```
 
 use futures_util::FutureExt;
-use inventory_store::recorded_refusals::{self, RecordedOutcome};
 use inventory_store::reconcile;
+use inventory_store::recorded_refusals::{self, RecordedOutcome};
 
 use case_kit::{Case, Ctx};
 
-use super::{ITEM, START_UNITS, open_with_item, outcome_kind, seeded_store, sibling_file, units_of};
+use super::{
+    ITEM, START_UNITS, open_with_item, outcome_kind, seeded_store, sibling_file, units_of,
+};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -80,11 +82,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 
     ctx.note(format!(
         "{:<34} | {:<24} | {:<14} | {:<24} | {:<5} | consequence",
-        "policy",
-        "ship-4 -150 at 100 units",
-        "restock-4 +100",
-        "retry ship-4 -150",
-        "units"
+        "policy", "ship-4 -150 at 100 units", "restock-4 +100", "retry ship-4 -150", "units"
     ));
     for story in [&key_free, &key_recorded] {
         ctx.note(format!(
@@ -93,22 +91,46 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         ));
     }
 
-    ctx.check_eq("key free: first attempt", "insufficient".to_string(), key_free.first.clone());
-    ctx.check_eq("key free: restock", "applied".to_string(), key_free.restock.clone());
-    ctx.check_eq("key free: retry with the same id", "applied".to_string(), key_free.retry.clone());
-    ctx.check_eq("key free: units", START_UNITS + RESTOCK_UNITS + SHIP_UNITS, key_free.units);
+    ctx.check_eq(
+        "key free: first attempt",
+        "insufficient".to_string(),
+        key_free.first.clone(),
+    );
+    ctx.check_eq(
+        "key free: restock",
+        "applied".to_string(),
+        key_free.restock.clone(),
+    );
+    ctx.check_eq(
+        "key free: retry with the same id",
+        "applied".to_string(),
+        key_free.retry.clone(),
+    );
+    ctx.check_eq(
+        "key free: units",
+        START_UNITS + RESTOCK_UNITS + SHIP_UNITS,
+        key_free.units,
+    );
     ctx.check_eq(
         "recorded: first attempt",
         RecordedOutcome::Refused.as_str().to_string(),
         key_recorded.first.clone(),
     );
-    ctx.check_eq("recorded: restock", "applied".to_string(), key_recorded.restock.clone());
+    ctx.check_eq(
+        "recorded: restock",
+        "applied".to_string(),
+        key_recorded.restock.clone(),
+    );
     ctx.check_eq(
         "recorded: retry with the same id",
         RecordedOutcome::RefusalReplayed.as_str().to_string(),
         key_recorded.retry.clone(),
     );
-    ctx.check_eq("recorded: units", START_UNITS + RESTOCK_UNITS, key_recorded.units);
+    ctx.check_eq(
+        "recorded: units",
+        START_UNITS + RESTOCK_UNITS,
+        key_recorded.units,
+    );
     let new_id = step("ship-4b", SHIP_UNITS);
     ctx.check_eq("recorded: a new id ships it", "applied".to_string(), new_id);
 

@@ -99,7 +99,8 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         ctx.check_eq(
             format!("{point}: signal that ended the worker"),
             "9".to_string(),
-            end.signal().map_or_else(|| format!("none ({end})"), |s| s.to_string()),
+            end.signal()
+                .map_or_else(|| format!("none ({end})"), |s| s.to_string()),
         );
         ctx.check_eq(format!("{point}: shell status"), 137, end.shell_status());
 
@@ -122,7 +123,10 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         );
         let retry = checker.apply_change(EVENT, ITEM, DELTA);
         let expected_retry = if committed { "replayed" } else { "applied" };
-        ctx.note(format!("{point}: retry ship-2 -30 -> {}", outcome_kind(&retry)));
+        ctx.note(format!(
+            "{point}: retry ship-2 -30 -> {}",
+            outcome_kind(&retry)
+        ));
         ctx.check_eq(
             format!("{point}: retry of the same id"),
             expected_retry.to_string(),

@@ -126,7 +126,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         other.len(),
         event_ids.len()
     ));
-    ctx.check_eq("outcomes reported", 32, applied + insufficient + other.len());
+    ctx.check_eq(
+        "outcomes reported",
+        32,
+        applied + insufficient + other.len(),
+    );
     ctx.check_eq("Applied = floor(100/7)", 14, applied);
     ctx.check_eq("Insufficient", 18, insufficient);
     ctx.check(
@@ -145,13 +149,20 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let connection_a = Store::open(&path)?;
     let connection_b = Store::open(&path)?;
     let a = DeferredReadThenWrite::begin(&connection_a, ITEM)?;
-    ctx.note(format!("A: BEGIN (deferred); SELECT units -> {}", a.units_read()));
+    ctx.note(format!(
+        "A: BEGIN (deferred); SELECT units -> {}",
+        a.units_read()
+    ));
     let b = connection_b.apply_change("receive-6", ITEM, CONTROL_RESTOCK);
     ctx.note(format!(
         "B: receive-6 +{CONTROL_RESTOCK} -> {}",
         outcome_kind(&b)
     ));
-    ctx.check_eq("B's change commits while A holds its read", "applied".to_string(), outcome_kind(&b));
+    ctx.check_eq(
+        "B's change commits while A holds its read",
+        "applied".to_string(),
+        outcome_kind(&b),
+    );
     let started = Instant::now();
     let written = a.write(CONTROL_DELTA);
     let elapsed_ms = started.elapsed().as_millis();
@@ -176,7 +187,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check(
         "A's connection is out of its transaction",
         connection_a.connection().is_autocommit(),
-        if connection_a.connection().is_autocommit() { "yes" } else { "no" },
+        if connection_a.connection().is_autocommit() {
+            "yes"
+        } else {
+            "no"
+        },
     );
     ctx.check_eq(
         "units: B's change only",

@@ -50,7 +50,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             applied += usize::from(outcome_kind(&result) == "applied");
         }
         ctx.check_eq("applied before the restart", 5, applied);
-        ctx.check_eq("units before the restart", START_UNITS + total, units_of(&store, ITEM)?);
+        ctx.check_eq(
+            "units before the restart",
+            START_UNITS + total,
+            units_of(&store, ITEM)?,
+        );
         // The store is closed here: its connection ends with this scope.
     }
 
@@ -85,10 +89,17 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "replayed by the new process",
         5,
-        outcomes.iter().filter(|outcome| *outcome == "replayed").count(),
+        outcomes
+            .iter()
+            .filter(|outcome| *outcome == "replayed")
+            .count(),
     );
     let reopened = Store::open_existing(&ctx.sqlite_path())?;
-    ctx.check_eq("units after the restart", START_UNITS + total, units_of(&reopened, ITEM)?);
+    ctx.check_eq(
+        "units after the restart",
+        START_UNITS + total,
+        units_of(&reopened, ITEM)?,
+    );
     ctx.check_eq("rows", 5, reopened.change_count()?);
     Ok(())
 }

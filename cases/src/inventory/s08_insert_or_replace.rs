@@ -20,7 +20,9 @@ use inventory_store::reconcile;
 
 use case_kit::{Case, Ctx};
 
-use super::{ITEM, START_UNITS, open_with_item, outcome_kind, seeded_store, sibling_file, units_of};
+use super::{
+    ITEM, START_UNITS, open_with_item, outcome_kind, seeded_store, sibling_file, units_of,
+};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -65,7 +67,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let first = outcome_kind(&store.apply_change(EVENT, ITEM, 20));
     let second = outcome_kind(&store.apply_change(EVENT, ITEM, 25));
     ctx.note(format!("store: +20 -> {first}; +25 -> {second}"));
-    ctx.check_eq("store: the reused id is refused", "mismatch".to_string(), second);
+    ctx.check_eq(
+        "store: the reused id is refused",
+        "mismatch".to_string(),
+        second,
+    );
     ctx.check_eq("store: units", START_UNITS + 20, units_of(&store, ITEM)?);
     ctx.check_eq(
         "store: the record keeps +20",

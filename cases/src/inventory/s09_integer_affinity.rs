@@ -64,18 +64,27 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let store = Store::open(&sibling_file(ctx, "store"))?;
     store.add_item(ITEM, NEAR_LIMIT)?;
     let result = store.apply_change(EVENT, ITEM, DELTA);
-    ctx.note(format!("store: {EVENT} +{DELTA} -> {}", outcome_kind(&result)));
+    ctx.note(format!(
+        "store: {EVENT} +{DELTA} -> {}",
+        outcome_kind(&result)
+    ));
     ctx.check_eq(
         "store: the change is refused by the CHECK",
         "check-violation".to_string(),
         outcome_kind(&result),
     );
-    ctx.check_eq("store: units unchanged", NEAR_LIMIT, units_of(&store, ITEM)?);
+    ctx.check_eq(
+        "store: units unchanged",
+        NEAR_LIMIT,
+        units_of(&store, ITEM)?,
+    );
     ctx.check_eq("store: rows for the id", 0, rows_for(&store, EVENT)?);
     ctx.check_eq(
         "store: typeof(units)",
         "integer".to_string(),
-        store.units_as_stored(ITEM)?.map_or_else(|| "none".into(), |(t, _)| t),
+        store
+            .units_as_stored(ITEM)?
+            .map_or_else(|| "none".into(), |(t, _)| t),
     );
     Ok(())
 }
