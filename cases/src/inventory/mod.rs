@@ -16,17 +16,18 @@ use std::path::{Path, PathBuf};
 use case_kit::{Ctx, Engine, Family};
 use inventory_store::{ChangeError, ChangeOutcome, Store};
 
-// One line per case, in id order.
+// One line per case, in id order. The negative controls S6, S8 and S9 are public so that
+// a test can run them with the guard in the naive slot and see them fail.
 case_kit::register_cases! {
     s01_three_kinds_of_input,
     s02_failure_leaves_key_free,
     s03_bad_input,
     s04_two_key_policies,
     s05_killed_mid_change,
-    s06_many_writers,
+    pub s06_many_writers,
     s07_replay_after_restart,
-    s08_insert_or_replace,
-    s09_integer_affinity,
+    pub s08_insert_or_replace,
+    pub s09_integer_affinity,
     s10_reconciliation,
 }
 
@@ -67,11 +68,16 @@ pub fn seeded_store(ctx: &mut Ctx) -> anyhow::Result<Store> {
     open_with_item(&ctx.sqlite_path(), ITEM, START_UNITS)
 }
 
-/// Another file next to the case's own, `<id>-<name>.db`, for a second story in the same
-/// case (removed with the run like the case's own; not reconciled by S10).
+/// Another file next to the case's own, `<own file's stem>-<name>.db` (`S4-recorded.db`),
+/// for a second story in the same case (removed with the run like the case's own; not
+/// reconciled by S10).
 pub fn sibling_file(ctx: &Ctx, name: &str) -> PathBuf {
-    ctx.sqlite_path()
-        .with_file_name(format!("{}-{name}.db", ctx.case_id()))
+    let own = ctx.sqlite_path();
+    let stem = own.file_stem().map_or_else(
+        || ctx.case_id().to_string(),
+        |stem| stem.to_string_lossy().into_owned(),
+    );
+    own.with_file_name(format!("{stem}-{name}.db"))
 }
 
 /// Removes `path` and its `-wal`, `-shm` and `-journal` companions, if present.

@@ -20,6 +20,7 @@
 //! ```
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
@@ -145,24 +146,58 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq("units", 2, units_of(&store, ITEM)?);
     ctx.check_eq("rows", 14, store.change_count()?);
 
-    // Negative control, forced: A reads in a deferred transaction, B commits, A writes.
-    let connection_a = Store::open(&path)?;
-    let connection_b = Store::open(&path)?;
+    forced_control(ctx, &path, ControlSchedule::BCommitsBetweenReadAndWrite)?;
+    let findings = reconcile(store.connection())?;
+    ctx.check(
+        "the file reconciles",
+        findings.is_empty(),
+        format!("findings={}", findings.len()),
+    );
+    Ok(())
+}
+
+/// When connection B commits relative to A's deferred read-then-write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlSchedule {
+    /// A reads, B commits, A writes: the forced interleaving of the control.
+    BCommitsBetweenReadAndWrite,
+    /// B commits before A begins: nothing can go stale, so A's write succeeds and the
+    /// control must report that it exposed nothing (a test does this).
+    BCommitsFirst,
+}
+
+/// The negative control on the file at `path` (its [`ITEM`] present): A's deferred
+/// read-then-write against B's committed change, scheduled by `schedule`. Checks that
+/// A's write fails with a busy code, at once, and that only B's change is stored.
+///
+/// Errors: the file cannot be opened or read.
+pub fn forced_control(ctx: &mut Ctx, path: &Path, schedule: ControlSchedule) -> anyhow::Result<()> {
+    let connection_a = Store::open(path)?;
+    let connection_b = Store::open(path)?;
+    let units_before = units_of(&connection_b, ITEM)?;
+    let b_step = |ctx: &mut Ctx| {
+        let b = connection_b.apply_change("receive-6", ITEM, CONTROL_RESTOCK);
+        ctx.note(format!(
+            "B: receive-6 +{CONTROL_RESTOCK} -> {}",
+            outcome_kind(&b)
+        ));
+        ctx.check_eq(
+            "B's change commits (A's read does not block it)",
+            "applied".to_string(),
+            outcome_kind(&b),
+        );
+    };
+    if schedule == ControlSchedule::BCommitsFirst {
+        b_step(ctx);
+    }
     let a = DeferredReadThenWrite::begin(&connection_a, ITEM)?;
     ctx.note(format!(
         "A: BEGIN (deferred); SELECT units -> {}",
         a.units_read()
     ));
-    let b = connection_b.apply_change("receive-6", ITEM, CONTROL_RESTOCK);
-    ctx.note(format!(
-        "B: receive-6 +{CONTROL_RESTOCK} -> {}",
-        outcome_kind(&b)
-    ));
-    ctx.check_eq(
-        "B's change commits while A holds its read",
-        "applied".to_string(),
-        outcome_kind(&b),
-    );
+    if schedule == ControlSchedule::BCommitsBetweenReadAndWrite {
+        b_step(ctx);
+    }
     let started = Instant::now();
     let written = a.write(CONTROL_DELTA);
     let elapsed_ms = started.elapsed().as_millis();
@@ -184,25 +219,16 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         written.is_err() && elapsed_ms < limit_ms,
         format!("elapsed_ms={elapsed_ms}"),
     );
+    let out_of_transaction = connection_a.connection().is_autocommit();
     ctx.check(
         "A's connection is out of its transaction",
-        connection_a.connection().is_autocommit(),
-        if connection_a.connection().is_autocommit() {
-            "yes"
-        } else {
-            "no"
-        },
+        out_of_transaction,
+        if out_of_transaction { "yes" } else { "no" },
     );
     ctx.check_eq(
         "units: B's change only",
-        2 + CONTROL_RESTOCK,
-        units_of(&store, ITEM)?,
-    );
-    let findings = reconcile(store.connection())?;
-    ctx.check(
-        "the file reconciles",
-        findings.is_empty(),
-        format!("findings={}", findings.len()),
+        units_before + CONTROL_RESTOCK,
+        units_of(&connection_b, ITEM)?,
     );
     Ok(())
 }

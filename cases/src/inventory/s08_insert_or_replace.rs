@@ -16,7 +16,7 @@
 
 use futures_util::FutureExt;
 use inventory_store::naive::apply_change_with_replace;
-use inventory_store::reconcile;
+use inventory_store::{ChangeError, ChangeOutcome, Store, reconcile};
 
 use case_kit::{Case, Ctx};
 
@@ -37,11 +37,37 @@ pub fn case() -> Case {
 
 const EVENT: &str = "receive-1";
 
+/// How the control registers its event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registration {
+    /// `INSERT OR REPLACE`: the naive design the control exposes.
+    InsertOrReplace,
+    /// The store's own upsert that does nothing on conflict: run in the control's slot,
+    /// the control must report that it exposed nothing (a test does this).
+    StoreUpsert,
+}
+
+impl Registration {
+    fn apply(self, store: &Store, delta: i64) -> Result<ChangeOutcome, ChangeError> {
+        match self {
+            Registration::InsertOrReplace => apply_change_with_replace(store, EVENT, ITEM, delta),
+            Registration::StoreUpsert => store.apply_change(EVENT, ITEM, delta),
+        }
+    }
+}
+
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+    run_with(ctx, Registration::InsertOrReplace).await
+}
+
+/// The case with `registration` in the naive slot.
+///
+/// Errors: database errors outside the story.
+pub async fn run_with(ctx: &mut Ctx, registration: Registration) -> anyhow::Result<()> {
     // naive: on the case's own file.
     let naive = seeded_store(ctx)?;
-    let first = outcome_kind(&apply_change_with_replace(&naive, EVENT, ITEM, 20));
-    let second = outcome_kind(&apply_change_with_replace(&naive, EVENT, ITEM, 25));
+    let first = outcome_kind(&registration.apply(&naive, 20));
+    let second = outcome_kind(&registration.apply(&naive, 25));
     let units = units_of(&naive, ITEM)?;
     let record = naive.recorded_change(EVENT)?.map_or(0, |(_, delta)| delta);
     ctx.note(format!(
@@ -53,13 +79,14 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         format!("second={second} units={units} recorded_delta={record}"),
     );
     let findings = reconcile(naive.connection())?;
+    let findings: Vec<String> = findings.iter().map(ToString::to_string).collect();
     ctx.note(format!(
         "naive file reconciled: {}",
-        findings
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ")
+        if findings.is_empty() {
+            "no findings".to_string()
+        } else {
+            findings.join("; ")
+        }
     ));
 
     // guard: the store, the same story, on a second file.

@@ -37,12 +37,20 @@ const EVENT: &str = "receive-9";
 const DELTA: i64 = 1000;
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+    run_with(ctx, Schema::WithoutTypeCheck).await
+}
+
+/// The case with a `naive_schema` file in the naive slot ([`Schema::Checked`] there
+/// makes the control report that it exposed nothing; a test does this).
+///
+/// Errors: database errors outside the story.
+pub async fn run_with(ctx: &mut Ctx, naive_schema: Schema) -> anyhow::Result<()> {
     ctx.record(
         "sqlite_version",
         serde_json::Value::from(inventory_store::sqlite_version()),
     );
     // naive: the case's own file, without the typeof CHECK.
-    let naive = Store::open_with(&ctx.sqlite_path(), Schema::WithoutTypeCheck)?;
+    let naive = Store::open_with(&ctx.sqlite_path(), naive_schema)?;
     naive.add_item(ITEM, NEAR_LIMIT)?;
     let outcome = outcome_kind(&naive.apply_change(EVENT, ITEM, DELTA));
     let (stored_type, stored) = naive
