@@ -135,6 +135,12 @@ fn s3_bad_json_input_is_invalid_and_stores_nothing() {
             "{input}: {error:?}"
         );
     }
+    let exponent: serde_json::Value =
+        serde_json::from_str(r#"{"event_id": "bad-1", "item": 1, "delta": 1e3}"#).unwrap();
+    assert!(matches!(
+        store.apply_json(&exponent),
+        Err(ChangeError::Invalid(InvalidInput::WrongType { .. }))
+    ));
     assert_eq!(store.change_count().unwrap(), 0);
     assert_eq!(store.units(ITEM).unwrap(), Some(100));
     assert_eq!(
