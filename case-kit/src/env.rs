@@ -109,22 +109,23 @@ impl Env {
     ///
     /// Errors: the cluster did not start, or a template could not be made.
     pub async fn for_tests(seed: u64, families: &[&Family]) -> anyhow::Result<Arc<Env>> {
-        let cluster = if families.iter().any(|f| f.engine.needs_postgres()) {
-            Some(tokio::task::spawn_blocking(|| Cluster::start(ClusterOptions::default())).await??)
-        } else {
-            None
-        };
-        Env::with_cluster_for_tests(cluster, seed, families).await
+        Env::for_tests_with(ClusterOptions::default(), seed, families).await
     }
 
-    /// [`Env::for_tests`] on a cluster the test started itself (with its own options).
+    /// [`Env::for_tests`] with the cluster's options chosen by the test (a small
+    /// `max_connections`, say).
     ///
-    /// Errors: a template could not be made.
-    pub async fn with_cluster_for_tests(
-        cluster: Option<Cluster>,
+    /// Errors: as [`Env::for_tests`].
+    pub async fn for_tests_with(
+        cluster_options: ClusterOptions,
         seed: u64,
         families: &[&Family],
     ) -> anyhow::Result<Arc<Env>> {
+        let cluster = if families.iter().any(|f| f.engine.needs_postgres()) {
+            Some(tokio::task::spawn_blocking(move || Cluster::start(cluster_options)).await??)
+        } else {
+            None
+        };
         let dir = std::env::temp_dir().join(format!(
             "case-kit-{}-{}",
             std::process::id(),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use case_kit::{Ctx, Env, Resource};
-use scratch_pg::{Cluster, ClusterOptions};
+use scratch_pg::ClusterOptions;
 
 /// Connections the small cluster accepts (superusers may also use the 3 reserved ones).
 const MAX_CONNECTIONS: u32 = 8;
@@ -21,13 +21,9 @@ async fn a_race_with_unconnectable_racers_fails_fast_and_runs_no_body() {
         max_connections: MAX_CONNECTIONS,
         ..ClusterOptions::default()
     };
-    let cluster = tokio::task::spawn_blocking(|| Cluster::start(options))
+    let env = Env::for_tests_with(options, 1, &[&cases::ledger::family()])
         .await
-        .unwrap()
         .expect("small cluster starts");
-    let env = Env::with_cluster_for_tests(Some(cluster), 1, &[&cases::ledger::family()])
-        .await
-        .expect("template");
     let ctx = Ctx::new(
         env.clone(),
         "L",

@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::transfer::HookPoint;
+use crate::vocabulary::HookPoint;
 
 /// Why a ledger call failed.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::transfer::Kind;
+use crate::vocabulary::Kind;
 
 /// Number of leading SHA-256 bytes kept in a fingerprint.
 pub const REQUEST_HASH_BYTES: usize = 16;

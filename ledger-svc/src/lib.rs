@@ -4,6 +4,7 @@
 //! - [`mod@transfer`]: one READ COMMITTED transaction per request, at most once per
 //!   `(client_id, idem_key)` (SPEC §3), with named hook points for fault injection.
 //! - [`mod@reconcile`]: the invariant checks of SPEC §6 L11 in one REPEATABLE READ snapshot.
+//! - [`vocabulary`]: the transfer's kinds, outcomes and hook points.
 //! - [`fingerprint`]: the request fingerprint compared on replay.
 //! - [`error`]: the error type, [`LedgerError`].
 //!
@@ -15,12 +16,14 @@ pub mod reconcile;
 pub mod schema;
 pub mod striping;
 pub mod transfer;
+pub mod vocabulary;
 
 pub use error::LedgerError;
 pub use fingerprint::request_hash;
 pub use reconcile::{BalanceMismatch, Findings, RequestRef, TxnRef, UnbalancedTxn, reconcile};
 pub use schema::{SYS_ISSUER, SYS_REDEEM, TEST_ACCOUNT_COUNT, test_account};
 pub use transfer::{
-    HookAbort, HookContext, HookPoint, Hooks, Kind, NoHooks, Outcome, TransferRequest,
-    TransferResult, UnknownName, debit, grant, transfer,
+    HookAbort, HookContext, Hooks, NoHooks, TransferRequest, TransferResult, debit, grant,
+    record_transfer, transfer,
 };
+pub use vocabulary::{HookPoint, Kind, Outcome, UnknownName};

@@ -45,9 +45,13 @@ pub fn striped_debit(
     amount: i64,
     stripes: u32,
 ) -> TransferRequest {
-    let mut request = TransferRequest::debit(client_id, idem_key, account, amount);
-    request.to = redeem_account_for(account, stripes);
-    request
+    TransferRequest::debit_into(
+        client_id,
+        idem_key,
+        account,
+        redeem_account_for(account, stripes),
+        amount,
+    )
 }
 
 /// Creates the stripe accounts `sys-redeem-00` … (balance 0; existing ones are kept).

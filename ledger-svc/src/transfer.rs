@@ -7,7 +7,6 @@
 //! draft-ietf-httpapi-idempotency-key-header; see SPEC §4 for the deliberate differences).
 
 use std::fmt;
-use std::str::FromStr;
 
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -17,135 +16,7 @@ use tokio_postgres::{Client, IsolationLevel, Row, Transaction};
 use crate::error::LedgerError;
 use crate::fingerprint;
 use crate::schema::{SYS_ISSUER, SYS_REDEEM};
-
-/// The kind of a transfer, stored in `ledger_txn.kind` and part of the fingerprint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Kind {
-    /// A user spends points: `from` = the user's account, `to` = [`SYS_REDEEM`].
-    Debit,
-    /// Points are issued to a user: `from` = [`SYS_ISSUER`], `to` = the user's account.
-    Grant,
-}
-
-impl Kind {
-    /// Both kinds, in declaration order.
-    pub const ALL: [Kind; 2] = [Kind::Debit, Kind::Grant];
-
-    /// The stored spelling: `"DEBIT"` or `"GRANT"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Debit => "DEBIT",
-            Kind::Grant => "GRANT",
-        }
-    }
-}
-
-/// The business outcome of a transfer, stored in `idem_request.outcome` and replayed for
-/// every retry with the same key. (The fourth stored value, `PENDING`, only exists inside
-/// the registering transaction and is never an outcome.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Outcome {
-    /// The points moved; a `ledger_txn` with two entries exists (HTTP 201).
-    Ok,
-    /// `from` exists but its balance was below the amount and it may not go negative (HTTP 409).
-    Insufficient,
-    /// `from` does not exist (HTTP 404).
-    NoAccount,
-}
-
-impl Outcome {
-    /// All outcomes, in declaration order.
-    pub const ALL: [Outcome; 3] = [Outcome::Ok, Outcome::Insufficient, Outcome::NoAccount];
-
-    /// The stored spelling: `"OK"`, `"INSUFFICIENT"` or `"NO_ACCOUNT"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Ok => "OK",
-            Outcome::Insufficient => "INSUFFICIENT",
-            Outcome::NoAccount => "NO_ACCOUNT",
-        }
-    }
-}
-
-/// A named point inside [`transfer`] where [`Hooks::at`] is called (SPEC §3), used by fault
-/// injection and the crash-worker. In normal operation ([`NoHooks`]) nothing happens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum HookPoint {
-    /// After the `idem_request` row was inserted as `PENDING` (this transaction now holds the
-    /// key; a concurrent same-key request waits), before any balance is touched.
-    Registered,
-    /// After the debit, the credit, the `ledger_txn` row and its two `ledger_entry` rows were
-    /// written, before the outcome is recorded. Only reached on the OK path.
-    EntriesWritten,
-    /// Immediately before `COMMIT`, with the outcome recorded. Reached on every path that
-    /// commits (OK, INSUFFICIENT, NO_ACCOUNT).
-    BeforeCommit,
-    /// After `COMMIT` succeeded (the point of no return), before the result is returned;
-    /// in the service, before the response is written. No transaction any more.
-    AfterCommit,
-}
-
-impl HookPoint {
-    /// All points, in the order a successful transfer passes them.
-    pub const ALL: [HookPoint; 4] = [
-        HookPoint::Registered,
-        HookPoint::EntriesWritten,
-        HookPoint::BeforeCommit,
-        HookPoint::AfterCommit,
-    ];
-
-    /// The name: `"registered"`, `"entries-written"`, `"before-commit"` or `"after-commit"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HookPoint::Registered => "registered",
-            HookPoint::EntriesWritten => "entries-written",
-            HookPoint::BeforeCommit => "before-commit",
-            HookPoint::AfterCommit => "after-commit",
-        }
-    }
-}
-
-macro_rules! name_traits {
-    ($ty:ident, $what:literal) => {
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl FromStr for $ty {
-            type Err = UnknownName;
-
-            /// Parses the exact spelling produced by `as_str` (case-sensitive).
-            fn from_str(s: &str) -> Result<Self, Self::Err> {
-                $ty::ALL
-                    .into_iter()
-                    .find(|v| v.as_str() == s)
-                    .ok_or_else(|| UnknownName {
-                        what: $what,
-                        input: s.to_owned(),
-                    })
-            }
-        }
-    };
-}
-
-name_traits!(Kind, "transfer kind");
-name_traits!(Outcome, "outcome");
-name_traits!(HookPoint, "hook point");
-
-/// Parse error of the `FromStr` impls of [`Kind`], [`Outcome`] and [`HookPoint`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown {what}: {input:?}")]
-pub struct UnknownName {
-    /// What was being parsed, e.g. `"hook point"`.
-    pub what: &'static str,
-    /// The rejected text.
-    pub input: String,
-}
+use crate::vocabulary::{HookPoint, Kind, Outcome};
 
 /// One transfer request: move `amount` points from `from` to `to`, at most once per
 /// `(client_id, idem_key)`.
@@ -173,12 +44,24 @@ impl TransferRequest {
         account: impl Into<String>,
         amount: i64,
     ) -> Self {
+        TransferRequest::debit_into(client_id, idem_key, account, SYS_REDEEM, amount)
+    }
+
+    /// A DEBIT of `amount` points from `account` into the redemption account `sink`
+    /// ([`SYS_REDEEM`], or a stripe of it: [`crate::striping::redeem_account_for`]).
+    pub fn debit_into(
+        client_id: impl Into<String>,
+        idem_key: impl Into<String>,
+        account: impl Into<String>,
+        sink: impl Into<String>,
+        amount: i64,
+    ) -> Self {
         TransferRequest {
             client_id: client_id.into(),
             idem_key: idem_key.into(),
             kind: Kind::Debit,
             from: account.into(),
-            to: SYS_REDEEM.to_owned(),
+            to: sink.into(),
             amount,
         }
     }
@@ -397,17 +280,7 @@ pub async fn transfer(
     // Step 1: register the key, or replay what it recorded.
     let mut attempt = 0;
     loop {
-        let registered = tx
-            .query_typed_opt(
-                REGISTER_SQL,
-                &[
-                    (&req.client_id, Type::TEXT),
-                    (&req.idem_key, Type::TEXT),
-                    (&request_hash, Type::TEXT),
-                ],
-            )
-            .await?;
-        if registered.is_some() {
+        if register(&tx, req, &request_hash).await? {
             break;
         }
         let stored = tx
@@ -473,6 +346,64 @@ pub async fn transfer(
     let from_balance_after: i64 = debited.try_get("balance")?;
 
     // End of step 2 (credit `to`) and step 3 (ledger_txn and entries), one statement.
+    let (to_balance_after, txn_id) = match credit_and_record(&tx, req).await {
+        Ok(recorded) => recorded,
+        Err(error) => {
+            let _ = tx.rollback().await;
+            return Err(error);
+        }
+    };
+    if hooks
+        .at(in_tx(HookPoint::EntriesWritten, req, &tx))
+        .await
+        .is_err()
+    {
+        return abort(tx, HookPoint::EntriesWritten).await;
+    }
+
+    // Step 4: record OK with the reported balance.
+    let balance = match req.kind {
+        Kind::Debit => from_balance_after,
+        Kind::Grant => to_balance_after,
+    };
+    record_ok(&tx, req, txn_id, balance).await?;
+    let result = TransferResult {
+        outcome: Outcome::Ok,
+        txn_id: Some(txn_id),
+        balance,
+        replayed: false,
+    };
+    commit(tx, hooks, req, result).await
+}
+
+/// Step 1: inserts the key's registration as PENDING; false when the key is already
+/// registered (the insert did nothing).
+async fn register(
+    tx: &Transaction<'_>,
+    req: &TransferRequest,
+    request_hash: &str,
+) -> Result<bool, LedgerError> {
+    let registered = tx
+        .query_typed_opt(
+            REGISTER_SQL,
+            &[
+                (&req.client_id, Type::TEXT),
+                (&req.idem_key, Type::TEXT),
+                (&request_hash, Type::TEXT),
+            ],
+        )
+        .await?;
+    Ok(registered.is_some())
+}
+
+/// Credits `to` and writes the `ledger_txn` row with its two entries (steps 2–3), in one
+/// statement; returns `to`'s balance after and the txn id.
+///
+/// Errors: [`LedgerError::CreditAccountMissing`]; [`LedgerError::Db`].
+async fn credit_and_record(
+    tx: &Transaction<'_>,
+    req: &TransferRequest,
+) -> Result<(i64, i64), LedgerError> {
     let kind = req.kind.as_str();
     let recorded = tx
         .query_typed_opt(
@@ -488,25 +419,19 @@ pub async fn transfer(
         )
         .await?;
     let Some(recorded) = recorded else {
-        tx.rollback().await?;
         return Err(LedgerError::CreditAccountMissing(req.to.clone()));
     };
-    let to_balance_after: i64 = recorded.try_get("balance")?;
-    let txn_id: i64 = recorded.try_get("txn_id")?;
     debug_assert_eq!(recorded.try_get::<_, i64>("entry_count").ok(), Some(2));
-    if hooks
-        .at(in_tx(HookPoint::EntriesWritten, req, &tx))
-        .await
-        .is_err()
-    {
-        return abort(tx, HookPoint::EntriesWritten).await;
-    }
+    Ok((recorded.try_get("balance")?, recorded.try_get("txn_id")?))
+}
 
-    // Step 4: record OK with the reported balance.
-    let balance = match req.kind {
-        Kind::Debit => from_balance_after,
-        Kind::Grant => to_balance_after,
-    };
+/// Step 4: records outcome OK with the txn id and the reported balance.
+async fn record_ok(
+    tx: &Transaction<'_>,
+    req: &TransferRequest,
+    txn_id: i64,
+    balance: i64,
+) -> Result<(), LedgerError> {
     tx.execute_typed(
         RECORD_OK_SQL,
         &[
@@ -517,13 +442,42 @@ pub async fn transfer(
         ],
     )
     .await?;
-    let result = TransferResult {
-        outcome: Outcome::Ok,
-        txn_id: Some(txn_id),
-        balance,
-        replayed: false,
+    Ok(())
+}
+
+/// Records, inside the caller's own transaction `tx`, a transfer whose debit of
+/// `req.from` the caller has already made by its own strategy (another locking scheme,
+/// say) and that left `from_balance_after`: registers the key, credits `req.to`, writes
+/// the `ledger_txn` row and its two entries, and records OK, the ledger's way (SPEC §2,
+/// §3). A case that bypasses [`transfer`] calls this so that reconciliation (I3, I4 and
+/// the request/transaction links) still finds its database clean. Returns the txn id.
+/// It commits nothing: the caller commits or rolls back `tx`.
+///
+/// Errors: [`LedgerError::InvalidAmount`]; [`LedgerError::KeyReused`] when the key is
+/// already registered (whatever its payload: this records, it does not replay);
+/// [`LedgerError::CreditAccountMissing`]; [`LedgerError::Db`].
+pub async fn record_transfer(
+    tx: &Transaction<'_>,
+    req: &TransferRequest,
+    from_balance_after: i64,
+) -> Result<i64, LedgerError> {
+    if req.amount <= 0 {
+        return Err(LedgerError::InvalidAmount(req.amount));
+    }
+    let request_hash = req.request_hash();
+    if !register(tx, req, &request_hash).await? {
+        return Err(LedgerError::KeyReused {
+            stored_hash: String::from("(already registered)"),
+            request_hash,
+        });
+    }
+    let (to_balance_after, txn_id) = credit_and_record(tx, req).await?;
+    let balance = match req.kind {
+        Kind::Debit => from_balance_after,
+        Kind::Grant => to_balance_after,
     };
-    commit(tx, hooks, req, result).await
+    record_ok(tx, req, txn_id, balance).await?;
+    Ok(txn_id)
 }
 
 /// [`transfer`] of a GRANT (`sys-issuer` → `account`, `amount` points) without hooks.
@@ -627,42 +581,6 @@ fn replay(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_round_trip() {
-        for k in Kind::ALL {
-            assert_eq!(k.as_str().parse::<Kind>(), Ok(k));
-        }
-        for o in Outcome::ALL {
-            assert_eq!(o.as_str().parse::<Outcome>(), Ok(o));
-        }
-        for p in HookPoint::ALL {
-            assert_eq!(p.as_str().parse::<HookPoint>(), Ok(p));
-            assert_eq!(p.to_string(), p.as_str());
-        }
-        assert!("debit".parse::<Kind>().is_err());
-        assert!("PENDING".parse::<Outcome>().is_err());
-        assert_eq!(
-            "entries_written"
-                .parse::<HookPoint>()
-                .unwrap_err()
-                .to_string(),
-            "unknown hook point: \"entries_written\""
-        );
-    }
-
-    #[test]
-    fn serde_spellings_match_as_str() {
-        assert_eq!(
-            serde_json::to_string(&Outcome::NoAccount).unwrap(),
-            "\"NO_ACCOUNT\""
-        );
-        assert_eq!(serde_json::to_string(&Kind::Grant).unwrap(), "\"GRANT\"");
-        assert_eq!(
-            serde_json::to_string(&HookPoint::EntriesWritten).unwrap(),
-            "\"entries-written\""
-        );
-    }
 
     #[test]
     fn constructors_route_through_system_accounts() {

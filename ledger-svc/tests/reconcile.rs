@@ -199,3 +199,48 @@ async fn broken_registrations() {
         "hash 'h' differs: {err:?}"
     );
 }
+
+/// A debit made by the caller's own strategy (here: SELECT … FOR UPDATE, check in the
+/// application, then an absolute UPDATE) and recorded with `record_transfer` in the same
+/// transaction reconciles clean; the same debit without it is found (stored balance
+/// disagrees with the entries).
+#[tokio::test]
+async fn own_strategy_recorded_the_ledgers_way_reconciles_clean() {
+    let mut db = TestDb::new("r_record").await;
+    grant(&mut db.client, "ops", "g-1", "acct-0003", 100)
+        .await
+        .unwrap();
+    let own_debit =
+        |key: &'static str| ledger_svc::TransferRequest::debit("app-own", key, "acct-0003", 30);
+    for (key, record) in [("k-own-1", true), ("k-own-2", false)] {
+        let tx = db.client.transaction().await.unwrap();
+        let balance: i64 = tx
+            .query_one(
+                "SELECT balance FROM account WHERE account_id = 'acct-0003' FOR UPDATE",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(balance >= 30);
+        tx.execute(
+            "UPDATE account SET balance = $1 WHERE account_id = 'acct-0003'",
+            &[&(balance - 30)],
+        )
+        .await
+        .unwrap();
+        if record {
+            let txn_id = ledger_svc::record_transfer(&tx, &own_debit(key), balance - 30)
+                .await
+                .unwrap();
+            assert!(txn_id > 0);
+            assert!(matches!(
+                ledger_svc::record_transfer(&tx, &own_debit(key), balance - 30).await,
+                Err(ledger_svc::LedgerError::KeyReused { .. })
+            ));
+        }
+        tx.commit().await.unwrap();
+        let findings = reconcile(&mut db.client).await.unwrap();
+        assert_eq!(findings.is_clean(), record, "{key}: {findings:?}");
+    }
+}

@@ -1,7 +1,8 @@
 //! L11 — reconciliation: the four invariant queries in one REPEATABLE READ snapshot.
-//! Claim: every database of the run that is meant to be clean has no findings (I3, I4,
+//! Claim: every database of the family that is meant to be clean has no findings (I3, I4,
 //! request/transaction links, global sum 0), and a balance changed behind the ledger's
-//! back is found: stored = recomputed + 5 on acct-0001, global sum 5.
+//! back is found: stored = recomputed + 5 on acct-0001, global sum 5. The databases
+//! covered are listed in the run record (`results.json`, `details`), not the transcript.
 //! Fails if: a clean database has findings, or the tampering goes unnoticed or is
 //! reported with other figures.
 
@@ -27,20 +28,26 @@ const TAMPERED: &str = "acct-0001";
 const TAMPER_POINTS: i64 = 5;
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
-    // Every clean database of the run (empty when L11 runs alone).
+    // Every clean database of the family (none when L11 runs alone). The transcript
+    // names only databases with findings, so another case's arrival never changes this
+    // snapshot; the run record lists every database covered and what it showed.
     let databases = ctx.clean_databases();
-    if databases.is_empty() {
-        ctx.note("no other clean databases in this run");
-    }
-    for database in databases {
-        let mut client = ctx.connect_to(&database).await?;
+    let mut covered = serde_json::Map::new();
+    let mut with_findings = Vec::new();
+    for database in &databases {
+        let mut client = ctx.connect_to(database).await?;
         let findings = reconcile(&mut client).await?;
-        ctx.check(
-            format!("{database}: no findings"),
-            findings.is_clean(),
-            findings.summary(),
-        );
+        covered.insert(database.clone(), findings.summary().into());
+        if !findings.is_clean() {
+            with_findings.push(format!("{database}: {}", findings.summary()));
+        }
     }
+    ctx.record("reconciled_databases", serde_json::Value::Object(covered));
+    ctx.check(
+        "every other clean database of the family: no findings",
+        with_findings.is_empty(),
+        with_findings.join("; "),
+    );
 
     // Its own data: grants, debits, an INSUFFICIENT, a replay.
     let mut db = ctx.connect().await?;

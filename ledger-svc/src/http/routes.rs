@@ -244,12 +244,25 @@ async fn read_body(request: Request<Incoming>) -> Result<Bytes, Problem> {
     }
 }
 
-/// Everything about a transfer request that is checked before the database is touched.
+/// Everything about a transfer request that is checked before the body is read.
+struct TransferHead {
+    /// The user account in the path (never a `sys-` account).
+    account: String,
+    /// `X-Client-Id`.
+    client_id: String,
+    /// `Idempotency-Key`.
+    key: String,
+    /// How the body is encoded, from `Content-Type`.
+    body_type: grammar::BodyType,
+}
+
+/// Checks the path account and the headers of a transfer request, before the database
+/// is touched.
 fn parse_transfer(
     request: &Request<Incoming>,
     kind: Kind,
     account: &str,
-) -> Result<(String, String, String, grammar::BodyType), Problem> {
+) -> Result<TransferHead, Problem> {
     let account = grammar::parse_account_id(account).map_err(|bad| Problem::bad_request(bad.0))?;
     if is_system_account(&account) {
         return Err(Problem::new(
@@ -287,7 +300,12 @@ fn parse_transfer(
         _ => None,
     }
     .ok_or_else(Problem::unsupported_media_type)?;
-    Ok((account, client_id, key, body_type))
+    Ok(TransferHead {
+        account,
+        client_id,
+        key,
+        body_type,
+    })
 }
 
 async fn transfer_route(
@@ -296,18 +314,24 @@ async fn transfer_route(
     kind: Kind,
     account: String,
 ) -> Handled {
-    let (account, client_id, key, body_type) = match parse_transfer(&request, kind, &account) {
-        Ok(parsed) => parsed,
+    let head = match parse_transfer(&request, kind, &account) {
+        Ok(head) => head,
         Err(problem) => return Ok(problem.into_response()),
     };
     let body = match read_body(request).await {
         Ok(body) => body,
         Err(problem) => return Ok(problem.into_response()),
     };
-    let amount = match grammar::parse_body(body_type, &body) {
+    let amount = match grammar::parse_body(head.body_type, &body) {
         Ok(amount) => amount,
         Err(bad) => return Ok(Problem::bad_request(bad.0).into_response()),
     };
+    let TransferHead {
+        account,
+        client_id,
+        key,
+        ..
+    } = head;
     let transfer_request = match kind {
         Kind::Debit => striped_debit(client_id, key, &account, amount, state.redeem_stripes),
         Kind::Grant => TransferRequest::grant(client_id, key, &account, amount),
