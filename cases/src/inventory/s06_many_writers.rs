@@ -98,6 +98,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 
     let (mut applied, mut insufficient, mut other) = (0usize, 0usize, Vec::new());
     let mut event_ids = BTreeSet::new();
+    let mut longest_ms = 0u64;
     for worker in &mut workers {
         while let Some(line) = worker
             .next_line(Duration::from_millis(OUTCOME_WAIT_MS))
@@ -113,6 +114,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
                     .to_string()
             };
             event_ids.insert(field("event_id="));
+            longest_ms = longest_ms.max(field("elapsed_ms=").parse().unwrap_or(0));
             match field("outcome=").as_str() {
                 "applied" => applied += 1,
                 "insufficient" => insufficient += 1,
