@@ -129,6 +129,9 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         other.len(),
         event_ids.len()
     ));
+    // How long the slowest writer took for its change, lock wait included: timing, so for
+    // the run record, not the transcript.
+    ctx.record("writer_longest_ms", serde_json::Value::from(longest_ms));
     ctx.check_eq(
         "outcomes reported",
         32,
