@@ -51,7 +51,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         }
     }
     ctx.record(
-        "reconciled_files",
+        "reconciled_databases",
         serde_json::Value::from(
             files
                 .iter()
