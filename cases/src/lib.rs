@@ -5,13 +5,14 @@
 //! `case_kit::Engine`). Adding a case is one new file and one registration line; adding
 //! a family is one folder and one line in [`families`].
 
+pub mod inventory;
 pub mod ledger;
 
 use case_kit::Family;
 
 /// Every family, in the order a full run lists them.
 pub fn families() -> Vec<Family> {
-    vec![ledger::family()]
+    vec![ledger::family(), inventory::family()]
 }
 
 /// The id of the canary case, which checks something false on purpose and must FAIL;
