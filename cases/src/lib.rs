@@ -6,13 +6,14 @@
 //! a family is one folder and one line in [`families`].
 
 pub mod frozen;
+pub mod inventory;
 pub mod ledger;
 
 use case_kit::Family;
 
 /// Every family, in the order a full run lists them.
 pub fn families() -> Vec<Family> {
-    vec![ledger::family(), frozen::family()]
+    vec![ledger::family(), frozen::family(), inventory::family()]
 }
 
 /// The id of the canary case, which checks something false on purpose and must FAIL;

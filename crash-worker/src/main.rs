@@ -19,6 +19,9 @@
 //!
 //! The parent should start it with a parent-death signal
 //! (`scratch_pg::process::spawn_tied`), so it never outlives the harness.
+//!
+//! `crash-worker sqlite …` is the same worker on an SQLite inventory file instead (SPEC §9,
+//! cases S5–S7): see [`sqlite`].
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,27 +34,33 @@ use ledger_svc::{
     HookAbort, HookContext, HookPoint, Hooks, Kind, LedgerError, TransferRequest, transfer,
 };
 
+mod sqlite;
+
 /// Default bound of the pause at the stop point, in milliseconds.
-const PAUSE_LIMIT_MS: u64 = 60_000;
+pub(crate) const PAUSE_LIMIT_MS: u64 = 60_000;
 /// Bound of everything except the pause (connect, statements, lock waits), in milliseconds.
-const WORK_LIMIT_MS: u64 = 30_000;
+pub(crate) const WORK_LIMIT_MS: u64 = 30_000;
 /// Connect timeout of the worker's one connection, in milliseconds.
 const CONNECT_TIMEOUT_MS: u64 = 10_000;
 /// First word of the line printed at the stop point.
-const PAUSED_MARKER: &str = "PAUSED_IN_TX";
+pub(crate) const PAUSED_MARKER: &str = "PAUSED_IN_TX";
 /// `application_name` of the worker's session, visible in `pg_stat_activity`.
 const APPLICATION_NAME: &str = "crash-worker";
 
 /// Exit status: a database or connection error.
-const EXIT_FAILED: i32 = 1;
+pub(crate) const EXIT_FAILED: i32 = 1;
 /// Exit status: paused for the whole pause limit without being killed.
-const EXIT_PAUSE_LIMIT: i32 = 3;
+pub(crate) const EXIT_PAUSE_LIMIT: i32 = 3;
 /// Exit status: the work around the pause took longer than [`WORK_LIMIT_MS`].
-const EXIT_WORK_LIMIT: i32 = 4;
+pub(crate) const EXIT_WORK_LIMIT: i32 = 4;
 
 /// Runs one transfer and stops inside it at a named hook point until killed.
 #[derive(Debug, Parser)]
-#[command(name = "crash-worker", version)]
+#[command(
+    name = "crash-worker",
+    version,
+    after_help = "SQLite mode (an inventory file instead of a ledger): crash-worker sqlite --help"
+)]
 struct Args {
     /// Connection URL, e.g. postgresql://postgres@127.0.0.1:5432/case_l9.
     #[arg(long)]
@@ -80,6 +89,10 @@ struct Args {
 }
 
 fn main() {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|word| word == "sqlite") {
+        std::process::exit(sqlite::main(argv));
+    }
     let args = Args::parse();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

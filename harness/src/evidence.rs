@@ -8,7 +8,7 @@
 //! | `<id>.snap.diff` | snapshot → this run, when they differ |
 //! | `results.json` | per case: status, checks, notes, duration; the totals |
 //! | `junit.xml` | one test suite per case, one test case per check |
-//! | `environment.json` | families, PostgreSQL version and durability settings (when a family needed it), commit, command, seed, durations |
+//! | `environment.json` | families, PostgreSQL version and durability settings (when a family needed it), SQLite version and settings (likewise), commit, command, seed, durations |
 //! | `postgres.log` | the server log of the run's scratch cluster |
 //! | `logs/` | logs of processes the cases start (ledger-svc, crash-worker) |
 
@@ -53,6 +53,9 @@ pub struct Environment {
     pub families: Vec<String>,
     /// The scratch cluster, when a selected family needed PostgreSQL (`null` otherwise).
     pub postgres: Option<PostgresRecord>,
+    /// The SQLite library, when a selected family works on SQLite files (`null`
+    /// otherwise).
+    pub sqlite: Option<SqliteRecord>,
     /// The most connections concurrent cases could declare together (0 without a
     /// cluster).
     pub connection_budget: u32,
@@ -66,6 +69,18 @@ pub struct Environment {
     pub ci: bool,
     /// Wall times.
     pub durations: Durations,
+}
+
+/// The SQLite library of a run, as written to `environment.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SqliteRecord {
+    /// `sqlite3_libversion()` of the library linked in, e.g. `3.54.1`.
+    pub version: String,
+    /// Where it comes from: compiled from source by rusqlite's `bundled` feature, so the
+    /// version is pinned by the workspace's exact rusqlite version.
+    pub build: String,
+    /// `journal_mode`, `synchronous` and `busy_timeout_ms` every store connection sets.
+    pub settings: String,
 }
 
 /// The scratch cluster of a run, as written to `environment.json`.

@@ -325,6 +325,18 @@ async fn run_in(
             .map(|f| f.prefix.to_string())
             .collect(),
         postgres: postgres_record,
+        sqlite: selection
+            .families()
+            .iter()
+            .any(|family| matches!(family.engine, case_kit::Engine::SqliteFile))
+            .then(|| evidence::SqliteRecord {
+                version: inventory_store::sqlite_version().to_string(),
+                build: "bundled (compiled from source by rusqlite's bundled feature)".into(),
+                settings: format!(
+                    "journal_mode=wal synchronous=FULL busy_timeout_ms={}",
+                    inventory_store::BUSY_TIMEOUT_MS
+                ),
+            }),
         connection_budget: env.connection_budget(),
         cases: compared.reports.iter().map(|r| r.id.clone()).collect(),
         sequential: args.sequential,

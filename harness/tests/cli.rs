@@ -200,3 +200,38 @@ fn snapshot_mismatch_diff_and_modes() {
     let output = scratch.harness(&["L1"], true);
     assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
 }
+
+/// A run of a family that needs no PostgreSQL boots none: it passes although the
+/// PostgreSQL binaries it is pointed at do not exist (any attempt to start a cluster
+/// would be a harness error, exit 2), says so, and records no server.
+#[test]
+fn a_family_without_postgres_starts_no_postgres() {
+    let family = cases::families()
+        .into_iter()
+        .find(|family| !family.engine.needs_postgres())
+        .expect("a registered family needs no PostgreSQL");
+    let scratch = Scratch::new("nopg");
+    let committed_folder = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../evidence/snapshots")
+        .join(family.prefix);
+    let folder = scratch.evidence().join("snapshots").join(family.prefix);
+    std::fs::create_dir_all(&folder).unwrap();
+    for entry in std::fs::read_dir(&committed_folder).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), folder.join(entry.file_name())).unwrap();
+    }
+    let output = scratch.harness(&["--pg-bin", "/nonexistent/pg-bin", family.prefix], true);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("postgres: not started (no selected family needs it)"),
+        "{text}"
+    );
+    assert!(!text.contains("\npostgres "), "{text}");
+    assert!(last_line(&text).ends_with(" failed=0"), "{text}");
+    let environment: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(scratch.evidence().join("latest/environment.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(environment["postgres"].is_null(), "{environment}");
+}

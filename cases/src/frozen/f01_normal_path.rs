@@ -19,8 +19,10 @@ use super::spot::{SpotCalls, SpotReply, asset_sums, balance_line, place};
 
 /// The case's registration.
 pub fn case() -> Case {
-    Case::new("F1", "normal path with price improvement", |ctx| run(ctx).boxed())
-        .connections(POOL_SIZE as u32 + 2)
+    Case::new("F1", "normal path with price improvement", |ctx| {
+        run(ctx).boxed()
+    })
+    .connections(POOL_SIZE as u32 + 2)
 }
 
 const POOL_SIZE: usize = 2;
@@ -36,7 +38,9 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     .await?;
     let db = ctx.connect().await?;
     let t = DEFAULT_TENANT;
-    service.deposit(t, "dep-0101", "alice", "USDT", "10000").await?;
+    service
+        .deposit(t, "dep-0101", "alice", "USDT", "10000")
+        .await?;
     service.deposit(t, "dep-0102", "bob", "BTC", "2").await?;
 
     let buy = place(&service, "place-0101", "alice", "BUY", "1.0000", "5000.00").await?;
@@ -53,7 +57,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         balance_line(&db, t, "alice", Asset::Usdt).await?,
     );
     let sell = place(&service, "place-0102", "bob", "SELL", "1.0000", "4900.00").await?;
-    ctx.check_eq("bob's placement", "201 OK".to_string(), sell.status_outcome());
+    ctx.check_eq(
+        "bob's placement",
+        "201 OK".to_string(),
+        sell.status_outcome(),
+    );
     ctx.check_eq(
         "bob BTC after the placement",
         "available=1.00000000 frozen=1.00000000".to_string(),
@@ -64,8 +72,22 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     };
 
     for (fill_id, quantity, paid, fee, returned, received) in [
-        ("fill-0101", "0.4000", "1960.000000", "1.960000", "40.040000", "1958.040000"),
-        ("fill-0102", "0.6000", "2940.000000", "2.940000", "60.060000", "2937.060000"),
+        (
+            "fill-0101",
+            "0.4000",
+            "1960.000000",
+            "1.960000",
+            "40.040000",
+            "1958.040000",
+        ),
+        (
+            "fill-0102",
+            "0.6000",
+            "2940.000000",
+            "2.940000",
+            "60.060000",
+            "2937.060000",
+        ),
     ] {
         let filled = service.fill(fill_id, b, s, quantity, "4900.00").await?;
         ctx.note(format!(
@@ -98,10 +120,30 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let alice = service.balances(t, "alice").await?;
     let bob = service.balances(t, "bob").await?;
     for (who, reply, asset, expected) in [
-        ("alice", &alice, Asset::Usdt, "available=5095.100000 frozen=0.000000"),
-        ("alice", &alice, Asset::Btc, "available=1.00000000 frozen=0.00000000"),
-        ("bob", &bob, Asset::Usdt, "available=4895.100000 frozen=0.000000"),
-        ("bob", &bob, Asset::Btc, "available=1.00000000 frozen=0.00000000"),
+        (
+            "alice",
+            &alice,
+            Asset::Usdt,
+            "available=5095.100000 frozen=0.000000",
+        ),
+        (
+            "alice",
+            &alice,
+            Asset::Btc,
+            "available=1.00000000 frozen=0.00000000",
+        ),
+        (
+            "bob",
+            &bob,
+            Asset::Usdt,
+            "available=4895.100000 frozen=0.000000",
+        ),
+        (
+            "bob",
+            &bob,
+            Asset::Btc,
+            "available=1.00000000 frozen=0.00000000",
+        ),
     ] {
         ctx.check_eq(
             format!("end: {who} {asset}"),

@@ -17,9 +17,11 @@ use super::spot::{SpotCalls, SpotReply, asset_sums, balance_line, place, recorde
 
 /// The case's registration.
 pub fn case() -> Case {
-    Case::new("F2", "partial fill, then cancel: the remainder is released once", |ctx| {
-        run(ctx).boxed()
-    })
+    Case::new(
+        "F2",
+        "partial fill, then cancel: the remainder is released once",
+        |ctx| run(ctx).boxed(),
+    )
     .connections(POOL_SIZE as u32 + 2)
 }
 
@@ -36,7 +38,9 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     .await?;
     let db = ctx.connect().await?;
     let t = DEFAULT_TENANT;
-    service.deposit(t, "dep-0201", "alice", "USDT", "10000").await?;
+    service
+        .deposit(t, "dep-0201", "alice", "USDT", "10000")
+        .await?;
     service.deposit(t, "dep-0202", "bob", "BTC", "2").await?;
     let buy = place(&service, "place-0201", "alice", "BUY", "1.0", "5000").await?;
     let sell = place(&service, "place-0202", "bob", "SELL", "0.4", "5000").await?;
@@ -92,7 +96,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check(
         "the replay carries the first body",
         cancelled.body == again.body,
-        if cancelled.body == again.body { "same" } else { "different" },
+        if cancelled.body == again.body {
+            "same"
+        } else {
+            "different"
+        },
     );
     ctx.check(
         "nothing moved: operations, movements, orders and balances unchanged",

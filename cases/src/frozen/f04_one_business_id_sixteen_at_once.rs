@@ -47,7 +47,9 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     .await?;
     let db = ctx.connect().await?;
     let t = DEFAULT_TENANT;
-    service.deposit(t, "dep-0401", "alice", "USDT", "10000").await?;
+    service
+        .deposit(t, "dep-0401", "alice", "USDT", "10000")
+        .await?;
 
     let replies = sixteen_at_once(&service).await?;
     let created = replies.iter().filter(|r| r.0 == 201).count();
@@ -89,14 +91,26 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         "422 KEY_REUSED".to_string(),
         other.status_outcome(),
     );
-    ctx.check("the 422 recorded nothing", recorded(&db).await? == before, "");
+    ctx.check(
+        "the 422 recorded nothing",
+        recorded(&db).await? == before,
+        "",
+    );
 
     service
         .deposit(OTHER_TENANT, "dep-0401", "alice", "USDT", "10000")
         .await?;
     let timeout = std::time::Duration::from_millis(case_kit::service::CLIENT_TIMEOUT_MS);
     let elsewhere = service
-        .place(OTHER_TENANT, BUSINESS_ID, "alice", "BUY", "1.0", "5000", timeout)
+        .place(
+            OTHER_TENANT,
+            BUSINESS_ID,
+            "alice",
+            "BUY",
+            "1.0",
+            "5000",
+            timeout,
+        )
         .await?;
     ctx.note(format!(
         "the id under tenant {OTHER_TENANT}: {}",

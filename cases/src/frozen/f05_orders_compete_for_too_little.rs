@@ -73,8 +73,14 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         .iter()
         .filter(|(o, _, _)| matches!(o, Ok(Outcome::Insufficient)))
         .count();
-    let errors: Vec<&String> = timed.iter().filter_map(|(o, _, _)| o.as_ref().err()).collect();
-    ctx.note(format!("ok={ok} insufficient={insufficient} errors={}", errors.len()));
+    let errors: Vec<&String> = timed
+        .iter()
+        .filter_map(|(o, _, _)| o.as_ref().err())
+        .collect();
+    ctx.note(format!(
+        "ok={ok} insufficient={insufficient} errors={}",
+        errors.len()
+    ));
     ctx.check(
         "the placements overlapped: at least 16 of 32 in flight at one moment",
         in_flight >= THREADS / 2,
@@ -99,9 +105,17 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         )
         .await?
         .get(0);
-    ctx.check_eq("refusals recorded for replay", (THREADS - 1) as i64, recorded);
+    ctx.check_eq(
+        "refusals recorded for replay",
+        (THREADS - 1) as i64,
+        recorded,
+    );
     let findings = frozen_balances::reconcile(&mut db).await?;
-    ctx.check("reconciliation clean", findings.is_clean(), findings.summary());
+    ctx.check(
+        "reconciliation clean",
+        findings.is_clean(),
+        findings.summary(),
+    );
     Ok(())
 }
 

@@ -52,8 +52,12 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     .await?;
     let db = ctx.connect().await?;
     let t = DEFAULT_TENANT;
-    service.deposit(t, "dep-0701", "alice", "USDT", "10000").await?;
-    service.deposit(t, "dep-0702", "carol", "USDT", "20000").await?;
+    service
+        .deposit(t, "dep-0701", "alice", "USDT", "10000")
+        .await?;
+    service
+        .deposit(t, "dep-0702", "carol", "USDT", "20000")
+        .await?;
     ctx.note(format!(
         "client_timeout_ms={CLIENT_TIMEOUT_MS} server_hold_ms={SERVER_HOLD_MS}"
     ));
@@ -83,7 +87,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check(
         "retry reports the order the first attempt created",
         created.is_some() && retry.order_id() == created,
-        if retry.order_id() == created { "same" } else { "different" },
+        if retry.order_id() == created {
+            "same"
+        } else {
+            "different"
+        },
     );
     ctx.check_eq(
         "alice USDT after the retry: frozen once",
@@ -121,7 +129,15 @@ async fn buy(
     timeout: Duration,
 ) -> Result<case_kit::service::Reply, reqwest::Error> {
     service
-        .place(DEFAULT_TENANT, business_id, account, "BUY", "1.0", "5000", timeout)
+        .place(
+            DEFAULT_TENANT,
+            business_id,
+            account,
+            "BUY",
+            "1.0",
+            "5000",
+            timeout,
+        )
         .await
 }
 

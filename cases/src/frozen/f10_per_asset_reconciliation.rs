@@ -54,7 +54,10 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     own_history(&mut db).await?;
     let own = frozen_balances::reconcile(&mut db).await?;
     ctx.check("own database: no findings", own.is_clean(), own.summary());
-    ctx.note(format!("own per-asset sums: {}", own.totals_text(DEFAULT_TENANT)));
+    ctx.note(format!(
+        "own per-asset sums: {}",
+        own.totals_text(DEFAULT_TENANT)
+    ));
 
     // Tamper: 1 unit less BTC, 1 unit more USDT for bob, no movement for either.
     db.batch_execute(
@@ -149,8 +152,18 @@ async fn own_history(db: &mut tokio_postgres::Client) -> anyhow::Result<()> {
             limit_price: parse_price(market, price)?,
         })
     };
-    let buy = frozen_balances::place(db, &order("place-1001", "alice", Side::Buy, "1.0", "5000")?, &NoHooks).await?;
-    let sell = frozen_balances::place(db, &order("place-1002", "bob", Side::Sell, "0.5", "4900")?, &NoHooks).await?;
+    let buy = frozen_balances::place(
+        db,
+        &order("place-1001", "alice", Side::Buy, "1.0", "5000")?,
+        &NoHooks,
+    )
+    .await?;
+    let sell = frozen_balances::place(
+        db,
+        &order("place-1002", "bob", Side::Sell, "0.5", "4900")?,
+        &NoHooks,
+    )
+    .await?;
     let (Some(b), Some(s)) = (buy.order_id, sell.order_id) else {
         anyhow::bail!("a placement was refused");
     };

@@ -67,7 +67,9 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     .await?;
     let db = ctx.connect().await?;
     let t = DEFAULT_TENANT;
-    service.deposit(t, "dep-1101", "alice", "USDT", "10000").await?;
+    service
+        .deposit(t, "dep-1101", "alice", "USDT", "10000")
+        .await?;
     service.deposit(t, "dep-1102", "bob", "BTC", "2").await?;
     let before = recorded(&db).await?;
 
@@ -77,7 +79,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     }
     for (what, asset, amount) in [
         ("deposit over the BTC maximum", "BTC", "21000000.00000001"),
-        ("deposit over the USDT maximum", "USDT", "1000000000000.000001"),
+        (
+            "deposit over the USDT maximum",
+            "USDT",
+            "1000000000000.000001",
+        ),
         ("deposit of 7 places of USDT", "USDT", "0.0000001"),
     ] {
         let reply = service

@@ -6,16 +6,14 @@
 use futures_util::FutureExt;
 use ledger_svc::{Outcome, SYS_REDEEM, debit, grant};
 
-use case_kit::{Case, Ctx};
 use super::queries;
+use case_kit::{Case, Ctx};
 
 /// The case's registration.
 pub fn case() -> Case {
-    Case::new(
-        "L1",
-        "normal path: grant 1000, debit 300",
-        |ctx| run(ctx).boxed(),
-    )
+    Case::new("L1", "normal path: grant 1000, debit 300", |ctx| {
+        run(ctx).boxed()
+    })
 }
 
 const ACCOUNT: &str = "acct-0001";

@@ -8,9 +8,9 @@
 
 use futures_util::FutureExt;
 
-use case_kit::{Case, Ctx};
 use super::queries;
 use case_kit::service::{Service, ServiceOptions};
+use case_kit::{Case, Ctx};
 
 use super::http::{LedgerCalls, LedgerReply};
 

@@ -10,8 +10,8 @@ use std::time::Instant;
 use futures_util::FutureExt;
 use ledger_svc::{Outcome, debit, grant};
 
-use case_kit::{Case, Ctx};
 use super::queries;
+use case_kit::{Case, Ctx};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -127,8 +127,14 @@ mod tests {
     fn counts_overlap() {
         let t = Instant::now();
         let ms = |n| t + Duration::from_millis(n);
-        assert_eq!(max_in_flight([(ms(0), ms(10)), (ms(5), ms(15)), (ms(12), ms(20))].into_iter()), 2);
-        assert_eq!(max_in_flight([(ms(0), ms(5)), (ms(5), ms(10))].into_iter()), 1);
+        assert_eq!(
+            max_in_flight([(ms(0), ms(10)), (ms(5), ms(15)), (ms(12), ms(20))].into_iter()),
+            2
+        );
+        assert_eq!(
+            max_in_flight([(ms(0), ms(5)), (ms(5), ms(10))].into_iter()),
+            1
+        );
         assert_eq!(max_in_flight(std::iter::empty()), 0);
     }
 }

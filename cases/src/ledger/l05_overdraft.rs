@@ -10,9 +10,9 @@
 use futures_util::FutureExt;
 use ledger_svc::grant;
 
-use case_kit::{Case, Ctx};
 use super::naive::{self, BalanceWrite, NaiveDebit, RacePlan, Tally};
 use super::queries;
+use case_kit::{Case, Ctx};
 
 /// The case's registration.
 pub fn case() -> Case {

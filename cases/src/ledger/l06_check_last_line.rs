@@ -12,9 +12,9 @@
 use futures_util::FutureExt;
 use ledger_svc::{Outcome, debit, grant};
 
-use case_kit::{Case, Ctx};
 use super::naive::{self, BalanceWrite, NaiveDebit, RacePlan, Tally};
 use super::queries;
+use case_kit::{Case, Ctx};
 
 /// The case's registration.
 pub fn case() -> Case {

@@ -19,9 +19,9 @@ use futures_util::FutureExt;
 use ledger_svc::{HookPoint, reconcile};
 use serde_json::json;
 
-use case_kit::{Case, Ctx};
 use super::queries;
 use case_kit::service::{Service, ServiceOptions};
+use case_kit::{Case, Ctx};
 
 use super::http::{LedgerCalls, LedgerReply};
 
@@ -112,7 +112,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         START_BALANCE - DEBIT,
         retry.balance().unwrap_or(i64::MIN),
     );
-    ctx.check_eq("transactions for the key", 1, queries::txns_for_key(&db, CLIENT, KEY).await?);
+    ctx.check_eq(
+        "transactions for the key",
+        1,
+        queries::txns_for_key(&db, CLIENT, KEY).await?,
+    );
     ctx.check_eq(
         "balance after the retry",
         START_BALANCE - DEBIT,
@@ -208,4 +212,3 @@ async fn executed_txn(db: &tokio_postgres::Client, key: &str) -> anyhow::Result<
         .await?;
     Ok(row.map(|row| row.get(0)))
 }
-

@@ -18,9 +18,9 @@ use futures_util::future::join_all;
 use ledger_svc::HookPoint;
 use serde_json::json;
 
-use case_kit::{Case, Ctx};
 use super::queries;
 use case_kit::service::{Reply, Service, ServiceOptions};
+use case_kit::{Case, Ctx};
 
 use super::http::{LedgerCalls, LedgerReply};
 
@@ -150,7 +150,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             ),
         ),
     );
-    ctx.check_eq("transactions for the key", 1, queries::txns_for_key(&db, CLIENT, KEY).await?);
+    ctx.check_eq(
+        "transactions for the key",
+        1,
+        queries::txns_for_key(&db, CLIENT, KEY).await?,
+    );
     ctx.check_eq(
         "balance after 16 requests",
         START_BALANCE - DEBIT,
@@ -232,4 +236,3 @@ async fn recorded(db: &tokio_postgres::Client) -> anyhow::Result<(i64, i64, i64)
         .await?;
     Ok((row.get(0), row.get(1), row.get(2)))
 }
-

@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 use ledger_svc::{HookPoint, debit, grant};
 
-use case_kit::{AbortOnDrop, Case, Ctx};
 use super::queries;
 use case_kit::worker::CrashWorker;
+use case_kit::{AbortOnDrop, Case, Ctx};
 
 use super::worker::WorkerSpec;
 

@@ -28,8 +28,8 @@ use ledger_svc::{
 };
 use tokio::sync::oneshot;
 
-use case_kit::{AbortOnDrop, Case, Ctx, Schedule};
 use super::queries;
+use case_kit::{AbortOnDrop, Case, Ctx, Schedule};
 
 /// The case's registration.
 pub fn case() -> Case {

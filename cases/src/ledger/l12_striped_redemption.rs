@@ -14,9 +14,9 @@ use futures_util::FutureExt;
 use ledger_svc::SYS_REDEEM;
 use ledger_svc::striping::{redeem_account_for, total_redeemed};
 
-use case_kit::{Case, Ctx};
 use super::queries;
 use case_kit::service::{Service, ServiceOptions};
+use case_kit::{Case, Ctx};
 
 use super::http::{LedgerCalls, LedgerReply};
 
@@ -51,7 +51,9 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let db = ctx.connect().await?;
     let accounts: Vec<String> = (1..=ACCOUNTS).map(ledger_svc::test_account).collect();
     for account in &accounts {
-        service.grant("ops", &format!("g-12-{account}"), account, GRANT).await?;
+        service
+            .grant("ops", &format!("g-12-{account}"), account, GRANT)
+            .await?;
     }
 
     // 40 debits at once over HTTP: 4 per account.
@@ -89,8 +91,16 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         replies.len(),
         ok.len()
     ));
-    ctx.check_eq("debits answered 201 = 10 * floor(100/30)", expected_ok, ok.len());
-    ctx.check_eq("debits answered 409 INSUFFICIENT", replies.len() - expected_ok, refused);
+    ctx.check_eq(
+        "debits answered 201 = 10 * floor(100/30)",
+        expected_ok,
+        ok.len(),
+    );
+    ctx.check_eq(
+        "debits answered 409 INSUFFICIENT",
+        replies.len() - expected_ok,
+        refused,
+    );
     ctx.check_eq("other answers", 0, other);
 
     let mut balances = BTreeSet::new();
@@ -112,8 +122,10 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         expected_ok as i64 * DEBIT,
         total_redeemed(&db).await?,
     );
-    let expected_stripes: BTreeSet<String> =
-        accounts.iter().map(|a| redeem_account_for(a, STRIPES)).collect();
+    let expected_stripes: BTreeSet<String> = accounts
+        .iter()
+        .map(|a| redeem_account_for(a, STRIPES))
+        .collect();
     let credited: BTreeSet<String> = db
         .query(
             "SELECT DISTINCT account_id FROM ledger_entry WHERE amount > 0 AND account_id LIKE 'sys-redeem-%'",
@@ -127,11 +139,16 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check(
         "debits were credited to the stripes their accounts map to",
         credited == expected_stripes && credited.len() > 1,
-        format!("credited={} expected={}", credited.len(), expected_stripes.len()),
+        format!(
+            "credited={} expected={}",
+            credited.len(),
+            expected_stripes.len()
+        ),
     );
 
     // A same-key retry of a successful striped debit is a replay, not a second debit.
-    if let Some((account, key, Ok(first))) = ok.first().map(|entry| (&entry.0, &entry.1, &entry.2)) {
+    if let Some((account, key, Ok(first))) = ok.first().map(|entry| (&entry.0, &entry.1, &entry.2))
+    {
         let retry = service.debit_once(CLIENT, key, account, DEBIT).await?;
         ctx.check_eq(
             "same-key retry: status, outcome, replayed",
@@ -147,7 +164,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 
     let mut client = ctx.connect().await?;
     let findings = ledger_svc::reconcile(&mut client).await?;
-    ctx.check("reconciliation: no findings", findings.is_clean(), findings.summary());
+    ctx.check(
+        "reconciliation: no findings",
+        findings.is_clean(),
+        findings.summary(),
+    );
     service.stop_checked(ctx).await?;
     Ok(())
 }
