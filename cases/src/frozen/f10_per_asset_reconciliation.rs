@@ -1,7 +1,7 @@
 //! F10 — per-asset reconciliation and a cross-asset tamper.
 //! Claim: every clean database of the family reconciles with no findings (each balance
 //! row = the sum of its movements; per tenant and asset, available + frozen over all
-//! accounts is 0; frozen = the remainders of open orders; no closed order holds a
+//! accounts is 0; frozen = the remainders of open orders + pending withdrawals; no closed order holds a
 //! remainder; no movement without an operation). Different assets are never added:
 //! taking 1 unit of bob's BTC and adding 1 unit to his USDT behind the product's back
 //! leaves a cross-asset total of 0, yet the per-asset checks name both rows.
