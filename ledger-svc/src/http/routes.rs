@@ -127,7 +127,7 @@ async fn route(
     match (listener, segments.as_slice()) {
         (_, ["healthz"]) => {
             name(log, "/healthz");
-            only(&method, Method::GET, "GET", || healthz()).await
+            only(&method, Method::GET, "GET", healthz).await
         }
         (_, ["readyz"]) => {
             name(log, "/readyz");
