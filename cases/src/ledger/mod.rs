@@ -34,6 +34,7 @@ case_kit::register_cases! {
     l11_reconciliation,
     l12_striped_redemption,
     l18_stuck_transaction,
+    l19_key_retention,
 }
 
 /// The template database every L case database is cloned from.
