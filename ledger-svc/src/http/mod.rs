@@ -1,5 +1,6 @@
 //! The HTTP side of `ledger-svc` (SPEC §4): request grammar, problem bodies, routes,
-//! fault injection, and the accept loops with graceful shutdown.
+//! fault injection, and the accept loops with graceful shutdown; `spot` serves the
+//! frozen balances of SPEC §8 on the same listeners.
 
 pub mod faults;
 pub mod grammar;
@@ -7,6 +8,7 @@ pub mod log;
 pub mod problem;
 pub mod routes;
 pub mod server;
+pub mod spot;
 
 /// A handler's way to close the connection without writing a response: hyper ends an
 /// HTTP/1 connection whose service returned an error, and the client sees the

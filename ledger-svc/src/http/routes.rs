@@ -16,7 +16,10 @@
 //!   debit; a grant to a missing account is 404 `NO_ACCOUNT`, not recorded).
 //! - With `--enable-fault-injection` only (otherwise these paths are 404):
 //!   `GET /faults`, `DELETE /faults`, `PUT /faults/{point}` (body [`FaultSpec`]),
-//!   `DELETE /faults/{point}`, `POST /faults/{point}/release`.
+//!   `DELETE /faults/{point}`, `POST /faults/{point}/release`, where `{point}` is a
+//!   ledger hook point or a spot one (`spot-registered`, …; see [`FaultPoint`]).
+//!
+//! Both listeners: `/spot/...`, the frozen balances of SPEC §8 (see `super::spot`).
 //!
 //! Anything else: 404 problem; a known path with another method: 405 with `Allow`.
 
@@ -40,7 +43,7 @@ use tokio_postgres::types::Type;
 use tokio_util::task::TaskTracker;
 
 use super::CloseConnection;
-use super::faults::{FaultHooks, FaultSpec};
+use super::faults::{FaultHooks, FaultPoint, FaultSpec};
 use super::grammar::{self, MAX_BODY_BYTES};
 use super::log::{RequestLog, Summary};
 use super::problem::{ApiOutcome, HttpResponse, Problem, json_response, mark_replayed, with_facts};
@@ -88,7 +91,7 @@ pub enum Listener {
     Admin,
 }
 
-type Handled = Result<HttpResponse, CloseConnection>;
+pub(super) type Handled = Result<HttpResponse, CloseConnection>;
 
 /// Routes one request and writes its log line (see [`super::log`]).
 /// `Err(CloseConnection)` closes the connection without a response.
@@ -154,6 +157,7 @@ async fn route(
             })
             .await
         }
+        (_, ["spot", rest @ ..]) => super::spot::route(state, listener, request, rest, &path).await,
         (Listener::Admin, ["faults", rest @ ..]) => match &state.faults {
             Some(faults) => fault_route(faults, request, rest, &path).await,
             None => Ok(Problem::no_route(&path).into_response()),
@@ -163,7 +167,12 @@ async fn route(
 }
 
 /// Runs `handler` if `method` is `allowed`, else answers 405.
-async fn only<F, Fut>(method: &Method, allowed: Method, allow: &'static str, handler: F) -> Handled
+pub(super) async fn only<F, Fut>(
+    method: &Method,
+    allowed: Method,
+    allow: &'static str,
+    handler: F,
+) -> Handled
 where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Handled>,
@@ -274,7 +283,7 @@ fn no_account(account: &str, amount: Option<i64>) -> Problem {
 }
 
 /// Reads a request body of at most [`MAX_BODY_BYTES`].
-async fn read_body(request: Request<Incoming>) -> Result<Bytes, Problem> {
+pub(super) async fn read_body(request: Request<Incoming>) -> Result<Bytes, Problem> {
     let declared = request
         .headers()
         .get(CONTENT_LENGTH)
@@ -611,7 +620,7 @@ async fn fault_route(
         [] => match method {
             Method::GET => Ok(json_response(StatusCode::OK, &states(faults))),
             Method::DELETE => {
-                for point in HookPoint::ALL {
+                for point in FaultPoint::ALL {
                     faults.clear(point);
                 }
                 Ok(json_response(StatusCode::OK, &states(faults)))
@@ -619,7 +628,7 @@ async fn fault_route(
             _ => Ok(Problem::wrong_method(&method, "GET, DELETE").into_response()),
         },
         [point] => {
-            let Ok(point) = point.parse::<HookPoint>() else {
+            let Ok(point) = point.parse::<FaultPoint>() else {
                 return Ok(Problem::no_route(path).into_response());
             };
             match method {
@@ -649,7 +658,7 @@ async fn fault_route(
             }
         }
         [point, "release"] => {
-            let Ok(point) = point.parse::<HookPoint>() else {
+            let Ok(point) = point.parse::<FaultPoint>() else {
                 return Ok(Problem::no_route(path).into_response());
             };
             if method != Method::POST {
