@@ -11,6 +11,9 @@
 //! keeps its transaction open for 3000 ms (the 20 s shortened: three times the
 //! bound already shows the holder outlasting every debit, and CI time is shared).
 //! Then 10 debits of 10, one per account, at once (fewer than the pool).
+//! Negative control: a service whose bounds are longer than the client waits (60 s, the
+//! old unbounded design): the debit behind the same stuck transaction gets no answer
+//! within bound + 1000 ms; after the holder commits it executes once, late.
 //! Fails if: a debit is not answered within bound + 1000 ms, a 503 lacks `Retry-After`
 //! or recorded anything, a `/healthz` probe is slow or not 200, a retry executes twice or
 //! not at all, the service logged no line for a debit, or reconciliation has findings.
@@ -36,10 +39,39 @@ pub fn case() -> Case {
     Case::new(
         "L18",
         "one stuck transaction: debits answer 503 within the lock bound, healthz stays up, retries execute once",
-        |ctx| run(ctx).boxed(),
+        |ctx| run_with(ctx, ControlPlan::FORCED).boxed(),
     )
     .connections(20)
 }
+
+/// Whether the negative control's session really holds the row: [`ControlPlan::FORCED`]
+/// in the case; a test runs `hold: false`, where no debit can be stuck, and sees the
+/// control's `negative control exposes` check FAIL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlPlan {
+    /// Take the row lock before the control's debit.
+    pub hold: bool,
+}
+
+impl ControlPlan {
+    /// The case's plan: the lock is held.
+    pub const FORCED: ControlPlan = ControlPlan { hold: true };
+}
+
+/// The negative control's service bound, milliseconds: longer than the client waits, so
+/// as good as none here (the service's old behaviour: no bound at all).
+const UNBOUNDED_MS: u64 = 60_000;
+/// The anomaly the negative control exposes (the name of its `exposes` check).
+pub fn anomaly() -> String {
+    format!(
+        "without a lock bound, a debit behind the stuck transaction gets no answer within {} ms",
+        LOCK_BOUND_MS + ANSWER_SLACK_MS
+    )
+}
+
+/// The negative control's key and account.
+const CONTROL_KEY: &str = "k-18-c";
+const CONTROL_ACCOUNT: &str = "acct-0001";
 
 /// The service's lock bound in this case, milliseconds (`--lock-timeout-ms`), and its
 /// statement bound (`--statement-timeout-ms`). Both: `lock_timeout` applies to each lock
@@ -65,7 +97,10 @@ const START_BALANCE: i64 = 100;
 const DEBIT: i64 = 10;
 const CLIENT: &str = "app-l18";
 
-async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+/// The case under `plan` (which only the negative control reads).
+///
+/// Errors: the service, the database or a transport failed.
+pub async fn run_with(ctx: &mut Ctx, plan: ControlPlan) -> anyhow::Result<()> {
     let db = ctx.connect().await?;
     let accounts: Vec<String> = (1..=ACCOUNTS).map(test_account).collect();
     ctx.note(format!(
@@ -105,6 +140,8 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let log_path = service.log_path().to_owned();
     service.stop_checked(ctx).await?;
 
+    unbounded_control(ctx, &db, plan).await?;
+
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     let logged_503 = log
         .lines()
@@ -120,6 +157,21 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         logged_503,
     );
 
+    let gone = log
+        .lines()
+        .filter(|line| {
+            line.contains(&format!("key={CONTROL_KEY} "))
+                && line.contains("status=201")
+                && line.contains("replayed=false")
+                && line.contains("client_gone=true")
+        })
+        .count();
+    ctx.check_eq(
+        "service log: the control's debit, committed after its client gave up, logged with client_gone=true",
+        usize::from(plan.hold),
+        gone,
+    );
+
     let mut client = ctx.connect().await?;
     let findings = ledger_svc::reconcile(&mut client).await?;
     ctx.check(
@@ -130,12 +182,71 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Negative control: the same stuck transaction in front of a service whose bounds are
+/// longer than its client waits (the design before bounded waits). The debit gets no
+/// answer within bound + 1000 ms; once the holder commits it executes (its client gone),
+/// and the same-key retry replays it: late, but once.
+async fn unbounded_control(
+    ctx: &mut Ctx,
+    db: &tokio_postgres::Client,
+    plan: ControlPlan,
+) -> anyhow::Result<()> {
+    let service = start_bounded(ctx, 0, UNBOUNDED_MS).await?;
+    ctx.note(format!(
+        "control: a service with lock and statement bounds of {UNBOUNDED_MS} ms; holder locks {SYS_REDEEM}: {}",
+        plan.hold
+    ));
+    let holder = ctx.connect().await?;
+    holder.batch_execute("BEGIN").await?;
+    if plan.hold {
+        holder
+            .query(
+                "SELECT balance FROM account WHERE account_id = $1 FOR UPDATE",
+                &[&SYS_REDEEM],
+            )
+            .await?;
+    }
+    let wait = Duration::from_millis(LOCK_BOUND_MS + ANSWER_SLACK_MS);
+    let attempt = service
+        .debit(CLIENT, CONTROL_KEY, CONTROL_ACCOUNT, DEBIT, wait)
+        .await;
+    let unanswered = matches!(&attempt, Err(error) if error.is_timeout());
+    ctx.exposes(
+        anomaly(),
+        unanswered,
+        match &attempt {
+            Ok(reply) => format!("answered {}", reply.summary()),
+            Err(error) if error.is_timeout() => "client timed out".to_string(),
+            Err(_) => "another transport error".to_string(),
+        },
+    );
+    holder.batch_execute("COMMIT").await?;
+    let retry = service
+        .debit_once(CLIENT, CONTROL_KEY, CONTROL_ACCOUNT, DEBIT)
+        .await?;
+    ctx.note(format!(
+        "control: same-key retry after the commit: {}",
+        retry.summary()
+    ));
+    ctx.check_eq(
+        "control: the stuck debit executed once, after the holder committed",
+        1,
+        queries::txns_for_key(db, CLIENT, CONTROL_KEY).await?,
+    );
+    service.stop_checked(ctx).await?;
+    Ok(())
+}
+
 async fn start(ctx: &Ctx, stripes: u32) -> anyhow::Result<Service> {
+    start_bounded(ctx, stripes, LOCK_BOUND_MS).await
+}
+
+async fn start_bounded(ctx: &Ctx, stripes: u32, bound_ms: u64) -> anyhow::Result<Service> {
     let mut extra_args = vec![
         "--lock-timeout-ms".to_string(),
-        LOCK_BOUND_MS.to_string(),
+        bound_ms.to_string(),
         "--statement-timeout-ms".to_string(),
-        LOCK_BOUND_MS.to_string(),
+        bound_ms.to_string(),
     ];
     if stripes > 1 {
         extra_args.extend(["--redeem-stripes".to_string(), stripes.to_string()]);

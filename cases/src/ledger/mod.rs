@@ -33,7 +33,7 @@ case_kit::register_cases! {
     l10_database_crash,
     l11_reconciliation,
     l12_striped_redemption,
-    l18_stuck_transaction,
+    pub l18_stuck_transaction,
     l19_key_retention,
 }
 
