@@ -1,5 +1,5 @@
 //! The service's bounds and honest errors (issue 17), against the real binary and a real
-//! PostgreSQL: bounded lock and idle-in-transaction waits (503 `UNKNOWN` with
+//! PostgreSQL: bounded lock, statement and idle-in-transaction waits (503 `UNKNOWN` with
 //! `Retry-After`, nothing recorded, the same key later executed once), liveness apart
 //! from readiness (also with the database stopped), SQLSTATE 22003 blamed by where it
 //! comes from, a pause without `hold_ms`, the request log line (also for a client that
@@ -112,6 +112,44 @@ async fn lock_wait_is_bounded_and_the_same_key_executes_once_later() {
     assert_eq!(db.balance("acct-0001").await, 90);
     let mut client = db.connect().await;
     assert!(ledger_svc::reconcile(&mut client).await.unwrap().is_clean());
+}
+
+/// A statement that runs past the statement bound (here a trigger that sleeps) is
+/// cancelled by the server (57014): 503 `UNKNOWN` with `Retry-After`, nothing recorded;
+/// the same key executes once the slow trigger is gone.
+#[tokio::test]
+async fn statement_bound_cancels_a_slow_statement() {
+    let db = TestDb::new("b_statement").await;
+    let svc = Service::start(&db.url(), with_args(&["--statement-timeout-ms", "200"])).await;
+    assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
+    db.client
+        .batch_execute(
+            "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN PERFORM pg_sleep(2); RETURN NEW; END $$; \
+             CREATE TRIGGER entry_slow BEFORE INSERT ON ledger_entry \
+             FOR EACH ROW EXECUTE FUNCTION slow()",
+        )
+        .await
+        .unwrap();
+    let before = recorded(&db).await;
+    let started = Instant::now();
+    let cancelled = svc.debit("acct-0001", "app-a", "k-1", "10").await;
+    let took = started.elapsed();
+    assert_problem(&cancelled, 503, "UNKNOWN", "statement bound");
+    assert_eq!(cancelled.headers.get("retry-after").unwrap(), "1");
+    assert!(
+        took < Duration::from_millis(1_500),
+        "answered after {took:?}"
+    );
+    assert_eq!(recorded(&db).await, before, "nothing recorded");
+    db.client
+        .batch_execute("DROP TRIGGER entry_slow ON ledger_entry")
+        .await
+        .unwrap();
+    let executed = svc.debit("acct-0001", "app-a", "k-1", "10").await;
+    assert_eq!(executed.status, 201, "{}", executed.raw);
+    assert!(!executed.replayed());
+    assert_eq!(db.balance("acct-0001").await, 90);
 }
 
 /// `pause` without `hold_ms` holds until released (bounded by `MAX_FAULT_HOLD_MS`, which
