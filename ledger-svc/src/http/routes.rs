@@ -9,7 +9,11 @@
 //!
 //! Public listener (SPEC §4):
 //! - `GET /accounts/{id}` → 200 `{"account_id","balance"}`, or 404 `NO_ACCOUNT`.
-//! - `POST /accounts/{id}/debits` → the SPEC §4 table.
+//! - `POST /accounts/{id}/debits` → the SPEC §4 table, plus: 422 `KEY_EXPIRED` (with
+//!   `txn_id`) for a key whose record expired or was removed; 503 `UNKNOWN` with
+//!   `Retry-After` when a bounded wait ran out or the database failed in a way that may
+//!   pass ([`TRANSIENT_SQLSTATES`]); 500 `UNKNOWN` for any other database error (a
+//!   trigger's SQLSTATE 22003 included). Nothing is recorded on any of these.
 //!
 //! Admin listener (never reachable from the public one):
 //! - `GET /healthz`, and `POST /accounts/{id}/grants` (same headers, body and table as a
