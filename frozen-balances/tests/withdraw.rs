@@ -1,5 +1,6 @@
 //! Withdrawals and network deposits against a real PostgreSQL 16 (scratch cluster):
-//! a settlement happens once (a second replays, another outcome is refused), the
+//! a request is one transaction (an abort before COMMIT leaves nothing), a settlement
+//! happens once (a second replays, another outcome is refused), the
 //! transitions the network cannot cause are refused, a release returns the amount, and
 //! reconciliation counts pending withdrawals as frozen and names one settled behind the
 //! product's back; a deposit is credited once at the required confirmations.
@@ -7,7 +8,11 @@
 use frozen_balances::withdraw::{
     self, DepositReport, ReportEffect, SYS_WITHDRAWAL, Status, WithdrawRequest,
 };
-use frozen_balances::{Asset, DEFAULT_TENANT, DepositRequest, FrozenError, NoHooks, Outcome};
+use frozen_balances::{
+    Asset, DEFAULT_TENANT, DepositRequest, FrozenError, HookAbort, HookContext, HookPoint, Hooks,
+    NoHooks, Outcome,
+};
+use futures_util::future::BoxFuture;
 use scratch_pg::{Cluster, ClusterOptions};
 use tokio_postgres::Client;
 
@@ -31,6 +36,24 @@ fn request(id: &str, amount: i64) -> WithdrawRequest {
     }
 }
 
+/// Aborts every event at one hook point.
+struct AbortAt(HookPoint);
+
+impl Hooks for AbortAt {
+    fn at<'a>(&'a self, ctx: HookContext<'a>) -> BoxFuture<'a, Result<(), HookAbort>> {
+        let result = if ctx.point == self.0 {
+            Err(HookAbort::new("test"))
+        } else {
+            Ok(())
+        };
+        Box::pin(std::future::ready(result))
+    }
+}
+
+async fn count(client: &Client, sql: &str) -> i64 {
+    client.query_one(sql, &[]).await.unwrap().get(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settle_once_reconcile_and_credit_once() {
     let cluster = Cluster::start(ClusterOptions::default()).expect("start scratch PostgreSQL");
@@ -50,6 +73,25 @@ async fn settle_once_reconcile_and_credit_once() {
         .await
         .unwrap();
 
+    // One transaction: a failure just before COMMIT leaves no freeze, no record, no
+    // outbox event and no operation; the same id then succeeds.
+    for point in [HookPoint::BalancesUpdated, HookPoint::BeforeCommit] {
+        assert!(matches!(
+            withdraw::request(&mut db, &request("w-1", 300), &AbortAt(point)).await,
+            Err(FrozenError::HookAborted(p)) if p == point
+        ));
+        assert_eq!(frozen(&db, "bob").await, (1_000, 0));
+        for table in ["withdrawal", "withdrawal_outbox", "withdrawal_history"] {
+            let sql = format!("SELECT count(*) FROM {table}");
+            assert_eq!(
+                count(&db, &sql).await,
+                0,
+                "{table} after an abort at {point}"
+            );
+        }
+        let sql = "SELECT count(*) FROM balance_operation WHERE business_id = 'w-1'";
+        assert_eq!(count(&db, sql).await, 0);
+    }
     let first = withdraw::request(&mut db, &request("w-1", 300), &NoHooks)
         .await
         .unwrap();
