@@ -16,6 +16,7 @@ pub mod reconcile;
 pub mod schema;
 pub mod striping;
 pub mod transfer;
+pub mod transfer_between;
 pub mod vocabulary;
 
 pub use error::LedgerError;
@@ -26,4 +27,5 @@ pub use transfer::{
     HookAbort, HookContext, Hooks, NoHooks, TransferRequest, TransferResult, debit, grant,
     record_transfer, transfer,
 };
+pub use transfer_between::{between, lock_order, transfer_between};
 pub use vocabulary::{HookPoint, Kind, Outcome, UnknownName};

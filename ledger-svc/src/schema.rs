@@ -72,7 +72,7 @@ CREATE TABLE ledger_txn (
     client_id  text        NOT NULL,
     idem_key   text        NOT NULL,
     kind       text        NOT NULL
-        CONSTRAINT ledger_txn_kind_check CHECK (kind IN ('DEBIT', 'GRANT')),
+        CONSTRAINT ledger_txn_kind_check CHECK (kind IN ('DEBIT', 'GRANT', 'TRANSFER')),
     created_at timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT ledger_txn_client_id_idem_key_key UNIQUE (client_id, idem_key)
 );

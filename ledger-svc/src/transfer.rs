@@ -185,7 +185,7 @@ RETURNING 1";
 
 // Step 1, key known: a new statement takes a new snapshot under READ COMMITTED and so sees
 // the row committed by the transaction we waited for.
-const READ_REGISTRATION_SQL: &str = "\
+pub(crate) const READ_REGISTRATION_SQL: &str = "\
 SELECT request_hash, outcome, txn_id, balance_after
 FROM idem_request
 WHERE client_id = $1 AND idem_key = $2";
@@ -193,7 +193,7 @@ WHERE client_id = $1 AND idem_key = $2";
 // Step 2. If a concurrent transaction changed the row, PostgreSQL waits for it and
 // re-evaluates the WHERE clause on the new row version (docs, 13.2.1 "Read Committed
 // Isolation Level"), so "enough?" and "take it" are one evaluation.
-const DEBIT_FROM_SQL: &str = "\
+pub(crate) const DEBIT_FROM_SQL: &str = "\
 UPDATE account
 SET balance = balance - $2
 WHERE account_id = $1 AND (allow_negative OR balance >= $2)
@@ -201,7 +201,7 @@ RETURNING balance";
 
 // Step 2, refused: INSUFFICIENT with the current balance if `from` exists, else NO_ACCOUNT
 // with 0; recorded on the registration.
-const RECORD_REFUSAL_SQL: &str = "\
+pub(crate) const RECORD_REFUSAL_SQL: &str = "\
 WITH current AS (SELECT balance FROM account WHERE account_id = $3)
 UPDATE idem_request
 SET outcome = CASE WHEN EXISTS (SELECT 1 FROM current) THEN 'INSUFFICIENT' ELSE 'NO_ACCOUNT' END,
@@ -363,7 +363,7 @@ pub async fn transfer(
 
     // Step 4: record OK with the reported balance.
     let balance = match req.kind {
-        Kind::Debit => from_balance_after,
+        Kind::Debit | Kind::Transfer => from_balance_after,
         Kind::Grant => to_balance_after,
     };
     record_ok(&tx, req, txn_id, balance).await?;
@@ -378,7 +378,7 @@ pub async fn transfer(
 
 /// Step 1: inserts the key's registration as PENDING; false when the key is already
 /// registered (the insert did nothing).
-async fn register(
+pub(crate) async fn register(
     tx: &Transaction<'_>,
     req: &TransferRequest,
     request_hash: &str,
@@ -400,7 +400,7 @@ async fn register(
 /// statement; returns `to`'s balance after and the txn id.
 ///
 /// Errors: [`LedgerError::CreditAccountMissing`]; [`LedgerError::Db`].
-async fn credit_and_record(
+pub(crate) async fn credit_and_record(
     tx: &Transaction<'_>,
     req: &TransferRequest,
 ) -> Result<(i64, i64), LedgerError> {
@@ -426,7 +426,7 @@ async fn credit_and_record(
 }
 
 /// Step 4: records outcome OK with the txn id and the reported balance.
-async fn record_ok(
+pub(crate) async fn record_ok(
     tx: &Transaction<'_>,
     req: &TransferRequest,
     txn_id: i64,
@@ -473,7 +473,7 @@ pub async fn record_transfer(
     }
     let (to_balance_after, txn_id) = credit_and_record(tx, req).await?;
     let balance = match req.kind {
-        Kind::Debit => from_balance_after,
+        Kind::Debit | Kind::Transfer => from_balance_after,
         Kind::Grant => to_balance_after,
     };
     record_ok(tx, req, txn_id, balance).await?;
@@ -524,7 +524,7 @@ async fn abort(tx: Transaction<'_>, point: HookPoint) -> Result<TransferResult, 
 }
 
 /// `before-commit`, COMMIT, `after-commit`.
-async fn commit(
+pub(crate) async fn commit(
     tx: Transaction<'_>,
     hooks: &dyn Hooks,
     req: &TransferRequest,
@@ -550,7 +550,7 @@ async fn commit(
 }
 
 /// Step 1, key known: compare fingerprints, then return the stored result.
-fn replay(
+pub(crate) fn replay(
     req: &TransferRequest,
     request_hash: &str,
     row: &Row,

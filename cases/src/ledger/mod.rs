@@ -33,6 +33,8 @@ case_kit::register_cases! {
     l10_database_crash,
     l11_reconciliation,
     l12_striped_redemption,
+    l13_strategies,
+    pub l14_any_to_any,
 }
 
 /// The template database every L case database is cloned from.

@@ -274,6 +274,7 @@ fn parse_transfer(
                 match kind {
                     Kind::Debit => "debits",
                     Kind::Grant => "grants",
+                    Kind::Transfer => "transfers",
                 }
             ),
             ApiOutcome::BadRequest,
@@ -335,6 +336,8 @@ async fn transfer_route(
     let transfer_request = match kind {
         Kind::Debit => striped_debit(client_id, key, &account, amount, state.redeem_stripes),
         Kind::Grant => TransferRequest::grant(client_id, key, &account, amount),
+        // Transfers between two accounts have their own route (`http::transfers`).
+        Kind::Transfer => return Ok(Problem::no_route("/transfers").into_response()),
     };
 
     // The transfer runs in its own task: if the client goes away (hyper then drops this
