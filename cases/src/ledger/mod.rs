@@ -35,6 +35,7 @@ case_kit::register_cases! {
     l12_striped_redemption,
     l13_strategies,
     pub l14_any_to_any,
+    l15_synchronous_commit_off,
 }
 
 /// The template database every L case database is cloned from.
