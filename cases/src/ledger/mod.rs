@@ -14,6 +14,7 @@ pub mod canary;
 pub mod http;
 mod l00_template;
 pub mod naive;
+pub mod naive_keyless;
 pub mod queries;
 pub mod worker;
 
@@ -36,6 +37,7 @@ case_kit::register_cases! {
     l13_strategies,
     pub l14_any_to_any,
     l15_synchronous_commit_off,
+    pub l17_network_fault_proxy,
 }
 
 /// The template database every L case database is cloned from.
