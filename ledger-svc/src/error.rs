@@ -31,6 +31,12 @@ pub enum LedgerError {
     #[error("invalid amount {0} points: an amount must be a positive integer")]
     InvalidAmount(i64),
 
+    /// The named account is frozen by a repair ([`crate::repair()`]): the transfer was
+    /// refused and rolled back before its key was registered, so nothing was recorded
+    /// and the same key runs afresh once the account is unfrozen (HTTP: 503).
+    #[error("account {0:?} is frozen for repair; nothing was recorded")]
+    AccountFrozen(String),
+
     /// A transfer between two accounts names the same account twice. Rejected before the
     /// database is touched; nothing was recorded.
     #[error("a transfer needs two different accounts, got {0:?} twice")]

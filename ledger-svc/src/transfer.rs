@@ -251,8 +251,9 @@ WHERE client_id = $1 AND idem_key = $2";
 /// [`HookPoint::EntriesWritten`] (OK path only), [`HookPoint::BeforeCommit`] and
 /// [`HookPoint::AfterCommit`] (every committing path); a replay runs no hooks.
 ///
-/// Statements: START TRANSACTION, then 4 statements and COMMIT on the OK path, 3 and
-/// COMMIT on a refusal, 2 and ROLLBACK on a replay; each is sent with its parameter types
+/// Statements: START TRANSACTION, the freeze check ([`crate::repair`]; a frozen account
+/// → [`LedgerError::AccountFrozen`], rolled back), then 4 statements and COMMIT on the OK
+/// path, 3 and COMMIT on a refusal, 2 and ROLLBACK on a replay; each is sent with its parameter types
 /// (`query_typed`), one round trip, no prepared statement.
 ///
 /// Errors: [`LedgerError::InvalidAmount`] (`amount <= 0`, before any database access),
@@ -276,6 +277,12 @@ pub async fn transfer(
         .isolation_level(IsolationLevel::ReadCommitted)
         .start()
         .await?;
+
+    // A repair's freeze refuses the transfer before anything is recorded (crate::repair).
+    if let Some(account) = crate::repair::frozen_account(&tx, &req.from, &req.to).await? {
+        let _ = tx.rollback().await;
+        return Err(LedgerError::AccountFrozen(account));
+    }
 
     // Step 1: register the key, or replay what it recorded.
     let mut attempt = 0;

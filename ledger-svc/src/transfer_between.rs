@@ -66,6 +66,7 @@ pub fn lock_order<'a>(from: &'a str, to: &'a str) -> [&'a str; 2] {
 ///
 /// Errors: [`LedgerError::InvalidAmount`] (`amount <= 0`) and
 /// [`LedgerError::SameAccount`] (`from == to`), both before any database access;
+/// [`LedgerError::AccountFrozen`] (nothing recorded);
 /// [`LedgerError::InvalidKind`] when the request is not a [`Kind::Transfer`];
 /// [`LedgerError::KeyReused`], [`LedgerError::CreditAccountMissing`] (`to` does not
 /// exist; rolled back), [`LedgerError::HookAborted`], [`LedgerError::Db`]. On every
@@ -90,6 +91,11 @@ pub async fn transfer_between(
         .isolation_level(IsolationLevel::ReadCommitted)
         .start()
         .await?;
+
+    if let Some(account) = crate::repair::frozen_account(&tx, &req.from, &req.to).await? {
+        let _ = tx.rollback().await;
+        return Err(LedgerError::AccountFrozen(account));
+    }
 
     // 1. Register, or replay.
     if !transfer::register(&tx, req, &request_hash).await? {

@@ -37,6 +37,7 @@ case_kit::register_cases! {
     l13_strategies,
     pub l14_any_to_any,
     l15_synchronous_commit_off,
+    l16_repair,
     pub l17_network_fault_proxy,
 }
 

@@ -391,6 +391,15 @@ async fn transfer_route(
         Err(Failure::Ledger(LedgerError::CreditAccountMissing(missing))) if kind == Kind::Grant => {
             Ok(no_account(&missing, Some(amount)).into_response())
         }
+        Err(Failure::Ledger(LedgerError::AccountFrozen(frozen))) => Ok(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "account-frozen",
+            "Account frozen for repair",
+            format!("account {frozen} is frozen while a repair runs; nothing was recorded, retry later with the same key"),
+            ApiOutcome::Unknown,
+        )
+        .with("account_id", frozen)
+        .into_response()),
         Err(Failure::Ledger(LedgerError::InvalidAmount(_))) => {
             Ok(Problem::bad_request("amount must be a positive integer").into_response())
         }
