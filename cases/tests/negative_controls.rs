@@ -151,3 +151,51 @@ async fn negative_controls_fail_without_a_race_and_pass_with_one() {
     assert_all_passed(&ctx);
     assert!(exposes_passed(&ctx, l06_check_last_line::RACE_ANOMALY));
 }
+
+/// L14's deadlock control and L17's keyless-retry controls, run where the fault cannot
+/// happen (request-order transfers one after another; no dropped connection and no cut
+/// answer), must report FAIL; under the case's own plan they pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadlock_and_keyless_retry_controls_fail_without_their_fault() {
+    use cases::ledger::{l14_any_to_any, l17_network_fault_proxy};
+    let env = Env::for_tests(SEED, &[&ledger::family()])
+        .await
+        .expect("scratch cluster and template");
+
+    let mut ctx = fresh_ctx(&env, "L14", "l14_serial").await;
+    l14_any_to_any::run_with(&mut ctx, l14_any_to_any::LockPlan::Serial)
+        .await
+        .expect("L14 runs");
+    eprint!("L14 serial:\n{}", transcript(&ctx));
+    assert!(
+        !exposes_passed(&ctx, l14_any_to_any::ANOMALY),
+        "L14 claims a deadlock with serial transfers:\n{}",
+        transcript(&ctx)
+    );
+    let mut ctx = fresh_ctx(&env, "L14", "l14_forced").await;
+    l14_any_to_any::run_with(&mut ctx, l14_any_to_any::LockPlan::ForcedCycle)
+        .await
+        .expect("L14 runs");
+    assert_all_passed(&ctx);
+
+    let mut ctx = fresh_ctx(&env, "L17", "l17_no_faults").await;
+    l17_network_fault_proxy::run_with(&mut ctx, l17_network_fault_proxy::NetworkPlan::NoFaults)
+        .await
+        .expect("L17 runs");
+    eprint!("L17 without faults:\n{}", transcript(&ctx));
+    for anomaly in [
+        l17_network_fault_proxy::PROXY_RETRY_ANOMALY,
+        l17_network_fault_proxy::CLIENT_RETRY_ANOMALY,
+    ] {
+        assert!(
+            !exposes_passed(&ctx, anomaly),
+            "L17 claims {anomaly:?} without a fault:\n{}",
+            transcript(&ctx)
+        );
+    }
+    let mut ctx = fresh_ctx(&env, "L17", "l17_faults").await;
+    l17_network_fault_proxy::run_with(&mut ctx, l17_network_fault_proxy::NetworkPlan::Faults)
+        .await
+        .expect("L17 runs");
+    assert_all_passed(&ctx);
+}

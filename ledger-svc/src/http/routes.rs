@@ -8,6 +8,7 @@
 //! Admin listener (never reachable from the public one):
 //! - `GET /healthz`, and `POST /accounts/{id}/grants` (same headers, body and table as a
 //!   debit; a grant to a missing account is 404 `NO_ACCOUNT`, not recorded).
+//! - `POST /transfers`: between two user accounts (`super::transfers`).
 //! - With `--enable-fault-injection` only (otherwise these paths are 404):
 //!   `GET /faults`, `DELETE /faults`, `PUT /faults/{point}` (body [`FaultSpec`]),
 //!   `DELETE /faults/{point}`, `POST /faults/{point}/release`.
@@ -127,6 +128,12 @@ async fn route(state: &Arc<AppState>, listener: Listener, request: Request<Incom
             })
             .await
         }
+        (Listener::Admin, ["transfers"]) => {
+            only(&method, Method::POST, "POST", || async {
+                Ok(super::transfers::transfers_route(state, request).await)
+            })
+            .await
+        }
         (Listener::Admin, ["faults", rest @ ..]) => match &state.faults {
             Some(faults) => fault_route(faults, request, rest, &path).await,
             None => Ok(Problem::no_route(&path).into_response()),
@@ -212,7 +219,7 @@ fn no_account(account: &str, amount: Option<i64>) -> Problem {
 }
 
 /// Reads a request body of at most [`MAX_BODY_BYTES`].
-async fn read_body(request: Request<Incoming>) -> Result<Bytes, Problem> {
+pub(super) async fn read_body(request: Request<Incoming>) -> Result<Bytes, Problem> {
     let declared = request
         .headers()
         .get(CONTENT_LENGTH)
