@@ -88,3 +88,38 @@ async fn transfers_between_user_accounts() {
         .expect("unfreeze");
     assert_eq!(transfer(&svc, &admin, "t-4", body).await.status, 201);
 }
+
+/// `ledger-svc --repair`: one repair of a tampered ledger, its report on stdout, exit 0
+/// when the ledger ends clean; a clean ledger is left alone.
+#[tokio::test]
+async fn repair_command_fixes_a_tampered_balance() {
+    let db = TestDb::new("h_repair").await;
+    let client = db.connect().await;
+    let mut client_mut = db.connect().await;
+    ledger_svc::grant(&mut client_mut, "ops", "g-1", "acct-0001", 50)
+        .await
+        .expect("grant");
+    client
+        .execute(
+            "UPDATE account SET balance = balance + 5 WHERE account_id = 'acct-0001'",
+            &[],
+        )
+        .await
+        .expect("tamper");
+    let url = db.url();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ledger-svc"))
+            .args(["--database-url", &url, "--repair"])
+            .output()
+            .expect("run ledger-svc --repair")
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
+    assert_eq!(report["unfrozen"], true, "{stdout}");
+    assert_eq!(report["frozen"], serde_json::json!(["acct-0001"]));
+    assert_eq!(db.balance("acct-0001").await, 50);
+    assert_eq!(db.scalar("SELECT count(*) FROM account_freeze").await, 0);
+}
