@@ -5,6 +5,7 @@
 //! `case_kit::Engine`). Adding a case is one new file and one registration line; adding
 //! a family is one folder and one line in [`families`].
 
+pub mod frozen;
 pub mod inventory;
 pub mod ledger;
 
@@ -12,7 +13,7 @@ use case_kit::Family;
 
 /// Every family, in the order a full run lists them.
 pub fn families() -> Vec<Family> {
-    vec![ledger::family(), inventory::family()]
+    vec![ledger::family(), frozen::family(), inventory::family()]
 }
 
 /// The id of the canary case, which checks something false on purpose and must FAIL;

@@ -514,7 +514,8 @@ async fn fault_injection() {
 
     let listing = svc.faults().await;
     assert_eq!(listing.status, 200);
-    assert_eq!(listing.body["faults"].as_array().unwrap().len(), 4);
+    // The ledger's four points, then the spot events' four (`spot-registered`, ...).
+    assert_eq!(listing.body["faults"].as_array().unwrap().len(), 8);
     assert!(
         listing.body["faults"]
             .as_array()

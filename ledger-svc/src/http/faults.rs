@@ -1,6 +1,8 @@
-//! Fault injection at the transfer's named hook points (SPEC §3): the [`Hooks`] the
-//! service passes to every transfer, armed and cleared from the admin listener, and only
-//! when the service was started with `--enable-fault-injection`.
+//! Fault injection at the transfer's named hook points (SPEC §3) and at the spot events'
+//! (SPEC §8): the [`Hooks`] the service passes to every transfer and every spot event,
+//! armed and cleared from the admin listener, and only when the service was started with
+//! `--enable-fault-injection`. The spot points carry the prefix `spot-`
+//! ([`FaultPoint`]), so a fault armed for a debit never fires inside an order and back.
 //!
 //! A fault is armed per hook point with an action and a count: it fires on the next
 //! `count` transfers that pass the point (1 = one-shot), then disarms itself.
@@ -18,13 +20,72 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use ledger_svc::{HookAbort, HookContext, HookPoint, Hooks};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use tokio::sync::watch;
 
 /// Longest `hold_ms` a fault may ask for, milliseconds.
 pub const MAX_FAULT_HOLD_MS: u64 = 60_000;
 /// Largest `count` a fault may ask for.
 pub const MAX_FAULT_COUNT: u32 = 1_000_000;
+
+/// A point where a fault can be armed: a transfer's hook point (`registered`, …) or a
+/// spot event's (`spot-registered`, `spot-balances-updated`, `spot-before-commit`,
+/// `spot-after-commit`; every spot event — place, fill, cancel, deposit — passes them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FaultPoint {
+    /// Inside a ledger transfer.
+    Ledger(HookPoint),
+    /// Inside a spot event.
+    Spot(frozen_balances::HookPoint),
+}
+
+impl FaultPoint {
+    /// Every point: the ledger's four, then the spot events' four.
+    pub const ALL: [FaultPoint; 8] = [
+        FaultPoint::Ledger(HookPoint::Registered),
+        FaultPoint::Ledger(HookPoint::EntriesWritten),
+        FaultPoint::Ledger(HookPoint::BeforeCommit),
+        FaultPoint::Ledger(HookPoint::AfterCommit),
+        FaultPoint::Spot(frozen_balances::HookPoint::Registered),
+        FaultPoint::Spot(frozen_balances::HookPoint::BalancesUpdated),
+        FaultPoint::Spot(frozen_balances::HookPoint::BeforeCommit),
+        FaultPoint::Spot(frozen_balances::HookPoint::AfterCommit),
+    ];
+
+    /// The name in a route: the ledger's as is, the spot's with the prefix `spot-`.
+    pub fn name(self) -> String {
+        match self {
+            FaultPoint::Ledger(point) => point.as_str().to_owned(),
+            FaultPoint::Spot(point) => format!("{SPOT_PREFIX}{}", point.as_str()),
+        }
+    }
+}
+
+/// Prefix of the spot events' fault points.
+pub const SPOT_PREFIX: &str = "spot-";
+
+impl std::str::FromStr for FaultPoint {
+    type Err = ();
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        match name.strip_prefix(SPOT_PREFIX) {
+            Some(spot) => spot.parse().map(FaultPoint::Spot).map_err(|_| ()),
+            None => name.parse().map(FaultPoint::Ledger).map_err(|_| ()),
+        }
+    }
+}
+
+impl std::fmt::Display for FaultPoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+impl Serialize for FaultPoint {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.name())
+    }
+}
 
 /// What an armed fault does when it fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,8 +136,8 @@ impl FaultSpec {
 /// A hook point's fault, as reported by `GET /faults`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FaultState {
-    /// The hook point.
-    pub point: HookPoint,
+    /// The fault point.
+    pub point: FaultPoint,
     /// The armed action, `null` when nothing was armed since the last clear.
     pub action: Option<FaultAction>,
     /// The armed hold, milliseconds.
@@ -112,7 +173,7 @@ impl Slot {
 
 /// The service's [`Hooks`]: per hook point, an optional armed fault.
 pub struct FaultHooks {
-    slots: Mutex<HashMap<HookPoint, Slot>>,
+    slots: Mutex<HashMap<FaultPoint, Slot>>,
 }
 
 impl Default for FaultHooks {
@@ -126,7 +187,7 @@ impl FaultHooks {
     pub fn new() -> FaultHooks {
         FaultHooks {
             slots: Mutex::new(
-                HookPoint::ALL
+                FaultPoint::ALL
                     .into_iter()
                     .map(|p| (p, Slot::new()))
                     .collect(),
@@ -134,12 +195,12 @@ impl FaultHooks {
         }
     }
 
-    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<HookPoint, Slot>> {
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<FaultPoint, Slot>> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Arms `spec` at `point`, replacing what was there and resetting its counters.
-    pub fn arm(&self, point: HookPoint, spec: FaultSpec) -> FaultState {
+    pub fn arm(&self, point: FaultPoint, spec: FaultSpec) -> FaultState {
         let mut slots = self.slots();
         let slot = slots.entry(point).or_insert_with(Slot::new);
         slot.spec = Some(spec);
@@ -149,7 +210,7 @@ impl FaultHooks {
     }
 
     /// Disarms `point` and resets its counters (transfers already holding go on).
-    pub fn clear(&self, point: HookPoint) -> FaultState {
+    pub fn clear(&self, point: FaultPoint) -> FaultState {
         let mut slots = self.slots();
         let slot = slots.entry(point).or_insert_with(Slot::new);
         slot.spec = None;
@@ -159,7 +220,7 @@ impl FaultHooks {
     }
 
     /// Releases every transfer paused at `point`; returns how many were holding there.
-    pub fn release(&self, point: HookPoint) -> u32 {
+    pub fn release(&self, point: FaultPoint) -> u32 {
         let slots = self.slots();
         let Some(slot) = slots.get(&point) else {
             return 0;
@@ -168,23 +229,23 @@ impl FaultHooks {
         slot.holding
     }
 
-    /// The state of every hook point, in [`HookPoint::ALL`] order.
+    /// The state of every fault point, in [`FaultPoint::ALL`] order.
     pub fn states(&self) -> Vec<FaultState> {
         let slots = self.slots();
-        HookPoint::ALL
+        FaultPoint::ALL
             .into_iter()
             .filter_map(|point| slots.get(&point).map(|slot| state(point, slot)))
             .collect()
     }
 
-    fn hold_done(&self, point: HookPoint) {
+    fn hold_done(&self, point: FaultPoint) {
         if let Some(slot) = self.slots().get_mut(&point) {
             slot.holding = slot.holding.saturating_sub(1);
         }
     }
 }
 
-fn state(point: HookPoint, slot: &Slot) -> FaultState {
+fn state(point: FaultPoint, slot: &Slot) -> FaultState {
     FaultState {
         point,
         action: slot.spec.map(|s| s.action),
@@ -198,7 +259,7 @@ fn state(point: HookPoint, slot: &Slot) -> FaultState {
 /// Decrements `holding` when the hold ends, also if the transfer's task is cancelled.
 struct Holding<'a> {
     hooks: &'a FaultHooks,
-    point: HookPoint,
+    point: FaultPoint,
 }
 
 impl Drop for Holding<'_> {
@@ -207,9 +268,10 @@ impl Drop for Holding<'_> {
     }
 }
 
-impl Hooks for FaultHooks {
-    fn at<'a>(&'a self, ctx: HookContext<'a>) -> BoxFuture<'a, Result<(), HookAbort>> {
-        let point = ctx.point;
+impl FaultHooks {
+    /// Fires the fault armed at `point`, if any; `Err(())` for a `close`. `what` names
+    /// the request in the log line.
+    fn fire<'a>(&'a self, point: FaultPoint, what: String) -> BoxFuture<'a, Result<(), ()>> {
         // Take the fault (if armed) and subscribe to releases under one lock, so a release
         // sent right after firing is not missed.
         let fired = {
@@ -233,11 +295,8 @@ impl Hooks for FaultHooks {
             let _holding = Holding { hooks: self, point };
             let hold = Duration::from_millis(spec.hold_ms);
             eprintln!(
-                "ledger-svc: fault {:?} fired at {point} for {} {} (hold_ms={})",
-                spec.action,
-                ctx.request.kind.as_str(),
-                ctx.request.idem_key,
-                spec.hold_ms
+                "ledger-svc: fault {:?} fired at {point} for {what} (hold_ms={})",
+                spec.action, spec.hold_ms
             );
             match spec.action {
                 FaultAction::Delay => {
@@ -250,9 +309,72 @@ impl Hooks for FaultHooks {
                 }
                 FaultAction::Close => {
                     tokio::time::sleep(hold).await;
-                    Err(HookAbort::new(format!("fault close at {point}")))
+                    Err(())
                 }
             }
         })
+    }
+}
+
+impl Hooks for FaultHooks {
+    fn at<'a>(&'a self, ctx: HookContext<'a>) -> BoxFuture<'a, Result<(), HookAbort>> {
+        let point = FaultPoint::Ledger(ctx.point);
+        let what = format!("{} {}", ctx.request.kind.as_str(), ctx.request.idem_key);
+        let fired = self.fire(point, what);
+        Box::pin(async move {
+            fired
+                .await
+                .map_err(|()| HookAbort::new(format!("fault close at {point}")))
+        })
+    }
+}
+
+impl frozen_balances::Hooks for FaultHooks {
+    fn at<'a>(
+        &'a self,
+        ctx: frozen_balances::HookContext<'a>,
+    ) -> BoxFuture<'a, Result<(), frozen_balances::HookAbort>> {
+        let point = FaultPoint::Spot(ctx.point);
+        let what = format!("{} {}/{}", ctx.event, ctx.tenant_id, ctx.business_id);
+        let fired = self.fire(point, what);
+        Box::pin(async move {
+            fired
+                .await
+                .map_err(|()| frozen_balances::HookAbort::new(format!("fault close at {point}")))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_point_names_round_trip() {
+        let names: Vec<String> = FaultPoint::ALL.iter().map(|p| p.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "registered",
+                "entries-written",
+                "before-commit",
+                "after-commit",
+                "spot-registered",
+                "spot-balances-updated",
+                "spot-before-commit",
+                "spot-after-commit"
+            ]
+        );
+        for point in FaultPoint::ALL {
+            assert_eq!(point.name().parse::<FaultPoint>(), Ok(point));
+        }
+        for bad in [
+            "spot-entries-written",
+            "balances-updated",
+            "spot-",
+            "after_commit",
+        ] {
+            assert!(bad.parse::<FaultPoint>().is_err(), "{bad}");
+        }
     }
 }

@@ -155,28 +155,38 @@ fn trim_ows(mut raw: &[u8]) -> &[u8] {
 /// authenticated identity.
 ///
 /// Errors: [`Malformed`] for a missing, repeated, empty, too long or ill-formed id.
-pub fn parse_client_id<'a>(
+pub fn parse_client_id<'a>(values: impl Iterator<Item = &'a [u8]>) -> Result<String, Malformed> {
+    parse_header_id("X-Client-Id", values)
+}
+
+/// A header that carries one id with the grammar of `X-Client-Id` (exactly one field,
+/// 1 to [`MAX_CLIENT_ID_CHARS`] visible ASCII characters); `header` names it in messages.
+/// The spot routes use it for `X-Tenant-Id`.
+///
+/// Errors: [`Malformed`] for a missing, repeated, empty, too long or ill-formed id.
+pub fn parse_header_id<'a>(
+    header: &str,
     mut values: impl Iterator<Item = &'a [u8]>,
 ) -> Result<String, Malformed> {
     let Some(raw) = values.next() else {
-        return Err(malformed("the X-Client-Id header is missing"));
+        return Err(malformed(format!("the {header} header is missing")));
     };
     if values.next().is_some() {
-        return Err(malformed("the X-Client-Id header must appear once"));
+        return Err(malformed(format!("the {header} header must appear once")));
     }
     let raw = trim_ows(raw);
     if raw.is_empty() {
-        return Err(malformed("X-Client-Id is empty"));
+        return Err(malformed(format!("{header} is empty")));
     }
     if raw.len() > MAX_CLIENT_ID_CHARS {
         return Err(malformed(format!(
-            "X-Client-Id is longer than {MAX_CLIENT_ID_CHARS} characters"
+            "{header} is longer than {MAX_CLIENT_ID_CHARS} characters"
         )));
     }
     if !raw.iter().all(|b| (0x21..=0x7e).contains(b)) {
-        return Err(malformed(
-            "X-Client-Id may contain visible ASCII characters only",
-        ));
+        return Err(malformed(format!(
+            "{header} may contain visible ASCII characters only"
+        )));
     }
     Ok(String::from_utf8_lossy(raw).into_owned())
 }

@@ -1,11 +1,13 @@
 //! The HTTP side of `ledger-svc` (SPEC §4): request grammar, problem bodies, routes,
-//! fault injection, and the accept loops with graceful shutdown.
+//! fault injection, and the accept loops with graceful shutdown; `spot` serves the
+//! frozen balances of SPEC §8 on the same listeners.
 
 pub mod faults;
 pub mod grammar;
 pub mod problem;
 pub mod routes;
 pub mod server;
+pub mod spot;
 pub mod transfers;
 
 /// A handler's way to close the connection without writing a response: hyper ends an

@@ -35,6 +35,13 @@ pub enum ApiOutcome {
     /// The service failed (5xx): the request may or may not have executed; a retry with
     /// the same key settles it.
     Unknown,
+    /// Spot (SPEC §8): the order named by a fill or cancel is no longer open (409,
+    /// recorded and replayed).
+    OrderClosed,
+    /// Spot: no such order for this tenant and account (404, not recorded).
+    NoOrder,
+    /// Spot: a fill that does not fit its orders (422, not recorded).
+    FillRejected,
 }
 
 impl ApiOutcome {
@@ -47,6 +54,9 @@ impl ApiOutcome {
             ApiOutcome::KeyReused => "KEY_REUSED",
             ApiOutcome::BadRequest => "BAD_REQUEST",
             ApiOutcome::Unknown => "UNKNOWN",
+            ApiOutcome::OrderClosed => "ORDER_CLOSED",
+            ApiOutcome::NoOrder => "NO_ORDER",
+            ApiOutcome::FillRejected => "FILL_REJECTED",
         }
     }
 }

@@ -11,7 +11,10 @@
 //! - `POST /transfers`: between two user accounts (`super::transfers`).
 //! - With `--enable-fault-injection` only (otherwise these paths are 404):
 //!   `GET /faults`, `DELETE /faults`, `PUT /faults/{point}` (body [`FaultSpec`]),
-//!   `DELETE /faults/{point}`, `POST /faults/{point}/release`.
+//!   `DELETE /faults/{point}`, `POST /faults/{point}/release`, where `{point}` is a
+//!   ledger hook point or a spot one (`spot-registered`, …; see [`FaultPoint`]).
+//!
+//! Both listeners: `/spot/...`, the frozen balances of SPEC §8 (see `super::spot`).
 //!
 //! Anything else: 404 problem; a known path with another method: 405 with `Allow`.
 
@@ -35,7 +38,7 @@ use tokio_postgres::types::Type;
 use tokio_util::task::TaskTracker;
 
 use super::CloseConnection;
-use super::faults::{FaultHooks, FaultSpec};
+use super::faults::{FaultHooks, FaultPoint, FaultSpec};
 use super::grammar::{self, MAX_BODY_BYTES};
 use super::problem::{ApiOutcome, HttpResponse, Problem, json_response, mark_replayed};
 
@@ -73,7 +76,7 @@ pub enum Listener {
     Admin,
 }
 
-type Handled = Result<HttpResponse, CloseConnection>;
+pub(super) type Handled = Result<HttpResponse, CloseConnection>;
 
 /// Routes one request. `Err(CloseConnection)` closes the connection without a response.
 pub async fn handle(
@@ -134,6 +137,7 @@ async fn route(state: &Arc<AppState>, listener: Listener, request: Request<Incom
             })
             .await
         }
+        (_, ["spot", rest @ ..]) => super::spot::route(state, listener, request, rest, &path).await,
         (Listener::Admin, ["faults", rest @ ..]) => match &state.faults {
             Some(faults) => fault_route(faults, request, rest, &path).await,
             None => Ok(Problem::no_route(&path).into_response()),
@@ -143,7 +147,12 @@ async fn route(state: &Arc<AppState>, listener: Listener, request: Request<Incom
 }
 
 /// Runs `handler` if `method` is `allowed`, else answers 405.
-async fn only<F, Fut>(method: &Method, allowed: Method, allow: &'static str, handler: F) -> Handled
+pub(super) async fn only<F, Fut>(
+    method: &Method,
+    allowed: Method,
+    allow: &'static str,
+    handler: F,
+) -> Handled
 where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Handled>,
@@ -498,7 +507,7 @@ async fn fault_route(
         [] => match method {
             Method::GET => Ok(json_response(StatusCode::OK, &states(faults))),
             Method::DELETE => {
-                for point in HookPoint::ALL {
+                for point in FaultPoint::ALL {
                     faults.clear(point);
                 }
                 Ok(json_response(StatusCode::OK, &states(faults)))
@@ -506,7 +515,7 @@ async fn fault_route(
             _ => Ok(Problem::wrong_method(&method, "GET, DELETE").into_response()),
         },
         [point] => {
-            let Ok(point) = point.parse::<HookPoint>() else {
+            let Ok(point) = point.parse::<FaultPoint>() else {
                 return Ok(Problem::no_route(path).into_response());
             };
             match method {
@@ -536,7 +545,7 @@ async fn fault_route(
             }
         }
         [point, "release"] => {
-            let Ok(point) = point.parse::<HookPoint>() else {
+            let Ok(point) = point.parse::<FaultPoint>() else {
                 return Ok(Problem::no_route(path).into_response());
             };
             if method != Method::POST {

@@ -1,0 +1,192 @@
+//! F7 — response lost after commit (the seed's table, row 4), through the service.
+//! Claim: a client that times out cannot know whether its order froze funds; retrying
+//! with the business id it created when it decided to order replays the committed
+//! placement instead of freezing again.
+//! Setup: alice deposits 10 000 USDT, carol 20 000 (room for two freezes). The service
+//! commits the placement, then (fault `spot-after-commit`, action `close`, the same fault L7 uses) withholds the
+//! response for 1500 ms and closes the connection; the client gives up after 400 ms.
+//! Checks: the client timed out; by then alice's 5005 is already frozen; the same-id
+//! retry is 201 with `Idempotent-Replayed: true` and the order id of the one order the
+//! first attempt created; frozen once.
+//! Negative control: carol loses the same response and retries under a NEW business id
+//! → frozen twice (10 010), two orders, and reconciliation finds nothing wrong: both
+//! freezes are legitimate records; only the id tells a retry from a second order.
+//! Fails if: a check above does not hold, or the naive retry does not freeze twice.
+
+use std::time::Duration;
+
+use case_kit::service::{Service, ServiceOptions};
+use case_kit::{Case, Ctx};
+use frozen_balances::{Asset, DEFAULT_TENANT};
+use futures_util::FutureExt;
+use serde_json::json;
+
+use super::spot::{SpotCalls, SpotReply, balance_line};
+
+/// The case's registration.
+pub fn case() -> Case {
+    Case::new(
+        "F7",
+        "response lost after commit: same-id retry replays, a new id freezes twice",
+        |ctx| run(ctx).boxed(),
+    )
+    .connections(POOL_SIZE as u32 + 3)
+}
+
+const POOL_SIZE: usize = 4;
+/// The client's per-request timeout, milliseconds (as L7).
+const CLIENT_TIMEOUT_MS: u64 = 400;
+/// How long the service withholds the response after the commit, milliseconds.
+const SERVER_HOLD_MS: u64 = 1_500;
+const FAULT_POINT: &str = "spot-after-commit";
+
+async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let service = Service::start(
+        ctx,
+        ServiceOptions {
+            fault_injection: true,
+            pool_size: POOL_SIZE,
+            ..ServiceOptions::default()
+        },
+    )
+    .await?;
+    let db = ctx.connect().await?;
+    let t = DEFAULT_TENANT;
+    service
+        .deposit(t, "dep-0701", "alice", "USDT", "10000")
+        .await?;
+    service
+        .deposit(t, "dep-0702", "carol", "USDT", "20000")
+        .await?;
+    ctx.note(format!(
+        "client_timeout_ms={CLIENT_TIMEOUT_MS} server_hold_ms={SERVER_HOLD_MS}"
+    ));
+
+    // The positive path: lose the response, retry with the same business id.
+    let still_held = lose_response(ctx, &service, "alice", "place-0701").await?;
+    ctx.check_eq(
+        "alice USDT already frozen when the client gave up",
+        "available=4995.000000 frozen=5005.000000".to_string(),
+        balance_line(&db, t, "alice", Asset::Usdt).await?,
+    );
+    ctx.check_eq("the response was still withheld then", true, still_held);
+    let retry = buy(&service, "alice", "place-0701", Duration::from_secs(10)).await?;
+    ctx.note(format!("same-id retry: {}", retry.summary()));
+    ctx.check_eq(
+        "retry: 201 OK, replayed",
+        "201 OK replayed=true".to_string(),
+        retry.summary(),
+    );
+    let created: Option<i64> = db
+        .query_opt(
+            "SELECT order_id FROM spot_order WHERE tenant_id = $1 AND place_business_id = $2",
+            &[&t, &"place-0701"],
+        )
+        .await?
+        .map(|row| row.get(0));
+    ctx.check(
+        "retry reports the order the first attempt created",
+        created.is_some() && retry.order_id() == created,
+        if retry.order_id() == created {
+            "same"
+        } else {
+            "different"
+        },
+    );
+    ctx.check_eq(
+        "alice USDT after the retry: frozen once",
+        "available=4995.000000 frozen=5005.000000".to_string(),
+        balance_line(&db, t, "alice", Asset::Usdt).await?,
+    );
+    ctx.check_eq("alice's orders", 1, orders_of(&db, "alice").await?);
+
+    // Negative control: the same lost response, then a retry under a new business id.
+    lose_response(ctx, &service, "carol", "place-0702").await?;
+    let naive = buy(&service, "carol", "place-0703", Duration::from_secs(10)).await?;
+    ctx.note(format!("new-id retry: {}", naive.summary()));
+    let carol = balance_line(&db, t, "carol", Asset::Usdt).await?;
+    let carol_orders = orders_of(&db, "carol").await?;
+    ctx.exposes(
+        "a retry under a new business id freezes twice (10010 frozen)",
+        carol == "available=9990.000000 frozen=10010.000000" && carol_orders == 2,
+        format!("carol USDT {carol} orders={carol_orders}"),
+    );
+    let mut client = ctx.connect().await?;
+    let findings = frozen_balances::reconcile(&mut client).await?;
+    ctx.check(
+        "reconciliation finds nothing wrong (both freezes are recorded events)",
+        findings.is_clean(),
+        findings.summary(),
+    );
+    service.stop_checked(ctx).await?;
+    Ok(())
+}
+
+async fn buy(
+    service: &Service,
+    account: &str,
+    business_id: &str,
+    timeout: Duration,
+) -> Result<case_kit::service::Reply, reqwest::Error> {
+    service
+        .place(
+            DEFAULT_TENANT,
+            business_id,
+            account,
+            "BUY",
+            "1.0",
+            "5000",
+            timeout,
+        )
+        .await
+}
+
+async fn orders_of(db: &tokio_postgres::Client, account: &str) -> anyhow::Result<i64> {
+    Ok(db
+        .query_one(
+            "SELECT count(*) FROM spot_order WHERE tenant_id = $1 AND account_id = $2",
+            &[&DEFAULT_TENANT, &account],
+        )
+        .await?
+        .get(0))
+}
+
+/// Arms the after-commit close for one event, places with a 400 ms timeout, checks the
+/// client timed out and that the service had already committed; returns whether the
+/// response was still being withheld at that moment.
+async fn lose_response(
+    ctx: &mut Ctx,
+    service: &Service,
+    account: &str,
+    business_id: &str,
+) -> anyhow::Result<bool> {
+    service
+        .arm_fault(
+            FAULT_POINT,
+            json!({"action": "close", "hold_ms": SERVER_HOLD_MS, "count": 1}),
+        )
+        .await?;
+    let attempt = buy(
+        service,
+        account,
+        business_id,
+        Duration::from_millis(CLIENT_TIMEOUT_MS),
+    )
+    .await;
+    ctx.check(
+        format!("{business_id}: the client timed out without a response"),
+        matches!(&attempt, Err(error) if error.is_timeout()),
+        match &attempt {
+            Ok(reply) => format!("got {}", reply.summary()),
+            Err(error) if error.is_timeout() => "timeout".to_string(),
+            Err(_) => "another transport error".to_string(),
+        },
+    );
+    let state = service.fault_state(FAULT_POINT).await?;
+    ctx.check(
+        format!("{business_id}: the service had committed before the client gave up"),
+        state.fired >= 1,
+        format!("after_commit_fired={}", state.fired >= 1),
+    );
+    Ok(state.holding >= 1)
+}

@@ -1,0 +1,47 @@
+//! Family F: frozen balances for exchange orders on PostgreSQL (SPEC §8), one file per
+//! case. The system is the `frozen-balances` crate, served over HTTP by `ledger-svc`'s
+//! spot routes: cases place and cancel orders through the service, as a client would,
+//! and reach the database through the library where the case is about the database.
+//!
+//! Adding a case: a new file `fNN_<what>.rs` with `pub fn case() -> Case`, one line in
+//! `register_cases!` below, then `./run.sh --accept FNN` writes
+//! `evidence/snapshots/F/FNN.snap` for review.
+
+use case_kit::{Engine, Family, PgTemplate};
+use futures_util::FutureExt;
+
+pub mod spot;
+
+// One line per case, in id order.
+case_kit::register_cases! {
+    f01_normal_path,
+    f02_partial_fill_then_cancel,
+    f04_one_business_id_sixteen_at_once,
+    f05_orders_compete_for_too_little,
+    f07_response_lost_after_commit,
+    f10_per_asset_reconciliation,
+    f11_amounts_at_the_edge,
+}
+
+/// The template database every F case database is cloned from.
+pub const TEMPLATE_DATABASE: &str = "frozen_template";
+
+/// The family.
+pub fn family() -> Family {
+    Family {
+        prefix: "F",
+        title: "frozen balances for exchange orders (SPEC §8)",
+        engine: Engine::Postgres(PgTemplate {
+            template: TEMPLATE_DATABASE,
+            install: |client| install(client).boxed(),
+        }),
+        cases: cases(),
+        extras: Vec::new(),
+    }
+}
+
+/// The spot tables and the seeded tenant (sys-deposit, sys-fee, alice, bob).
+async fn install(client: &tokio_postgres::Client) -> anyhow::Result<()> {
+    frozen_balances::schema::install_and_seed(client).await?;
+    Ok(())
+}

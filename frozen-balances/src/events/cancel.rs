@@ -1,0 +1,204 @@
+//! *cancel*: an order's remainder goes back from frozen to available (SPEC §8).
+
+use serde::{Deserialize, Serialize};
+use tokio_postgres::Client;
+use tokio_postgres::types::Type;
+
+use super::fill::{ORDER_COLUMNS, OrderRow};
+use super::{
+    Deltas, Event, OrderStatus, Outcome, Recorded, Registration, add_delta, begin, check_id,
+    finish, hook_in_tx, register, retry_on_deadlock, write_movements,
+};
+use crate::asset::Asset;
+use crate::error::FrozenError;
+use crate::hooks::{EventKind, HookPoint, Hooks};
+
+/// A cancel of `order_id`, an order of `account_id`, with its own business id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelRequest {
+    /// Tenant.
+    pub tenant_id: String,
+    /// The cancel's own business id (not the placement's).
+    pub business_id: String,
+    /// The account the order belongs to.
+    pub account_id: String,
+    /// The order.
+    pub order_id: i64,
+}
+
+impl CancelRequest {
+    /// `CANCEL|account|order`.
+    pub fn payload(&self) -> String {
+        format!("CANCEL|{}|{}", self.account_id, self.order_id)
+    }
+}
+
+/// What a cancel reports, the same on every replay (except `replayed`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelResult {
+    /// OK or ORDER_CLOSED.
+    pub outcome: Outcome,
+    /// The order.
+    pub order_id: i64,
+    /// The asset the order froze.
+    pub asset: Asset,
+    /// Released from frozen to available, minor units (0 when refused).
+    pub released: i64,
+    /// The order's status after the cancel (CANCELLED), or the status that refused it.
+    pub order_status: OrderStatus,
+    /// Read back from an earlier request with the same id; nothing executed now.
+    #[serde(skip)]
+    pub replayed: bool,
+}
+
+impl Recorded for CancelResult {
+    fn mark_replayed(&mut self) {
+        self.replayed = true;
+    }
+}
+
+// The order first, then its balance row: the same order of locks as a fill (orders, then
+// balances), so a cancel and a fill of one order cannot deadlock.
+fn lock_order_sql() -> String {
+    format!(
+        "SELECT {ORDER_COLUMNS} FROM spot_order \
+         WHERE tenant_id = $1 AND order_id = $2 AND account_id = $3 FOR UPDATE"
+    )
+}
+
+// Guarded by frozen >= remainder: a frozen balance below what the order holds is a bug,
+// refused here rather than by the CHECK.
+const RELEASE_SQL: &str = "\
+UPDATE balance
+SET available = available + $4, frozen = frozen - $4, version = version + 1
+WHERE tenant_id = $1 AND account_id = $2 AND asset = $3 AND frozen >= $4
+RETURNING frozen";
+
+const CLOSE_ORDER_SQL: &str = "\
+UPDATE spot_order SET released = released + $2, status = 'CANCELLED' WHERE order_id = $1";
+
+/// Cancels `req.order_id`: locks the order; if it is no longer open, records
+/// ORDER_CLOSED; else releases its remainder (original freeze − consumed − released,
+/// from the freeze record, never from a current price) and marks it CANCELLED.
+///
+/// Errors: [`FrozenError::Invalid`]; [`FrozenError::NoOrder`] (no such order of this
+/// account; not recorded); [`FrozenError::InvariantViolated`];
+/// [`FrozenError::PayloadMismatch`]; [`FrozenError::HookAborted`]; [`FrozenError::Db`].
+pub async fn cancel(
+    client: &mut Client,
+    req: &CancelRequest,
+    hooks: &dyn Hooks,
+) -> Result<CancelResult, FrozenError> {
+    check_id("tenant id", &req.tenant_id)?;
+    check_id("business id", &req.business_id)?;
+    check_id("account id", &req.account_id)?;
+    if req.order_id <= 0 {
+        return Err(FrozenError::Invalid("order ids are positive".into()));
+    }
+    retry_on_deadlock!(cancel_once(client, req, hooks))
+}
+
+async fn cancel_once(
+    client: &mut Client,
+    req: &CancelRequest,
+    hooks: &dyn Hooks,
+) -> Result<CancelResult, FrozenError> {
+    let event = Event::new(
+        EventKind::Cancel,
+        &req.tenant_id,
+        &req.business_id,
+        req.payload(),
+    );
+    let tx = begin(client).await?;
+    let operation_id = match register::<CancelResult>(&tx, &event).await? {
+        Registration::New(id) => id,
+        Registration::Replay(result) => {
+            tx.rollback().await?;
+            return Ok(result);
+        }
+    };
+    let tx = hook_in_tx(tx, hooks, &event, HookPoint::Registered).await?;
+    let row = tx
+        .query_typed_opt(
+            &lock_order_sql(),
+            &[
+                (&req.tenant_id, Type::TEXT),
+                (&req.order_id, Type::INT8),
+                (&req.account_id, Type::TEXT),
+            ],
+        )
+        .await?;
+    let Some(row) = row else {
+        let _ = tx.rollback().await;
+        return Err(FrozenError::NoOrder(req.order_id));
+    };
+    let order = OrderRow::from_row(&row)?;
+    let asset: Asset = order
+        .frozen_asset
+        .parse()
+        .map_err(|_| FrozenError::InvariantViolated("order's frozen asset".into()))?;
+    if order.status != OrderStatus::Open {
+        let result = CancelResult {
+            outcome: Outcome::OrderClosed,
+            order_id: order.order_id,
+            asset,
+            released: 0,
+            order_status: order.status,
+            replayed: false,
+        };
+        return finish(
+            tx,
+            hooks,
+            &event,
+            operation_id,
+            Outcome::OrderClosed,
+            result,
+        )
+        .await;
+    }
+    let remainder = order.remainder();
+    if remainder <= 0 {
+        let _ = tx.rollback().await;
+        return Err(FrozenError::InvariantViolated(format!(
+            "open order {} holds {remainder}",
+            order.order_id
+        )));
+    }
+    let asset_name = asset.as_str();
+    let released = tx
+        .query_typed_opt(
+            RELEASE_SQL,
+            &[
+                (&req.tenant_id, Type::TEXT),
+                (&req.account_id, Type::TEXT),
+                (&asset_name, Type::TEXT),
+                (&remainder, Type::INT8),
+            ],
+        )
+        .await?;
+    if released.is_none() {
+        let _ = tx.rollback().await;
+        return Err(FrozenError::InvariantViolated(format!(
+            "{} {asset_name}: frozen below order {}'s remainder {remainder}",
+            req.account_id, order.order_id
+        )));
+    }
+    let tx = hook_in_tx(tx, hooks, &event, HookPoint::BalancesUpdated).await?;
+    let mut deltas = Deltas::new();
+    add_delta(&mut deltas, &req.account_id, asset, remainder, -remainder)?;
+    write_movements(&tx, &event, &deltas).await?;
+    tx.execute_typed(
+        CLOSE_ORDER_SQL,
+        &[(&order.order_id, Type::INT8), (&remainder, Type::INT8)],
+    )
+    .await?;
+    let result = CancelResult {
+        outcome: Outcome::Ok,
+        order_id: order.order_id,
+        asset,
+        released: remainder,
+        order_status: OrderStatus::Cancelled,
+        replayed: false,
+    };
+    finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
+}

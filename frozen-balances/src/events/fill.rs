@@ -1,0 +1,533 @@
+//! *fill*: one fill's settlement between a BUY and a SELL order (SPEC §8).
+
+use serde::{Deserialize, Serialize};
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, Row, Transaction};
+
+use super::{
+    Deltas, Event, OrderStatus, Outcome, Recorded, Registration, add_delta, apply, begin, check_id,
+    ensure_rows, finish, hook_in_tx, lock_and_check, register, retry_on_deadlock, write_movements,
+};
+use crate::amount;
+use crate::asset::{Market, Side};
+use crate::error::FrozenError;
+use crate::hooks::{EventKind, HookPoint, Hooks};
+use crate::schema::SYS_FEE;
+
+/// A fill posted by the matching engine: `quantity` base units of `sell_order_id` bought
+/// by `buy_order_id` at `price` quote units per whole base coin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FillRequest {
+    /// Tenant of both orders.
+    pub tenant_id: String,
+    /// The fill's own business id.
+    pub fill_id: String,
+    /// The BUY order.
+    pub buy_order_id: i64,
+    /// The SELL order.
+    pub sell_order_id: i64,
+    /// Base units, a positive multiple of the lot.
+    pub quantity: i64,
+    /// Quote units per whole base coin, a positive multiple of the tick, between the sell
+    /// limit and the buy limit.
+    pub price: i64,
+}
+
+impl FillRequest {
+    /// `FILL|buy_order|sell_order|quantity|price`.
+    pub fn payload(&self) -> String {
+        format!(
+            "FILL|{}|{}|{}|{}",
+            self.buy_order_id, self.sell_order_id, self.quantity, self.price
+        )
+    }
+}
+
+/// What a fill reports, the same on every replay (except `replayed`). Minor units.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FillResult {
+    /// OK or ORDER_CLOSED.
+    pub outcome: Outcome,
+    /// For ORDER_CLOSED: the order that was no longer open, and its status.
+    pub closed_order: Option<(i64, OrderStatus)>,
+    /// Quote amount of the fill, `quantity × price`.
+    pub notional: i64,
+    /// The buyer's fee, 10 bps of the notional rounded down (quote).
+    pub buyer_fee: i64,
+    /// The seller's fee, the same rule (quote).
+    pub seller_fee: i64,
+    /// The buyer's frozen quote taken by this fill: `quantity × limit + reserve share`, or
+    /// the whole remainder on the order's final fill.
+    pub buyer_frozen_taken: i64,
+    /// Of that, returned to the buyer's available (price improvement, unused reserve).
+    pub buyer_returned: i64,
+    /// Quote credited to the seller's available, `notional − seller_fee`.
+    pub seller_received: i64,
+    /// The BUY order's status after the fill.
+    pub buy_status: Option<OrderStatus>,
+    /// The SELL order's status after the fill.
+    pub sell_status: Option<OrderStatus>,
+    /// Read back from an earlier request with the same id; nothing executed now.
+    #[serde(skip)]
+    pub replayed: bool,
+}
+
+impl Recorded for FillResult {
+    fn mark_replayed(&mut self) {
+        self.replayed = true;
+    }
+}
+
+/// A locked order row.
+#[derive(Debug, Clone)]
+pub(crate) struct OrderRow {
+    pub order_id: i64,
+    pub account_id: String,
+    pub market: String,
+    pub side: String,
+    pub quantity: i64,
+    pub limit_price: i64,
+    pub frozen_asset: String,
+    pub frozen_amount: i64,
+    pub fee_reserve: i64,
+    pub filled_quantity: i64,
+    pub consumed: i64,
+    pub released: i64,
+    pub status: OrderStatus,
+}
+
+impl OrderRow {
+    pub(crate) fn from_row(row: &Row) -> Result<OrderRow, FrozenError> {
+        Ok(OrderRow {
+            order_id: row.try_get("order_id")?,
+            account_id: row.try_get("account_id")?,
+            market: row.try_get("market")?,
+            side: row.try_get("side")?,
+            quantity: row.try_get("quantity")?,
+            limit_price: row.try_get("limit_price")?,
+            frozen_asset: row.try_get("frozen_asset")?,
+            frozen_amount: row.try_get("frozen_amount")?,
+            fee_reserve: row.try_get("fee_reserve")?,
+            filled_quantity: row.try_get("filled_quantity")?,
+            consumed: row.try_get("consumed")?,
+            released: row.try_get("released")?,
+            status: OrderStatus::parse(row.try_get("status")?)?,
+        })
+    }
+
+    /// What the order still holds of its freeze: original − consumed − released.
+    pub(crate) fn remainder(&self) -> i64 {
+        self.frozen_amount - self.consumed - self.released
+    }
+}
+
+pub(crate) const ORDER_COLUMNS: &str = "order_id, account_id, market, side, quantity, \
+     limit_price, frozen_asset, frozen_amount, fee_reserve, filled_quantity, consumed, \
+     released, status";
+
+// Both orders, locked in order_id order: the row locks are taken by the LockRows node
+// above the sort, so in sorted order (docs, SELECT, "The Locking Clause").
+fn lock_orders_sql() -> String {
+    format!(
+        "SELECT {ORDER_COLUMNS} FROM spot_order WHERE tenant_id = $1 AND order_id = ANY($2) \
+         ORDER BY order_id FOR UPDATE"
+    )
+}
+
+const SETTLE_ORDER_SQL: &str = "\
+UPDATE spot_order
+SET filled_quantity = filled_quantity + $2, consumed = consumed + $3, released = released + $4,
+    status = CASE WHEN filled_quantity + $2 = quantity THEN 'FILLED' ELSE status END
+WHERE order_id = $1
+RETURNING status";
+
+/// Settles `req`: locks both orders (sorted by id), refuses (records ORDER_CLOSED) if
+/// either is no longer open, checks that the fill fits both orders, asserts that the
+/// buyer's released reserve share covers the buyer's fee, then locks the five balance
+/// rows in sorted order and moves: the buyer's frozen quote − taken (of which notional +
+/// fee paid, the rest back to available), the buyer's available base + quantity, the
+/// seller's frozen base − quantity, the seller's available quote + notional − fee,
+/// `sys-fee` + both fees. Hooks as for every event.
+///
+/// Errors: [`FrozenError::Invalid`] (ids, same order twice, quantity or price off its
+/// step); [`FrozenError::NoOrder`], [`FrozenError::FillRejected`] (rolled back, not
+/// recorded); [`FrozenError::InvariantViolated`] (a reserve share below the fee, a
+/// frozen balance below what the order holds: rolled back, never a negative frozen);
+/// [`FrozenError::PayloadMismatch`]; [`FrozenError::HookAborted`];
+/// [`FrozenError::DeadlockRetriesExhausted`]; [`FrozenError::Db`].
+pub async fn fill(
+    client: &mut Client,
+    req: &FillRequest,
+    hooks: &dyn Hooks,
+) -> Result<FillResult, FrozenError> {
+    check_id("tenant id", &req.tenant_id)?;
+    check_id("fill id", &req.fill_id)?;
+    if req.buy_order_id == req.sell_order_id {
+        return Err(FrozenError::Invalid(
+            "a fill needs two different orders".into(),
+        ));
+    }
+    if req.buy_order_id <= 0 || req.sell_order_id <= 0 {
+        return Err(FrozenError::Invalid("order ids are positive".into()));
+    }
+    retry_on_deadlock!(fill_once(client, req, hooks))
+}
+
+async fn fill_once(
+    client: &mut Client,
+    req: &FillRequest,
+    hooks: &dyn Hooks,
+) -> Result<FillResult, FrozenError> {
+    let event = Event::new(EventKind::Fill, &req.tenant_id, &req.fill_id, req.payload());
+    let tx = begin(client).await?;
+    let operation_id = match register::<FillResult>(&tx, &event).await? {
+        Registration::New(id) => id,
+        Registration::Replay(result) => {
+            tx.rollback().await?;
+            return Ok(result);
+        }
+    };
+    let tx = hook_in_tx(tx, hooks, &event, HookPoint::Registered).await?;
+    let ids = vec![req.buy_order_id, req.sell_order_id];
+    let rows = tx
+        .query_typed(
+            &lock_orders_sql(),
+            &[(&req.tenant_id, Type::TEXT), (&ids, Type::INT8_ARRAY)],
+        )
+        .await?;
+    let mut orders = rows
+        .iter()
+        .map(OrderRow::from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let take = |orders: &mut Vec<OrderRow>, id: i64| {
+        orders
+            .iter()
+            .position(|o| o.order_id == id)
+            .map(|i| orders.swap_remove(i))
+            .ok_or(FrozenError::NoOrder(id))
+    };
+    let buy = match take(&mut orders, req.buy_order_id) {
+        Ok(order) => order,
+        Err(error) => return rollback_with(tx, error).await,
+    };
+    let sell = match take(&mut orders, req.sell_order_id) {
+        Ok(order) => order,
+        Err(error) => return rollback_with(tx, error).await,
+    };
+    if let Some(closed) = [&buy, &sell]
+        .into_iter()
+        .find(|o| o.status != OrderStatus::Open)
+    {
+        let result = FillResult {
+            outcome: Outcome::OrderClosed,
+            closed_order: Some((closed.order_id, closed.status)),
+            notional: 0,
+            buyer_fee: 0,
+            seller_fee: 0,
+            buyer_frozen_taken: 0,
+            buyer_returned: 0,
+            seller_received: 0,
+            buy_status: Some(buy.status),
+            sell_status: Some(sell.status),
+            replayed: false,
+        };
+        return finish(
+            tx,
+            hooks,
+            &event,
+            operation_id,
+            Outcome::OrderClosed,
+            result,
+        )
+        .await;
+    }
+    let settlement = match settle(req, &buy, &sell) {
+        Ok(settlement) => settlement,
+        Err(error) => return rollback_with(tx, error).await,
+    };
+    let market = Market::BtcUsdt;
+    ensure_rows(
+        &tx,
+        &req.tenant_id,
+        &[
+            (&buy.account_id, market.base(), false),
+            (&sell.account_id, market.quote(), false),
+            (SYS_FEE, market.quote(), false),
+        ],
+    )
+    .await?;
+    let deltas = &settlement.deltas;
+    if let Err(error) = lock_and_check(&tx, &req.tenant_id, deltas).await {
+        return rollback_with(tx, error).await;
+    }
+    apply(&tx, &req.tenant_id, deltas).await?;
+    let tx = hook_in_tx(tx, hooks, &event, HookPoint::BalancesUpdated).await?;
+    write_movements(&tx, &event, deltas).await?;
+    let buy_status = settle_order(
+        &tx,
+        buy.order_id,
+        req.quantity,
+        settlement.buyer_paid,
+        settlement.buyer_returned,
+    )
+    .await?;
+    let sell_status =
+        settle_order(&tx, sell.order_id, req.quantity, settlement.seller_taken, 0).await?;
+    let result = FillResult {
+        outcome: Outcome::Ok,
+        closed_order: None,
+        notional: settlement.notional,
+        buyer_fee: settlement.buyer_fee,
+        seller_fee: settlement.seller_fee,
+        buyer_frozen_taken: settlement.buyer_taken,
+        buyer_returned: settlement.buyer_returned,
+        seller_received: settlement.seller_received,
+        buy_status: Some(buy_status),
+        sell_status: Some(sell_status),
+        replayed: false,
+    };
+    finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
+}
+
+async fn rollback_with<T>(tx: Transaction<'_>, error: FrozenError) -> Result<T, FrozenError> {
+    let _ = tx.rollback().await;
+    Err(error)
+}
+
+async fn settle_order(
+    tx: &Transaction<'_>,
+    order_id: i64,
+    quantity: i64,
+    consumed: i64,
+    released: i64,
+) -> Result<OrderStatus, FrozenError> {
+    let row = tx
+        .query_typed_one(
+            SETTLE_ORDER_SQL,
+            &[
+                (&order_id, Type::INT8),
+                (&quantity, Type::INT8),
+                (&consumed, Type::INT8),
+                (&released, Type::INT8),
+            ],
+        )
+        .await?;
+    OrderStatus::parse(row.try_get("status")?)
+}
+
+/// The figures of one fill, minor units.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Settlement {
+    pub notional: i64,
+    pub buyer_fee: i64,
+    pub seller_fee: i64,
+    pub buyer_taken: i64,
+    pub buyer_paid: i64,
+    pub buyer_returned: i64,
+    pub seller_taken: i64,
+    pub seller_received: i64,
+    pub deltas: Deltas,
+}
+
+/// Checks that the fill fits both (open, locked) orders and computes its settlement,
+/// asserting SPEC §8's rounding rule before anything is written.
+pub(crate) fn settle(
+    req: &FillRequest,
+    buy: &OrderRow,
+    sell: &OrderRow,
+) -> Result<Settlement, FrozenError> {
+    let market = Market::BtcUsdt;
+    let rejected = |text: String| Err(FrozenError::FillRejected(text));
+    if buy.side != Side::Buy.as_str() || sell.side != Side::Sell.as_str() {
+        return rejected(format!(
+            "order {} must be a BUY and order {} a SELL",
+            buy.order_id, sell.order_id
+        ));
+    }
+    if buy.market != market.as_str() || sell.market != market.as_str() {
+        return rejected("both orders must be on BTC-USDT".into());
+    }
+    let q = req.quantity;
+    if q <= 0 || q % market.lot_units() != 0 {
+        return Err(FrozenError::Invalid(
+            "fill quantity must be a positive multiple of the lot".into(),
+        ));
+    }
+    if req.price <= 0
+        || req.price % market.tick_units() != 0
+        || req.price > market.max_price_units()
+    {
+        return Err(FrozenError::Invalid(
+            "fill price must be a positive multiple of the tick within the maximum".into(),
+        ));
+    }
+    for order in [buy, sell] {
+        if q > order.quantity - order.filled_quantity {
+            return rejected(format!(
+                "quantity {q} exceeds the {} units left of order {}",
+                order.quantity - order.filled_quantity,
+                order.order_id
+            ));
+        }
+    }
+    if req.price > buy.limit_price || req.price < sell.limit_price {
+        return rejected(format!(
+            "price {} is outside [sell limit {}, buy limit {}]",
+            req.price, sell.limit_price, buy.limit_price
+        ));
+    }
+    let overflow = || FrozenError::InvariantViolated("settlement arithmetic overflows".into());
+    let notional = amount::notional_units(market, q, req.price)?;
+    let fee = amount::fee_units(notional);
+    let buyer_fee = fee;
+    let seller_fee = fee;
+    let buyer_paid = notional.checked_add(buyer_fee).ok_or_else(overflow)?;
+    let buy_final = buy.filled_quantity + q == buy.quantity;
+    let buyer_taken = if buy_final {
+        buy.remainder()
+    } else {
+        let share = amount::reserve_share_units(buy.fee_reserve, q, buy.quantity);
+        // SPEC §8: the reserve was rounded up at placement so that each fill's share of
+        // it covers that fill's fee. If not, the freeze would not pay the fill.
+        if share < buyer_fee {
+            return Err(FrozenError::InvariantViolated(format!(
+                "order {}: reserve share {share} below the fill's fee {buyer_fee}",
+                buy.order_id
+            )));
+        }
+        amount::notional_units(market, q, buy.limit_price)?
+            .checked_add(share)
+            .ok_or_else(overflow)?
+    };
+    if buyer_taken < buyer_paid || buyer_taken > buy.remainder() {
+        return Err(FrozenError::InvariantViolated(format!(
+            "order {}: takes {buyer_taken} of a remainder {} to pay {buyer_paid}",
+            buy.order_id,
+            buy.remainder()
+        )));
+    }
+    let buyer_returned = buyer_taken - buyer_paid;
+    let seller_taken = q;
+    if seller_taken > sell.remainder() {
+        return Err(FrozenError::InvariantViolated(format!(
+            "order {}: takes {seller_taken} of a remainder {}",
+            sell.order_id,
+            sell.remainder()
+        )));
+    }
+    let seller_received = notional - seller_fee;
+    let fees = buyer_fee.checked_add(seller_fee).ok_or_else(overflow)?;
+    let (base, quote) = (market.base(), market.quote());
+    let mut deltas = Deltas::new();
+    add_delta(
+        &mut deltas,
+        &buy.account_id,
+        quote,
+        buyer_returned,
+        -buyer_taken,
+    )?;
+    add_delta(&mut deltas, &buy.account_id, base, q, 0)?;
+    add_delta(&mut deltas, &sell.account_id, base, 0, -seller_taken)?;
+    add_delta(&mut deltas, &sell.account_id, quote, seller_received, 0)?;
+    add_delta(&mut deltas, SYS_FEE, quote, fees, 0)?;
+    Ok(Settlement {
+        notional,
+        buyer_fee,
+        seller_fee,
+        buyer_taken,
+        buyer_paid,
+        buyer_returned,
+        seller_taken,
+        seller_received,
+        deltas,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order(id: i64, side: Side, quantity: i64, limit: i64) -> OrderRow {
+        let freeze = amount::order_freeze(Market::BtcUsdt, side, quantity, limit).unwrap();
+        OrderRow {
+            order_id: id,
+            account_id: if side == Side::Buy { "alice" } else { "bob" }.into(),
+            market: "BTC-USDT".into(),
+            side: side.as_str().into(),
+            quantity,
+            limit_price: limit,
+            frozen_asset: freeze.asset.as_str().into(),
+            frozen_amount: freeze.amount,
+            fee_reserve: freeze.fee_reserve,
+            filled_quantity: 0,
+            consumed: 0,
+            released: 0,
+            status: OrderStatus::Open,
+        }
+    }
+
+    fn request(quantity: i64, price: i64) -> FillRequest {
+        FillRequest {
+            tenant_id: "t".into(),
+            fill_id: "f".into(),
+            buy_order_id: 1,
+            sell_order_id: 2,
+            quantity,
+            price,
+        }
+    }
+
+    /// SPEC §8 F1's first fill: 0.4 @ 4900 against BUY 1.0 @ 5000.
+    #[test]
+    fn f1_first_fill_figures() {
+        let buy = order(1, Side::Buy, 100_000_000, 5_000_000_000);
+        let sell = order(2, Side::Sell, 100_000_000, 4_900_000_000);
+        let s = settle(&request(40_000_000, 4_900_000_000), &buy, &sell).unwrap();
+        assert_eq!(s.notional, 1_960_000_000);
+        assert_eq!(s.buyer_fee, 1_960_000);
+        assert_eq!(s.buyer_taken, 2_002_000_000);
+        assert_eq!(s.buyer_returned, 40_040_000);
+        assert_eq!(s.seller_received, 1_958_040_000);
+        let total: i64 = s
+            .deltas
+            .iter()
+            .filter(|((_, asset), _)| *asset == "USDT")
+            .map(|(_, d)| d.available + d.frozen)
+            .sum();
+        assert_eq!(total, 0, "USDT moves only between accounts");
+    }
+
+    /// A corrupted reserve (0 instead of the rounded-up share) is a bug, not a negative
+    /// frozen: the assertion refuses before anything is written.
+    #[test]
+    fn reserve_share_below_fee_is_refused() {
+        let mut buy = order(1, Side::Buy, 20_000, 5_000_050_000);
+        buy.fee_reserve = 0;
+        let sell = order(2, Side::Sell, 20_000, 5_000_050_000);
+        let error = settle(&request(10_000, 5_000_050_000), &buy, &sell).unwrap_err();
+        assert!(
+            matches!(&error, FrozenError::InvariantViolated(text) if text.contains("reserve share 0 below the fill's fee 500")),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn fills_that_do_not_fit_are_rejected() {
+        let buy = order(1, Side::Buy, 100_000_000, 5_000_000_000);
+        let sell = order(2, Side::Sell, 100_000_000, 4_900_000_000);
+        for (qty, price) in [
+            (200_000_000, 4_900_000_000),
+            (10_000, 5_000_010_000),
+            (10_000, 4_899_990_000),
+        ] {
+            assert!(matches!(
+                settle(&request(qty, price), &buy, &sell),
+                Err(FrozenError::FillRejected(_))
+            ));
+        }
+        assert!(matches!(
+            settle(&request(10_000, 4_900_000_000), &sell, &buy),
+            Err(FrozenError::FillRejected(_))
+        ));
+    }
+}

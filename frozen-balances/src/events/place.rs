@@ -1,0 +1,266 @@
+//! *place*: an order freezes its funds (SPEC §8).
+
+use serde::{Deserialize, Serialize};
+use tokio_postgres::Client;
+use tokio_postgres::types::Type;
+
+use super::{
+    Event, Outcome, Recorded, Registration, add_delta, begin, check_id, ensure_rows, finish,
+    hook_in_tx, register, retry_on_deadlock, write_movements,
+};
+use crate::amount;
+use crate::asset::{Asset, Market, Side};
+use crate::error::FrozenError;
+use crate::hooks::{EventKind, HookPoint, Hooks};
+use crate::schema::is_system_account;
+
+/// An order to place. Quantity in base units, limit in quote units per whole base coin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlaceRequest {
+    /// Tenant; scopes the business id and owns the account.
+    pub tenant_id: String,
+    /// The placement's own business id (not the order id, which the product assigns).
+    pub business_id: String,
+    /// The trader's account (not a system account).
+    pub account_id: String,
+    /// The market.
+    pub market: Market,
+    /// BUY or SELL.
+    pub side: Side,
+    /// Quantity, base units, a positive multiple of the lot.
+    pub quantity: i64,
+    /// Limit price, quote units per whole base coin, a positive multiple of the tick.
+    pub limit_price: i64,
+}
+
+impl PlaceRequest {
+    /// The canonical payload: `PLACE|account|market|side|quantity|limit` (minor units).
+    pub fn payload(&self) -> String {
+        format!(
+            "PLACE|{}|{}|{}|{}|{}",
+            self.account_id,
+            self.market.as_str(),
+            self.side.as_str(),
+            self.quantity,
+            self.limit_price
+        )
+    }
+
+    /// Checks ids, steps and limits, and computes the freeze ([`amount::order_freeze`]).
+    ///
+    /// Errors: [`FrozenError::Invalid`] or [`FrozenError::Amount`].
+    pub fn freeze(&self) -> Result<amount::Freeze, FrozenError> {
+        check_id("tenant id", &self.tenant_id)?;
+        check_id("business id", &self.business_id)?;
+        check_id("account id", &self.account_id)?;
+        if is_system_account(&self.account_id) {
+            return Err(FrozenError::Invalid(format!(
+                "{} is a system account",
+                self.account_id
+            )));
+        }
+        let market = self.market;
+        let positive_multiple = |value: i64, step: i64| value > 0 && value % step == 0;
+        if !positive_multiple(self.quantity, market.lot_units())
+            || self.quantity > market.base().max_units()
+        {
+            return Err(FrozenError::Invalid(format!(
+                "quantity {} units is not a positive multiple of the lot within the maximum",
+                self.quantity
+            )));
+        }
+        if !positive_multiple(self.limit_price, market.tick_units())
+            || self.limit_price > market.max_price_units()
+        {
+            return Err(FrozenError::Invalid(format!(
+                "limit price {} units is not a positive multiple of the tick within the maximum",
+                self.limit_price
+            )));
+        }
+        Ok(amount::order_freeze(
+            market,
+            self.side,
+            self.quantity,
+            self.limit_price,
+        )?)
+    }
+}
+
+/// What a placement reports, the same on every replay (except `replayed`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlaceResult {
+    /// OK or INSUFFICIENT.
+    pub outcome: Outcome,
+    /// The new order's id (OK only).
+    pub order_id: Option<i64>,
+    /// The asset frozen (or that would have been).
+    pub frozen_asset: Asset,
+    /// The freeze, fee reserve included, minor units (also when refused: what it needed).
+    pub frozen_amount: i64,
+    /// The fee reserve inside `frozen_amount` (0 for a SELL).
+    pub fee_reserve: i64,
+    /// Available of `frozen_asset` after the freeze (OK) or when refused (INSUFFICIENT).
+    pub available: i64,
+    /// Read back from an earlier request with the same id; nothing executed now.
+    #[serde(skip)]
+    pub replayed: bool,
+}
+
+impl Recorded for PlaceResult {
+    fn mark_replayed(&mut self) {
+        self.replayed = true;
+    }
+}
+
+// The conditional freeze: if a concurrent transaction changed the row, PostgreSQL waits
+// and re-evaluates the WHERE on the new version (docs, 13.2.1 "Read Committed Isolation
+// Level"), so "enough available?" and "freeze it" are one evaluation.
+const FREEZE_SQL: &str = "\
+UPDATE balance
+SET available = available - $4, frozen = frozen + $4, version = version + 1
+WHERE tenant_id = $1 AND account_id = $2 AND asset = $3 AND available >= $4
+RETURNING available";
+
+const AVAILABLE_SQL: &str = "\
+SELECT available FROM balance WHERE tenant_id = $1 AND account_id = $2 AND asset = $3";
+
+const INSERT_ORDER_SQL: &str = "\
+INSERT INTO spot_order (tenant_id, account_id, place_business_id, market, side, quantity,
+                        limit_price, frozen_asset, frozen_amount, fee_reserve)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+RETURNING order_id";
+
+/// Places `req`: registers its business id, freezes `quantity × limit` plus the fee
+/// reserve (BUY, quote asset) or `quantity` (SELL, base asset) with a conditional
+/// UPDATE, writes the movement and the order, records OK. Not enough available → records
+/// INSUFFICIENT and changes nothing else. Missing balance rows of the account are
+/// created at 0. Hooks: `registered`, `balances-updated` (OK path), `before-commit`,
+/// `after-commit`.
+///
+/// Errors: [`FrozenError::Invalid`] / [`FrozenError::Amount`] before any database
+/// access; [`FrozenError::PayloadMismatch`]; [`FrozenError::HookAborted`];
+/// [`FrozenError::Db`].
+pub async fn place(
+    client: &mut Client,
+    req: &PlaceRequest,
+    hooks: &dyn Hooks,
+) -> Result<PlaceResult, FrozenError> {
+    let freeze = req.freeze()?;
+    retry_on_deadlock!(place_once(client, req, freeze, hooks))
+}
+
+async fn place_once(
+    client: &mut Client,
+    req: &PlaceRequest,
+    freeze: amount::Freeze,
+    hooks: &dyn Hooks,
+) -> Result<PlaceResult, FrozenError> {
+    let event = Event::new(
+        EventKind::Place,
+        &req.tenant_id,
+        &req.business_id,
+        req.payload(),
+    );
+    let tx = begin(client).await?;
+    let operation_id = match register::<PlaceResult>(&tx, &event).await? {
+        Registration::New(id) => id,
+        Registration::Replay(result) => {
+            tx.rollback().await?;
+            return Ok(result);
+        }
+    };
+    let tx = hook_in_tx(tx, hooks, &event, HookPoint::Registered).await?;
+    let market = req.market;
+    ensure_rows(
+        &tx,
+        &req.tenant_id,
+        &[
+            (&req.account_id, market.base(), false),
+            (&req.account_id, market.quote(), false),
+        ],
+    )
+    .await?;
+    let asset = freeze.asset.as_str();
+    let frozen = tx
+        .query_typed_opt(
+            FREEZE_SQL,
+            &[
+                (&req.tenant_id, Type::TEXT),
+                (&req.account_id, Type::TEXT),
+                (&asset, Type::TEXT),
+                (&freeze.amount, Type::INT8),
+            ],
+        )
+        .await?;
+    let Some(frozen) = frozen else {
+        let available: i64 = tx
+            .query_typed_one(
+                AVAILABLE_SQL,
+                &[
+                    (&req.tenant_id, Type::TEXT),
+                    (&req.account_id, Type::TEXT),
+                    (&asset, Type::TEXT),
+                ],
+            )
+            .await?
+            .try_get("available")?;
+        let result = PlaceResult {
+            outcome: Outcome::Insufficient,
+            order_id: None,
+            frozen_asset: freeze.asset,
+            frozen_amount: freeze.amount,
+            fee_reserve: freeze.fee_reserve,
+            available,
+            replayed: false,
+        };
+        return finish(
+            tx,
+            hooks,
+            &event,
+            operation_id,
+            Outcome::Insufficient,
+            result,
+        )
+        .await;
+    };
+    let available: i64 = frozen.try_get("available")?;
+    let tx = hook_in_tx(tx, hooks, &event, HookPoint::BalancesUpdated).await?;
+    let mut deltas = super::Deltas::new();
+    add_delta(
+        &mut deltas,
+        &req.account_id,
+        freeze.asset,
+        -freeze.amount,
+        freeze.amount,
+    )?;
+    write_movements(&tx, &event, &deltas).await?;
+    let (market_name, side) = (market.as_str(), req.side.as_str());
+    let order_id: i64 = tx
+        .query_typed_one(
+            INSERT_ORDER_SQL,
+            &[
+                (&req.tenant_id, Type::TEXT),
+                (&req.account_id, Type::TEXT),
+                (&req.business_id, Type::TEXT),
+                (&market_name, Type::TEXT),
+                (&side, Type::TEXT),
+                (&req.quantity, Type::INT8),
+                (&req.limit_price, Type::INT8),
+                (&asset, Type::TEXT),
+                (&freeze.amount, Type::INT8),
+                (&freeze.fee_reserve, Type::INT8),
+            ],
+        )
+        .await?
+        .try_get("order_id")?;
+    let result = PlaceResult {
+        outcome: Outcome::Ok,
+        order_id: Some(order_id),
+        frozen_asset: freeze.asset,
+        frozen_amount: freeze.amount,
+        fee_reserve: freeze.fee_reserve,
+        available,
+        replayed: false,
+    };
+    finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
+}

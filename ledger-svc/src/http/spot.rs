@@ -1,0 +1,717 @@
+//! The frozen balances of SPEC §8 over HTTP, on the service's own listeners, pool,
+//! problem bodies, key grammar, task tracker (graceful shutdown) and fault hooks.
+//!
+//! Every route takes the tenant in `X-Tenant-Id` (the grammar of `X-Client-Id`); every
+//! event takes its business id in `Idempotency-Key` (the ledger's key grammar), scoped by
+//! the tenant. Bodies are `application/json` objects whose amounts, quantities and
+//! prices are decimal **strings** (`"0.4000"`), never JSON numbers, so no float ever
+//! touches an amount; order ids are JSON integers.
+//!
+//! Public listener:
+//! - `POST /spot/accounts/{account}/orders`, body
+//!   `{"market": "BTC-USDT", "side": "BUY"|"SELL", "quantity": "1.0000", "price": "5000.00"}`
+//!   → 201 OK with `order_id` and the freeze; 409 `INSUFFICIENT` (recorded, replayed).
+//! - `POST /spot/accounts/{account}/orders/{order_id}/cancel`, no body → 201 OK with the
+//!   released remainder; 409 `ORDER_CLOSED` (recorded, replayed); 404 `NO_ORDER`.
+//! - `GET /spot/accounts/{account}/balances` → 200 with each asset's available and frozen.
+//!
+//! Admin listener:
+//! - `POST /spot/accounts/{account}/deposits`, body `{"asset": "USDT", "amount": "10000"}`.
+//! - `POST /spot/fills`, body `{"buy_order_id": 1, "sell_order_id": 2, "quantity": "0.4000",
+//!   "price": "4900.00"}`, the fill id in `Idempotency-Key` → 201 OK; 409 `ORDER_CLOSED`;
+//!   404 `NO_ORDER`; 422 `FILL_REJECTED` (the fill does not fit its orders; not recorded).
+//!
+//! Every malformed input is 400 `BAD_REQUEST` (415 for another media type, 413 for a
+//! body over the limit) before the database is touched; the same business id with
+//! another payload is 422 `KEY_REUSED`. A replay carries `Idempotent-Replayed: true` and
+//! the first response's body byte for byte.
+
+use std::sync::Arc;
+
+use frozen_balances::amount::{
+    AmountError, format_units, parse_amount, parse_price, parse_quantity,
+};
+use frozen_balances::schema::is_system_account;
+use frozen_balances::{
+    Asset, CancelRequest, CancelResult, DepositRequest, DepositResult, FillRequest, FillResult,
+    FrozenError, Hooks, Market, NoHooks, Outcome, PlaceRequest, PlaceResult, Side,
+};
+use hyper::body::Incoming;
+use hyper::header::CONTENT_TYPE;
+use hyper::{Method, Request, StatusCode};
+use serde_json::{Map, Value, json};
+
+use super::CloseConnection;
+use super::grammar::{self, BodyType};
+use super::problem::{ApiOutcome, HttpResponse, Problem, json_response, mark_replayed};
+use super::routes::{AppState, Handled, Listener, only, read_body};
+
+/// Header naming the tenant that scopes business ids and owns accounts.
+pub const TENANT_HEADER: &str = "x-tenant-id";
+/// SQLSTATE numeric_value_out_of_range.
+const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";
+
+/// Routes `/spot/{rest}`.
+pub async fn route(
+    state: &Arc<AppState>,
+    listener: Listener,
+    request: Request<Incoming>,
+    rest: &[&str],
+    path: &str,
+) -> Handled {
+    let method = request.method().clone();
+    match (listener, rest) {
+        (Listener::Public, ["accounts", account, "orders"]) => {
+            let account = account.to_string();
+            only(&method, Method::POST, "POST", || {
+                place_route(state, request, account)
+            })
+            .await
+        }
+        (Listener::Public, ["accounts", account, "orders", order, "cancel"]) => {
+            let (account, order) = (account.to_string(), order.to_string());
+            only(&method, Method::POST, "POST", || {
+                cancel_route(state, request, account, order)
+            })
+            .await
+        }
+        (Listener::Public, ["accounts", account, "balances"]) => {
+            let account = account.to_string();
+            only(&method, Method::GET, "GET", || {
+                balances_route(state, request, account)
+            })
+            .await
+        }
+        (Listener::Admin, ["accounts", account, "deposits"]) => {
+            let account = account.to_string();
+            only(&method, Method::POST, "POST", || {
+                deposit_route(state, request, account)
+            })
+            .await
+        }
+        (Listener::Admin, ["fills"]) => {
+            only(&method, Method::POST, "POST", || fill_route(state, request)).await
+        }
+        _ => Ok(Problem::no_route(path).into_response()),
+    }
+}
+
+fn bad(text: impl Into<String>) -> Problem {
+    Problem::bad_request(text)
+}
+
+/// The tenant header.
+fn tenant(request: &Request<Incoming>) -> Result<String, Problem> {
+    grammar::parse_header_id(
+        "X-Tenant-Id",
+        request
+            .headers()
+            .get_all(TENANT_HEADER)
+            .iter()
+            .map(|v| v.as_bytes()),
+    )
+    .map_err(|m| bad(m.0))
+}
+
+/// The business id (`Idempotency-Key`).
+fn business_id(request: &Request<Incoming>) -> Result<String, Problem> {
+    grammar::parse_idempotency_key(
+        request
+            .headers()
+            .get_all("idempotency-key")
+            .iter()
+            .map(|v| v.as_bytes()),
+    )
+    .map_err(|m| bad(m.0))
+}
+
+/// A trader's account in the path: the ledger's account grammar, not a system account.
+fn trader(account: &str) -> Result<String, Problem> {
+    let account = grammar::parse_account_id(account).map_err(|m| bad(m.0))?;
+    if is_system_account(&account) {
+        return Err(Problem::new(
+            StatusCode::FORBIDDEN,
+            "system-account",
+            "System account",
+            format!("{account} is a system account; spot routes only address trader accounts"),
+            ApiOutcome::BadRequest,
+        ));
+    }
+    Ok(account)
+}
+
+/// An order id in a path: a decimal positive integer that fits `i64`, no leading zero.
+fn order_id_segment(text: &str) -> Result<i64, Problem> {
+    let well_formed =
+        !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) && !text.starts_with('0');
+    well_formed
+        .then(|| text.parse::<i64>().ok())
+        .flatten()
+        .ok_or_else(|| bad("order id must be a positive decimal integer that fits 64 bits"))
+}
+
+/// The JSON object of an event body: exactly `members` (all required), nothing else.
+async fn json_object(
+    request: Request<Incoming>,
+    members: &[&str],
+) -> Result<Map<String, Value>, Problem> {
+    let mut content_types = request.headers().get_all(CONTENT_TYPE).iter();
+    let body_type = match (content_types.next(), content_types.next()) {
+        (Some(value), None) => grammar::body_type(value.as_bytes()),
+        _ => None,
+    };
+    if body_type != Some(BodyType::Json) {
+        return Err(Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "Unsupported media type",
+            "Content-Type must be application/json on the spot routes",
+            ApiOutcome::BadRequest,
+        ));
+    }
+    let body = read_body(request).await?;
+    let text = std::str::from_utf8(&body).map_err(|_| bad("the request body is not UTF-8"))?;
+    let expected = || {
+        bad(format!(
+            "body must be a JSON object with exactly the members {}",
+            members.join(", ")
+        ))
+    };
+    // serde_json keeps the last of repeated members; a repeated member is refused by
+    // counting the top-level keys with a strict map type instead.
+    let object: Map<String, Value> = match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(object)) => object,
+        _ => return Err(expected()),
+    };
+    let unique: Result<StrictObject, _> = serde_json::from_str(text);
+    if unique.is_err() || object.len() != members.len() {
+        return Err(expected());
+    }
+    if !members.iter().all(|m| object.contains_key(*m)) {
+        return Err(expected());
+    }
+    Ok(object)
+}
+
+/// Deserializes an object and fails on a repeated key.
+struct StrictObject;
+
+impl<'de> serde::Deserialize<'de> for StrictObject {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = StrictObject;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object without repeated members")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<StrictObject, A::Error> {
+                let mut seen = std::collections::HashSet::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if !seen.insert(key.clone()) {
+                        return Err(serde::de::Error::custom(format!("repeated member {key}")));
+                    }
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+                Ok(StrictObject)
+            }
+        }
+        deserializer.deserialize_map(Visitor)
+    }
+}
+
+/// A member that must be a JSON string.
+fn string_member<'a>(object: &'a Map<String, Value>, name: &str) -> Result<&'a str, Problem> {
+    object[name].as_str().ok_or_else(|| {
+        bad(format!(
+            "{name} must be a JSON string (amounts, quantities and prices are decimal strings)"
+        ))
+    })
+}
+
+/// A member that must be a positive JSON integer (an order id).
+fn id_member(object: &Map<String, Value>, name: &str) -> Result<i64, Problem> {
+    match &object[name] {
+        Value::Number(n) if n.is_i64() && n.as_i64().is_some_and(|v| v > 0) => {
+            Ok(n.as_i64().unwrap_or_default())
+        }
+        _ => Err(bad(format!("{name} must be a positive JSON integer"))),
+    }
+}
+
+fn amount_problem(error: AmountError) -> Problem {
+    bad(error.to_string())
+}
+
+fn parse_market(text: &str) -> Result<Market, Problem> {
+    text.parse()
+        .map_err(|_| bad("market must be \"BTC-USDT\" (the only market)"))
+}
+
+fn parse_side(text: &str) -> Result<Side, Problem> {
+    text.parse()
+        .map_err(|_| bad("side must be \"BUY\" or \"SELL\""))
+}
+
+fn parse_asset(text: &str) -> Result<Asset, Problem> {
+    text.parse()
+        .map_err(|_| bad("asset must be \"USDT\" or \"BTC\""))
+}
+
+/// Runs `event` on a pooled connection in a tracked task (a client that goes away cannot
+/// cancel the transaction half-way; shutdown waits for it), with the fault hooks.
+async fn run_event<R, F>(state: &Arc<AppState>, label: String, event: F) -> Result<R, Failure>
+where
+    R: Send + 'static,
+    F: for<'c> FnOnce(
+            &'c mut tokio_postgres::Client,
+            &'c dyn Hooks,
+        ) -> futures_util::future::BoxFuture<'c, Result<R, FrozenError>>
+        + Send
+        + 'static,
+{
+    let task_state = state.clone();
+    let task = state.tasks.spawn(async move {
+        let mut client = match task_state.pool.get().await {
+            Ok(client) => client,
+            Err(error) => return Err(Failure::NoConnection(error.to_string())),
+        };
+        let hooks: &dyn Hooks = match &task_state.faults {
+            Some(faults) => faults.as_ref(),
+            None => &NoHooks,
+        };
+        let result = event(&mut client, hooks).await;
+        if let Err(FrozenError::HookAborted(point)) = &result {
+            eprintln!(
+                "ledger-svc: fault at spot-{point} aborted {label}: {}; closing the \
+                 connection without a response",
+                if *point == frozen_balances::HookPoint::AfterCommit {
+                    "the event is committed"
+                } else {
+                    "the event was rolled back"
+                }
+            );
+        }
+        result.map_err(Failure::Event)
+    });
+    match task.await {
+        Ok(result) => result,
+        Err(join_error) => Err(Failure::Task(join_error.to_string())),
+    }
+}
+
+enum Failure {
+    NoConnection(String),
+    Task(String),
+    Event(FrozenError),
+}
+
+/// The answer to a failed event.
+fn failure_response(failure: Failure) -> Handled {
+    let error = match failure {
+        Failure::NoConnection(error) => {
+            eprintln!("ledger-svc: no database connection: {error}");
+            return Ok(Problem::unavailable().into_response());
+        }
+        Failure::Task(error) => {
+            eprintln!("ledger-svc: spot task failed: {error}");
+            return Ok(Problem::internal().into_response());
+        }
+        Failure::Event(error) => error,
+    };
+    match error {
+        FrozenError::HookAborted(_) => Err(CloseConnection),
+        FrozenError::PayloadMismatch { .. } => Ok(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "key-reused",
+            "Idempotency key reused",
+            "this Idempotency-Key (business id) was first used with a different request; \
+             reuse it only to retry the same request",
+            ApiOutcome::KeyReused,
+        )
+        .into_response()),
+        FrozenError::Invalid(text) => Ok(bad(text).into_response()),
+        FrozenError::Amount(error) => Ok(amount_problem(error).into_response()),
+        FrozenError::NoOrder(order_id) => Ok(Problem::new(
+            StatusCode::NOT_FOUND,
+            "no-order",
+            "No such order",
+            format!("order {order_id} does not exist for this tenant and account"),
+            ApiOutcome::NoOrder,
+        )
+        .with("order_id", order_id)
+        .into_response()),
+        FrozenError::FillRejected(text) => Ok(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "fill-rejected",
+            "Fill does not fit its orders",
+            text,
+            ApiOutcome::FillRejected,
+        )
+        .into_response()),
+        error @ FrozenError::Db { .. } if error.sqlstate() == Some(NUMERIC_VALUE_OUT_OF_RANGE) => {
+            eprintln!("ledger-svc: spot event refused: {error}");
+            Ok(bad(
+                "the request would take a balance outside the 64-bit range; nothing was recorded",
+            )
+            .into_response())
+        }
+        error @ (FrozenError::Db { .. } | FrozenError::DeadlockRetriesExhausted { .. }) => {
+            eprintln!("ledger-svc: spot event failed: {error}");
+            Ok(Problem::unavailable().into_response())
+        }
+        error => {
+            eprintln!("ledger-svc: spot event failed: {error}");
+            Ok(Problem::internal().into_response())
+        }
+    }
+}
+
+fn replayed(mut response: HttpResponse, replayed: bool) -> HttpResponse {
+    if replayed {
+        mark_replayed(&mut response);
+    }
+    response
+}
+
+async fn place_route(
+    state: &Arc<AppState>,
+    request: Request<Incoming>,
+    account: String,
+) -> Handled {
+    let parsed = async {
+        let account = trader(&account)?;
+        let tenant_id = tenant(&request)?;
+        let business_id = business_id(&request)?;
+        let object = json_object(request, &["market", "side", "quantity", "price"]).await?;
+        let market = parse_market(string_member(&object, "market")?)?;
+        let side = parse_side(string_member(&object, "side")?)?;
+        let quantity =
+            parse_quantity(market, string_member(&object, "quantity")?).map_err(amount_problem)?;
+        let limit_price =
+            parse_price(market, string_member(&object, "price")?).map_err(amount_problem)?;
+        let req = PlaceRequest {
+            tenant_id,
+            business_id,
+            account_id: account,
+            market,
+            side,
+            quantity,
+            limit_price,
+        };
+        // Notional past the bigint range or the asset's maximum: 400 before the database.
+        req.freeze().map_err(|error| match error {
+            FrozenError::Amount(error) => amount_problem(error),
+            other => bad(other.to_string()),
+        })?;
+        Ok::<_, Problem>(req)
+    }
+    .await;
+    let req = match parsed {
+        Ok(req) => req,
+        Err(problem) => return Ok(problem.into_response()),
+    };
+    let label = format!("PLACE {}/{}", req.tenant_id, req.business_id);
+    let task_req = req.clone();
+    let result = run_event(state, label, move |client, hooks| {
+        Box::pin(async move { frozen_balances::place(client, &task_req, hooks).await })
+    })
+    .await;
+    match result {
+        Ok(result) => Ok(place_response(&req, &result)),
+        Err(failure) => failure_response(failure),
+    }
+}
+
+fn place_response(req: &PlaceRequest, result: &PlaceResult) -> HttpResponse {
+    let asset = result.frozen_asset;
+    let market = req.market;
+    let response = match result.outcome {
+        Outcome::Ok => json_response(
+            StatusCode::CREATED,
+            &json!({
+                "outcome": ApiOutcome::Ok.as_str(),
+                "tenant_id": req.tenant_id,
+                "account_id": req.account_id,
+                "order_id": result.order_id,
+                "market": market.as_str(),
+                "side": req.side.as_str(),
+                "quantity": format_units(market.base(), req.quantity),
+                "price": format_units(market.quote(), req.limit_price),
+                "frozen_asset": asset.as_str(),
+                "frozen": format_units(asset, result.frozen_amount),
+                "fee_reserve": format_units(asset, result.fee_reserve),
+                "available": format_units(asset, result.available),
+            }),
+        ),
+        _ => Problem::new(
+            StatusCode::CONFLICT,
+            "insufficient",
+            "Insufficient balance",
+            format!(
+                "account {} had {} {asset} available, less than the {} the order must freeze",
+                req.account_id,
+                format_units(asset, result.available),
+                format_units(asset, result.frozen_amount)
+            ),
+            ApiOutcome::Insufficient,
+        )
+        .with("account_id", req.account_id.as_str())
+        .with("asset", asset.as_str())
+        .with("required", format_units(asset, result.frozen_amount))
+        .with("available", format_units(asset, result.available))
+        .into_response(),
+    };
+    replayed(response, result.replayed)
+}
+
+async fn cancel_route(
+    state: &Arc<AppState>,
+    request: Request<Incoming>,
+    account: String,
+    order: String,
+) -> Handled {
+    let parsed = async {
+        let account = trader(&account)?;
+        let order_id = order_id_segment(&order)?;
+        let tenant_id = tenant(&request)?;
+        let business_id = business_id(&request)?;
+        let body = read_body(request).await?;
+        if !body.is_empty() {
+            return Err(bad("a cancel has no body"));
+        }
+        Ok(CancelRequest {
+            tenant_id,
+            business_id,
+            account_id: account,
+            order_id,
+        })
+    }
+    .await;
+    let req = match parsed {
+        Ok(req) => req,
+        Err(problem) => return Ok(problem.into_response()),
+    };
+    let label = format!("CANCEL {}/{}", req.tenant_id, req.business_id);
+    let task_req = req.clone();
+    let result = run_event(state, label, move |client, hooks| {
+        Box::pin(async move { frozen_balances::cancel(client, &task_req, hooks).await })
+    })
+    .await;
+    match result {
+        Ok(result) => Ok(cancel_response(&result)),
+        Err(failure) => failure_response(failure),
+    }
+}
+
+fn cancel_response(result: &CancelResult) -> HttpResponse {
+    let asset = result.asset;
+    let response = match result.outcome {
+        Outcome::Ok => json_response(
+            StatusCode::CREATED,
+            &json!({
+                "outcome": ApiOutcome::Ok.as_str(),
+                "order_id": result.order_id,
+                "asset": asset.as_str(),
+                "released": format_units(asset, result.released),
+                "status": result.order_status.as_str(),
+            }),
+        ),
+        _ => order_closed(result.order_id, result.order_status),
+    };
+    replayed(response, result.replayed)
+}
+
+fn order_closed(order_id: i64, status: frozen_balances::OrderStatus) -> HttpResponse {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "order-closed",
+        "Order closed",
+        format!("order {order_id} is {}; nothing moved", status.as_str()),
+        ApiOutcome::OrderClosed,
+    )
+    .with("order_id", order_id)
+    .with("status", status.as_str())
+    .into_response()
+}
+
+async fn balances_route(
+    state: &Arc<AppState>,
+    request: Request<Incoming>,
+    account: String,
+) -> Handled {
+    let parsed = (|| {
+        let account = grammar::parse_account_id(&account).map_err(|m| bad(m.0))?;
+        Ok::<_, Problem>((account, tenant(&request)?))
+    })();
+    let (account, tenant_id) = match parsed {
+        Ok(parsed) => parsed,
+        Err(problem) => return Ok(problem.into_response()),
+    };
+    let client = match state.pool.get().await {
+        Ok(client) => client,
+        Err(error) => {
+            eprintln!("ledger-svc: no database connection: {error}");
+            return Ok(Problem::unavailable().into_response());
+        }
+    };
+    match frozen_balances::query::balances(&client, &tenant_id, &account).await {
+        Ok(rows) if rows.is_empty() => Ok(Problem::new(
+            StatusCode::NOT_FOUND,
+            "no-account",
+            "No such account",
+            format!("account {account} has no balances in this tenant"),
+            ApiOutcome::NoAccount,
+        )
+        .with("account_id", account.as_str())
+        .into_response()),
+        Ok(rows) => {
+            let balances: Vec<Value> = rows
+                .iter()
+                .map(|b| {
+                    json!({
+                        "asset": b.asset.as_str(),
+                        "available": format_units(b.asset, b.available),
+                        "frozen": format_units(b.asset, b.frozen),
+                    })
+                })
+                .collect();
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"tenant_id": tenant_id, "account_id": account, "balances": balances}),
+            ))
+        }
+        Err(error) => {
+            eprintln!("ledger-svc: reading spot balances of {account}: {error}");
+            Ok(Problem::unavailable().into_response())
+        }
+    }
+}
+
+async fn deposit_route(
+    state: &Arc<AppState>,
+    request: Request<Incoming>,
+    account: String,
+) -> Handled {
+    let parsed = async {
+        let account = trader(&account)?;
+        let tenant_id = tenant(&request)?;
+        let business_id = business_id(&request)?;
+        let object = json_object(request, &["asset", "amount"]).await?;
+        let asset = parse_asset(string_member(&object, "asset")?)?;
+        let amount = parse_amount("amount", asset, string_member(&object, "amount")?)
+            .map_err(amount_problem)?;
+        Ok::<_, Problem>(DepositRequest {
+            tenant_id,
+            business_id,
+            account_id: account,
+            asset,
+            amount,
+        })
+    }
+    .await;
+    let req = match parsed {
+        Ok(req) => req,
+        Err(problem) => return Ok(problem.into_response()),
+    };
+    let label = format!("DEPOSIT {}/{}", req.tenant_id, req.business_id);
+    let task_req = req.clone();
+    let result = run_event(state, label, move |client, hooks| {
+        Box::pin(async move { frozen_balances::deposit(client, &task_req, hooks).await })
+    })
+    .await;
+    match result {
+        Ok(result) => Ok(deposit_response(&req, &result)),
+        Err(failure) => failure_response(failure),
+    }
+}
+
+fn deposit_response(req: &DepositRequest, result: &DepositResult) -> HttpResponse {
+    let asset = result.asset;
+    let response = json_response(
+        StatusCode::CREATED,
+        &json!({
+            "outcome": ApiOutcome::Ok.as_str(),
+            "tenant_id": req.tenant_id,
+            "account_id": req.account_id,
+            "asset": asset.as_str(),
+            "amount": format_units(asset, result.amount),
+            "available": format_units(asset, result.available),
+        }),
+    );
+    replayed(response, result.replayed)
+}
+
+async fn fill_route(state: &Arc<AppState>, request: Request<Incoming>) -> Handled {
+    let parsed = async {
+        let tenant_id = tenant(&request)?;
+        let fill_id = business_id(&request)?;
+        let object = json_object(
+            request,
+            &["buy_order_id", "sell_order_id", "quantity", "price"],
+        )
+        .await?;
+        let buy_order_id = id_member(&object, "buy_order_id")?;
+        let sell_order_id = id_member(&object, "sell_order_id")?;
+        if buy_order_id == sell_order_id {
+            return Err(bad("buy_order_id and sell_order_id must differ"));
+        }
+        let market = Market::BtcUsdt;
+        let quantity =
+            parse_quantity(market, string_member(&object, "quantity")?).map_err(amount_problem)?;
+        let price =
+            parse_price(market, string_member(&object, "price")?).map_err(amount_problem)?;
+        Ok::<_, Problem>(FillRequest {
+            tenant_id,
+            fill_id,
+            buy_order_id,
+            sell_order_id,
+            quantity,
+            price,
+        })
+    }
+    .await;
+    let req = match parsed {
+        Ok(req) => req,
+        Err(problem) => return Ok(problem.into_response()),
+    };
+    let label = format!("FILL {}/{}", req.tenant_id, req.fill_id);
+    let task_req = req.clone();
+    let result = run_event(state, label, move |client, hooks| {
+        Box::pin(async move { frozen_balances::fill(client, &task_req, hooks).await })
+    })
+    .await;
+    match result {
+        Ok(result) => Ok(fill_response(&req, &result)),
+        Err(failure) => failure_response(failure),
+    }
+}
+
+fn fill_response(req: &FillRequest, result: &FillResult) -> HttpResponse {
+    let (base, quote) = (Market::BtcUsdt.base(), Market::BtcUsdt.quote());
+    let response = match (result.outcome, result.closed_order) {
+        (Outcome::OrderClosed, Some((order_id, status))) => order_closed(order_id, status),
+        _ => json_response(
+            StatusCode::CREATED,
+            &json!({
+                "outcome": ApiOutcome::Ok.as_str(),
+                "fill_id": req.fill_id,
+                "buy_order_id": req.buy_order_id,
+                "sell_order_id": req.sell_order_id,
+                "quantity": format_units(base, req.quantity),
+                "price": format_units(quote, req.price),
+                "notional": format_units(quote, result.notional),
+                "buyer_fee": format_units(quote, result.buyer_fee),
+                "seller_fee": format_units(quote, result.seller_fee),
+                "buyer_frozen_taken": format_units(quote, result.buyer_frozen_taken),
+                "buyer_returned": format_units(quote, result.buyer_returned),
+                "seller_received": format_units(quote, result.seller_received),
+                "buy_status": result.buy_status.map(|s| s.as_str()),
+                "sell_status": result.sell_status.map(|s| s.as_str()),
+            }),
+        ),
+    };
+    replayed(response, result.replayed)
+}
