@@ -235,7 +235,7 @@ async fn sorted_order(ctx: &mut Ctx, db: &mut Client) -> anyhow::Result<()> {
 /// Part 1's transfer `index`: even ones go A→B, odd ones B→A, amounts 1..=9 in turn.
 fn sorted_request(index: usize) -> TransferRequest {
     let amount = 1 + (index as i64 % MAX_AMOUNT);
-    let (from, to) = if index % 2 == 0 {
+    let (from, to) = if index.is_multiple_of(2) {
         (ACCOUNT_A, ACCOUNT_B)
     } else {
         (ACCOUNT_B, ACCOUNT_A)
@@ -251,7 +251,11 @@ fn round_key(round: &str, index: usize) -> String {
 /// indexes, second → first for odd ones.
 fn round_request(round: &str, index: usize) -> TransferRequest {
     let (a, b) = PAIRS[index / 2];
-    let (from, to) = if index % 2 == 0 { (a, b) } else { (b, a) };
+    let (from, to) = if index.is_multiple_of(2) {
+        (a, b)
+    } else {
+        (b, a)
+    };
     between(CLIENT, round_key(round, index), from, to, PAIR_AMOUNT)
 }
 
