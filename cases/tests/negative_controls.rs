@@ -2,7 +2,8 @@
 //! naive debits one after another without a barrier, or a single participant), each
 //! control's `negative control exposes` check must report FAIL; so must L6's duplicate
 //! check when the client reuses its key. Run with the forced race, every check of each
-//! control must pass. L14's deadlock control (request-order transfers run one after
+//! control must pass. L13's REPEATABLE READ row (debits one after another), L14's deadlock
+//! control (request-order transfers run one after
 //! another) and L17's keyless-retry controls (no dropped connection, no cut answer) must
 //! likewise report FAIL without their fault.
 //!
@@ -159,10 +160,21 @@ async fn negative_controls_fail_without_a_race_and_pass_with_one() {
 /// answer), must report FAIL; under the case's own plan they pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadlock_and_keyless_retry_controls_fail_without_their_fault() {
-    use cases::ledger::{l14_any_to_any, l17_network_fault_proxy};
+    use cases::ledger::{l13_strategies, l14_any_to_any, l17_network_fault_proxy};
     let env = Env::for_tests(SEED, &[&ledger::family()])
         .await
         .expect("scratch cluster and template");
+
+    let mut ctx = fresh_ctx(&env, "L13", "l13_serial").await;
+    l13_strategies::run_with(&mut ctx, l13_strategies::Interleaving::Serial)
+        .await
+        .expect("L13 runs");
+    eprint!("L13 serial:\n{}", transcript(&ctx));
+    assert!(
+        !exposes_passed(&ctx, l13_strategies::ANOMALY),
+        "L13 claims 40001 with serial debits:\n{}",
+        transcript(&ctx)
+    );
 
     let mut ctx = fresh_ctx(&env, "L14", "l14_serial").await;
     l14_any_to_any::run_with(&mut ctx, l14_any_to_any::LockPlan::Serial)

@@ -34,7 +34,7 @@ case_kit::register_cases! {
     l10_database_crash,
     l11_reconciliation,
     l12_striped_redemption,
-    l13_strategies,
+    pub l13_strategies,
     pub l14_any_to_any,
     l15_synchronous_commit_off,
     l16_repair,
