@@ -2,10 +2,10 @@
 //! naive debits one after another without a barrier, or a single participant), each
 //! control's `negative control exposes` check must report FAIL; so must L6's duplicate
 //! check when the client reuses its key. Run with the forced race, every check of each
-//! control must pass. L13's REPEATABLE READ row (debits one after another), L14's deadlock
-//! control (request-order transfers run one after
-//! another) and L17's keyless-retry controls (no dropped connection, no cut answer) must
-//! likewise report FAIL without their fault.
+//! control must pass. L13's REPEATABLE READ row (debits one after another), L14's
+//! deadlock control (request-order transfers one after another) and L17's keyless-retry
+//! controls (no dropped connection, no cut answer) must likewise report FAIL without
+//! their fault.
 //!
 //! One scratch PostgreSQL 16 cluster (with the ledger template) for the whole binary,
 //! one database per run, cloned from the template as `run_case` does.
