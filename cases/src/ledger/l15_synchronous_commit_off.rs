@@ -194,6 +194,13 @@ async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
         off_acknowledged,
         off_lost,
     );
+    ctx.record(
+        "acknowledged_and_lost",
+        serde_json::json!({
+            "on": {"acknowledged": on_acknowledged, "lost": on_lost},
+            "off": {"acknowledged": off_acknowledged, "lost": off_lost},
+        }),
+    );
     let balance = queries::existing_balance(&recovered, OFF_ACCOUNT).await?;
     ctx.check_eq(
         "off: balance after recovery = 100 - warm-up - kept debits",
