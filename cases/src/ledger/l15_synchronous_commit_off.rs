@@ -9,16 +9,18 @@
 //! `wal_writer_delay` is how long the WAL writer sleeps between rounds.
 //!
 //! The window is made certain: the case sets `wal_writer_delay = 10s` (its maximum) with
-//! `ALTER SYSTEM` before its first restart, so a freshly started WAL writer next wakes
-//! 10 s after it starts; the asynchronous debits and the second crash happen within 8 s
-//! of its start (`pg_stat_activity.backend_start`, checked on the server's clock; a
-//! CHECKPOINT first keeps recovery short), no other commit runs meanwhile (the case is Exclusive and
+//! `ALTER SYSTEM` before its first restart, so a freshly started WAL writer next wakes 10 s
+//! after it starts; the asynchronous debits and the second crash happen within 8 s of its
+//! start (`pg_stat_activity.backend_start`, checked on the server's clock; a CHECKPOINT
+//! first keeps recovery short), no other commit runs meanwhile (the case is Exclusive and
 //! commits nothing synchronously after them), they start on a fresh WAL segment
 //! (`pg_switch_wal`) and their WAL fits on one WAL page (checked: PostgreSQL wakes the WAL
-//! writer early only for a completed page), and just before the crash the server's WAL
-//! write position is checked to lie before the first asynchronous debit: none of their
-//! WAL has left PostgreSQL's shared memory, so an immediate stop cannot keep them. The
-//! setting is reset (`ALTER SYSTEM RESET`, reload) before the case ends, also on failure.
+//! writer early only for a completed page or out of hibernation; `XLogSetAsyncXactLSN` in
+//! PostgreSQL's `src/backend/access/transam/xlog.c`), and just before the crash the
+//! server's WAL write position is checked to lie before the first asynchronous debit: none
+//! of their WAL has left PostgreSQL's shared memory, so an immediate stop cannot keep them.
+//! The setting is reset (`ALTER SYSTEM RESET`, reload) before the case ends, also on
+//! failure.
 //!
 //! Fails if: an acknowledged debit is lost with `on`; none is lost with `off`; the WAL
 //! window was not certain; the ledger does not reconcile; the retry replays; or the
