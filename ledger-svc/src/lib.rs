@@ -6,6 +6,7 @@
 //! - [`mod@reconcile`]: the invariant checks of SPEC §6 L11 in one REPEATABLE READ snapshot.
 //! - [`mod@repair`]: freeze, append adjustments, rewrite cached balances, re-check, unfreeze.
 //! - [`mod@transfer_between`]: transfers between two user accounts, rows locked in sorted order.
+//! - [`retention`]: the sweep that turns expired key records into tombstones.
 //! - [`vocabulary`]: the transfer's kinds, outcomes and hook points.
 //! - [`fingerprint`]: the request fingerprint compared on replay.
 //! - [`error`]: the error type, [`LedgerError`].
@@ -16,6 +17,7 @@ pub mod error;
 pub mod fingerprint;
 pub mod reconcile;
 pub mod repair;
+pub mod retention;
 pub mod schema;
 pub mod striping;
 pub mod transfer;

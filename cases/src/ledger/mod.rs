@@ -39,6 +39,8 @@ case_kit::register_cases! {
     l15_synchronous_commit_off,
     l16_repair,
     pub l17_network_fault_proxy,
+    pub l18_stuck_transaction,
+    l19_key_retention,
 }
 
 /// The template database every L case database is cloned from.
