@@ -207,7 +207,7 @@ WHERE client_id = $1 AND idem_key = $2";
 // Step 2. If a concurrent transaction changed the row, PostgreSQL waits for it and
 // re-evaluates the WHERE clause on the new row version (docs, 13.2.1 "Read Committed
 // Isolation Level"), so "enough?" and "take it" are one evaluation.
-pub(crate) const DEBIT_FROM_SQL: &str = "\
+const DEBIT_FROM_SQL: &str = "\
 UPDATE account
 SET balance = balance - $2
 WHERE account_id = $1 AND (allow_negative OR balance >= $2)
@@ -215,7 +215,7 @@ RETURNING balance";
 
 // Step 2, refused: INSUFFICIENT with the current balance if `from` exists, else NO_ACCOUNT
 // with 0; recorded on the registration.
-pub(crate) const RECORD_REFUSAL_SQL: &str = "\
+const RECORD_REFUSAL_SQL: &str = "\
 WITH current AS (SELECT balance FROM account WHERE account_id = $3)
 UPDATE idem_request
 SET outcome = CASE WHEN EXISTS (SELECT 1 FROM current) THEN 'INSUFFICIENT' ELSE 'NO_ACCOUNT' END,
@@ -351,39 +351,11 @@ pub async fn transfer(
     }
 
     // Step 2: the conditional debit.
-    let debited = tx
-        .query_typed_opt(
-            DEBIT_FROM_SQL,
-            &[(&req.from, Type::TEXT), (&req.amount, Type::INT8)],
-        )
-        .await
-        .map_err(|error| blame(error, &req.from, req.amount))?;
-    let Some(debited) = debited else {
-        let row = tx
-            .query_typed_one(
-                RECORD_REFUSAL_SQL,
-                &[
-                    (&req.client_id, Type::TEXT),
-                    (&req.idem_key, Type::TEXT),
-                    (&req.from, Type::TEXT),
-                ],
-            )
-            .await?;
-        let outcome: &str = row.try_get("outcome")?;
-        let outcome = if outcome == Outcome::Insufficient.as_str() {
-            Outcome::Insufficient
-        } else {
-            Outcome::NoAccount
-        };
-        let result = TransferResult {
-            outcome,
-            txn_id: None,
-            balance: row.try_get("balance_after")?,
-            replayed: false,
-        };
+    let Some(debited) = conditional_debit(&tx, req).await? else {
+        let result = record_refusal(&tx, req).await?;
         return commit(tx, hooks, req, result).await;
     };
-    let from_balance_after: i64 = debited.try_get("balance")?;
+    let from_balance_after = debited;
 
     // End of step 2 (credit `to`) and step 3 (ledger_txn and entries), one statement.
     let (to_balance_after, txn_id) = match credit_and_record(&tx, req).await {
@@ -414,6 +386,60 @@ pub async fn transfer(
         replayed: false,
     };
     commit(tx, hooks, req, result).await
+}
+
+/// Step 2's conditional debit of `req.from` (`WHERE allow_negative OR balance >=
+/// amount`); `from`'s balance after, or `None` when refused (or `from` is missing).
+///
+/// Errors: [`LedgerError::OutOfRange`] when our own arithmetic overflows
+/// ([`blame`]); [`LedgerError::Db`].
+pub(crate) async fn conditional_debit(
+    tx: &Transaction<'_>,
+    req: &TransferRequest,
+) -> Result<Option<i64>, LedgerError> {
+    let debited = tx
+        .query_typed_opt(
+            DEBIT_FROM_SQL,
+            &[(&req.from, Type::TEXT), (&req.amount, Type::INT8)],
+        )
+        .await
+        .map_err(|error| blame(error, &req.from, req.amount))?;
+    Ok(match debited {
+        Some(row) => Some(row.try_get("balance")?),
+        None => None,
+    })
+}
+
+/// A refused debit: records INSUFFICIENT (reporting `from`'s balance) or NO_ACCOUNT
+/// (`from` does not exist) and returns the result to commit.
+///
+/// Errors: [`LedgerError::Db`].
+pub(crate) async fn record_refusal(
+    tx: &Transaction<'_>,
+    req: &TransferRequest,
+) -> Result<TransferResult, LedgerError> {
+    let row = tx
+        .query_typed_one(
+            RECORD_REFUSAL_SQL,
+            &[
+                (&req.client_id, Type::TEXT),
+                (&req.idem_key, Type::TEXT),
+                (&req.from, Type::TEXT),
+            ],
+        )
+        .await?;
+    let outcome: &str = row.try_get("outcome")?;
+    let outcome = if outcome == Outcome::Insufficient.as_str() {
+        Outcome::Insufficient
+    } else {
+        Outcome::NoAccount
+    };
+    Ok(TransferResult {
+        outcome,
+        txn_id: None,
+        balance: row.try_get("balance_after")?,
+        replayed: false,
+    })
 }
 
 /// Step 1: inserts the key's registration as PENDING; false when the key is already

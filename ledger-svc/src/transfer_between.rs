@@ -16,10 +16,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Client, IsolationLevel};
 
 use crate::error::LedgerError;
-use crate::transfer::{
-    self, DEBIT_FROM_SQL, Hooks, READ_REGISTRATION_SQL, RECORD_REFUSAL_SQL, TransferRequest,
-    TransferResult,
-};
+use crate::transfer::{self, Hooks, READ_REGISTRATION_SQL, TransferRequest, TransferResult};
 use crate::vocabulary::{Kind, Outcome};
 
 // Takes the row lock of one account (docs, SELECT, "The Locking Clause"); no row when the
@@ -135,38 +132,10 @@ pub async fn transfer_between(
     }
 
     // 3. The conditional debit (the row is already ours: no wait, no re-evaluation).
-    let debited = tx
-        .query_typed_opt(
-            DEBIT_FROM_SQL,
-            &[(&req.from, Type::TEXT), (&req.amount, Type::INT8)],
-        )
-        .await?;
-    let Some(debited) = debited else {
-        let row = tx
-            .query_typed_one(
-                RECORD_REFUSAL_SQL,
-                &[
-                    (&req.client_id, Type::TEXT),
-                    (&req.idem_key, Type::TEXT),
-                    (&req.from, Type::TEXT),
-                ],
-            )
-            .await?;
-        let outcome: &str = row.try_get("outcome")?;
-        let outcome = if outcome == Outcome::Insufficient.as_str() {
-            Outcome::Insufficient
-        } else {
-            Outcome::NoAccount
-        };
-        let result = TransferResult {
-            outcome,
-            txn_id: None,
-            balance: row.try_get("balance_after")?,
-            replayed: false,
-        };
+    let Some(balance) = transfer::conditional_debit(&tx, req).await? else {
+        let result = transfer::record_refusal(&tx, req).await?;
         return transfer::commit(tx, hooks, req, result).await;
     };
-    let balance: i64 = debited.try_get("balance")?;
 
     // 4. Credit, entries, outcome.
     let (_, txn_id) = match transfer::credit_and_record(&tx, req).await {
