@@ -268,6 +268,37 @@ impl Ctx {
         &self.lines
     }
 
+    /// The lines so far as printed, one per line (for a test's failure message).
+    pub fn transcript(&self) -> String {
+        self.lines.iter().map(|line| line.render() + "\n").collect()
+    }
+
+    /// Whether the negative control's check `negative control exposes: <anomaly>` held;
+    /// with `anomaly` `None`, the first such check of any anomaly. `None` when there is
+    /// no such check (a test should treat that as its own failure).
+    pub fn exposed(&self, anomaly: Option<&str>) -> Option<bool> {
+        let prefix = "negative control exposes: ";
+        self.checks()
+            .find(|check| match (check.name.strip_prefix(prefix), anomaly) {
+                (Some(named), Some(anomaly)) => named == anomaly,
+                (Some(_), None) => true,
+                (None, _) => false,
+            })
+            .map(|check| check.passed)
+    }
+
+    /// The checks so far that failed.
+    pub fn failed_checks(&self) -> Vec<&Check> {
+        self.checks().filter(|check| !check.passed).collect()
+    }
+
+    fn checks(&self) -> impl Iterator<Item = &Check> {
+        self.lines.iter().filter_map(|line| match line {
+            Line::Check(check) => Some(check),
+            Line::Note { .. } => None,
+        })
+    }
+
     /// Takes the recorded lines and details (the runner does this when the case ends).
     pub fn take(&mut self) -> (Vec<Line>, BTreeMap<String, serde_json::Value>) {
         (

@@ -142,6 +142,43 @@ impl Env {
         Ok(Arc::new(env))
     }
 
+    /// For tests that run a case's body under another plan: a context for `case_id` of
+    /// `family` on a fresh resource named `name` — a database cloned from the family's
+    /// template, or the file `<name>.db` in [`Env::files_dir`] — so several runs of one
+    /// case can sit side by side.
+    ///
+    /// Errors: the database cannot be created (it exists already, say).
+    pub async fn test_ctx(
+        self: &Arc<Env>,
+        family: &Family,
+        case_id: &str,
+        name: &str,
+    ) -> anyhow::Result<crate::Ctx> {
+        let resource = match family.engine {
+            Engine::None => crate::Resource::None,
+            Engine::SqliteFile => {
+                std::fs::create_dir_all(self.files_dir())?;
+                crate::Resource::SqliteFile(self.files_dir().join(format!("{name}.db")))
+            }
+            Engine::Postgres(template) => {
+                let admin = self.connect("postgres").await?;
+                admin
+                    .batch_execute(&format!(
+                        "CREATE DATABASE \"{name}\" TEMPLATE {}",
+                        template.template
+                    ))
+                    .await?;
+                crate::Resource::Database(name.to_owned())
+            }
+        };
+        Ok(crate::Ctx::new(
+            self.clone(),
+            family.prefix,
+            case_id,
+            resource,
+        ))
+    }
+
     /// The run's seed.
     pub fn seed(&self) -> u64 {
         self.options.seed

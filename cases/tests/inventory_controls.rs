@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use case_kit::{Ctx, Env, Line, Resource};
+use case_kit::{Ctx, Env, Resource};
 use cases::inventory::s06_many_writers::{self, ControlSchedule};
 use cases::inventory::s08_insert_or_replace::{self, Registration};
 use cases::inventory::s09_integer_affinity;
@@ -28,30 +28,14 @@ fn fresh_ctx(env: &Arc<Env>, case_id: &str, name: &str) -> Ctx {
     Ctx::new(env.clone(), "S", case_id, Resource::SqliteFile(path))
 }
 
-fn transcript(ctx: &Ctx) -> String {
-    ctx.lines()
-        .iter()
-        .map(|line| line.render() + "\n")
-        .collect()
-}
-
 /// Whether the one `negative control exposes: …` check passed; panics if it is absent.
 fn exposes_passed(ctx: &Ctx) -> bool {
-    ctx.lines()
-        .iter()
-        .find_map(|line| match line {
-            Line::Check(check) if check.name.starts_with("negative control exposes: ") => {
-                Some(check.passed)
-            }
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no negative-control check in:\n{}", transcript(ctx)))
+    ctx.exposed(None)
+        .unwrap_or_else(|| panic!("no negative-control check in:\n{}", ctx.transcript()))
 }
 
 fn all_passed(ctx: &Ctx) -> bool {
-    !ctx.lines()
-        .iter()
-        .any(|line| matches!(line, Line::Check(check) if !check.passed))
+    ctx.failed_checks().is_empty()
 }
 
 #[tokio::test]
@@ -61,14 +45,14 @@ async fn s8_with_the_store_upsert_exposes_nothing() {
     s08_insert_or_replace::run_with(&mut ctx, Registration::StoreUpsert)
         .await
         .unwrap();
-    eprint!("{}", transcript(&ctx));
-    assert!(!exposes_passed(&ctx), "{}", transcript(&ctx));
+    eprint!("{}", ctx.transcript());
+    assert!(!exposes_passed(&ctx), "{}", ctx.transcript());
 
     let mut ctx = fresh_ctx(&env, "S8", "s8-naive");
     s08_insert_or_replace::run_with(&mut ctx, Registration::InsertOrReplace)
         .await
         .unwrap();
-    assert!(all_passed(&ctx), "{}", transcript(&ctx));
+    assert!(all_passed(&ctx), "{}", ctx.transcript());
 }
 
 #[tokio::test]
@@ -78,14 +62,14 @@ async fn s9_with_the_typeof_check_exposes_nothing() {
     s09_integer_affinity::run_with(&mut ctx, Schema::Checked)
         .await
         .unwrap();
-    eprint!("{}", transcript(&ctx));
-    assert!(!exposes_passed(&ctx), "{}", transcript(&ctx));
+    eprint!("{}", ctx.transcript());
+    assert!(!exposes_passed(&ctx), "{}", ctx.transcript());
 
     let mut ctx = fresh_ctx(&env, "S9", "s9-naive");
     s09_integer_affinity::run_with(&mut ctx, Schema::WithoutTypeCheck)
         .await
         .unwrap();
-    assert!(all_passed(&ctx), "{}", transcript(&ctx));
+    assert!(all_passed(&ctx), "{}", ctx.transcript());
 }
 
 #[tokio::test]
@@ -99,7 +83,7 @@ async fn s6_control_without_the_interleaving_exposes_nothing() {
         let path = ctx.sqlite_path();
         drop(inventory::open_with_item(&path, ITEM, START_UNITS).unwrap());
         s06_many_writers::forced_control(&mut ctx, &path, schedule).unwrap();
-        eprint!("{schedule:?}:\n{}", transcript(&ctx));
+        eprint!("{schedule:?}:\n{}", ctx.transcript());
         match schedule {
             ControlSchedule::BCommitsFirst => assert!(!exposes_passed(&ctx)),
             ControlSchedule::BCommitsBetweenReadAndWrite => assert!(all_passed(&ctx)),

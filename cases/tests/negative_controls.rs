@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use case_kit::{Ctx, Env, Line, Resource};
+use case_kit::{Ctx, Env};
 use cases::ledger::naive::{RACE_PARTICIPANTS, RacePlan};
 use cases::ledger::{self, l04_lost_update, l05_overdraft, l06_check_last_line};
 
@@ -21,50 +21,26 @@ const SEED: u64 = 4;
 
 /// A context for `case_id` on a fresh clone of the template named `database`.
 async fn fresh_ctx(env: &Arc<Env>, case_id: &'static str, database: &str) -> Ctx {
-    let admin = env.connect("postgres").await.expect("connect as admin");
-    admin
-        .batch_execute(&format!(
-            "CREATE DATABASE \"{database}\" TEMPLATE {}",
-            ledger::TEMPLATE_DATABASE
-        ))
+    env.test_ctx(&ledger::family(), case_id, database)
         .await
-        .expect("clone the template");
-    Ctx::new(
-        env.clone(),
-        "L",
-        case_id,
-        Resource::Database(database.to_owned()),
-    )
-}
-
-fn transcript(ctx: &Ctx) -> String {
-    ctx.lines()
-        .iter()
-        .map(|line| line.render() + "\n")
-        .collect()
+        .expect("clone the template")
 }
 
 /// Whether the check `negative control exposes: <anomaly>` passed; panics if it is absent.
 fn exposes_passed(ctx: &Ctx, anomaly: &str) -> bool {
-    let name = format!("negative control exposes: {anomaly}");
-    ctx.lines()
-        .iter()
-        .find_map(|line| match line {
-            Line::Check(check) if check.name == name => Some(check.passed),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no check {name:?} in:\n{}", transcript(ctx)))
+    ctx.exposed(Some(anomaly))
+        .unwrap_or_else(|| panic!("no check exposing {anomaly:?} in:\n{}", ctx.transcript()))
 }
 
 fn assert_control_failed(ctx: &Ctx, anomaly: &str, plan: RacePlan) {
     // Shown by `cargo test -- --nocapture`, and with any failure.
-    eprint!("{} under {plan:?}:\n{}", ctx.case_id(), transcript(ctx));
+    eprint!("{} under {plan:?}:\n{}", ctx.case_id(), ctx.transcript());
     assert!(
         !exposes_passed(ctx, anomaly),
         "{} under {plan:?}: the control claims to expose {anomaly:?} although the race \
          could not happen:\n{}",
         ctx.case_id(),
-        transcript(ctx)
+        ctx.transcript()
     );
 }
 
@@ -72,17 +48,13 @@ fn assert_all_passed(ctx: &Ctx) {
     eprint!(
         "{} under the forced race:\n{}",
         ctx.case_id(),
-        transcript(ctx)
+        ctx.transcript()
     );
-    let failed = ctx
-        .lines()
-        .iter()
-        .any(|line| matches!(line, Line::Check(check) if !check.passed));
     assert!(
-        !failed,
+        ctx.failed_checks().is_empty(),
         "{} under the forced race has a failed check:\n{}",
         ctx.case_id(),
-        transcript(ctx)
+        ctx.transcript()
     );
 }
 
@@ -124,11 +96,11 @@ async fn negative_controls_fail_without_a_race_and_pass_with_one() {
     l06_check_last_line::run_duplicate(&mut ctx, ["k-0601", "k-0601"])
         .await
         .expect("L6 duplicate part runs");
-    eprint!("L6 duplicate with one key reused:\n{}", transcript(&ctx));
+    eprint!("L6 duplicate with one key reused:\n{}", ctx.transcript());
     assert!(
         !exposes_passed(&ctx, l06_check_last_line::DUPLICATE_ANOMALY),
         "the duplicate check passed although the key was reused:\n{}",
-        transcript(&ctx)
+        ctx.transcript()
     );
 
     // The same code with the forced race: every check holds.
@@ -169,22 +141,22 @@ async fn deadlock_and_keyless_retry_controls_fail_without_their_fault() {
     l13_strategies::run_with(&mut ctx, l13_strategies::Interleaving::Serial)
         .await
         .expect("L13 runs");
-    eprint!("L13 serial:\n{}", transcript(&ctx));
+    eprint!("L13 serial:\n{}", ctx.transcript());
     assert!(
         !exposes_passed(&ctx, l13_strategies::ANOMALY),
         "L13 claims 40001 with serial debits:\n{}",
-        transcript(&ctx)
+        ctx.transcript()
     );
 
     let mut ctx = fresh_ctx(&env, "L14", "l14_serial").await;
     l14_any_to_any::run_with(&mut ctx, l14_any_to_any::LockPlan::Serial)
         .await
         .expect("L14 runs");
-    eprint!("L14 serial:\n{}", transcript(&ctx));
+    eprint!("L14 serial:\n{}", ctx.transcript());
     assert!(
         !exposes_passed(&ctx, l14_any_to_any::ANOMALY),
         "L14 claims a deadlock with serial transfers:\n{}",
-        transcript(&ctx)
+        ctx.transcript()
     );
     let mut ctx = fresh_ctx(&env, "L14", "l14_forced").await;
     l14_any_to_any::run_with(&mut ctx, l14_any_to_any::LockPlan::ForcedCycle)
@@ -196,7 +168,7 @@ async fn deadlock_and_keyless_retry_controls_fail_without_their_fault() {
     l17_network_fault_proxy::run_with(&mut ctx, l17_network_fault_proxy::NetworkPlan::NoFaults)
         .await
         .expect("L17 runs");
-    eprint!("L17 without faults:\n{}", transcript(&ctx));
+    eprint!("L17 without faults:\n{}", ctx.transcript());
     for anomaly in [
         l17_network_fault_proxy::PROXY_RETRY_ANOMALY,
         l17_network_fault_proxy::CLIENT_RETRY_ANOMALY,
@@ -204,7 +176,7 @@ async fn deadlock_and_keyless_retry_controls_fail_without_their_fault() {
         assert!(
             !exposes_passed(&ctx, anomaly),
             "L17 claims {anomaly:?} without a fault:\n{}",
-            transcript(&ctx)
+            ctx.transcript()
         );
     }
     let mut ctx = fresh_ctx(&env, "L17", "l17_faults").await;

@@ -4,7 +4,7 @@
 //! other check of the case still passes. Starts the debug `ledger-svc` next to the test
 //! binary (`cargo build --bins` first).
 
-use case_kit::{Ctx, Env, Line, Resource};
+use case_kit::{Env, Line};
 use cases::ledger::{self, l18_stuck_transaction};
 
 /// Seed of this test's environment (the case draws no random input).
@@ -15,29 +15,14 @@ async fn the_unbounded_control_fails_when_nothing_is_stuck() {
     let env = Env::for_tests(SEED, &[&ledger::family()])
         .await
         .expect("scratch cluster and template");
-    let database = "l18_nothing_stuck";
-    let admin = env.connect("postgres").await.expect("connect as admin");
-    admin
-        .batch_execute(&format!(
-            "CREATE DATABASE \"{database}\" TEMPLATE {}",
-            ledger::TEMPLATE_DATABASE
-        ))
+    let mut ctx = env
+        .test_ctx(&ledger::family(), "L18", "l18_nothing_stuck")
         .await
         .expect("clone the template");
-    let mut ctx = Ctx::new(
-        env.clone(),
-        "L",
-        "L18",
-        Resource::Database(database.to_owned()),
-    );
     l18_stuck_transaction::run_with(&mut ctx, l18_stuck_transaction::ControlPlan { hold: false })
         .await
         .expect("L18 runs");
-    let transcript: String = ctx
-        .lines()
-        .iter()
-        .map(|line| line.render() + "\n")
-        .collect();
+    let transcript = ctx.transcript();
     eprint!("L18 with nothing stuck in the control:\n{transcript}");
     let name = format!(
         "negative control exposes: {}",

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use case_kit::{Ctx, Env, Line, Resource};
+use case_kit::{Ctx, Env};
 use cases::frozen::network::StandIn;
 use cases::frozen::{
     self, f14_lost_answer_and_a_crash as f14, f15_no_external_call_under_a_lock as f15,
@@ -22,44 +22,18 @@ use cases::frozen::{
 const SEED: u64 = 13;
 
 async fn fresh_ctx(env: &Arc<Env>, case_id: &'static str, database: &str) -> Ctx {
-    let admin = env.connect("postgres").await.expect("connect as admin");
-    admin
-        .batch_execute(&format!(
-            "CREATE DATABASE \"{database}\" TEMPLATE {}",
-            frozen::TEMPLATE_DATABASE
-        ))
+    env.test_ctx(&frozen::family(), case_id, database)
         .await
-        .expect("clone the template");
-    Ctx::new(
-        env.clone(),
-        "F",
-        case_id,
-        Resource::Database(database.to_owned()),
-    )
-}
-
-fn transcript(ctx: &Ctx) -> String {
-    ctx.lines()
-        .iter()
-        .map(|line| line.render() + "\n")
-        .collect()
+        .expect("clone the template")
 }
 
 fn exposes_passed(ctx: &Ctx, anomaly: &str) -> bool {
-    let name = format!("negative control exposes: {anomaly}");
-    ctx.lines()
-        .iter()
-        .find_map(|line| match line {
-            Line::Check(check) if check.name == name => Some(check.passed),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no check {name:?} in:\n{}", transcript(ctx)))
+    ctx.exposed(Some(anomaly))
+        .unwrap_or_else(|| panic!("no check exposing {anomaly:?} in:\n{}", ctx.transcript()))
 }
 
 fn all_passed(ctx: &Ctx) -> bool {
-    !ctx.lines()
-        .iter()
-        .any(|line| matches!(line, Line::Check(check) if !check.passed))
+    ctx.failed_checks().is_empty()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,11 +48,11 @@ async fn withdrawal_controls_fail_without_the_fault_and_pass_with_it() {
     f14::run_control(&mut ctx, &net, false)
         .await
         .expect("F14 control runs");
-    eprint!("F14 control, answer not dropped:\n{}", transcript(&ctx));
+    eprint!("F14 control, answer not dropped:\n{}", ctx.transcript());
     assert!(
         !exposes_passed(&ctx, f14::ANOMALY),
         "the F14 control claims two transfers although no answer was lost:\n{}",
-        transcript(&ctx)
+        ctx.transcript()
     );
     drop(net);
 
@@ -88,11 +62,11 @@ async fn withdrawal_controls_fail_without_the_fault_and_pass_with_it() {
     f14::run_control(&mut ctx, &net, true)
         .await
         .expect("F14 control runs");
-    eprint!("F14 control, answer dropped:\n{}", transcript(&ctx));
+    eprint!("F14 control, answer dropped:\n{}", ctx.transcript());
     assert!(
         all_passed(&ctx),
         "F14 control failed:\n{}",
-        transcript(&ctx)
+        ctx.transcript()
     );
     assert!(exposes_passed(&ctx, f14::ANOMALY));
     drop(net);
@@ -103,11 +77,11 @@ async fn withdrawal_controls_fail_without_the_fault_and_pass_with_it() {
     f15::run_control(&mut ctx, &net, 0)
         .await
         .expect("F15 control runs");
-    eprint!("F15 control, no hold:\n{}", transcript(&ctx));
+    eprint!("F15 control, no hold:\n{}", ctx.transcript());
     assert!(
         !exposes_passed(&ctx, f15::ANOMALY),
         "the F15 control claims a wait although the network answered at once:\n{}",
-        transcript(&ctx)
+        ctx.transcript()
     );
     drop(net);
 
@@ -117,11 +91,11 @@ async fn withdrawal_controls_fail_without_the_fault_and_pass_with_it() {
     f15::run_control(&mut ctx, &net, f15::HOLD_MS)
         .await
         .expect("F15 control runs");
-    eprint!("F15 control, hold:\n{}", transcript(&ctx));
+    eprint!("F15 control, hold:\n{}", ctx.transcript());
     assert!(
         all_passed(&ctx),
         "F15 control failed:\n{}",
-        transcript(&ctx)
+        ctx.transcript()
     );
     assert!(exposes_passed(&ctx, f15::ANOMALY));
 }
