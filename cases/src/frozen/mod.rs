@@ -10,6 +10,8 @@
 use case_kit::{Engine, Family, PgTemplate};
 use futures_util::FutureExt;
 
+pub mod fixtures;
+pub mod naive;
 pub mod spot;
 
 // One line per case, in id order.
@@ -18,9 +20,12 @@ case_kit::register_cases! {
     f02_partial_fill_then_cancel,
     f04_one_business_id_sixteen_at_once,
     f05_orders_compete_for_too_little,
+    pub f06_failure_between_update_and_movement,
     f07_response_lost_after_commit,
     f10_per_asset_reconciliation,
     f11_amounts_at_the_edge,
+    pub f18_release_at_the_current_price,
+    pub f19_order_id_as_business_id,
 }
 
 /// The template database every F case database is cloned from.
