@@ -39,7 +39,14 @@ pub fn case() -> Case {
 pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     let mut db = ctx.connect().await?;
     deposit(&mut db, "dep-0601", "alice", Asset::Usdt, 20_000).await?;
-    let req = order("place-0601", "alice", Market::BtcUsdt, Side::Buy, "1.0", "5000")?;
+    let req = order(
+        "place-0601",
+        "alice",
+        Market::BtcUsdt,
+        Side::Buy,
+        "1.0",
+        "5000",
+    )?;
     let before = recorded(&db).await?;
     let fail = FailAt {
         kind: EventKind::Place,
@@ -48,7 +55,10 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     let failed = frozen_balances::place(&mut db, &req, &fail).await;
     ctx.check(
         "the placement fails at balances-updated",
-        matches!(failed, Err(FrozenError::HookAborted(HookPoint::BalancesUpdated))),
+        matches!(
+            failed,
+            Err(FrozenError::HookAborted(HookPoint::BalancesUpdated))
+        ),
         match &failed {
             Ok(r) => format!("{:?}", r.outcome),
             Err(e) => e.to_string(),
@@ -74,7 +84,14 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
 
     // The control: the same placement, each statement its own transaction.
     deposit(&mut db, "dep-0602", "carol", Asset::Usdt, 20_000).await?;
-    let naive_req = order("place-0602", "carol", Market::BtcUsdt, Side::Buy, "1.0", "5000")?;
+    let naive_req = order(
+        "place-0602",
+        "carol",
+        Market::BtcUsdt,
+        Side::Buy,
+        "1.0",
+        "5000",
+    )?;
     let first = per_statement_place(&db, &naive_req, plan == Plan::Forced).await;
     ctx.note(format!(
         "per-statement placement: {}",
@@ -101,7 +118,9 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
         )
         .await?
         .get(0);
-    ctx.note(format!("after the retry: carol USDT {carol}, orders={orders}"));
+    ctx.note(format!(
+        "after the retry: carol USDT {carol}, orders={orders}"
+    ));
     ctx.exposes(
         "a balance change without movement or operation, named by the reconciliation; the retry freezes twice",
         named && carol == "available=9990.000000 frozen=10010.000000" && orders == 1,

@@ -39,7 +39,11 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     let mut db = ctx.connect().await?;
     let (m, buy) = (Market::BtcUsdt, Side::Buy);
     deposit(&mut db, "dep-1801", "alice", Asset::Usdt, 10_000).await?;
-    let a = placed(&mut db, &order("place-1801", "alice", m, buy, "1.0", "5000")?).await?;
+    let a = placed(
+        &mut db,
+        &order("place-1801", "alice", m, buy, "1.0", "5000")?,
+    )
+    .await?;
     let r = cancel(&mut db, "cancel-1801", "alice", a, &NoHooks).await?;
     ctx.check_eq(
         "the product releases the freeze record's remainder",
@@ -54,7 +58,11 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     invariant(ctx, &mut db).await?;
 
     deposit(&mut db, "dep-1802", "carol", Asset::Usdt, 10_000).await?;
-    let c = placed(&mut db, &order("place-1802", "carol", m, buy, "1.0", "5000")?).await?;
+    let c = placed(
+        &mut db,
+        &order("place-1802", "carol", m, buy, "1.0", "5000")?,
+    )
+    .await?;
     let current = match plan {
         Plan::Forced => "4900",
         Plan::Harmless => "5000",
@@ -68,7 +76,10 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     let status = frozen_balances::query::order(&db, T, c)
         .await?
         .map(|o| o.status.as_str());
-    ctx.note(format!("carol USDT {carol}; order {}", status.unwrap_or("none")));
+    ctx.note(format!(
+        "carol USDT {carol}; order {}",
+        status.unwrap_or("none")
+    ));
     ctx.exposes(
         "100.10 USDT stays frozen on a CANCELLED order",
         carol == "available=9899.900000 frozen=100.100000" && status == Some("CANCELLED"),

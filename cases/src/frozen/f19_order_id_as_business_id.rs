@@ -36,10 +36,23 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     deposit(&mut db, "dep-1901", "alice", Asset::Usdt, 10_000).await?;
     deposit(&mut db, "dep-1902", "bob", Asset::Btc, 2).await?;
     let (m, buy, sell) = (Market::BtcUsdt, Side::Buy, Side::Sell);
-    let a = placed(&mut db, &order("place-1901", "alice", m, buy, "1.0", "5000")?).await?;
-    let b = placed(&mut db, &order("place-1902", "bob", m, sell, "1.0", "4900")?).await?;
+    let a = placed(
+        &mut db,
+        &order("place-1901", "alice", m, buy, "1.0", "5000")?,
+    )
+    .await?;
+    let b = placed(
+        &mut db,
+        &order("place-1902", "bob", m, sell, "1.0", "4900")?,
+    )
+    .await?;
     for (id, quantity) in [("fill-1901", "0.4"), ("fill-1902", "0.6")] {
-        let r = fill(&mut db, &fill_request(id, a, b, quantity, "4900")?, &NoHooks).await?;
+        let r = fill(
+            &mut db,
+            &fill_request(id, a, b, quantity, "4900")?,
+            &NoHooks,
+        )
+        .await?;
         ctx.note(format!(
             "{id} {quantity} @ 4900: {} replayed={}",
             r.outcome.as_str(),
@@ -66,8 +79,16 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     // The control: the engine names each fill after the BUY order.
     deposit(&mut db, "dep-1903", "carol", Asset::Usdt, 10_000).await?;
     deposit(&mut db, "dep-1904", "dave", Asset::Btc, 1).await?;
-    let c = placed(&mut db, &order("place-1903", "carol", m, buy, "1.0", "5000")?).await?;
-    let d = placed(&mut db, &order("place-1904", "dave", m, sell, "1.0", "4900")?).await?;
+    let c = placed(
+        &mut db,
+        &order("place-1903", "carol", m, buy, "1.0", "5000")?,
+    )
+    .await?;
+    let d = placed(
+        &mut db,
+        &order("place-1904", "dave", m, sell, "1.0", "4900")?,
+    )
+    .await?;
     let fills: &[&str] = match plan {
         Plan::Forced => &["0.5", "0.5"],
         Plan::Harmless => &["1.0"],
@@ -98,7 +119,10 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
         swallowed == 1
             && carol == "available=5045.050000 frozen=2502.500000"
             && status == Some(OrderStatus::Open),
-        format!("swallowed={swallowed} frozen_left={}", !carol.ends_with("frozen=0.000000")),
+        format!(
+            "swallowed={swallowed} frozen_left={}",
+            !carol.ends_with("frozen=0.000000")
+        ),
     );
     // The books still agree with themselves: only the engine's own record of fills
     // differs, which is why the id must come from the event, not from the order.

@@ -160,6 +160,11 @@ impl Gate {
         }
     }
 
+    /// The kind of event it holds.
+    pub fn kind(&self) -> EventKind {
+        self.kind
+    }
+
     /// Waits until the held event has reached the point (at once if it already has).
     pub async fn reached(&self) {
         self.arrived.notified().await;
@@ -198,7 +203,10 @@ impl Hooks for FailAt {
     fn at<'a>(&'a self, ctx: HookContext<'a>) -> BoxFuture<'a, Result<(), HookAbort>> {
         let fail = ctx.event == self.kind && ctx.point == self.point;
         Box::pin(std::future::ready(if fail {
-            Err(HookAbort::new(format!("injected failure at {}", self.point)))
+            Err(HookAbort::new(format!(
+                "injected failure at {}",
+                self.point
+            )))
         } else {
             Ok(())
         }))

@@ -35,7 +35,14 @@ pub async fn record_placement(
         .execute(
             "INSERT INTO balance_movement (tenant_id, business_id, account_id, asset, \
              available_delta, frozen_delta) VALUES ($1, $2, $3, $4, $5, $6)",
-            &[&T, &req.business_id, &req.account_id, &asset, &-amount, &amount],
+            &[
+                &T,
+                &req.business_id,
+                &req.account_id,
+                &asset,
+                &-amount,
+                &amount,
+            ],
         )
         .await?;
     client
