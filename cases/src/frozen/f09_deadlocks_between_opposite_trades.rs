@@ -34,7 +34,9 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use tokio::sync::Barrier;
 
-use super::fixtures::{CountAttempts, T, deposit, fill, fill_request, invariant, order, placed};
+use super::fixtures::{
+    CountAttempts, Plan, T, deposit, fill, fill_request, invariant, order, placed,
+};
 use super::spot::balance_line;
 
 /// The case's registration.
@@ -42,7 +44,7 @@ pub fn case() -> Case {
     Case::new(
         "F9",
         "deadlocks between opposite trades: request order deadlocks, fixed order and bounded retry settle once",
-        |ctx| run(ctx).boxed(),
+        |ctx| run(ctx, Plan::Forced).boxed(),
     )
     .connections(5)
 }
@@ -52,7 +54,11 @@ pub const PAIRS: usize = 4;
 /// `deadlock_timeout` of the naive settlements, milliseconds (PostgreSQL docs §19.12).
 pub const DEADLOCK_TIMEOUT_MS: u64 = 10;
 
-async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+/// The case body; under [`Plan::Harmless`] the naive settlements of a pair run one
+/// after the other, so request order cannot deadlock and the control must fail.
+///
+/// Errors: database errors, a placement refused.
+pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     let mut db = ctx.connect().await?;
     for (i, account) in ["alice", "bob"].into_iter().enumerate() {
         deposit(
@@ -68,7 +74,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 
     let (mut deadlocks, mut committed) = (0, 0);
     for _ in 0..PAIRS {
-        let (d, c) = naive_pair(ctx, false).await?;
+        let (d, c) = naive_pair(ctx, false, plan).await?;
         deadlocks += d;
         committed += c;
     }
@@ -76,7 +82,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         "request order: pairs={PAIRS} deadlocks_n={deadlocks} committed_n={committed}"
     ));
     ctx.record("request_order_deadlocks", deadlocks.into());
-    ctx.check(
+    ctx.exposes(
         "request order: at least one settlement fails with 40P01",
         deadlocks >= 1,
         format!("deadlocks>=1: {}", deadlocks >= 1),
@@ -89,7 +95,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 
     let (mut deadlocks, mut committed) = (0, 0);
     for _ in 0..PAIRS {
-        let (d, c) = naive_pair(ctx, true).await?;
+        let (d, c) = naive_pair(ctx, true, plan).await?;
         deadlocks += d;
         committed += c;
     }
@@ -187,62 +193,34 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 }
 
 /// One pair of opposite settlements in the naive form: alice's trade locks alice's USDT
-/// row then bob's; bob's the reverse (`sorted`: both alice's first). Returns (settlements
-/// that failed with 40P01, settlements that committed).
-async fn naive_pair(ctx: &Ctx, sorted: bool) -> anyhow::Result<(usize, usize)> {
-    let results = ctx
-        .race(2, move |racer| async move {
-            let barrier = racer.barrier.clone();
-            let mut client = racer.client;
-            let (buyer, seller) = if racer.index == 0 {
-                ("alice", "bob")
-            } else {
-                ("bob", "alice")
-            };
-            let order = if sorted {
-                let mut both = [buyer, seller];
-                both.sort();
-                both
-            } else {
-                [buyer, seller]
-            };
-            let tx = client.transaction().await.map_err(|e| e.to_string())?;
-            let settle = async {
-                tx.batch_execute(&format!(
-                    "SET LOCAL deadlock_timeout = '{DEADLOCK_TIMEOUT_MS}ms'"
-                ))
-                .await?;
-                if sorted {
-                    barrier.wait().await;
-                }
-                for (i, account) in order.into_iter().enumerate() {
-                    tx.execute(
-                        "SELECT 1 FROM balance WHERE tenant_id = $1 AND account_id = $2 \
-                         AND asset = 'USDT' FOR UPDATE",
-                        &[&T, &account],
-                    )
-                    .await?;
-                    if i == 0 && !sorted {
-                        // Both hold their first row now: the cycle is certain.
-                        barrier.wait().await;
-                    }
-                }
-                tx.execute(
-                    "UPDATE balance SET version = version + 1 WHERE tenant_id = $1 \
-                     AND account_id = ANY($2) AND asset = 'USDT'",
-                    &[&T, &vec![buyer, seller]],
+/// row then bob's; bob's the reverse (`sorted`: both alice's first). Under
+/// [`Plan::Forced`] both run at once (a barrier between the first and the second lock in
+/// request order, before the first lock in sorted order); under [`Plan::Harmless`] one
+/// after the other. Returns (settlements that failed with 40P01, settlements that
+/// committed).
+async fn naive_pair(ctx: &Ctx, sorted: bool, plan: Plan) -> anyhow::Result<(usize, usize)> {
+    let results = match plan {
+        Plan::Forced => {
+            ctx.race(2, move |racer| async move {
+                let mut client = racer.client;
+                settle(
+                    &mut client,
+                    racer.index,
+                    sorted,
+                    Some(racer.barrier.as_ref()),
                 )
-                .await?;
-                Ok::<(), tokio_postgres::Error>(())
-            }
-            .await;
-            match settle {
-                Ok(()) => tx.commit().await.map(|()| true).map_err(|e| e.to_string()),
-                Err(e) if e.code().map(|c| c.code()) == Some(DEADLOCK_DETECTED) => Ok(false),
-                Err(e) => Err(e.to_string()),
-            }
-        })
-        .await?;
+                .await
+            })
+            .await?
+        }
+        Plan::Harmless => {
+            let mut client = ctx.connect().await?;
+            vec![
+                settle(&mut client, 0, sorted, None).await,
+                settle(&mut client, 1, sorted, None).await,
+            ]
+        }
+    };
     let mut deadlocks = 0;
     let mut committed = 0;
     for result in results {
@@ -253,6 +231,62 @@ async fn naive_pair(ctx: &Ctx, sorted: bool) -> anyhow::Result<(usize, usize)> {
         }
     }
     Ok((deadlocks, committed))
+}
+
+/// One naive settlement: trade 0 is alice buying from bob, trade 1 the reverse; locks
+/// the buyer's then the seller's USDT row (`sorted`: in account order), meeting the
+/// other settlement at `barrier` if given, then bumps both rows' `version`. Returns
+/// whether it committed (`false`: it was the deadlock's victim).
+async fn settle(
+    client: &mut tokio_postgres::Client,
+    trade: usize,
+    sorted: bool,
+    barrier: Option<&Barrier>,
+) -> Result<bool, String> {
+    let (buyer, seller) = if trade == 0 {
+        ("alice", "bob")
+    } else {
+        ("bob", "alice")
+    };
+    let mut order = [buyer, seller];
+    if sorted {
+        order.sort();
+    }
+    let tx = client.transaction().await.map_err(|e| e.to_string())?;
+    let settled = async {
+        tx.batch_execute(&format!(
+            "SET LOCAL deadlock_timeout = '{DEADLOCK_TIMEOUT_MS}ms'"
+        ))
+        .await?;
+        if let (true, Some(barrier)) = (sorted, barrier) {
+            barrier.wait().await;
+        }
+        for (i, account) in order.into_iter().enumerate() {
+            tx.execute(
+                "SELECT 1 FROM balance WHERE tenant_id = $1 AND account_id = $2 \
+                 AND asset = 'USDT' FOR UPDATE",
+                &[&T, &account],
+            )
+            .await?;
+            if let (0, false, Some(barrier)) = (i, sorted, barrier) {
+                // Both hold their first row now: the cycle is certain.
+                barrier.wait().await;
+            }
+        }
+        tx.execute(
+            "UPDATE balance SET version = version + 1 WHERE tenant_id = $1 \
+             AND account_id = ANY($2) AND asset = 'USDT'",
+            &[&T, &vec![buyer, seller]],
+        )
+        .await?;
+        Ok::<(), tokio_postgres::Error>(())
+    }
+    .await;
+    match settled {
+        Ok(()) => tx.commit().await.map(|()| true).map_err(|e| e.to_string()),
+        Err(e) if e.code().map(|c| c.code()) == Some(DEADLOCK_DETECTED) => Ok(false),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Counts attempts per fill, and holds the first attempt of each fill at `registered`

@@ -24,7 +24,7 @@ case_kit::register_cases! {
     pub f06_failure_between_update_and_movement,
     pub f07_response_lost_after_commit,
     pub f08_lock_released_before_commit,
-    f09_deadlocks_between_opposite_trades,
+    pub f09_deadlocks_between_opposite_trades,
     f10_per_asset_reconciliation,
     f11_amounts_at_the_edge,
     pub f18_release_at_the_current_price,
