@@ -27,6 +27,8 @@ case_kit::register_cases! {
     pub f09_deadlocks_between_opposite_trades,
     f10_per_asset_reconciliation,
     f11_amounts_at_the_edge,
+    f12_crash_inside_a_placement,
+    f17_one_account_two_markets,
     pub f18_release_at_the_current_price,
     pub f19_order_id_as_business_id,
 }
