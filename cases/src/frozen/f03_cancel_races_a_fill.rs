@@ -11,6 +11,7 @@
 //!   locks) until the cancel is seen blocked on a lock (`pg_stat_activity`), then let go;
 //!   and the reverse.
 //! - 50 free rounds: both released together, nothing held.
+//!
 //! Checks: the forced rounds give their history and figures; every free round is one of
 //! the two histories with its figures (the count of each is printed redacted); the
 //! invariant and the reconciliation.

@@ -17,6 +17,7 @@
 //!   holder 2, which got the lock when the lease ran out, has committed.
 //! - released after COMMIT and no lock with the conditional UPDATE (the product's
 //!   `place`): all 32 at once behind a barrier.
+//!
 //! In the first two rows the other 30 start after the pair is done.
 //! Checks: rows 1 and 2 misbehave every run (2 OK, 5005 frozen against 10 010 that the
 //! two orders hold); rows 3 and 4 give exactly 1 OK, 995 available, 5005 frozen, and

@@ -14,6 +14,7 @@
 //!   together by a barrier before the first lock.
 //! - the product: per pair alice BUY 0.1 @ 5000 against bob's SELL, bob BUY 0.1 @ 5000
 //!   against alice's SELL; both fills meet at a barrier hook (`registered`), then settle.
+//!
 //! The first two rows lock rows and bump `version` only; no amount moves.
 //! Checks: request order → at least one 40P01 (one per pair in practice; the count is
 //! printed redacted); fixed order → none, every settlement committed; the product →
@@ -165,7 +166,7 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     ctx.check_eq("the product: no 40P01 reaches the caller", 0, deadlocked);
     ctx.check(
         "the product: attempts per fill within the bound",
-        most >= 1 && most <= MAX_DEADLOCK_ATTEMPTS,
+        (1..=MAX_DEADLOCK_ATTEMPTS).contains(&most),
         format!("within_bound={}", most <= MAX_DEADLOCK_ATTEMPTS),
     );
     let recorded: i64 = db
