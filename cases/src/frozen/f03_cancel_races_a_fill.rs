@@ -10,6 +10,9 @@
 //! - two forced rounds: the fill held at `before-commit` (a hook, holding both order
 //!   locks) until the cancel is seen blocked on a lock (`pg_stat_activity`), then let go;
 //!   and the reverse.
+//! - the same two forced rounds through the service (`ledger-svc` with fault injection):
+//!   the fault `spot-before-commit` paused for one kind of event only (`"event": "FILL"`,
+//!   then `"CANCEL"`), the fill posted on the admin route, the cancel on the public one.
 //! - 50 free rounds: both released together, nothing held.
 //!
 //! Checks: the forced rounds give their history and figures; every free round is one of
@@ -17,15 +20,19 @@
 //! invariant and the reconciliation.
 //! Fails if: any round is neither history, or any figure differs.
 
+use std::time::{Duration, Instant};
+
+use case_kit::service::{Reply, Service, ServiceOptions};
 use case_kit::{Case, Ctx};
 use frozen_balances::amount::format_units;
 use frozen_balances::{Asset, EventKind, HookPoint, Hooks, Market, NoHooks, Outcome, Side};
 use futures_util::FutureExt;
+use serde_json::json;
 
 use super::fixtures::{
     Gate, T, cancel, deposit, fill, fill_request, invariant, order, placed, wait_for_lock_waiters,
 };
-use super::spot::balance_line;
+use super::spot::{SpotCalls, SpotReply, balance_line};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -34,8 +41,17 @@ pub fn case() -> Case {
         "cancel races a fill: one history or the other, never a remainder left",
         |ctx| run(ctx).boxed(),
     )
-    .connections(4)
+    .connections(4 + POOL_SIZE as u32)
 }
+
+/// Connections of the service's pool.
+const POOL_SIZE: usize = 2;
+/// Longest pause of a held event in the service, milliseconds (released long before).
+pub const HOLD_LIMIT_MS: u64 = 10_000;
+/// How often the case looks whether the service holds the event, milliseconds.
+pub const HOLD_POLL_MS: u64 = 2;
+/// The fault point the service rounds use.
+const POINT: &str = "spot-before-commit";
 
 /// Free rounds after the two forced ones.
 pub const FREE_ROUNDS: usize = 50;
@@ -74,6 +90,32 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         History::CancelFirst.to_string(),
         seen.0.map_or_else(|e| e, |h| h.to_string()),
     );
+
+    let service = Service::start(
+        ctx,
+        ServiceOptions {
+            fault_injection: true,
+            pool_size: POOL_SIZE,
+            ..ServiceOptions::default()
+        },
+    )
+    .await?;
+    for (tag, held, expected) in [
+        ("s00", "FILL", "fill=OK cancel=OK released=3003.000000"),
+        (
+            "s01",
+            "CANCEL",
+            "fill=ORDER_CLOSED cancel=OK released=5005.000000",
+        ),
+    ] {
+        let seen = service_round(&mut db, &service, tag, held).await?;
+        ctx.check_eq(
+            format!("through the service, the {held} held at {POINT} (\"event\": \"{held}\")"),
+            expected.to_string(),
+            seen,
+        );
+    }
+    service.stop_checked(ctx).await?;
 
     let (mut fill_first, mut cancel_first, mut other) = (0, 0, Vec::new());
     for i in 0..FREE_ROUNDS {
@@ -219,4 +261,94 @@ async fn round(
         _ => Err("neither history".to_string()),
     };
     Ok((history, seen))
+}
+
+/// One forced round through the service: the fault at [`POINT`] paused for `held` events
+/// only; the held event is posted at once, the other once the service holds the first,
+/// and the fault is released once the other is blocked on a lock. Returns
+/// `fill=<outcome> cancel=<outcome> released=<amount>`.
+async fn service_round(
+    db: &mut tokio_postgres::Client,
+    service: &Service,
+    tag: &str,
+    held: &str,
+) -> anyhow::Result<String> {
+    let (buyer, seller) = (format!("b3-{tag}"), format!("s3-{tag}"));
+    deposit(db, &format!("dep-{buyer}"), &buyer, Asset::Usdt, 10_000).await?;
+    deposit(db, &format!("dep-{seller}"), &seller, Asset::Btc, 1).await?;
+    let m = Market::BtcUsdt;
+    let buy = placed(
+        db,
+        &order(&format!("p-{buyer}"), &buyer, m, Side::Buy, "1.0", "5000")?,
+    )
+    .await?;
+    let sell = placed(
+        db,
+        &order(
+            &format!("p-{seller}"),
+            &seller,
+            m,
+            Side::Sell,
+            "1.0",
+            "5000",
+        )?,
+    )
+    .await?;
+    service
+        .arm_fault(
+            POINT,
+            json!({"action": "pause", "hold_ms": HOLD_LIMIT_MS, "count": 1, "event": held}),
+        )
+        .await?;
+    let (fill_id, cancel_id) = (format!("fill-{tag}"), format!("cancel-{tag}"));
+    let fill = service.fill(&fill_id, buy, sell, "0.4", "5000");
+    let cancel = service.cancel(T, &cancel_id, &buyer, buy);
+    let watcher: &tokio_postgres::Client = db;
+    let let_go = async {
+        wait_for_lock_waiters(watcher, 1).await?;
+        service.release_fault(POINT).await?;
+        Ok::<(), anyhow::Error>(())
+    };
+    let holding = async {
+        let began = Instant::now();
+        loop {
+            if service.fault_state(POINT).await?.holding >= 1 {
+                return Ok::<(), anyhow::Error>(());
+            }
+            anyhow::ensure!(
+                began.elapsed() < Duration::from_millis(HOLD_LIMIT_MS),
+                "the service never held the {held}"
+            );
+            tokio::time::sleep(Duration::from_millis(HOLD_POLL_MS)).await;
+        }
+    };
+    let (filled, cancelled, released) = if held == "FILL" {
+        let (filled, (cancelled, released)) = tokio::join!(fill, async {
+            if let Err(e) = holding.await {
+                return (None, Err(e));
+            }
+            let (cancelled, released) = tokio::join!(cancel, let_go);
+            (Some(cancelled), released)
+        });
+        (Some(filled), cancelled, released)
+    } else {
+        let (cancelled, (filled, released)) = tokio::join!(cancel, async {
+            if let Err(e) = holding.await {
+                return (None, Err(e));
+            }
+            let (filled, released) = tokio::join!(fill, let_go);
+            (Some(filled), released)
+        });
+        (filled, Some(cancelled), released)
+    };
+    released?;
+    let missing = || anyhow::anyhow!("an event was not sent");
+    let filled: Reply = filled.ok_or_else(missing)??;
+    let cancelled: Reply = cancelled.ok_or_else(missing)??;
+    Ok(format!(
+        "fill={} cancel={} released={}",
+        filled.outcome(),
+        cancelled.outcome(),
+        cancelled.text("released")
+    ))
 }
