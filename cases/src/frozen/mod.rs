@@ -12,6 +12,7 @@ use futures_util::FutureExt;
 
 pub mod fixtures;
 pub mod naive;
+pub mod network;
 pub mod spot;
 
 // One line per case, in id order.
@@ -28,6 +29,10 @@ case_kit::register_cases! {
     f10_per_asset_reconciliation,
     f11_amounts_at_the_edge,
     f12_crash_inside_a_placement,
+    f13_withdrawal_normal_path,
+    pub f14_lost_answer_and_a_crash,
+    pub f15_no_external_call_under_a_lock,
+    f16_deposits_and_confirmations,
     f17_one_account_two_markets,
     pub f18_release_at_the_current_price,
     pub f19_order_id_as_business_id,
