@@ -10,6 +10,7 @@
 //! - [`run_case`] and [`Env`]: one case on a fresh resource, with its share of the
 //!   connection budget and a timeout; shared by the harness and the tests.
 //! - [`redact`] and [`snapshot`]: the one redaction layer and the snapshot files.
+//! - [`proxy`]: an HTTP/1.1 TCP proxy that cuts answers and retries on its own.
 //! - [`service`] and [`worker`]: the `ledger-svc` and `crash-worker` child processes,
 //!   tied to the harness's life.
 //!
@@ -20,6 +21,7 @@ mod case;
 mod ctx;
 mod env;
 pub mod process;
+pub mod proxy;
 mod race;
 pub mod redact;
 mod report;

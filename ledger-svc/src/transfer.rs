@@ -199,7 +199,7 @@ const OWN_ARITHMETIC_ROUTINES: [&str; 2] = ["int8pl", "int8mi"];
 
 // Step 1, key known: a new statement takes a new snapshot under READ COMMITTED and so sees
 // the row committed by the transaction we waited for.
-const READ_REGISTRATION_SQL: &str = "\
+pub(crate) const READ_REGISTRATION_SQL: &str = "\
 SELECT request_hash, outcome, txn_id, balance_after
 FROM idem_request
 WHERE client_id = $1 AND idem_key = $2";
@@ -207,7 +207,7 @@ WHERE client_id = $1 AND idem_key = $2";
 // Step 2. If a concurrent transaction changed the row, PostgreSQL waits for it and
 // re-evaluates the WHERE clause on the new row version (docs, 13.2.1 "Read Committed
 // Isolation Level"), so "enough?" and "take it" are one evaluation.
-const DEBIT_FROM_SQL: &str = "\
+pub(crate) const DEBIT_FROM_SQL: &str = "\
 UPDATE account
 SET balance = balance - $2
 WHERE account_id = $1 AND (allow_negative OR balance >= $2)
@@ -215,7 +215,7 @@ RETURNING balance";
 
 // Step 2, refused: INSUFFICIENT with the current balance if `from` exists, else NO_ACCOUNT
 // with 0; recorded on the registration.
-const RECORD_REFUSAL_SQL: &str = "\
+pub(crate) const RECORD_REFUSAL_SQL: &str = "\
 WITH current AS (SELECT balance FROM account WHERE account_id = $3)
 UPDATE idem_request
 SET outcome = CASE WHEN EXISTS (SELECT 1 FROM current) THEN 'INSUFFICIENT' ELSE 'NO_ACCOUNT' END,
@@ -265,8 +265,9 @@ WHERE client_id = $1 AND idem_key = $2";
 /// [`HookPoint::EntriesWritten`] (OK path only), [`HookPoint::BeforeCommit`] and
 /// [`HookPoint::AfterCommit`] (every committing path); a replay runs no hooks.
 ///
-/// Statements: START TRANSACTION, then 4 statements and COMMIT on the OK path, 3 and
-/// COMMIT on a refusal, 2 and ROLLBACK on a replay; each is sent with its parameter types
+/// Statements: START TRANSACTION, the freeze check ([`crate::repair`]; a frozen account
+/// → [`LedgerError::AccountFrozen`], rolled back), then 4 statements and COMMIT on the OK
+/// path, 3 and COMMIT on a refusal, 2 and ROLLBACK on a replay; each is sent with its parameter types
 /// (`query_typed`), one round trip, no prepared statement.
 ///
 /// A key whose record expired (a tombstone, see [`crate::retention`]) or whose record was
@@ -295,6 +296,12 @@ pub async fn transfer(
         .isolation_level(IsolationLevel::ReadCommitted)
         .start()
         .await?;
+
+    // A repair's freeze refuses the transfer before anything is recorded (crate::repair).
+    if let Some(account) = crate::repair::frozen_account(&tx, &req.from, &req.to).await? {
+        let _ = tx.rollback().await;
+        return Err(LedgerError::AccountFrozen(account));
+    }
 
     // Step 1: register the key, or replay what it recorded.
     let mut attempt = 0;
@@ -396,7 +403,7 @@ pub async fn transfer(
 
     // Step 4: record OK with the reported balance.
     let balance = match req.kind {
-        Kind::Debit => from_balance_after,
+        Kind::Debit | Kind::Transfer => from_balance_after,
         Kind::Grant => to_balance_after,
     };
     record_ok(&tx, req, txn_id, balance).await?;
@@ -411,7 +418,7 @@ pub async fn transfer(
 
 /// Step 1: inserts the key's registration as PENDING; false when the key is already
 /// registered (the insert did nothing).
-async fn register(
+pub(crate) async fn register(
     tx: &Transaction<'_>,
     req: &TransferRequest,
     request_hash: &str,
@@ -433,7 +440,7 @@ async fn register(
 /// statement; returns `to`'s balance after and the txn id.
 ///
 /// Errors: [`LedgerError::CreditAccountMissing`]; [`LedgerError::Db`].
-async fn credit_and_record(
+pub(crate) async fn credit_and_record(
     tx: &Transaction<'_>,
     req: &TransferRequest,
 ) -> Result<(i64, i64), LedgerError> {
@@ -483,7 +490,7 @@ fn blame(error: tokio_postgres::Error, account: &str, amount: i64) -> LedgerErro
 }
 
 /// Step 4: records outcome OK with the txn id and the reported balance.
-async fn record_ok(
+pub(crate) async fn record_ok(
     tx: &Transaction<'_>,
     req: &TransferRequest,
     txn_id: i64,
@@ -530,7 +537,7 @@ pub async fn record_transfer(
     }
     let (to_balance_after, txn_id) = credit_and_record(tx, req).await?;
     let balance = match req.kind {
-        Kind::Debit => from_balance_after,
+        Kind::Debit | Kind::Transfer => from_balance_after,
         Kind::Grant => to_balance_after,
     };
     record_ok(tx, req, txn_id, balance).await?;
@@ -581,7 +588,7 @@ async fn abort(tx: Transaction<'_>, point: HookPoint) -> Result<TransferResult, 
 }
 
 /// `before-commit`, COMMIT, `after-commit`.
-async fn commit(
+pub(crate) async fn commit(
     tx: Transaction<'_>,
     hooks: &dyn Hooks,
     req: &TransferRequest,
@@ -607,7 +614,7 @@ async fn commit(
 }
 
 /// Step 1, key known: compare fingerprints, then return the stored result.
-fn replay(
+pub(crate) fn replay(
     req: &TransferRequest,
     request_hash: &str,
     row: &Row,
