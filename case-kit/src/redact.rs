@@ -17,6 +17,7 @@
 //! | `xid=`, `*_xid=` | `xid=771` | `xid=[xid]` |
 //! | `entry_id=`, `*_entry_id=` | `entry_id=90` | `entry_id=[entry]` |
 //! | durations: names ending in `_ms`, `_us`, `_ns`, `_s` | `waited_ms=512` | `waited_ms=[duration]` |
+//! | counts that vary from run to run: names ending in `_n` | `retries_n=2` | `retries_n=[n]` |
 //! | `seed=` | `seed=1732934986` | `seed=[seed]` |
 //! | counts that vary by design: `retries=`, `*_retries=` | `serializable_retries=316` | `serializable_retries=[count]` |
 //! | PostgreSQL lock and deadlock texts: `process N`, `PID N`, `transaction N`, `relation N`, `database N`, `tuple (b,o)` | `blocked by process 4711` | `blocked by process [pid]` |
@@ -68,6 +69,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         rule(r"\b((?:\w+_)?xid)=\d+", "${1}=[xid]"),
         rule(r"\b((?:\w+_)?entry_id)=\d+", "${1}=[entry]"),
         rule(r"\b(\w+_(?:ms|us|ns|s))=\d+(?:\.\d+)?", "${1}=[duration]"),
+        rule(r"\b(\w+_n)=\d+", "${1}=[n]"),
         rule(r"\bseed=\d+", "seed=[seed]"),
         rule(r"\b((?:\w+_)?retries)=\d+", "${1}=[count]"),
         // PostgreSQL's own texts (deadlock details, lock waits in the server log).
@@ -110,6 +112,10 @@ mod tests {
         assert_eq!(
             redact("seed=17 xid=99 entry_id=4"),
             "seed=[seed] xid=[xid] entry_id=[entry]"
+        );
+        assert_eq!(
+            redact("  note retries_n=2 deadlocks_n=4 pairs=4"),
+            "  note retries_n=[n] deadlocks_n=[n] pairs=4"
         );
         assert_eq!(
             redact("serializable_retries=316 retries=2 attempts=3"),

@@ -21,7 +21,8 @@
 //! (`scratch_pg::process::spawn_tied`), so it never outlives the harness.
 //!
 //! `crash-worker sqlite …` is the same worker on an SQLite inventory file instead (SPEC §9,
-//! cases S5–S7): see [`sqlite`].
+//! cases S5–S7): see [`sqlite`]. `crash-worker spot …` runs one order placement of the
+//! frozen-balances system instead (SPEC §8, case F12): see [`spot`].
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +35,7 @@ use ledger_svc::{
     HookAbort, HookContext, HookPoint, Hooks, Kind, LedgerError, TransferRequest, transfer,
 };
 
+mod spot;
 mod sqlite;
 
 /// Default bound of the pause at the stop point, in milliseconds.
@@ -59,7 +61,8 @@ pub(crate) const EXIT_WORK_LIMIT: i32 = 4;
 #[command(
     name = "crash-worker",
     version,
-    after_help = "SQLite mode (an inventory file instead of a ledger): crash-worker sqlite --help"
+    after_help = "SQLite mode (an inventory file instead of a ledger): crash-worker sqlite --help\n\
+                  Spot mode (one order placement): crash-worker spot --help"
 )]
 struct Args {
     /// Connection URL, e.g. postgresql://postgres@127.0.0.1:5432/case_l9.
@@ -93,6 +96,9 @@ fn main() {
     if argv.get(1).is_some_and(|word| word == "sqlite") {
         std::process::exit(sqlite::main(argv));
     }
+    if argv.get(1).is_some_and(|word| word == "spot") {
+        std::process::exit(spot::main(argv));
+    }
     let args = Args::parse();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -118,15 +124,17 @@ async fn run(args: &Args) -> i32 {
     }
 }
 
-async fn work(args: &Args) -> anyhow::Result<i32> {
-    let mut config: tokio_postgres::Config = args
-        .database_url
-        .parse()
-        .context("parsing --database-url")?;
+/// Opens the worker's one connection (`application_name` [`APPLICATION_NAME`]) and
+/// returns it with the pid of the backend serving it.
+///
+/// Errors: a bad URL, the connection or the query failed.
+pub(crate) async fn connect(database_url: &str) -> anyhow::Result<(tokio_postgres::Client, i32)> {
+    let mut config: tokio_postgres::Config =
+        database_url.parse().context("parsing --database-url")?;
     config
         .application_name(APPLICATION_NAME)
         .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS));
-    let (mut client, connection) = config
+    let (client, connection) = config
         .connect(tokio_postgres::NoTls)
         .await
         .context("connecting")?;
@@ -138,6 +146,11 @@ async fn work(args: &Args) -> anyhow::Result<i32> {
         .await
         .context("reading the backend pid")?
         .get(0);
+    Ok((client, backend_pid))
+}
+
+async fn work(args: &Args) -> anyhow::Result<i32> {
+    let (mut client, backend_pid) = connect(&args.database_url).await?;
 
     let request = match args.kind {
         Kind::Debit => {
@@ -150,9 +163,7 @@ async fn work(args: &Args) -> anyhow::Result<i32> {
     };
     let hooks = StopAt {
         point: args.stop_at,
-        backend_pid,
-        pause: Duration::from_millis(args.pause_limit_ms),
-        waited_out: AtomicBool::new(false),
+        stop: Stop::new(backend_pid, args.pause_limit_ms),
     };
     match transfer(&mut client, &request, &hooks).await {
         Ok(result) => {
@@ -166,7 +177,7 @@ async fn work(args: &Args) -> anyhow::Result<i32> {
             );
             Ok(0)
         }
-        Err(LedgerError::HookAborted(point)) if hooks.waited_out.load(Ordering::SeqCst) => {
+        Err(LedgerError::HookAborted(point)) if hooks.stop.waited_out() => {
             let state = if point == HookPoint::AfterCommit {
                 "the transfer stays committed"
             } else {
@@ -182,13 +193,52 @@ async fn work(args: &Args) -> anyhow::Result<i32> {
     }
 }
 
-/// Hooks that stop at one point: print the marker line, then wait up to `pause`.
-struct StopAt {
-    point: HookPoint,
+/// The stop at a hook point, whatever the system: print the marker line with the
+/// backend's pid, then wait up to the pause limit (the parent kills the worker meanwhile).
+pub(crate) struct Stop {
     backend_pid: i32,
     pause: Duration,
     /// Set when the whole pause passed without the process being killed.
     waited_out: AtomicBool,
+}
+
+impl Stop {
+    /// A stop that announces `backend_pid` and waits `pause_limit_ms`.
+    pub(crate) fn new(backend_pid: i32, pause_limit_ms: u64) -> Stop {
+        Stop {
+            backend_pid,
+            pause: Duration::from_millis(pause_limit_ms),
+            waited_out: AtomicBool::new(false),
+        }
+    }
+
+    /// Prints `PAUSED_IN_TX backend_pid=<pid>` and waits; `Err` with the reason to abort
+    /// when the pause ran out or nobody reads stdout any more.
+    pub(crate) async fn pause(&self) -> Result<(), &'static str> {
+        let announced = {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{PAUSED_MARKER} backend_pid={}", self.backend_pid)
+                .and_then(|()| out.flush())
+        };
+        // The parent closed our stdout: nobody is watching, so do not wait.
+        if announced.is_err() {
+            return Err("stdout closed; parent gone");
+        }
+        tokio::time::sleep(self.pause).await;
+        self.waited_out.store(true, Ordering::SeqCst);
+        Err("pause limit reached")
+    }
+
+    /// Whether the whole pause passed without a kill.
+    pub(crate) fn waited_out(&self) -> bool {
+        self.waited_out.load(Ordering::SeqCst)
+    }
+}
+
+/// Hooks that stop at one point of a transfer.
+struct StopAt {
+    point: HookPoint,
+    stop: Stop,
 }
 
 impl Hooks for StopAt {
@@ -197,18 +247,7 @@ impl Hooks for StopAt {
             if ctx.point != self.point {
                 return Ok(());
             }
-            let announced = {
-                let mut out = std::io::stdout().lock();
-                writeln!(out, "{PAUSED_MARKER} backend_pid={}", self.backend_pid)
-                    .and_then(|()| out.flush())
-            };
-            // The parent closed our stdout: nobody is watching, so do not wait.
-            if announced.is_err() {
-                return Err(HookAbort::new("stdout closed; parent gone"));
-            }
-            tokio::time::sleep(self.pause).await;
-            self.waited_out.store(true, Ordering::SeqCst);
-            Err(HookAbort::new("pause limit reached"))
+            self.stop.pause().await.map_err(HookAbort::new)
         })
     }
 }

@@ -1,8 +1,9 @@
-//! Assets, the one market and order sides (SPEC §8 "Model").
+//! Assets, the two markets and order sides (SPEC §8 "Model").
 //!
 //! Every amount in the database is an integer number of an asset's minor units (`bigint`):
-//! 1 USDT = 1 000 000 units (scale 6), 1 BTC = 100 000 000 units (scale 8). Decimal text
-//! exists only at the edge ([`crate::amount`]).
+//! 1 USDT = 1 000 000 units (scale 6), 1 BTC = 1 ETH = 100 000 000 units (scale 8).
+//! Decimal text exists only at the edge ([`crate::amount`]). The second market,
+//! `ETH-USDT`, shares the quote asset with `BTC-USDT`: one USDT balance serves both (F17).
 
 use std::fmt;
 use std::str::FromStr;
@@ -15,27 +16,35 @@ use serde::{Deserialize, Serialize};
 pub enum Asset {
     /// Tether, the quote asset: scale 6, at most 1 000 000 000 000 USDT per amount.
     Usdt,
-    /// Bitcoin, the base asset: scale 8, at most 21 000 000 BTC per amount.
+    /// Bitcoin, the base asset of BTC-USDT: scale 8, at most 21 000 000 BTC per amount.
     Btc,
+    /// Ether, the base asset of ETH-USDT: scale 8, at most 1 000 000 000 ETH per amount.
+    Eth,
 }
 
 impl Asset {
-    /// Both assets, in the order the database sorts their names (`BTC` < `USDT`).
-    pub const ALL: [Asset; 2] = [Asset::Btc, Asset::Usdt];
+    /// Every asset, in the order the database sorts their names (`BTC` < `ETH` < `USDT`).
+    pub const ALL: [Asset; 3] = [Asset::Btc, Asset::Eth, Asset::Usdt];
 
-    /// The stored spelling, `"USDT"` or `"BTC"`.
+    /// The assets of the first market, seeded for every seeded account; ETH rows are
+    /// created on demand by the events.
+    pub const SEEDED: [Asset; 2] = [Asset::Btc, Asset::Usdt];
+
+    /// The stored spelling, `"USDT"`, `"BTC"` or `"ETH"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Asset::Usdt => "USDT",
             Asset::Btc => "BTC",
+            Asset::Eth => "ETH",
         }
     }
 
-    /// Decimal places: 6 for USDT, 8 for BTC.
+    /// Decimal places: 6 for USDT, 8 for BTC and ETH.
     pub fn scale(self) -> u32 {
         match self {
             Asset::Usdt => USDT_SCALE,
             Asset::Btc => BTC_SCALE,
+            Asset::Eth => ETH_SCALE,
         }
     }
 
@@ -50,6 +59,7 @@ impl Asset {
         match self {
             Asset::Usdt => USDT_MAX_COINS * self.units_per_coin(),
             Asset::Btc => BTC_MAX_COINS * self.units_per_coin(),
+            Asset::Eth => ETH_MAX_COINS * self.units_per_coin(),
         }
     }
 }
@@ -62,6 +72,11 @@ pub const BTC_SCALE: u32 = 8;
 pub const USDT_MAX_COINS: i64 = 1_000_000_000_000;
 /// Largest BTC amount per request, whole coins.
 pub const BTC_MAX_COINS: i64 = 21_000_000;
+/// ETH decimal places (the chain's 18 are more than a `bigint` of large balances can
+/// hold; exchanges keep 8 or fewer for trading).
+pub const ETH_SCALE: u32 = 8;
+/// Largest ETH amount per request, whole coins (10^17 units, within `bigint`).
+pub const ETH_MAX_COINS: i64 = 1_000_000_000;
 
 /// A buy or a sell order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -92,22 +107,29 @@ pub enum Market {
     /// `BTC-USDT`: tick 0.01 USDT, lot 0.0001 BTC, price at most 10 000 000 USDT per BTC.
     #[serde(rename = "BTC-USDT")]
     BtcUsdt,
+    /// `ETH-USDT`: tick 0.01 USDT, lot 0.0001 ETH, price at most 10 000 000 USDT per ETH.
+    #[serde(rename = "ETH-USDT")]
+    EthUsdt,
 }
 
 impl Market {
     /// Every market.
-    pub const ALL: [Market; 1] = [Market::BtcUsdt];
+    pub const ALL: [Market; 2] = [Market::BtcUsdt, Market::EthUsdt];
 
-    /// The name, `"BTC-USDT"`.
+    /// The name, `"BTC-USDT"` or `"ETH-USDT"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Market::BtcUsdt => "BTC-USDT",
+            Market::EthUsdt => "ETH-USDT",
         }
     }
 
-    /// The asset bought and sold (BTC).
+    /// The asset bought and sold (BTC or ETH).
     pub fn base(self) -> Asset {
-        Asset::Btc
+        match self {
+            Market::BtcUsdt => Asset::Btc,
+            Market::EthUsdt => Asset::Eth,
+        }
     }
 
     /// The asset prices and fees are paid in (USDT).
@@ -117,17 +139,27 @@ impl Market {
 
     /// Price step in quote units per whole base coin: 0.01 USDT = 10 000 units.
     pub fn tick_units(self) -> i64 {
-        BTC_USDT_TICK_UNITS
+        match self {
+            Market::BtcUsdt => BTC_USDT_TICK_UNITS,
+            Market::EthUsdt => ETH_USDT_TICK_UNITS,
+        }
     }
 
-    /// Quantity step in base units: 0.0001 BTC = 10 000 units.
+    /// Quantity step in base units: 0.0001 BTC or ETH = 10 000 units.
     pub fn lot_units(self) -> i64 {
-        BTC_USDT_LOT_UNITS
+        match self {
+            Market::BtcUsdt => BTC_USDT_LOT_UNITS,
+            Market::EthUsdt => ETH_USDT_LOT_UNITS,
+        }
     }
 
     /// Highest price in quote units per whole base coin: 10 000 000 USDT.
     pub fn max_price_units(self) -> i64 {
-        BTC_USDT_MAX_PRICE_COINS * Asset::Usdt.units_per_coin()
+        let coins = match self {
+            Market::BtcUsdt => BTC_USDT_MAX_PRICE_COINS,
+            Market::EthUsdt => ETH_USDT_MAX_PRICE_COINS,
+        };
+        coins * Asset::Usdt.units_per_coin()
     }
 
     /// The asset a `side` order freezes: the quote for a BUY, the base for a SELL.
@@ -145,6 +177,12 @@ pub const BTC_USDT_TICK_UNITS: i64 = 10_000;
 pub const BTC_USDT_LOT_UNITS: i64 = 10_000;
 /// BTC-USDT highest price, whole USDT per BTC.
 pub const BTC_USDT_MAX_PRICE_COINS: i64 = 10_000_000;
+/// ETH-USDT price tick, USDT units (0.01 USDT).
+pub const ETH_USDT_TICK_UNITS: i64 = 10_000;
+/// ETH-USDT quantity lot, ETH units (0.0001 ETH).
+pub const ETH_USDT_LOT_UNITS: i64 = 10_000;
+/// ETH-USDT highest price, whole USDT per ETH.
+pub const ETH_USDT_MAX_PRICE_COINS: i64 = 10_000_000;
 
 macro_rules! name_traits {
     ($ty:ident, $what:literal) => {
@@ -198,13 +236,15 @@ mod tests {
             assert_eq!(s.as_str().parse::<Side>(), Ok(s));
         }
         assert_eq!("BTC-USDT".parse::<Market>(), Ok(Market::BtcUsdt));
-        for bad in ["usdt", "ETH", ""] {
+        assert_eq!("ETH-USDT".parse::<Market>(), Ok(Market::EthUsdt));
+        assert_eq!(Market::EthUsdt.base(), Asset::Eth);
+        for bad in ["usdt", "eth", ""] {
             assert!(bad.parse::<Asset>().is_err());
         }
         for bad in ["buy", "Sell", "HOLD"] {
             assert!(bad.parse::<Side>().is_err());
         }
-        for bad in ["btc-usdt", "BTC/USDT", "ETH-USDT", "BTC-USDT "] {
+        for bad in ["btc-usdt", "BTC/USDT", "ETH-BTC", "BTC-USDT "] {
             assert!(bad.parse::<Market>().is_err());
         }
     }

@@ -146,15 +146,19 @@ impl Findings {
         )
     }
 
-    /// The per-asset totals of `tenant_id` as text, e.g. `BTC=0.00000000 USDT=0.000000`.
+    /// The per-asset totals of `tenant_id` as text, e.g. `BTC=0.00000000 USDT=0.000000`:
+    /// every seeded asset ([`Asset::SEEDED`]), and ETH when the tenant has ETH rows.
     pub fn totals_text(&self, tenant_id: &str) -> String {
         let mut parts = Vec::new();
         for asset in Asset::ALL {
-            let total = self
+            let found = self
                 .asset_totals
                 .iter()
-                .find(|t| t.tenant_id == tenant_id && t.asset == asset)
-                .map_or(0, |t| t.total);
+                .find(|t| t.tenant_id == tenant_id && t.asset == asset);
+            if found.is_none() && !Asset::SEEDED.contains(&asset) {
+                continue;
+            }
+            let total = found.map_or(0, |t| t.total);
             parts.push(format!("{asset}={}", format_units(asset, total)));
         }
         parts.join(" ")

@@ -44,7 +44,7 @@ pub const SCHEMA_SQL: &str = r#"
 CREATE TABLE balance (
     tenant_id      text    NOT NULL,
     account_id     text    NOT NULL,
-    asset          text    NOT NULL CONSTRAINT balance_asset_check CHECK (asset IN ('USDT', 'BTC')),
+    asset          text    NOT NULL CONSTRAINT balance_asset_check CHECK (asset IN ('USDT', 'BTC', 'ETH')),
     available      bigint  NOT NULL DEFAULT 0,
     frozen         bigint  NOT NULL DEFAULT 0,
     allow_negative boolean NOT NULL DEFAULT false,
@@ -91,7 +91,7 @@ CREATE TABLE spot_order (
     tenant_id         text        NOT NULL,
     account_id        text        NOT NULL,
     place_business_id text        NOT NULL,
-    market            text        NOT NULL CONSTRAINT spot_order_market_check CHECK (market IN ('BTC-USDT')),
+    market            text        NOT NULL CONSTRAINT spot_order_market_check CHECK (market IN ('BTC-USDT', 'ETH-USDT')),
     side              text        NOT NULL CONSTRAINT spot_order_side_check CHECK (side IN ('BUY', 'SELL')),
     quantity          bigint      NOT NULL CONSTRAINT spot_order_quantity_check CHECK (quantity > 0),
     limit_price       bigint      NOT NULL CONSTRAINT spot_order_limit_price_check CHECK (limit_price > 0),
@@ -122,7 +122,7 @@ pub async fn install(client: &Client) -> Result<(), FrozenError> {
 }
 
 /// Seeds [`DEFAULT_TENANT`]: [`SYS_DEPOSIT`] (`allow_negative`), [`SYS_FEE`] and the
-/// [`SEEDED_TRADERS`] alice and bob, each with a row per asset at 0 available, 0 frozen.
+/// [`SEEDED_TRADERS`] alice and bob, each with a row per asset of [`Asset::SEEDED`] at 0 available, 0 frozen.
 /// Other tenants and accounts are created on demand by the events (see
 /// [`crate::events`]). One INSERT.
 ///
@@ -134,7 +134,7 @@ pub async fn seed(client: &Client) -> Result<(), FrozenError> {
     let mut assets = Vec::new();
     let mut negative = Vec::new();
     for (account, allow_negative) in accounts {
-        for asset in Asset::ALL {
+        for asset in Asset::SEEDED {
             ids.push(account.to_owned());
             assets.push(asset.as_str().to_owned());
             negative.push(allow_negative);

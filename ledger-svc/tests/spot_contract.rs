@@ -515,7 +515,7 @@ async fn spot_malformed_inputs_change_nothing() {
         ),
         (
             "market unknown",
-            r#"{"market":"ETH-USDT","side":"BUY","quantity":"1","price":"5000"}"#,
+            r#"{"market":"SOL-USDT","side":"BUY","quantity":"1","price":"5000"}"#,
         ),
         (
             "market BTC/USDT",
@@ -686,7 +686,7 @@ async fn spot_malformed_inputs_change_nothing() {
             "deposit asset lower-case",
             r#"{"asset":"usdt","amount":"10"}"#,
         ),
-        ("deposit asset unknown", r#"{"asset":"ETH","amount":"10"}"#),
+        ("deposit asset unknown", r#"{"asset":"SOL","amount":"10"}"#),
         ("deposit without asset", r#"{"amount":"10"}"#),
     ] {
         attempts.push((

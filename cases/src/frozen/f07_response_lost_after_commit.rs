@@ -21,6 +21,7 @@ use frozen_balances::{Asset, DEFAULT_TENANT};
 use futures_util::FutureExt;
 use serde_json::json;
 
+use super::fixtures::Plan;
 use super::spot::{SpotCalls, SpotReply, balance_line};
 
 /// The case's registration.
@@ -28,7 +29,7 @@ pub fn case() -> Case {
     Case::new(
         "F7",
         "response lost after commit: same-id retry replays, a new id freezes twice",
-        |ctx| run(ctx).boxed(),
+        |ctx| run(ctx, Plan::Forced).boxed(),
     )
     .connections(POOL_SIZE as u32 + 3)
 }
@@ -40,7 +41,11 @@ const CLIENT_TIMEOUT_MS: u64 = 400;
 const SERVER_HOLD_MS: u64 = 1_500;
 const FAULT_POINT: &str = "spot-after-commit";
 
-async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+/// The case body; under [`Plan::Harmless`] carol's response is not lost, so her client
+/// has no reason to retry and the control must not see a second freeze.
+///
+/// Errors: the service could not start, transport or database errors.
+pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     let service = Service::start(
         ctx,
         ServiceOptions {
@@ -101,9 +106,17 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq("alice's orders", 1, orders_of(&db, "alice").await?);
 
     // Negative control: the same lost response, then a retry under a new business id.
-    lose_response(ctx, &service, "carol", "place-0702").await?;
-    let naive = buy(&service, "carol", "place-0703", Duration::from_secs(10)).await?;
-    ctx.note(format!("new-id retry: {}", naive.summary()));
+    match plan {
+        Plan::Forced => {
+            lose_response(ctx, &service, "carol", "place-0702").await?;
+            let naive = buy(&service, "carol", "place-0703", Duration::from_secs(10)).await?;
+            ctx.note(format!("new-id retry: {}", naive.summary()));
+        }
+        Plan::Harmless => {
+            let answered = buy(&service, "carol", "place-0702", Duration::from_secs(10)).await?;
+            ctx.note(format!("answered, no retry: {}", answered.summary()));
+        }
+    }
     let carol = balance_line(&db, t, "carol", Asset::Usdt).await?;
     let carol_orders = orders_of(&db, "carol").await?;
     ctx.exposes(

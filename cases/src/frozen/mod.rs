@@ -10,6 +10,8 @@
 use case_kit::{Engine, Family, PgTemplate};
 use futures_util::FutureExt;
 
+pub mod fixtures;
+pub mod naive;
 pub mod network;
 pub mod spot;
 
@@ -17,15 +19,23 @@ pub mod spot;
 case_kit::register_cases! {
     f01_normal_path,
     f02_partial_fill_then_cancel,
+    f03_cancel_races_a_fill,
     f04_one_business_id_sixteen_at_once,
     f05_orders_compete_for_too_little,
-    f07_response_lost_after_commit,
+    pub f06_failure_between_update_and_movement,
+    pub f07_response_lost_after_commit,
+    pub f08_lock_released_before_commit,
+    pub f09_deadlocks_between_opposite_trades,
     f10_per_asset_reconciliation,
     f11_amounts_at_the_edge,
+    f12_crash_inside_a_placement,
     f13_withdrawal_normal_path,
     pub f14_lost_answer_and_a_crash,
     pub f15_no_external_call_under_a_lock,
     f16_deposits_and_confirmations,
+    f17_one_account_two_markets,
+    pub f18_release_at_the_current_price,
+    pub f19_order_id_as_business_id,
 }
 
 /// The template database every F case database is cloned from.

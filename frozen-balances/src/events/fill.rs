@@ -245,7 +245,7 @@ async fn fill_once(
         Ok(settlement) => settlement,
         Err(error) => return rollback_with(tx, error).await,
     };
-    let market = Market::BtcUsdt;
+    let market = settlement.market;
     ensure_rows(
         &tx,
         &req.tenant_id,
@@ -322,6 +322,7 @@ pub(crate) struct Settlement {
     pub buyer_fee: i64,
     pub seller_fee: i64,
     pub buyer_taken: i64,
+    pub market: Market,
     pub buyer_paid: i64,
     pub buyer_returned: i64,
     pub seller_taken: i64,
@@ -336,16 +337,18 @@ pub(crate) fn settle(
     buy: &OrderRow,
     sell: &OrderRow,
 ) -> Result<Settlement, FrozenError> {
-    let market = Market::BtcUsdt;
     let rejected = |text: String| Err(FrozenError::FillRejected(text));
+    let Ok(market) = buy.market.parse::<Market>() else {
+        return rejected(format!("order {} has an unknown market", buy.order_id));
+    };
     if buy.side != Side::Buy.as_str() || sell.side != Side::Sell.as_str() {
         return rejected(format!(
             "order {} must be a BUY and order {} a SELL",
             buy.order_id, sell.order_id
         ));
     }
-    if buy.market != market.as_str() || sell.market != market.as_str() {
-        return rejected("both orders must be on BTC-USDT".into());
+    if sell.market != market.as_str() {
+        return rejected(format!("both orders must be on {market}"));
     }
     let q = req.quantity;
     if q <= 0 || q % market.lot_units() != 0 {
@@ -431,6 +434,7 @@ pub(crate) fn settle(
     add_delta(&mut deltas, &sell.account_id, quote, seller_received, 0)?;
     add_delta(&mut deltas, SYS_FEE, quote, fees, 0)?;
     Ok(Settlement {
+        market,
         notional,
         buyer_fee,
         seller_fee,

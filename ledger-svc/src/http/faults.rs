@@ -5,7 +5,11 @@
 //! ([`FaultPoint`]), so a fault armed for a debit never fires inside an order and back.
 //!
 //! A fault is armed per hook point with an action and a count: it fires on the next
-//! `count` transfers that pass the point (1 = one-shot), then disarms itself.
+//! `count` transfers that pass the point (1 = one-shot), then disarms itself. At a spot
+//! point it may be narrowed to one kind of event (`"event": "FILL"`, `"CANCEL"`,
+//! `"PLACE"`, `"DEPOSIT"`): other events pass without firing it or using up its count, so
+//! a case can hold a fill while a cancel of the same order runs, and the reverse. A
+//! fault with an `event` never fires at a ledger point (a transfer has no event kind).
 //!
 //! - `delay`: wait `hold_ms`, then go on.
 //! - `pause`: wait until released from the admin listener (or `hold_ms` passes), then go
@@ -116,6 +120,9 @@ pub struct FaultSpec {
     /// How many transfers it fires for; default 1 (one-shot), 1 to [`MAX_FAULT_COUNT`].
     #[serde(default = "one")]
     pub count: u32,
+    /// Only spot events of this kind fire it; default any event.
+    #[serde(default)]
+    pub event: Option<frozen_balances::EventKind>,
 }
 
 fn one() -> u32 {
@@ -164,6 +171,8 @@ pub struct FaultState {
     pub fired: u64,
     /// How many transfers are inside its hold right now.
     pub holding: u32,
+    /// The kind of spot event it is narrowed to, `null` for any.
+    pub event: Option<frozen_balances::EventKind>,
 }
 
 struct Slot {
@@ -269,6 +278,7 @@ fn state(point: FaultPoint, slot: &Slot) -> FaultState {
         remaining: slot.remaining,
         fired: slot.fired,
         holding: slot.holding,
+        event: slot.spec.and_then(|s| s.event),
     }
 }
 
@@ -285,15 +295,25 @@ impl Drop for Holding<'_> {
 }
 
 impl FaultHooks {
-    /// Fires the fault armed at `point`, if any; `Err(())` for a `close`. `what` names
-    /// the request in the log line.
-    fn fire<'a>(&'a self, point: FaultPoint, what: String) -> BoxFuture<'a, Result<(), ()>> {
+    /// Fires the fault armed at `point`, if any and if it is for `event` (`None`: a
+    /// ledger transfer); `Err(())` for a `close`. `what` names the request in the log.
+    fn fire<'a>(
+        &'a self,
+        point: FaultPoint,
+        event: Option<frozen_balances::EventKind>,
+        what: String,
+    ) -> BoxFuture<'a, Result<(), ()>> {
         // Take the fault (if armed) and subscribe to releases under one lock, so a release
         // sent right after firing is not missed.
         let fired = {
             let mut slots = self.slots();
             match slots.get_mut(&point) {
-                Some(slot) if slot.remaining > 0 => {
+                Some(slot)
+                    if slot.remaining > 0
+                        && slot
+                            .spec
+                            .is_some_and(|spec| spec.event.is_none_or(|e| Some(e) == event)) =>
+                {
                     slot.remaining -= 1;
                     slot.fired += 1;
                     slot.holding += 1;
@@ -337,7 +357,7 @@ impl Hooks for FaultHooks {
     fn at<'a>(&'a self, ctx: HookContext<'a>) -> BoxFuture<'a, Result<(), HookAbort>> {
         let point = FaultPoint::Ledger(ctx.point);
         let what = format!("{} {}", ctx.request.kind.as_str(), ctx.request.idem_key);
-        let fired = self.fire(point, what);
+        let fired = self.fire(point, None, what);
         Box::pin(async move {
             fired
                 .await
@@ -353,7 +373,7 @@ impl frozen_balances::Hooks for FaultHooks {
     ) -> BoxFuture<'a, Result<(), frozen_balances::HookAbort>> {
         let point = FaultPoint::Spot(ctx.point);
         let what = format!("{} {}/{}", ctx.event, ctx.tenant_id, ctx.business_id);
-        let fired = self.fire(point, what);
+        let fired = self.fire(point, Some(ctx.event), what);
         Box::pin(async move {
             fired
                 .await
@@ -365,6 +385,64 @@ impl frozen_balances::Hooks for FaultHooks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use frozen_balances::{EventKind, Hooks as SpotHooks};
+
+    fn spot_ctx(event: EventKind) -> frozen_balances::HookContext<'static> {
+        frozen_balances::HookContext {
+            point: frozen_balances::HookPoint::BeforeCommit,
+            event,
+            tenant_id: "default",
+            business_id: "b-1",
+            transaction: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fault_for_one_event_kind_lets_the_others_pass() {
+        let hooks = FaultHooks::new();
+        let point = FaultPoint::Spot(frozen_balances::HookPoint::BeforeCommit);
+        let spec: FaultSpec =
+            serde_json::from_str(r#"{"action": "close", "event": "FILL"}"#).unwrap();
+        hooks.arm(point, spec);
+        // A cancel passes the point: nothing fires, the count is not used up.
+        assert!(
+            SpotHooks::at(&hooks, spot_ctx(EventKind::Cancel))
+                .await
+                .is_ok()
+        );
+        let state = hooks
+            .states()
+            .into_iter()
+            .find(|s| s.point == point)
+            .unwrap();
+        assert_eq!((state.fired, state.remaining), (0, 1));
+        assert_eq!(state.event, Some(EventKind::Fill));
+        // The fill fires it.
+        assert!(
+            SpotHooks::at(&hooks, spot_ctx(EventKind::Fill))
+                .await
+                .is_err()
+        );
+        let state = hooks
+            .states()
+            .into_iter()
+            .find(|s| s.point == point)
+            .unwrap();
+        assert_eq!((state.fired, state.remaining), (1, 0));
+        // Without `event`, any kind fires it.
+        hooks.arm(
+            point,
+            serde_json::from_str(r#"{"action": "close"}"#).unwrap(),
+        );
+        assert!(
+            SpotHooks::at(&hooks, spot_ctx(EventKind::Deposit))
+                .await
+                .is_err()
+        );
+        assert!(
+            serde_json::from_str::<FaultSpec>(r#"{"action": "close", "event": "fill"}"#).is_err()
+        );
+    }
 
     #[test]
     fn fault_point_names_round_trip() {

@@ -1,0 +1,111 @@
+//! The F-family negative controls can fail: each runs under a plan where its fault
+//! cannot happen ([`Plan::Harmless`]: no lost response for F7, no failure for F6, no
+//! window for F8's first two rows, the naive settlements of F9 one after the other, the current price equal to the limit for F18, a
+//! single fill for F19), and its `negative control exposes` check must report FAIL.
+//! Under the forced plan, as `./run.sh` runs them, every check passes.
+//!
+//! One scratch PostgreSQL 16 cluster (with the frozen template) for the whole binary,
+//! one database per run. F7 starts the debug `ledger-svc` (`cargo build --bins` first).
+
+use std::sync::Arc;
+
+use case_kit::{Ctx, Env, Line, Resource};
+use cases::frozen::fixtures::Plan;
+use cases::frozen::{
+    self, f06_failure_between_update_and_movement as f06, f07_response_lost_after_commit as f07,
+    f08_lock_released_before_commit as f08, f09_deadlocks_between_opposite_trades as f09,
+    f18_release_at_the_current_price as f18, f19_order_id_as_business_id as f19,
+};
+
+/// Seed of this test's environment (the controls use no random input).
+const SEED: u64 = 12;
+
+/// A context for `case_id` on a fresh clone of the template named `database`.
+async fn fresh_ctx(env: &Arc<Env>, case_id: &'static str, database: &str) -> Ctx {
+    let admin = env.connect("postgres").await.expect("connect as admin");
+    admin
+        .batch_execute(&format!(
+            "CREATE DATABASE \"{database}\" TEMPLATE {}",
+            frozen::TEMPLATE_DATABASE
+        ))
+        .await
+        .expect("clone the template");
+    Ctx::new(
+        env.clone(),
+        "F",
+        case_id,
+        Resource::Database(database.to_owned()),
+    )
+}
+
+fn transcript(ctx: &Ctx) -> String {
+    ctx.lines()
+        .iter()
+        .map(|line| line.render() + "\n")
+        .collect()
+}
+
+/// The verdicts of every `negative control exposes: …` check, in order; panics if none.
+fn exposes(ctx: &Ctx) -> Vec<bool> {
+    let verdicts: Vec<bool> = ctx
+        .lines()
+        .iter()
+        .filter_map(|line| match line {
+            Line::Check(check) if check.name.starts_with("negative control exposes: ") => {
+                Some(check.passed)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !verdicts.is_empty(),
+        "no negative control check in:\n{}",
+        transcript(ctx)
+    );
+    verdicts
+}
+
+fn all_passed(ctx: &Ctx) -> bool {
+    !ctx.lines()
+        .iter()
+        .any(|line| matches!(line, Line::Check(check) if !check.passed))
+}
+
+async fn run(env: &Arc<Env>, case_id: &'static str, plan: Plan) -> Ctx {
+    let database = format!("{}_{plan:?}", case_id.to_lowercase()).to_lowercase();
+    let mut ctx = fresh_ctx(env, case_id, &database).await;
+    let result = match case_id {
+        "F6" => f06::run(&mut ctx, plan).await,
+        "F7" => f07::run(&mut ctx, plan).await,
+        "F8" => f08::run(&mut ctx, plan).await,
+        "F9" => f09::run(&mut ctx, plan).await,
+        "F18" => f18::run(&mut ctx, plan).await,
+        "F19" => f19::run(&mut ctx, plan).await,
+        other => panic!("no control {other}"),
+    };
+    result.unwrap_or_else(|e| panic!("{case_id} under {plan:?} fails to run: {e:#}"));
+    eprint!("{case_id} under {plan:?}:\n{}", transcript(&ctx));
+    ctx
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_controls_fail_where_the_fault_cannot_happen() {
+    let env = Env::for_tests(SEED, &[&frozen::family()])
+        .await
+        .expect("scratch cluster and template");
+    for case_id in ["F6", "F7", "F8", "F9", "F18", "F19"] {
+        let ctx = run(&env, case_id, Plan::Harmless).await;
+        assert!(
+            exposes(&ctx).iter().all(|passed| !passed),
+            "{case_id}: a control claims to expose its anomaly although the fault could \
+             not happen:\n{}",
+            transcript(&ctx)
+        );
+        let ctx = run(&env, case_id, Plan::Forced).await;
+        assert!(
+            all_passed(&ctx) && exposes(&ctx).iter().all(|passed| *passed),
+            "{case_id} under the forced plan has a failed check:\n{}",
+            transcript(&ctx)
+        );
+    }
+}
