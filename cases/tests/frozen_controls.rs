@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use case_kit::{Ctx, Env, Line, Resource};
+use case_kit::{Ctx, Env, Line};
 use cases::frozen::fixtures::Plan;
 use cases::frozen::{
     self, f06_failure_between_update_and_movement as f06, f07_response_lost_after_commit as f07,
@@ -22,27 +22,9 @@ const SEED: u64 = 12;
 
 /// A context for `case_id` on a fresh clone of the template named `database`.
 async fn fresh_ctx(env: &Arc<Env>, case_id: &'static str, database: &str) -> Ctx {
-    let admin = env.connect("postgres").await.expect("connect as admin");
-    admin
-        .batch_execute(&format!(
-            "CREATE DATABASE \"{database}\" TEMPLATE {}",
-            frozen::TEMPLATE_DATABASE
-        ))
+    env.test_ctx(&frozen::family(), case_id, database)
         .await
-        .expect("clone the template");
-    Ctx::new(
-        env.clone(),
-        "F",
-        case_id,
-        Resource::Database(database.to_owned()),
-    )
-}
-
-fn transcript(ctx: &Ctx) -> String {
-    ctx.lines()
-        .iter()
-        .map(|line| line.render() + "\n")
-        .collect()
+        .expect("clone the template")
 }
 
 /// The verdicts of every `negative control exposes: …` check, in order; panics if none.
@@ -60,15 +42,13 @@ fn exposes(ctx: &Ctx) -> Vec<bool> {
     assert!(
         !verdicts.is_empty(),
         "no negative control check in:\n{}",
-        transcript(ctx)
+        ctx.transcript()
     );
     verdicts
 }
 
 fn all_passed(ctx: &Ctx) -> bool {
-    !ctx.lines()
-        .iter()
-        .any(|line| matches!(line, Line::Check(check) if !check.passed))
+    ctx.failed_checks().is_empty()
 }
 
 async fn run(env: &Arc<Env>, case_id: &'static str, plan: Plan) -> Ctx {
@@ -84,7 +64,7 @@ async fn run(env: &Arc<Env>, case_id: &'static str, plan: Plan) -> Ctx {
         other => panic!("no control {other}"),
     };
     result.unwrap_or_else(|e| panic!("{case_id} under {plan:?} fails to run: {e:#}"));
-    eprint!("{case_id} under {plan:?}:\n{}", transcript(&ctx));
+    eprint!("{case_id} under {plan:?}:\n{}", ctx.transcript());
     ctx
 }
 
@@ -99,13 +79,13 @@ async fn frozen_controls_fail_where_the_fault_cannot_happen() {
             exposes(&ctx).iter().all(|passed| !passed),
             "{case_id}: a control claims to expose its anomaly although the fault could \
              not happen:\n{}",
-            transcript(&ctx)
+            ctx.transcript()
         );
         let ctx = run(&env, case_id, Plan::Forced).await;
         assert!(
             all_passed(&ctx) && exposes(&ctx).iter().all(|passed| *passed),
             "{case_id} under the forced plan has a failed check:\n{}",
-            transcript(&ctx)
+            ctx.transcript()
         );
     }
 }
