@@ -138,6 +138,21 @@ impl Ctx {
         self.env.connect(self.database()).await
     }
 
+    /// Drops this case's database and clones it afresh from its family's template, so a
+    /// case that tries several orders of the same steps (a spec's permutations) starts
+    /// each from the same state. Close the case's own connections first (stragglers are
+    /// ended by `DROP DATABASE … WITH (FORCE)`).
+    ///
+    /// Errors: the case has no database; its family has no template in this run; SQL
+    /// errors of the drop or the clone.
+    pub async fn recreate_database(&self) -> anyhow::Result<()> {
+        let template = self
+            .env
+            .template_of(&self.family)
+            .ok_or_else(|| anyhow::anyhow!("family {} has no template in this run", self.family))?;
+        crate::runner::clone_database(&self.env, template, self.database()).await
+    }
+
     /// A new connection to another database of the run (e.g. for reconciliation).
     ///
     /// Errors: connection failures.
