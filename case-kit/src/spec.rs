@@ -826,10 +826,12 @@ pub async fn run(
     } else {
         "as listed"
     };
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
     ctx.note(format!(
-        "spec {shown}: {} sessions, {steps} steps, {} permutations ({how})",
-        spec.sessions.len(),
-        orders.len()
+        "spec {shown}: {}, {}, {} ({how})",
+        plural(spec.sessions.len(), "session"),
+        plural(steps, "step"),
+        plural(orders.len(), "permutation")
     ));
     for (number, order) in orders.iter().enumerate() {
         let label = format!("permutation {} of {}", number + 1, orders.len());
