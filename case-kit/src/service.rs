@@ -28,14 +28,15 @@ use crate::ctx::Ctx;
 
 /// Environment variable naming the `ledger-svc` binary to run.
 pub const SERVICE_BIN_ENV: &str = "LEDGER_SVC_BIN";
-/// Longest wait for the service's address line plus a healthy `/healthz`, milliseconds.
+/// Longest wait for the service's address line plus a ready `/readyz` (a database
+/// connection answers), milliseconds.
 pub const SERVICE_START_TIMEOUT_MS: u64 = 15_000;
 /// Longest wait for the service to exit after SIGTERM before it is SIGKILLed, milliseconds.
 pub const SERVICE_STOP_TIMEOUT_MS: u64 = 15_000;
 /// Per-request timeout of a case's ordinary requests, milliseconds (a case that tests
 /// timeouts sets its own on the request).
 pub const CLIENT_TIMEOUT_MS: u64 = 10_000;
-/// Interval between `/healthz` probes while starting, milliseconds.
+/// Interval between `/readyz` probes while starting, milliseconds.
 const HEALTH_POLL_MS: u64 = 20;
 
 /// Pooled database connections of a service started with default options.
@@ -124,7 +125,7 @@ pub fn service_binary() -> anyhow::Result<PathBuf> {
 
 impl Service {
     /// Starts `ledger-svc` on the case's database, listening on free loopback ports, and
-    /// waits until `/healthz` answers 200 (at most [`SERVICE_START_TIMEOUT_MS`]). Its
+    /// waits until `/readyz` answers 200 (at most [`SERVICE_START_TIMEOUT_MS`]). Its
     /// stdout and stderr go to [`Ctx::log_file`]`("ledger-svc")`.
     ///
     /// Errors: binary missing, spawn failure, no address line, never healthy; the child
@@ -192,7 +193,7 @@ impl Service {
         loop {
             let healthy = service
                 .http
-                .get(service.public_url("/healthz"))
+                .get(service.public_url("/readyz"))
                 .send()
                 .await
                 .is_ok_and(|response| response.status() == 200);
@@ -201,7 +202,7 @@ impl Service {
             }
             if Instant::now() >= deadline {
                 bail!(
-                    "ledger-svc did not answer /healthz within {SERVICE_START_TIMEOUT_MS} ms \
+                    "ledger-svc was not ready (/readyz) within {SERVICE_START_TIMEOUT_MS} ms \
                      (log: {})",
                     service.log_path.display()
                 );

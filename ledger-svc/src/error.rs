@@ -26,6 +26,36 @@ pub enum LedgerError {
         request_hash: String,
     },
 
+    /// The key's record has expired (the retention sweep left only a tombstone, see
+    /// [`crate::retention`]) or was removed by hand while its transaction still exists.
+    /// The transfer is never executed again for this key: nothing was recorded by this
+    /// call, and `txn_id` names the transaction the key once executed (`None` when it
+    /// executed none: a refusal that was recorded and has since expired). The HTTP layer
+    /// maps it to 422 `KEY_EXPIRED`.
+    #[error("idempotency key expired (original transaction {txn_id:?}); nothing executed")]
+    KeyExpired {
+        /// `ledger_txn.txn_id` of the key's original transaction, if it executed one.
+        txn_id: Option<i64>,
+        /// `true` when a tombstone (outcome `EXPIRED`) was found; `false` when the record
+        /// was gone and only the transaction's own `(client_id, idem_key)` remained.
+        tombstone: bool,
+    },
+
+    /// The ledger's own balance arithmetic (`balance - amount` on the debited account or
+    /// `balance + amount` on the credited one) would leave the 64-bit range of points
+    /// (SQLSTATE 22003 raised by that expression itself, not by a trigger or a function it
+    /// calls: the error carries no context and was reported by bigint addition or
+    /// subtraction). The transaction was rolled back; nothing was recorded, so the
+    /// request itself cannot be done (HTTP 400). A 22003 from anywhere else stays
+    /// [`LedgerError::Db`].
+    #[error("amount {amount} points would take the balance of {account} outside the 64-bit range")]
+    OutOfRange {
+        /// The account whose balance would overflow.
+        account: String,
+        /// The requested amount, points.
+        amount: i64,
+    },
+
     /// The amount (in points) is not a positive integer. Rejected before the database is
     /// touched, so nothing was recorded.
     #[error("invalid amount {0} points: an amount must be a positive integer")]

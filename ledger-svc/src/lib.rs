@@ -4,6 +4,7 @@
 //! - [`mod@transfer`]: one READ COMMITTED transaction per request, at most once per
 //!   `(client_id, idem_key)` (SPEC §3), with named hook points for fault injection.
 //! - [`mod@reconcile`]: the invariant checks of SPEC §6 L11 in one REPEATABLE READ snapshot.
+//! - [`retention`]: the sweep that turns expired key records into tombstones.
 //! - [`vocabulary`]: the transfer's kinds, outcomes and hook points.
 //! - [`fingerprint`]: the request fingerprint compared on replay.
 //! - [`error`]: the error type, [`LedgerError`].
@@ -13,6 +14,7 @@
 pub mod error;
 pub mod fingerprint;
 pub mod reconcile;
+pub mod retention;
 pub mod schema;
 pub mod striping;
 pub mod transfer;

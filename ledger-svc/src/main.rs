@@ -37,6 +37,21 @@ const DB_CONNECT_TIMEOUT_MS: u64 = 5_000;
 const POOL_RECYCLE_TIMEOUT_MS: u64 = 5_000;
 /// `application_name` of the service's sessions (visible in `pg_stat_activity`).
 const APPLICATION_NAME: &str = "ledger-svc";
+/// Default longest wait of a service session for a lock (`lock_timeout`), milliseconds;
+/// then the statement fails with SQLSTATE 55P03, the transfer rolls back and the client
+/// gets 503 `UNKNOWN` with `Retry-After`. PostgreSQL docs, 20.11.2 "Statement Behavior".
+const DEFAULT_LOCK_TIMEOUT_MS: u64 = 5_000;
+/// Default longest run of one statement of a service session (`statement_timeout`),
+/// milliseconds; then SQLSTATE 57014, rolled back, 503 `UNKNOWN`.
+const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 10_000;
+/// Default longest idle time of a service session inside an open transaction
+/// (`idle_in_transaction_session_timeout`), milliseconds; then the server ends the
+/// session (SQLSTATE 25P03) and rolls the transaction back, which frees its row locks
+/// even when the service process itself is frozen.
+const DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_MS: u64 = 10_000;
+/// Default interval between two key-retention sweeps, milliseconds (only with
+/// `--key-retention-ms`).
+const DEFAULT_KEY_SWEEP_INTERVAL_MS: u64 = 60_000;
 /// Exit status when the shutdown grace period ran out before everything drained.
 const EXIT_GRACE_EXCEEDED: i32 = 1;
 /// Exit status when the service could not start.
@@ -69,10 +84,29 @@ struct Args {
     /// fixed for a database: the stripe is part of a request's fingerprint.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=ledger_svc::striping::MAX_REDEEM_STRIPES as i64))]
     redeem_stripes: u32,
+    /// `lock_timeout` of the service's sessions, milliseconds (at least 1).
+    #[arg(long, default_value_t = DEFAULT_LOCK_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..=i32::MAX as u64))]
+    lock_timeout_ms: u64,
+    /// `statement_timeout` of the service's sessions, milliseconds (at least 1).
+    #[arg(long, default_value_t = DEFAULT_STATEMENT_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..=i32::MAX as u64))]
+    statement_timeout_ms: u64,
+    /// `idle_in_transaction_session_timeout` of the service's sessions, milliseconds (at
+    /// least 1). A fault that holds a transaction longer than this ends with the session.
+    #[arg(long, default_value_t = DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..=i32::MAX as u64))]
+    idle_in_transaction_timeout_ms: u64,
+    /// Keep each idempotency record's response this long, milliseconds; then a sweep
+    /// leaves a tombstone and the key answers 422 KEY_EXPIRED. 0 (default): keep forever.
+    #[arg(long, default_value_t = 0)]
+    key_retention_ms: u64,
+    /// Interval between two retention sweeps, milliseconds (at least 1; only with
+    /// `--key-retention-ms`).
+    #[arg(long, default_value_t = DEFAULT_KEY_SWEEP_INTERVAL_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    key_sweep_interval_ms: u64,
 }
 
 fn main() {
     let args = Args::parse();
+    http::log::init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -132,10 +166,23 @@ async fn run(args: Args) -> i32 {
             return EXIT_STARTUP_FAILED;
         }
     }
+    if args.key_retention_ms > 0 {
+        tokio::spawn(sweep_keys(
+            state.pool.clone(),
+            args.key_retention_ms,
+            Duration::from_millis(args.key_sweep_interval_ms),
+        ));
+    }
     eprintln!(
-        "ledger-svc: database={database} pool_size={} redeem_stripes={} fault_injection={}",
+        "ledger-svc: database={database} pool_size={} redeem_stripes={} lock_timeout_ms={} \
+         statement_timeout_ms={} idle_in_transaction_timeout_ms={} key_retention_ms={} \
+         fault_injection={}",
         args.pool_size,
         args.redeem_stripes,
+        args.lock_timeout_ms,
+        args.statement_timeout_ms,
+        args.idle_in_transaction_timeout_ms,
+        args.key_retention_ms,
         if args.enable_fault_injection {
             "on"
         } else {
@@ -184,6 +231,18 @@ fn build_pool(args: &Args) -> anyhow::Result<(Pool, String)> {
     if config.get_application_name().is_none() {
         config.application_name(APPLICATION_NAME);
     }
+    // The bounds of every service session, set at connection start (the startup packet's
+    // `options`, PostgreSQL docs 20.1.4 "Parameter Interaction via the Shell"), so no
+    // session of the pool ever runs without them; other sessions are not affected.
+    let bounds = format!(
+        "-c lock_timeout={} -c statement_timeout={} -c idle_in_transaction_session_timeout={}",
+        args.lock_timeout_ms, args.statement_timeout_ms, args.idle_in_transaction_timeout_ms
+    );
+    let options = match config.get_options() {
+        Some(existing) if !existing.is_empty() => format!("{existing} {bounds}"),
+        _ => bounds,
+    };
+    config.options(&options);
     let database = config.get_dbname().unwrap_or("(default)").to_owned();
     // Verified: every connection taken from the pool first answers a round trip, so one
     // that died (e.g. in an immediate restart of the server) is replaced, not handed out.
@@ -203,6 +262,32 @@ fn build_pool(args: &Args) -> anyhow::Result<(Pool, String)> {
         .build()
         .map_err(|error| anyhow::anyhow!("cannot build the connection pool: {error}"))?;
     Ok((pool, database))
+}
+
+/// Every `interval`, turns the records older than `window_ms` into tombstones
+/// (`ledger_svc::retention::sweep`). Runs until the process ends; a failed sweep is
+/// logged and tried again at the next interval.
+async fn sweep_keys(pool: Pool, window_ms: u64, interval: Duration) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let swept = match pool.get().await {
+            Ok(client) => ledger_svc::retention::sweep(&client, window_ms)
+                .await
+                .map_err(|error| error.to_string()),
+            Err(error) => Err(error.to_string()),
+        };
+        match swept {
+            Ok(0) => {}
+            Ok(count) => {
+                tracing::info!(target: "ledger_svc::retention", expired = count, "key sweep")
+            }
+            Err(error) => {
+                tracing::warn!(target: "ledger_svc::retention", %error, "key sweep failed")
+            }
+        }
+    }
 }
 
 async fn bind(args: &Args) -> anyhow::Result<(TcpListener, TcpListener)> {

@@ -65,7 +65,9 @@ pub struct Findings {
     /// I3: transactions with < 2 entries or a non-zero sum, ordered by `txn_id`.
     pub unbalanced_txns: Vec<UnbalancedTxn>,
     /// Registrations with outcome `OK` whose `txn_id` is NULL or names no `ledger_txn` row,
-    /// ordered by `(client_id, idem_key)`.
+    /// and tombstones (outcome `EXPIRED`) whose `txn_id` names no `ledger_txn` row,
+    /// ordered by `(client_id, idem_key)`. A tombstone keeps its key registered, so an
+    /// expired transaction still has its request record (no `txns_without_request`).
     pub requests_without_txn: Vec<RequestRef>,
     /// `ledger_txn` rows with no `idem_request` of the same `(client_id, idem_key)`, ordered
     /// by `txn_id`.
@@ -136,9 +138,11 @@ SELECT finding, client_id, idem_key, outcome, txn_id
 FROM (
     SELECT 'request_without_txn' AS finding, r.client_id, r.idem_key, r.outcome, r.txn_id
     FROM idem_request r
-    WHERE r.outcome = 'OK'
-      AND (r.txn_id IS NULL
-           OR NOT EXISTS (SELECT 1 FROM ledger_txn t WHERE t.txn_id = r.txn_id))
+    WHERE (r.outcome = 'OK'
+           AND (r.txn_id IS NULL
+                OR NOT EXISTS (SELECT 1 FROM ledger_txn t WHERE t.txn_id = r.txn_id)))
+       OR (r.outcome = 'EXPIRED' AND r.txn_id IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM ledger_txn t WHERE t.txn_id = r.txn_id))
     UNION ALL
     SELECT 'txn_without_request', t.client_id, t.idem_key, NULL, t.txn_id
     FROM ledger_txn t

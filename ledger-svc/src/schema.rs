@@ -40,7 +40,10 @@ pub fn test_account(n: u32) -> String {
 ///   `balance_non_negative` allows a negative balance only where `allow_negative`.
 /// - `idem_request`: one row per `(client_id, idem_key)`; `outcome` is `PENDING` only inside
 ///   the registering transaction; `txn_id` is set for `OK`; `balance_after` is the balance
-///   reported to the client (points).
+///   reported to the client (points). `EXPIRED` marks a tombstone left by the retention
+///   sweep ([`crate::retention`]): the stored response (`balance_after`, the outcome) is
+///   gone, the fingerprint and `txn_id` stay, and `expired_at` says when the record
+///   expired (set exactly for `EXPIRED`, CHECK `idem_request_tombstone_check`).
 /// - `ledger_txn`: one row per executed transfer; its own `UNIQUE (client_id, idem_key)`
 ///   guarantees one key never produces two transactions, even if idempotency logic failed.
 /// - `ledger_entry`: the record of fact, signed amounts in points (never 0).
@@ -60,10 +63,13 @@ CREATE TABLE idem_request (
     request_hash  text        NOT NULL,
     outcome       text        NOT NULL
         CONSTRAINT idem_request_outcome_check
-        CHECK (outcome IN ('PENDING', 'OK', 'INSUFFICIENT', 'NO_ACCOUNT')),
+        CHECK (outcome IN ('PENDING', 'OK', 'INSUFFICIENT', 'NO_ACCOUNT', 'EXPIRED')),
     txn_id        bigint      NULL,
     balance_after bigint      NULL,
     created_at    timestamptz NOT NULL DEFAULT now(),
+    expired_at    timestamptz NULL,
+    CONSTRAINT idem_request_tombstone_check
+        CHECK ((outcome = 'EXPIRED') = (expired_at IS NOT NULL)),
     PRIMARY KEY (client_id, idem_key)
 );
 

@@ -176,12 +176,26 @@ const REGISTER_ATTEMPTS: u32 = 3;
 
 // Step 1. ON CONFLICT DO NOTHING waits on the unique index while a concurrent transaction
 // holds the same key, then returns no row if that transaction committed (PostgreSQL docs,
-// INSERT, "ON CONFLICT Clause").
+// INSERT, "ON CONFLICT Clause"). It also inserts nothing when a transaction of this key
+// exists without its record (removed by hand): that key must never execute again.
 const REGISTER_SQL: &str = "\
 INSERT INTO idem_request (client_id, idem_key, request_hash, outcome)
-VALUES ($1, $2, $3, 'PENDING')
+SELECT $1, $2, $3, 'PENDING'
+WHERE NOT EXISTS (SELECT 1 FROM ledger_txn t WHERE t.client_id = $1 AND t.idem_key = $2)
 ON CONFLICT (client_id, idem_key) DO NOTHING
 RETURNING 1";
+
+// Step 1, key known but no record: the transaction left behind by a removed record.
+const ORPHAN_TXN_SQL: &str = "\
+SELECT txn_id FROM ledger_txn WHERE client_id = $1 AND idem_key = $2";
+
+/// SQLSTATE numeric_value_out_of_range (PostgreSQL docs, Appendix A).
+const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";
+
+/// The C routines (`R` field of the error, PostgreSQL docs 55.8 "Error and Notice Message
+/// Fields") that report an overflow of bigint `+` and `-`: the ledger's own balance
+/// arithmetic, when the error has no context (no function or trigger around it).
+const OWN_ARITHMETIC_ROUTINES: [&str; 2] = ["int8pl", "int8mi"];
 
 // Step 1, key known: a new statement takes a new snapshot under READ COMMITTED and so sees
 // the row committed by the transaction we waited for.
@@ -255,8 +269,13 @@ WHERE client_id = $1 AND idem_key = $2";
 /// COMMIT on a refusal, 2 and ROLLBACK on a replay; each is sent with its parameter types
 /// (`query_typed`), one round trip, no prepared statement.
 ///
+/// A key whose record expired (a tombstone, see [`crate::retention`]) or whose record was
+/// removed while its transaction exists is never executed again: [`LedgerError::KeyExpired`]
+/// (after the fingerprint check: another payload under an expired key is `KeyReused`).
+///
 /// Errors: [`LedgerError::InvalidAmount`] (`amount <= 0`, before any database access),
-/// [`LedgerError::KeyReused`], [`LedgerError::CommittedPending`] (also for a stored outcome
+/// [`LedgerError::KeyReused`], [`LedgerError::KeyExpired`], [`LedgerError::OutOfRange`]
+/// (the balance arithmetic itself overflowed bigint), [`LedgerError::CommittedPending`] (also for a stored outcome
 /// that is not one of OK/INSUFFICIENT/NO_ACCOUNT), [`LedgerError::RegistrationVanished`],
 /// [`LedgerError::CreditAccountMissing`], [`LedgerError::HookAborted`], and
 /// [`LedgerError::Db`] (e.g. SQLSTATE 23514 if the CHECK `balance_non_negative` fires,
@@ -293,6 +312,19 @@ pub async fn transfer(
             tx.rollback().await?;
             return replay(req, &request_hash, &row);
         }
+        let orphan = tx
+            .query_typed_opt(
+                ORPHAN_TXN_SQL,
+                &[(&req.client_id, Type::TEXT), (&req.idem_key, Type::TEXT)],
+            )
+            .await?;
+        if let Some(row) = orphan {
+            tx.rollback().await?;
+            return Err(LedgerError::KeyExpired {
+                txn_id: Some(row.try_get("txn_id")?),
+                tombstone: false,
+            });
+        }
         // The conflicting row is gone again (deleted behind our back): try once more.
         attempt += 1;
         if attempt >= REGISTER_ATTEMPTS {
@@ -317,7 +349,8 @@ pub async fn transfer(
             DEBIT_FROM_SQL,
             &[(&req.from, Type::TEXT), (&req.amount, Type::INT8)],
         )
-        .await?;
+        .await
+        .map_err(|error| blame(error, &req.from, req.amount))?;
     let Some(debited) = debited else {
         let row = tx
             .query_typed_one(
@@ -417,12 +450,36 @@ async fn credit_and_record(
                 (&req.from, Type::TEXT),
             ],
         )
-        .await?;
+        .await
+        .map_err(|error| blame(error, &req.to, req.amount))?;
     let Some(recorded) = recorded else {
         return Err(LedgerError::CreditAccountMissing(req.to.clone()));
     };
     debug_assert_eq!(recorded.try_get::<_, i64>("entry_count").ok(), Some(2));
     Ok((recorded.try_get("balance")?, recorded.try_get("txn_id")?))
+}
+
+/// Decides who a statement's error is about: SQLSTATE 22003 reported by bigint `+`/`-`
+/// with no error context is the statement's own balance arithmetic on `account`, so the
+/// request cannot be done ([`LedgerError::OutOfRange`]); the same code from a trigger or a
+/// function (the error then has a context, `PL/pgSQL function … line …`) or from any
+/// other routine is a server-side failure and stays [`LedgerError::Db`].
+fn blame(error: tokio_postgres::Error, account: &str, amount: i64) -> LedgerError {
+    let own = error.as_db_error().is_some_and(|db| {
+        db.code().code() == NUMERIC_VALUE_OUT_OF_RANGE
+            && db.where_().is_none()
+            && db
+                .routine()
+                .is_some_and(|routine| OWN_ARITHMETIC_ROUTINES.contains(&routine))
+    });
+    if own {
+        LedgerError::OutOfRange {
+            account: account.to_owned(),
+            amount,
+        }
+    } else {
+        LedgerError::from(error)
+    }
 }
 
 /// Step 4: records outcome OK with the txn id and the reported balance.
@@ -563,6 +620,12 @@ fn replay(
         });
     }
     let stored_outcome: &str = row.try_get("outcome")?;
+    if stored_outcome == crate::retention::EXPIRED {
+        return Err(LedgerError::KeyExpired {
+            txn_id: row.try_get("txn_id")?,
+            tombstone: true,
+        });
+    }
     let Ok(outcome) = stored_outcome.parse::<Outcome>() else {
         return Err(LedgerError::CommittedPending {
             client_id: req.client_id.clone(),

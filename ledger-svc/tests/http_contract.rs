@@ -819,11 +819,18 @@ async fn database_unavailable_is_503_unknown_without_driver_text() {
         },
     )
     .await;
+    // Liveness does not depend on the database; readiness does.
     let health = svc
         .send(svc.http.get(format!("{}/healthz", svc.public)))
         .await
         .unwrap();
-    assert_problem(&health, 503, "UNKNOWN", "healthz");
+    assert_eq!(health.status, 200, "{}", health.raw);
+    let ready = svc
+        .send(svc.http.get(format!("{}/readyz", svc.public)))
+        .await
+        .unwrap();
+    assert_problem(&ready, 503, "UNKNOWN", "readyz");
+    assert_eq!(ready.headers.get("retry-after").unwrap(), "1");
     let balance = svc
         .send(svc.http.get(format!("{}/accounts/acct-0001", svc.public)))
         .await

@@ -244,3 +244,48 @@ async fn own_strategy_recorded_the_ledgers_way_reconciles_clean() {
         assert_eq!(findings.is_clean(), record, "{key}: {findings:?}");
     }
 }
+
+/// Tombstones left by the retention sweep reconcile clean (their transactions still have
+/// a request record), and answer `KeyExpired` instead of executing again; a tombstone
+/// whose txn id names no transaction is a finding.
+#[tokio::test]
+async fn tombstones_reconcile_clean() {
+    let mut db = TestDb::new("r_tombstones").await;
+    traffic(&mut db).await;
+    let swept = ledger_svc::retention::sweep(&db.client, 0).await.unwrap();
+    assert_eq!(swept, 5, "every committed record of the traffic expired");
+    let findings = reconcile(&mut db.client).await.unwrap();
+    assert!(findings.is_clean(), "{}", findings.summary());
+    let again = ledger_svc::retention::sweep(&db.client, 0).await.unwrap();
+    assert_eq!(again, 0, "a tombstone is not swept twice");
+    let err = debit(&mut db.client, "app-a", "k-1", "acct-0001", 300)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ledger_svc::LedgerError::KeyExpired {
+                txn_id: Some(_),
+                tombstone: true
+            }
+        ),
+        "{err:?}"
+    );
+    db.client
+        .batch_execute(
+            "INSERT INTO idem_request (client_id, idem_key, request_hash, outcome, txn_id, expired_at) \
+             VALUES ('app-z', 'z-1', 'h', 'EXPIRED', 999999, now())",
+        )
+        .await
+        .unwrap();
+    let findings = reconcile(&mut db.client).await.unwrap();
+    assert_eq!(
+        findings.requests_without_txn,
+        vec![RequestRef {
+            client_id: "app-z".into(),
+            idem_key: "z-1".into(),
+            outcome: "EXPIRED".into(),
+            txn_id: Some(999999)
+        }]
+    );
+}

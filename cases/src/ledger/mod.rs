@@ -34,6 +34,8 @@ case_kit::register_cases! {
     l10_database_crash,
     l11_reconciliation,
     l12_striped_redemption,
+    pub l18_stuck_transaction,
+    l19_key_retention,
 }
 
 /// The template database every L case database is cloned from.

@@ -10,6 +10,9 @@
 //! - `delay`: wait `hold_ms`, then go on.
 //! - `pause`: wait until released from the admin listener (or `hold_ms` passes), then go
 //!   on. A case uses it to hold a transaction at a known point, not for a guessed time.
+//!   Without `hold_ms` a pause holds until released, bounded by [`MAX_FAULT_HOLD_MS`]
+//!   (the state then reports that bound as its `hold_ms`). Note that a transaction held
+//!   longer than the service's idle-in-transaction bound is ended by the server.
 //! - `close`: wait `hold_ms`, then abort: before `after-commit` the transaction rolls
 //!   back; at `after-commit` it stays committed. Either way the client's connection is
 //!   closed without a response (a lost response, SPEC §6 L7).
@@ -105,10 +108,11 @@ pub enum FaultAction {
 pub struct FaultSpec {
     /// What to do.
     pub action: FaultAction,
-    /// How long to hold, milliseconds (for `pause`, the longest wait for a release);
-    /// default 0, at most [`MAX_FAULT_HOLD_MS`].
+    /// How long to hold, milliseconds (for `pause`, the longest wait for a release), at
+    /// most [`MAX_FAULT_HOLD_MS`]. When absent: 0 for `delay` and `close`, and
+    /// [`MAX_FAULT_HOLD_MS`] for `pause` (hold until released). See [`FaultSpec::hold`].
     #[serde(default)]
-    pub hold_ms: u64,
+    pub hold_ms: Option<u64>,
     /// How many transfers it fires for; default 1 (one-shot), 1 to [`MAX_FAULT_COUNT`].
     #[serde(default = "one")]
     pub count: u32,
@@ -123,13 +127,25 @@ impl FaultSpec {
     ///
     /// Errors: a text for the client naming the broken limit.
     pub fn validate(&self) -> Result<(), String> {
-        if self.hold_ms > MAX_FAULT_HOLD_MS {
+        if self.hold_ms.is_some_and(|hold| hold > MAX_FAULT_HOLD_MS) {
             return Err(format!("hold_ms must be at most {MAX_FAULT_HOLD_MS}"));
         }
         if !(1..=MAX_FAULT_COUNT).contains(&self.count) {
             return Err(format!("count must be 1 to {MAX_FAULT_COUNT}"));
         }
         Ok(())
+    }
+}
+
+impl FaultSpec {
+    /// The hold in milliseconds: `hold_ms`, or when absent [`MAX_FAULT_HOLD_MS`] for a
+    /// pause (held until released) and 0 for the other actions.
+    pub fn hold(&self) -> u64 {
+        match (self.hold_ms, self.action) {
+            (Some(hold), _) => hold,
+            (None, FaultAction::Pause) => MAX_FAULT_HOLD_MS,
+            (None, _) => 0,
+        }
     }
 }
 
@@ -249,7 +265,7 @@ fn state(point: FaultPoint, slot: &Slot) -> FaultState {
     FaultState {
         point,
         action: slot.spec.map(|s| s.action),
-        hold_ms: slot.spec.map_or(0, |s| s.hold_ms),
+        hold_ms: slot.spec.map_or(0, |s| s.hold()),
         remaining: slot.remaining,
         fired: slot.fired,
         holding: slot.holding,
@@ -293,10 +309,11 @@ impl FaultHooks {
         };
         Box::pin(async move {
             let _holding = Holding { hooks: self, point };
-            let hold = Duration::from_millis(spec.hold_ms);
+            let hold = Duration::from_millis(spec.hold());
             eprintln!(
                 "ledger-svc: fault {:?} fired at {point} for {what} (hold_ms={})",
-                spec.action, spec.hold_ms
+                spec.action,
+                spec.hold()
             );
             match spec.action {
                 FaultAction::Delay => {

@@ -4,6 +4,7 @@
 
 pub mod faults;
 pub mod grammar;
+pub mod log;
 pub mod problem;
 pub mod routes;
 pub mod server;

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::Response;
 use hyper::StatusCode;
-use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
+use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use serde_json::{Map, Value, json};
 
 /// The response type of every handler.
@@ -18,6 +18,45 @@ pub type HttpResponse = Response<Full<Bytes>>;
 /// Name of the header that marks a replayed result (our own header; the IETF draft
 /// defines none).
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+
+/// `Retry-After` of every 503, seconds (RFC 9110 §10.2.3): the request may be retried
+/// with the same key after this.
+pub const RETRY_AFTER_S: u64 = 1;
+
+/// What the request log reports about a response, kept in the response's extensions
+/// (never sent): its `outcome` member and, for an executed or replayed transfer, the txn id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    /// The `outcome` member, e.g. `"OK"`; `"-"` for a body without one (health, faults).
+    pub outcome: &'static str,
+    /// The `txn_id` member, when there is one.
+    pub txn_id: Option<i64>,
+}
+
+/// The facts of `response`, as set by [`Problem::into_response`] or [`with_facts`].
+pub fn facts(response: &HttpResponse) -> Facts {
+    response
+        .extensions()
+        .get::<Facts>()
+        .copied()
+        .unwrap_or(Facts {
+            outcome: "-",
+            txn_id: None,
+        })
+}
+
+/// Attaches the request log's facts to `response`.
+pub fn with_facts(
+    mut response: HttpResponse,
+    outcome: ApiOutcome,
+    txn_id: Option<i64>,
+) -> HttpResponse {
+    response.extensions_mut().insert(Facts {
+        outcome: outcome.as_str(),
+        txn_id,
+    });
+    response
+}
 
 /// The `outcome` member of a body (SPEC §4), plus `UNKNOWN` for server-side failures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +69,9 @@ pub enum ApiOutcome {
     NoAccount,
     /// The key was first used for a different payload (422); nothing recorded.
     KeyReused,
+    /// The key's record expired (retention) or was removed; it is never executed again
+    /// (422, naming the original `txn_id`); nothing recorded.
+    KeyExpired,
     /// Any client error (400, 404 route, 405, 413, 415); nothing recorded.
     BadRequest,
     /// The service failed (5xx): the request may or may not have executed; a retry with
@@ -52,6 +94,7 @@ impl ApiOutcome {
             ApiOutcome::Insufficient => "INSUFFICIENT",
             ApiOutcome::NoAccount => "NO_ACCOUNT",
             ApiOutcome::KeyReused => "KEY_REUSED",
+            ApiOutcome::KeyExpired => "KEY_EXPIRED",
             ApiOutcome::BadRequest => "BAD_REQUEST",
             ApiOutcome::Unknown => "UNKNOWN",
             ApiOutcome::OrderClosed => "ORDER_CLOSED",
@@ -152,7 +195,8 @@ impl Problem {
         )
     }
 
-    /// 503, outcome `UNKNOWN`: the database could not be reached or failed.
+    /// 503, outcome `UNKNOWN`, with `Retry-After: 1` ([`RETRY_AFTER_S`]): the database could
+    /// not be reached, a wait ran out (lock, statement, pool) or the session was ended.
     pub fn unavailable() -> Problem {
         Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -194,11 +238,21 @@ impl Problem {
         body.insert("detail".into(), json!(self.detail));
         body.insert("outcome".into(), json!(self.outcome.as_str()));
         body.extend(self.extensions);
-        let mut response = body_response(
-            self.status,
-            "application/problem+json",
-            &Value::Object(body),
+        let txn_id = body.get("txn_id").and_then(Value::as_i64);
+        let mut response = with_facts(
+            body_response(
+                self.status,
+                "application/problem+json",
+                &Value::Object(body),
+            ),
+            self.outcome,
+            txn_id,
         );
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
+        }
         if let Some(allow) = self.allow {
             response
                 .headers_mut()

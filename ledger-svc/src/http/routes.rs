@@ -1,9 +1,19 @@
 //! The two listeners' routes.
 //!
+//! Both listeners:
+//! - `GET /healthz` (liveness) → 200 `{"status":"ok"}` whenever the process serves HTTP;
+//!   it never touches the database or waits on the pool.
+//! - `GET /readyz` (readiness) → 200 `{"status":"ready"}` when a pooled connection
+//!   answers a round trip within [`READY_TIMEOUT_MS`], else 503 problem `not-ready`
+//!   (outcome `UNKNOWN`, `Retry-After`).
+//!
 //! Public listener (SPEC §4):
-//! - `GET /healthz` → 200 `{"status":"ok"}` once a pooled connection answers, else 503.
 //! - `GET /accounts/{id}` → 200 `{"account_id","balance"}`, or 404 `NO_ACCOUNT`.
-//! - `POST /accounts/{id}/debits` → the SPEC §4 table.
+//! - `POST /accounts/{id}/debits` → the SPEC §4 table, plus: 422 `KEY_EXPIRED` (with
+//!   `txn_id`) for a key whose record expired or was removed; 503 `UNKNOWN` with
+//!   `Retry-After` when a bounded wait ran out or the database failed in a way that may
+//!   pass ([`TRANSIENT_SQLSTATES`]); 500 `UNKNOWN` for any other database error (a
+//!   trigger's SQLSTATE 22003 included). Nothing is recorded on any of these.
 //!
 //! Admin listener (never reachable from the public one):
 //! - `GET /healthz`, and `POST /accounts/{id}/grants` (same headers, body and table as a
@@ -39,7 +49,8 @@ use tokio_util::task::TaskTracker;
 use super::CloseConnection;
 use super::faults::{FaultHooks, FaultPoint, FaultSpec};
 use super::grammar::{self, MAX_BODY_BYTES};
-use super::problem::{ApiOutcome, HttpResponse, Problem, json_response, mark_replayed};
+use super::log::{RequestLog, Summary};
+use super::problem::{ApiOutcome, HttpResponse, Problem, json_response, mark_replayed, with_facts};
 
 /// Longest wait for a pooled database connection, milliseconds; then 503.
 pub const POOL_WAIT_TIMEOUT_MS: u64 = 5_000;
@@ -48,8 +59,17 @@ pub const POOL_WAIT_TIMEOUT_MS: u64 = 5_000;
 /// gets 408 and nothing is recorded (the head has its own `HEADER_READ_TIMEOUT_MS`).
 pub const BODY_READ_TIMEOUT_MS: u64 = 5_000;
 
-/// SQLSTATE of numeric_value_out_of_range (PostgreSQL docs, Appendix A).
-const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";
+/// Longest wait of `GET /readyz` for a pooled connection and its round trip,
+/// milliseconds; then 503.
+pub const READY_TIMEOUT_MS: u64 = 1_000;
+
+/// SQLSTATEs (and classes: two characters) of a database failure that may pass, so the
+/// answer is 503 with `Retry-After`: connection exceptions (08), transaction rollback
+/// (40: serialization failure, deadlock), insufficient resources (53), operator
+/// intervention (57: `statement_timeout`, server shutdown), lock_not_available (55P03:
+/// `lock_timeout`) and idle_in_transaction_session_timeout (25P03). PostgreSQL docs,
+/// Appendix A. Every other SQLSTATE (a trigger's error, a violated constraint) is 500.
+const TRANSIENT_SQLSTATES: [&str; 6] = ["08", "40", "53", "57", "55P03", "25P03"];
 
 /// What every handler shares.
 pub struct AppState {
@@ -77,56 +97,67 @@ pub enum Listener {
 
 pub(super) type Handled = Result<HttpResponse, CloseConnection>;
 
-/// Routes one request. `Err(CloseConnection)` closes the connection without a response.
+/// Routes one request and writes its log line (see [`super::log`]).
+/// `Err(CloseConnection)` closes the connection without a response.
 pub async fn handle(
     state: Arc<AppState>,
     listener: Listener,
     request: Request<Incoming>,
 ) -> Handled {
-    let method = request.method().clone();
-    let path = request.uri().path().to_owned();
-    let result = route(&state, listener, request).await;
-    match &result {
-        Ok(response) => eprintln!(
-            "ledger-svc: {listener:?} {method} {path} -> {}{}",
-            response.status().as_u16(),
-            if response
-                .headers()
-                .contains_key(super::problem::REPLAYED_HEADER)
-            {
-                " (replayed)"
-            } else {
-                ""
-            }
-        ),
-        Err(CloseConnection) => {
-            eprintln!("ledger-svc: {listener:?} {method} {path} -> connection closed")
-        }
+    let mut log = Some(RequestLog::new(
+        listener,
+        request.method(),
+        request.uri().path(),
+    ));
+    let result = route(&state, listener, request, &mut log).await;
+    // A transfer that reached its task took the log line along; it logs on its own.
+    if let Some(log) = log.take() {
+        log.finish(result.as_ref().ok(), false);
     }
     result
 }
 
-async fn route(state: &Arc<AppState>, listener: Listener, request: Request<Incoming>) -> Handled {
+async fn route(
+    state: &Arc<AppState>,
+    listener: Listener,
+    request: Request<Incoming>,
+    log: &mut Option<RequestLog>,
+) -> Handled {
     let path = request.uri().path().to_owned();
     let segments: Vec<&str> = path.split('/').skip(1).collect();
     let method = request.method().clone();
+    let name = |log: &mut Option<RequestLog>, template: &str| {
+        if let Some(log) = log.as_mut() {
+            log.route(template);
+        }
+    };
     match (listener, segments.as_slice()) {
-        (_, ["healthz"]) => only(&method, Method::GET, "GET", || healthz(state)).await,
+        (_, ["healthz"]) => {
+            name(log, "/healthz");
+            only(&method, Method::GET, "GET", healthz).await
+        }
+        (_, ["readyz"]) => {
+            name(log, "/readyz");
+            only(&method, Method::GET, "GET", || readyz(state)).await
+        }
         (Listener::Public, ["accounts", account]) => {
+            name(log, "/accounts/{id}");
             let account = account.to_string();
             only(&method, Method::GET, "GET", || read_account(state, account)).await
         }
         (Listener::Public, ["accounts", account, "debits"]) => {
+            name(log, "/accounts/{id}/debits");
             let account = account.to_string();
             only(&method, Method::POST, "POST", || {
-                transfer_route(state, request, Kind::Debit, account)
+                transfer_route(state, request, Kind::Debit, account, log)
             })
             .await
         }
         (Listener::Admin, ["accounts", account, "grants"]) => {
+            name(log, "/accounts/{id}/grants");
             let account = account.to_string();
             only(&method, Method::POST, "POST", || {
-                transfer_route(state, request, Kind::Grant, account)
+                transfer_route(state, request, Kind::Grant, account, log)
             })
             .await
         }
@@ -157,15 +188,50 @@ where
     }
 }
 
-async fn healthz(state: &AppState) -> Handled {
-    // Getting a pooled connection runs the Verified recycling check (a round trip).
-    match state.pool.get().await {
-        Ok(_) => Ok(json_response(StatusCode::OK, &json!({"status": "ok"}))),
-        Err(error) => {
-            eprintln!("ledger-svc: healthz: no database connection: {error}");
-            Ok(Problem::unavailable().into_response())
-        }
-    }
+/// Liveness: the process serves requests. No database call, no wait on the pool.
+async fn healthz() -> Handled {
+    Ok(json_response(StatusCode::OK, &json!({"status": "ok"})))
+}
+
+/// Readiness: a pooled connection is free (or can be made) and answers a round trip
+/// (the pool's Verified recycling check, or a new connection), within [`READY_TIMEOUT_MS`].
+async fn readyz(state: &AppState) -> Handled {
+    let bound = Duration::from_millis(READY_TIMEOUT_MS);
+    let timeouts = deadpool_postgres::Timeouts {
+        wait: Some(bound),
+        create: Some(bound),
+        recycle: Some(bound),
+    };
+    let checked = tokio::time::timeout(bound, async {
+        let client = state
+            .pool
+            .timeout_get(&timeouts)
+            .await
+            .map_err(|error| error.to_string())?;
+        client
+            .simple_query("")
+            .await
+            .map(|_| ())
+            .map_err(|error| LedgerError::from(error).to_string())
+    })
+    .await;
+    let reason = match checked {
+        Ok(Ok(())) => return Ok(json_response(StatusCode::OK, &json!({"status": "ready"}))),
+        Ok(Err(error)) => error,
+        Err(_) => format!("no answer within {READY_TIMEOUT_MS} ms"),
+    };
+    eprintln!("ledger-svc: readyz: not ready: {reason}");
+    Ok(Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not-ready",
+        "Not ready",
+        format!(
+            "no database connection answered within {READY_TIMEOUT_MS} ms; the process is \
+             alive (see /healthz)"
+        ),
+        ApiOutcome::Unknown,
+    )
+    .into_response())
 }
 
 async fn read_account(state: &AppState, account: String) -> Handled {
@@ -322,11 +388,15 @@ async fn transfer_route(
     request: Request<Incoming>,
     kind: Kind,
     account: String,
+    log: &mut Option<RequestLog>,
 ) -> Handled {
     let head = match parse_transfer(&request, kind, &account) {
         Ok(head) => head,
         Err(problem) => return Ok(problem.into_response()),
     };
+    if let Some(log) = log.as_mut() {
+        log.identify(&head.client_id, &head.key);
+    }
     let body = match read_body(request).await {
         Ok(body) => body,
         Err(problem) => return Ok(problem.into_response()),
@@ -347,43 +417,82 @@ async fn transfer_route(
     };
 
     // The transfer runs in its own task: if the client goes away (hyper then drops this
-    // future), the transaction still ends by commit or rollback, never half-way.
+    // future), the transaction still ends by commit or rollback, never half-way, and the
+    // task still writes the request's log line.
     let task_state = state.clone();
-    let task = state.tasks.spawn(async move {
-        let mut client = match task_state.pool.get().await {
-            Ok(client) => client,
-            Err(error) => return Err(Failure::NoConnection(error.to_string())),
+    let task_log = log.take();
+    let (answer, answered) = tokio::sync::oneshot::channel::<Handled>();
+    state.tasks.spawn(async move {
+        let outcome = run_transfer(&task_state, &transfer_request).await;
+        let handled = transfer_response(kind, &account, amount, outcome);
+        let logged = match &handled {
+            Ok(response) => Some(Summary::of(response)),
+            Err(CloseConnection) => None,
         };
-        let hooks: &dyn Hooks = match &task_state.faults {
-            Some(faults) => faults.as_ref(),
-            None => &NoHooks,
-        };
-        let result = transfer(&mut client, &transfer_request, hooks).await;
-        // Logged here, not by the handler: the client may be gone and the handler dropped.
-        if let Err(LedgerError::HookAborted(point)) = &result {
-            eprintln!(
-                "ledger-svc: fault at {point} aborted {} {}: {}; closing the connection \
-                 without a response",
-                transfer_request.kind.as_str(),
-                transfer_request.idem_key,
-                if *point == HookPoint::AfterCommit {
-                    "the transfer is committed"
-                } else {
-                    "the transfer was rolled back"
-                }
-            );
+        let client_gone = answer.send(handled).is_err();
+        if let Some(log) = task_log {
+            log.finish_summary(logged, client_gone);
         }
-        result.map_err(Failure::Ledger)
     });
-    let outcome = match task.await {
-        Ok(outcome) => outcome,
-        Err(join_error) => {
-            eprintln!("ledger-svc: transfer task failed: {join_error}");
-            return Ok(Problem::internal().into_response());
+    match answered.await {
+        Ok(handled) => handled,
+        Err(_) => {
+            eprintln!("ledger-svc: transfer task ended without an answer");
+            Ok(Problem::internal().into_response())
         }
+    }
+}
+
+/// Takes a pooled connection and runs the transfer with the armed faults (if any).
+async fn run_transfer(
+    state: &AppState,
+    transfer_request: &TransferRequest,
+) -> Result<TransferResult, Failure> {
+    let mut client = match state.pool.get().await {
+        Ok(client) => client,
+        Err(error) => return Err(Failure::NoConnection(error.to_string())),
     };
+    let hooks: &dyn Hooks = match &state.faults {
+        Some(faults) => faults.as_ref(),
+        None => &NoHooks,
+    };
+    let result = transfer(&mut client, transfer_request, hooks).await;
+    if let Err(LedgerError::HookAborted(point)) = &result {
+        eprintln!(
+            "ledger-svc: fault at {point} aborted {} {}: {}; closing the connection \
+             without a response",
+            transfer_request.kind.as_str(),
+            transfer_request.idem_key,
+            if *point == HookPoint::AfterCommit {
+                "the transfer is committed"
+            } else {
+                "the transfer was rolled back"
+            }
+        );
+    }
+    result.map_err(Failure::Ledger)
+}
+
+/// Whether a database error may pass by itself (see [`TRANSIENT_SQLSTATES`]); no
+/// SQLSTATE at all means the connection failed.
+fn transient(error: &LedgerError) -> bool {
+    match error.sqlstate() {
+        None => true,
+        Some(code) => TRANSIENT_SQLSTATES.iter().any(|transient| {
+            code == *transient || (transient.len() == 2 && code.starts_with(transient))
+        }),
+    }
+}
+
+/// The answer to a transfer's outcome (SPEC §4 table, plus the failures).
+fn transfer_response(
+    kind: Kind,
+    account: &str,
+    amount: i64,
+    outcome: Result<TransferResult, Failure>,
+) -> Handled {
     match outcome {
-        Ok(result) => Ok(result_response(kind, &account, amount, &result)),
+        Ok(result) => Ok(result_response(kind, account, amount, &result)),
         Err(Failure::Ledger(LedgerError::HookAborted(_))) => Err(CloseConnection),
         Err(Failure::Ledger(LedgerError::KeyReused { .. })) => Ok(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -394,28 +503,52 @@ async fn transfer_route(
             ApiOutcome::KeyReused,
         )
         .into_response()),
+        // The key's record expired or was removed: never executed again, and the answer
+        // names the transaction the key once executed (null: it executed none).
+        Err(Failure::Ledger(LedgerError::KeyExpired { txn_id, tombstone })) => {
+            eprintln!(
+                "ledger-svc: key expired (txn_id={txn_id:?}, {}); nothing executed",
+                if tombstone {
+                    "tombstone"
+                } else {
+                    "record missing, transaction present"
+                }
+            );
+            Ok(Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "key-expired",
+                "Idempotency key expired",
+                "this Idempotency-Key is no longer remembered with its response; the request \
+                 was not executed again (txn_id names what the key executed, if anything); \
+                 a new operation needs a new key",
+                ApiOutcome::KeyExpired,
+            )
+            .with("txn_id", txn_id)
+            .into_response())
+        }
         Err(Failure::Ledger(LedgerError::CreditAccountMissing(missing))) if kind == Kind::Grant => {
             Ok(no_account(&missing, Some(amount)).into_response())
         }
         Err(Failure::Ledger(LedgerError::InvalidAmount(_))) => {
             Ok(Problem::bad_request("amount must be a positive integer").into_response())
         }
-        // SQLSTATE 22003 numeric_value_out_of_range: the amount would take a balance past
-        // the bigint range (a grant of nearly i64::MAX). The transaction rolled back and
-        // nothing was recorded, so it is the client's request that cannot be done.
-        Err(Failure::Ledger(error @ LedgerError::Db { .. }))
-            if error.sqlstate() == Some(NUMERIC_VALUE_OUT_OF_RANGE) =>
-        {
+        // Our own balance arithmetic overflowed bigint (decided in the library by where the
+        // SQLSTATE 22003 came from): the amount cannot be done; nothing was recorded.
+        Err(Failure::Ledger(error @ LedgerError::OutOfRange { .. })) => {
             eprintln!("ledger-svc: transfer refused: {error}");
             Ok(Problem::bad_request(
                 "amount would take a balance outside the 64-bit range of points; nothing was recorded",
             )
             .into_response())
         }
-        Err(Failure::Ledger(error @ LedgerError::Db { .. })) => {
+        // A wait ran out (lock_timeout, statement_timeout, idle bound), the connection
+        // failed, a deadlock: rolled back, nothing recorded; the same key may be retried.
+        Err(Failure::Ledger(error @ LedgerError::Db { .. })) if transient(&error) => {
             eprintln!("ledger-svc: transfer failed: {error}");
             Ok(Problem::unavailable().into_response())
         }
+        // Any other database error (a trigger's 22003, a violated constraint) is the
+        // server's fault, not the client's amount; rolled back, nothing recorded.
         Err(Failure::Ledger(error)) => {
             eprintln!("ledger-svc: transfer failed: {error}");
             Ok(Problem::internal().into_response())
@@ -472,6 +605,9 @@ fn result_response(
     };
     if result.replayed {
         mark_replayed(&mut response);
+    }
+    if result.outcome == Outcome::Ok {
+        response = with_facts(response, ApiOutcome::Ok, result.txn_id);
     }
     response
 }

@@ -4,11 +4,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
-/// Longest wait for the service's address line and for `/healthz`, milliseconds.
+/// Longest wait for the service's address line and for `/readyz`, milliseconds.
 pub const START_TIMEOUT_MS: u64 = 10_000;
 /// Longest wait for the service to exit after SIGTERM, milliseconds.
 pub const STOP_TIMEOUT_MS: u64 = 15_000;
@@ -18,6 +19,8 @@ pub const CLIENT_TIMEOUT_MS: u64 = 10_000;
 /// A running service.
 pub struct Service {
     child: Child,
+    /// Every stderr line so far (also forwarded to the test's output).
+    log: Arc<Mutex<Vec<String>>>,
     /// `http://127.0.0.1:PORT` of the public listener.
     pub public: String,
     /// `http://127.0.0.1:PORT` of the admin listener.
@@ -35,9 +38,13 @@ pub struct Options {
     pub pool_size: Option<usize>,
     /// `--shutdown-grace-ms`, when set.
     pub shutdown_grace_ms: Option<u64>,
-    /// Return once the address line is read, without waiting for a healthy `/healthz`
+    /// Return once the address line is read, without waiting for a ready `/readyz`
     /// (for a service whose database is unreachable).
     pub no_health_wait: bool,
+    /// Further arguments, e.g. `["--lock-timeout-ms", "500"]`.
+    pub extra_args: Vec<String>,
+    /// Environment variables for the service, e.g. `("RUST_LOG", "off")`.
+    pub env: Vec<(String, String)>,
 }
 
 /// A response: status, headers and the body parsed as JSON (`Null` when empty).
@@ -69,7 +76,7 @@ impl Reply {
 }
 
 impl Service {
-    /// Starts the service on `database_url` and waits for `/healthz`.
+    /// Starts the service on `database_url` and waits for `/readyz`.
     pub async fn start(database_url: &str, options: Options) -> Service {
         let mut command = Command::new(env!("CARGO_BIN_EXE_ledger-svc"));
         command
@@ -87,12 +94,17 @@ impl Service {
         if let Some(grace) = options.shutdown_grace_ms {
             command.args(["--shutdown-grace-ms", &grace.to_string()]);
         }
+        command.args(&options.extra_args);
+        command.envs(options.env.iter().map(|(name, value)| (name, value)));
         let mut child = scratch_pg::process::spawn_tied(command, None, libc::SIGKILL)
             .expect("spawn ledger-svc");
         let stderr = child.stderr.take().expect("stderr pipe");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let kept = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 eprintln!("[svc] {line}");
+                kept.lock().unwrap_or_else(|p| p.into_inner()).push(line);
             }
         });
         let stdout = child.stdout.take().expect("stdout pipe");
@@ -112,6 +124,7 @@ impl Service {
         let (public, admin) = parse_listening(&line).expect("address line");
         let service = Service {
             child,
+            log,
             public: format!("http://{public}"),
             admin: format!("http://{admin}"),
             http: reqwest::Client::builder()
@@ -128,7 +141,7 @@ impl Service {
         loop {
             let healthy = service
                 .http
-                .get(format!("{}/healthz", service.public))
+                .get(format!("{}/readyz", service.public))
                 .send()
                 .await
                 .is_ok_and(|r| r.status() == 200);
@@ -138,6 +151,17 @@ impl Service {
             assert!(Instant::now() < deadline, "ledger-svc never became healthy");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// The stderr lines written so far that contain `needle`.
+    pub fn log_lines(&self, needle: &str) -> Vec<String> {
+        self.log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|line| line.contains(needle))
+            .cloned()
+            .collect()
     }
 
     pub fn pid(&self) -> i32 {

@@ -1,0 +1,539 @@
+//! The service's bounds and honest errors (issue 17), against the real binary and a real
+//! PostgreSQL: bounded lock, statement and idle-in-transaction waits (503 `UNKNOWN` with
+//! `Retry-After`, nothing recorded, the same key later executed once), liveness apart
+//! from readiness (also with the database stopped), SQLSTATE 22003 blamed by where it
+//! comes from, a pause without `hold_ms`, the request log line (also for a client that
+//! went away, and filtered by `RUST_LOG`), and key retention (the expired key, and the
+//! record removed by hand).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use common::TestDb;
+use common::service::{Options, Reply, Service};
+
+const FORM: (&str, &[u8]) = ("content-type", b"application/x-www-form-urlencoded");
+
+/// Row counts that a refused or failed request must leave alone.
+async fn recorded(db: &TestDb) -> (i64, i64, i64) {
+    (
+        db.scalar("SELECT count(*) FROM idem_request").await,
+        db.scalar("SELECT count(*) FROM ledger_txn").await,
+        db.scalar("SELECT count(*) FROM ledger_entry").await,
+    )
+}
+
+fn assert_problem(reply: &Reply, status: u16, outcome: &str, what: &str) {
+    assert_eq!(reply.status, status, "{what}: {}", reply.raw);
+    assert_eq!(
+        reply.content_type(),
+        "application/problem+json",
+        "{what}: {}",
+        reply.raw
+    );
+    assert_eq!(reply.outcome(), outcome, "{what}: {}", reply.raw);
+    let text = reply.raw.to_lowercase();
+    for driver_text in ["sqlstate", "db error", "postgres", "tokio", "trigger"] {
+        assert!(!text.contains(driver_text), "{what}: driver text: {text}");
+    }
+}
+
+fn with_args(args: &[&str]) -> Options {
+    Options {
+        extra_args: args.iter().map(|a| a.to_string()).collect(),
+        ..Options::default()
+    }
+}
+
+async fn get(svc: &Service, base: &str, path: &str) -> (Reply, Duration) {
+    let started = Instant::now();
+    let reply = svc
+        .send(svc.http.get(format!("{base}{path}")))
+        .await
+        .unwrap();
+    (reply, started.elapsed())
+}
+
+/// A session outside the service holds the `sys-redeem` row lock: a debit waits at most
+/// the lock bound, is answered 503 `UNKNOWN` with `Retry-After`, records nothing; the
+/// liveness route answers at once meanwhile; after the holder commits, the same key
+/// executes once, and its retry replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_wait_is_bounded_and_the_same_key_executes_once_later() {
+    const LOCK_MS: u64 = 300;
+    let db = TestDb::new("b_lock").await;
+    let svc = Service::start(&db.url(), with_args(&["--lock-timeout-ms", "300"])).await;
+    assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
+    let before = recorded(&db).await;
+
+    let holder = db.connect().await;
+    holder
+        .batch_execute(
+            "BEGIN; UPDATE account SET balance = balance WHERE account_id = 'sys-redeem'",
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let refused = svc.debit("acct-0001", "app-a", "k-1", "10").await;
+    let took = started.elapsed();
+    assert_problem(&refused, 503, "UNKNOWN", "lock wait ran out");
+    assert_eq!(refused.headers.get("retry-after").unwrap(), "1");
+    assert!(
+        took >= Duration::from_millis(LOCK_MS) && took < Duration::from_millis(LOCK_MS + 1_000),
+        "answered after {took:?}"
+    );
+    assert_eq!(recorded(&db).await, before, "nothing recorded");
+    assert_eq!(db.balance("acct-0001").await, 100);
+    let (health, health_took) = get(&svc, &svc.public, "/healthz").await;
+    assert_eq!(health.status, 200);
+    assert!(health_took < Duration::from_millis(100), "{health_took:?}");
+    let (ready, _) = get(&svc, &svc.public, "/readyz").await;
+    assert_eq!(
+        ready.status, 200,
+        "a pooled connection is free: {}",
+        ready.raw
+    );
+
+    holder.batch_execute("COMMIT").await.unwrap();
+    let executed = svc.debit("acct-0001", "app-a", "k-1", "10").await;
+    assert_eq!(executed.status, 201, "{}", executed.raw);
+    assert!(!executed.replayed(), "executed now, for the first time");
+    let replayed = svc.debit("acct-0001", "app-a", "k-1", "10").await;
+    assert!(replayed.replayed());
+    assert_eq!(replayed.body["txn_id"], executed.body["txn_id"]);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM ledger_txn WHERE idem_key = 'k-1'")
+            .await,
+        1
+    );
+    assert_eq!(db.balance("acct-0001").await, 90);
+    let mut client = db.connect().await;
+    assert!(ledger_svc::reconcile(&mut client).await.unwrap().is_clean());
+}
+
+/// A statement that runs past the statement bound (here a trigger that sleeps) is
+/// cancelled by the server (57014): 503 `UNKNOWN` with `Retry-After`, nothing recorded;
+/// the same key executes once the slow trigger is gone.
+#[tokio::test]
+async fn statement_bound_cancels_a_slow_statement() {
+    let db = TestDb::new("b_statement").await;
+    let svc = Service::start(&db.url(), with_args(&["--statement-timeout-ms", "200"])).await;
+    assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
+    db.client
+        .batch_execute(
+            "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN PERFORM pg_sleep(2); RETURN NEW; END $$; \
+             CREATE TRIGGER entry_slow BEFORE INSERT ON ledger_entry \
+             FOR EACH ROW EXECUTE FUNCTION slow()",
+        )
+        .await
+        .unwrap();
+    let before = recorded(&db).await;
+    let started = Instant::now();
+    let cancelled = svc.debit("acct-0001", "app-a", "k-1", "10").await;
+    let took = started.elapsed();
+    assert_problem(&cancelled, 503, "UNKNOWN", "statement bound");
+    assert_eq!(cancelled.headers.get("retry-after").unwrap(), "1");
+    assert!(
+        took < Duration::from_millis(1_500),
+        "answered after {took:?}"
+    );
+    assert_eq!(recorded(&db).await, before, "nothing recorded");
+    db.client
+        .batch_execute("DROP TRIGGER entry_slow ON ledger_entry")
+        .await
+        .unwrap();
+    let executed = svc.debit("acct-0001", "app-a", "k-1", "10").await;
+    assert_eq!(executed.status, 201, "{}", executed.raw);
+    assert!(!executed.replayed());
+    assert_eq!(db.balance("acct-0001").await, 90);
+}
+
+/// `pause` without `hold_ms` holds until released (bounded by `MAX_FAULT_HOLD_MS`, which
+/// the state reports), not 0 ms; with a short idle-in-transaction bound, the server ends
+/// a session held past it, and the transfer is answered 503 `UNKNOWN` with nothing
+/// recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_without_hold_ms_holds_until_released() {
+    let db = TestDb::new("b_pause").await;
+    let svc = Service::start(
+        &db.url(),
+        Options {
+            faults: true,
+            ..Options::default()
+        },
+    )
+    .await;
+    assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
+    svc.arm("entries-written", json!({"action": "pause"})).await;
+    let state = svc.faults().await;
+    assert_eq!(state.body["faults"][1]["hold_ms"], 60_000, "{}", state.raw);
+    let request = svc.post(
+        &svc.public,
+        "/accounts/acct-0001/debits",
+        &[("x-client-id", b"app-a"), ("idempotency-key", b"k-1"), FORM],
+        "amount=10",
+    );
+    let http = svc.http.clone();
+    let pending = tokio::spawn(async move { http.execute(request.build().unwrap()).await });
+    wait_until_holding(&svc, 1, 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !pending.is_finished(),
+        "a pause without hold_ms went on by itself"
+    );
+    assert_eq!(svc.faults().await.body["faults"][1]["holding"], 1);
+    assert_eq!(db.balance("acct-0001").await, 100);
+    let released = svc
+        .send(
+            svc.http
+                .post(format!("{}/faults/entries-written/release", svc.admin)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(released.body["released"], 1);
+    assert_eq!(pending.await.unwrap().unwrap().status(), 201);
+    assert_eq!(db.balance("acct-0001").await, 90);
+
+    // The same pause in a service whose idle-in-transaction bound is 300 ms.
+    let db = TestDb::new("b_idle").await;
+    let svc = Service::start(
+        &db.url(),
+        Options {
+            faults: true,
+            extra_args: vec!["--idle-in-transaction-timeout-ms".into(), "300".into()],
+            ..Options::default()
+        },
+    )
+    .await;
+    assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
+    let before = recorded(&db).await;
+    svc.arm("entries-written", json!({"action": "pause"})).await;
+    let request = svc.post(
+        &svc.public,
+        "/accounts/acct-0001/debits",
+        &[("x-client-id", b"app-a"), ("idempotency-key", b"k-1"), FORM],
+        "amount=10",
+    );
+    let http = svc.http.clone();
+    let pending = tokio::spawn(async move { http.execute(request.build().unwrap()).await });
+    wait_until_holding(&svc, 1, 1).await;
+    // The server ends the idle session after 300 ms and rolls its transaction back.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while db
+        .scalar("SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND application_name = 'ledger-svc'")
+        .await
+        != 0
+    {
+        assert!(Instant::now() < deadline, "the idle session was not ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    svc.send(
+        svc.http
+            .post(format!("{}/faults/entries-written/release", svc.admin)),
+    )
+    .await
+    .unwrap();
+    let response = pending.await.unwrap().unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers().get("retry-after").unwrap(), "1");
+    assert_eq!(recorded(&db).await, before, "nothing recorded");
+    let retried = svc.debit("acct-0001", "app-a", "k-1", "10").await;
+    assert_eq!(retried.status, 201, "{}", retried.raw);
+    assert_eq!(db.balance("acct-0001").await, 90);
+}
+
+/// Polls `GET /faults` until hook point number `index` holds `holding` transfers.
+async fn wait_until_holding(svc: &Service, index: usize, holding: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = svc.faults().await;
+        if state.body["faults"][index]["holding"] == holding {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never held: {}", state.raw);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// SQLSTATE 22003 is the client's error (400) only when our own balance arithmetic
+/// raised it; the same code from a trigger (raised, or from the trigger's own bigint
+/// arithmetic) is a server-side failure: 500 `UNKNOWN`, nothing recorded.
+#[tokio::test]
+async fn out_of_range_is_blamed_by_where_it_comes_from() {
+    let db = TestDb::new("b_22003").await;
+    let svc = Service::start(&db.url(), Options::default()).await;
+    assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
+
+    // Our own arithmetic: a grant past the bigint range.
+    let before = recorded(&db).await;
+    let own = svc.grant("acct-0002", "g-max", i64::MAX).await;
+    assert_problem(&own, 400, "BAD_REQUEST", "own arithmetic");
+    assert_eq!(recorded(&db).await, before);
+
+    // A trigger that raises 22003 itself.
+    db.client
+        .batch_execute(
+            "CREATE FUNCTION raise_22003() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'audit limit' USING ERRCODE = 'numeric_value_out_of_range'; END $$; \
+             CREATE TRIGGER entry_audit BEFORE INSERT ON ledger_entry \
+             FOR EACH ROW EXECUTE FUNCTION raise_22003()",
+        )
+        .await
+        .unwrap();
+    let before = recorded(&db).await;
+    for attempt in ["first", "same key again"] {
+        let raised = svc.debit("acct-0001", "app-a", "k-1", "10").await;
+        assert_problem(&raised, 500, "UNKNOWN", attempt);
+    }
+    assert_eq!(recorded(&db).await, before, "nothing recorded");
+    assert_eq!(db.balance("acct-0001").await, 100);
+
+    // A trigger whose own bigint arithmetic overflows (the same routine as ours, but
+    // inside a function: the error has a context).
+    db.client
+        .batch_execute(
+            "DROP TRIGGER entry_audit ON ledger_entry; \
+             CREATE FUNCTION overflow_22003() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             DECLARE big bigint := 9223372036854775807; \
+             BEGIN big := big + NEW.amount; RETURN NEW; END $$; \
+             CREATE TRIGGER entry_overflow BEFORE INSERT ON ledger_entry \
+             FOR EACH ROW WHEN (NEW.amount > 0) EXECUTE FUNCTION overflow_22003()",
+        )
+        .await
+        .unwrap();
+    let overflowed = svc.debit("acct-0001", "app-a", "k-2", "10").await;
+    assert_problem(&overflowed, 500, "UNKNOWN", "trigger arithmetic");
+    assert_eq!(recorded(&db).await, before, "nothing recorded");
+
+    // Without the trigger the same key executes.
+    db.client
+        .batch_execute("DROP TRIGGER entry_overflow ON ledger_entry")
+        .await
+        .unwrap();
+    let done = svc.debit("acct-0001", "app-a", "k-2", "10").await;
+    assert_eq!(done.status, 201, "{}", done.raw);
+}
+
+/// Liveness and readiness apart: with the database stopped, `/healthz` still answers 200
+/// at once, `/readyz` answers 503 within its bound, and a debit 503 `UNKNOWN`.
+#[tokio::test]
+async fn readiness_follows_the_database_liveness_does_not() {
+    // Its own cluster: stopping it must not disturb the other tests' databases.
+    let mut cluster = tokio::task::spawn_blocking(|| {
+        scratch_pg::Cluster::start(scratch_pg::ClusterOptions::default())
+    })
+    .await
+    .unwrap()
+    .expect("start scratch PostgreSQL");
+    cluster.create_database("b_ready", None).await.unwrap();
+    {
+        let client = cluster.connect("b_ready").await.unwrap();
+        ledger_svc::schema::install(&client).await.unwrap();
+        ledger_svc::schema::seed(&client).await.unwrap();
+    }
+    let svc = Service::start(&cluster.url("b_ready"), Options::default()).await;
+    let (ready, _) = get(&svc, &svc.admin, "/readyz").await;
+    assert_eq!(
+        (ready.status, ready.body.clone()),
+        (200, json!({"status": "ready"}))
+    );
+    let mut cluster = tokio::task::spawn_blocking(move || {
+        cluster.stop(scratch_pg::StopMode::Fast).map(|()| cluster)
+    })
+    .await
+    .unwrap()
+    .expect("stop");
+    for base in [&svc.public, &svc.admin] {
+        let (health, took) = get(&svc, base, "/healthz").await;
+        assert_eq!(
+            (health.status, health.body.clone()),
+            (200, json!({"status": "ok"}))
+        );
+        assert!(took < Duration::from_millis(100), "{took:?}");
+        let (ready, took) = get(&svc, base, "/readyz").await;
+        assert_problem(&ready, 503, "UNKNOWN", "readyz without a database");
+        assert_eq!(ready.headers.get("retry-after").unwrap(), "1");
+        assert!(took < Duration::from_millis(3_000), "{took:?}");
+    }
+    let debit = svc.debit("acct-0001", "app-a", "k-1", "5").await;
+    assert_problem(&debit, 503, "UNKNOWN", "debit without a database");
+    drop(svc);
+    let _ = cluster.stop(scratch_pg::StopMode::Fast);
+}
+
+/// One log line per request, with its fields; a debit that commits after its client went
+/// away is logged with its real status and `client_gone=true`; `RUST_LOG` filters the
+/// lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_line_per_request_also_when_the_client_went_away() {
+    let db = TestDb::new("b_log").await;
+    let svc = Service::start(
+        &db.url(),
+        Options {
+            faults: true,
+            ..Options::default()
+        },
+    )
+    .await;
+    assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
+    let first = svc.debit("acct-0001", "app-a", "k-1", "10").await;
+    let txn_id = first.body["txn_id"].as_i64().unwrap();
+    let lines = wait_lines(&svc, "key=k-1 ", 1).await;
+    for field in [
+        "listener=Public",
+        "method=POST",
+        "route=/accounts/{id}/debits",
+        "client_id=app-a",
+        "status=201",
+        "outcome=OK",
+        "replayed=false",
+        &format!("txn_id={txn_id}"),
+        "duration_ms=",
+        "client_gone=false",
+    ] {
+        assert!(lines[0].contains(field), "no {field}: {}", lines[0]);
+    }
+    svc.debit("acct-0001", "app-a", "k-1", "10").await;
+    assert!(wait_lines(&svc, "key=k-1 ", 2).await[1].contains("replayed=true"));
+
+    // The client gives up after 100 ms; the service commits, then holds 500 ms.
+    svc.arm(
+        "after-commit",
+        json!({"action": "delay", "hold_ms": 500, "count": 1}),
+    )
+    .await;
+    let gone = svc
+        .send(
+            svc.post(
+                &svc.public,
+                "/accounts/acct-0001/debits",
+                &[("x-client-id", b"app-a"), ("idempotency-key", b"k-2"), FORM],
+                "amount=10",
+            )
+            .timeout(Duration::from_millis(100)),
+        )
+        .await;
+    assert!(gone.is_err_and(|e| e.is_timeout()));
+    let line = wait_lines(&svc, "key=k-2 ", 1).await.remove(0);
+    assert!(line.contains("status=201"), "{line}");
+    assert!(line.contains("client_gone=true"), "{line}");
+    assert_eq!(db.balance("acct-0001").await, 80);
+
+    // RUST_LOG switches the request lines off.
+    let quiet = Service::start(
+        &db.url(),
+        Options {
+            env: vec![("RUST_LOG".into(), "ledger_svc::request=off".into())],
+            ..Options::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        quiet.debit("acct-0001", "app-a", "k-3", "10").await.status,
+        201
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(quiet.log_lines("route=").is_empty());
+    assert!(!quiet.log_lines("ledger-svc: database=").is_empty());
+}
+
+/// Waits until `count` log lines contain `needle` (the line of a transfer is written by
+/// its task right after the response is handed over), and returns them.
+async fn wait_lines(svc: &Service, needle: &str, count: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lines = svc.log_lines(needle);
+        if lines.len() >= count {
+            assert_eq!(lines.len(), count, "{lines:?}");
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "log lines with {needle}: {lines:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Key retention: after the window a sweep leaves a tombstone; the same key answers 422
+/// `KEY_EXPIRED` naming the original transaction and executes nothing; another payload
+/// under it is still `KEY_REUSED`; an expired refusal names no transaction; reconciliation
+/// stays clean. A record removed by hand gets the same 422 instead of 503 forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_and_removed_keys_answer_422_key_expired() {
+    let db = TestDb::new("b_expired").await;
+    let svc = Service::start(
+        &db.url(),
+        with_args(&["--key-retention-ms", "300", "--key-sweep-interval-ms", "50"]),
+    )
+    .await;
+    assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
+    let first = svc.debit("acct-0001", "app-a", "k-1", "30").await;
+    assert_eq!(first.status, 201);
+    let refused = svc.debit("acct-0001", "app-a", "k-2", "1000").await;
+    assert_eq!(refused.status, 409);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while db
+        .scalar("SELECT count(*) FROM idem_request WHERE outcome <> 'EXPIRED'")
+        .await
+        != 0
+    {
+        assert!(Instant::now() < deadline, "the sweep never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let tombstone = db
+        .client
+        .query_one(
+            "SELECT request_hash, txn_id, balance_after, expired_at > created_at \
+             FROM idem_request WHERE idem_key = 'k-1'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(tombstone.get::<_, String>(0).len(), 32, "fingerprint kept");
+    assert_eq!(
+        tombstone.get::<_, Option<i64>>(1),
+        first.body["txn_id"].as_i64()
+    );
+    assert_eq!(tombstone.get::<_, Option<i64>>(2), None, "response dropped");
+    assert!(tombstone.get::<_, bool>(3));
+
+    let before = recorded(&db).await;
+    let expired = svc.debit("acct-0001", "app-a", "k-1", "30").await;
+    assert_problem(&expired, 422, "KEY_EXPIRED", "expired key");
+    assert_eq!(expired.body["txn_id"], first.body["txn_id"]);
+    let other = svc.debit("acct-0001", "app-a", "k-1", "31").await;
+    assert_problem(&other, 422, "KEY_REUSED", "expired key, other payload");
+    let expired_refusal = svc.debit("acct-0001", "app-a", "k-2", "1000").await;
+    assert_problem(&expired_refusal, 422, "KEY_EXPIRED", "expired refusal");
+    assert_eq!(expired_refusal.body["txn_id"], serde_json::Value::Null);
+    assert_eq!(recorded(&db).await, before, "nothing recorded");
+    assert_eq!(db.balance("acct-0001").await, 70);
+    let mut client = db.connect().await;
+    let findings = ledger_svc::reconcile(&mut client).await.unwrap();
+    assert!(findings.is_clean(), "{}", findings.summary());
+
+    // Retention off: a record removed by hand.
+    let db = TestDb::new("b_removed").await;
+    let svc = Service::start(&db.url(), Options::default()).await;
+    assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
+    let first = svc.debit("acct-0001", "app-a", "k-1", "30").await;
+    db.client
+        .batch_execute("DELETE FROM idem_request WHERE idem_key = 'k-1'")
+        .await
+        .unwrap();
+    for attempt in ["first", "again"] {
+        let removed = svc.debit("acct-0001", "app-a", "k-1", "30").await;
+        assert_problem(&removed, 422, "KEY_EXPIRED", attempt);
+        assert_eq!(removed.body["txn_id"], first.body["txn_id"]);
+    }
+    assert_eq!(db.balance("acct-0001").await, 70);
+    // Reconciliation reports the hand-made hole: a transaction without its record.
+    let mut client = db.connect().await;
+    let findings = ledger_svc::reconcile(&mut client).await.unwrap();
+    assert_eq!(findings.txns_without_request.len(), 1);
+}
