@@ -12,8 +12,9 @@
 //! claim: what the interleaving shows (continues on lines indented deeper)
 //! fails: what counts as failure
 //! system: ledger_template          (the family's template database; checked)
-//! clean: no                        (yes: the last permutation leaves the family's
-//!                                   invariants intact, so its reconciliation covers it)
+//! clean: no                        (yes: every permutation leaves the family's
+//!                                   invariants intact, so its reconciliation covers
+//!                                   the case's own database, the first permutation's)
 //! setup: UPDATE account SET balance = 100 WHERE account_id = 'acct-0001'
 //! setup call: grant account=acct-0002 amount=100 key=g-1
 //! teardown: SELECT balance FROM account WHERE account_id = 'acct-0001'
@@ -39,9 +40,10 @@
 //!
 //! # Running a permutation
 //!
-//! The case's database is cloned afresh from the family's template before each
-//! permutation but the first ([`Ctx::recreate_database`]), so every permutation starts
-//! from the same state. A step is sent on its session's connection; the runner then
+//! The first permutation runs in the case's own database, each later one in a fresh
+//! clone of the family's template ([`Ctx::extra_database`], `<case db>_p2`, …), so every
+//! permutation starts from the same state; the family's reconciliation sees the case's
+//! own database, the first permutation's. A step is sent on its session's connection; the runner then
 //! polls until every step in flight has either completed or is blocked, which it learns
 //! from PostgreSQL itself: `pg_blocking_pids(pid) && <the spec's session pids>` on a
 //! separate monitor connection (PostgreSQL docs §9.27, "System Information Functions"),
@@ -836,11 +838,13 @@ pub async fn run(
     for (number, order) in orders.iter().enumerate() {
         let label = format!("permutation {} of {}", number + 1, orders.len());
         ctx.note(format!("{label}: {}", order.join(" ")));
-        if number > 0 {
-            ctx.recreate_database().await?;
-        }
+        let database = if number == 0 {
+            ctx.database().to_string()
+        } else {
+            ctx.extra_database(&format!("p{}", number + 1)).await?
+        };
         let mut notes = Vec::new();
-        let outcome = play(ctx, spec, order, calls.clone(), &mut notes).await;
+        let outcome = play(ctx, &database, spec, order, calls.clone(), &mut notes).await;
         for note in notes {
             ctx.note(format!("  {note}"));
         }
@@ -862,12 +866,13 @@ pub async fn run(
 
 async fn play(
     ctx: &Ctx,
+    database: &str,
     spec: &Spec,
     order: &[String],
     calls: Arc<dyn Calls>,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<()> {
-    let mut setup = ctx.connect().await?;
+    let mut setup = ctx.connect_to(database).await?;
     for action in &spec.setup {
         let outcome = run_action(&mut setup, action, calls.as_ref()).await;
         if let Some(failed) = outcome.iter().find(|line| line.starts_with("ERROR")) {
@@ -876,7 +881,7 @@ async fn play(
     }
     let mut sessions = Vec::new();
     for session in &spec.sessions {
-        let client = ctx.connect().await?;
+        let client = ctx.connect_to(database).await?;
         let pid: i32 = client
             .query_one("SELECT pg_backend_pid()", &[])
             .await?
@@ -894,7 +899,7 @@ async fn play(
     }
     let pids = sessions.iter().map(|s| s.pid).collect();
     let mut play = Play {
-        monitor: ctx.connect().await?,
+        monitor: ctx.connect_to(database).await?,
         sessions,
         pids,
         calls,
