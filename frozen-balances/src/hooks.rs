@@ -14,7 +14,7 @@ use tokio_postgres::Transaction;
 
 /// The kind of a business event, stored in `balance_operation.kind`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum EventKind {
     /// An order's placement: freezes funds.
     Place,
@@ -24,24 +24,34 @@ pub enum EventKind {
     Cancel,
     /// A deposit from `sys-deposit` (admin).
     Deposit,
+    /// A withdrawal request: freezes its amount ([`crate::withdraw`]).
+    Withdraw,
+    /// A withdrawal's settlement: consumes (CONFIRMED) or releases (FAILED, REJECTED)
+    /// what the request froze ([`crate::withdraw`]).
+    WithdrawSettle,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 4] = [
+    pub const ALL: [EventKind; 6] = [
         EventKind::Place,
         EventKind::Fill,
         EventKind::Cancel,
         EventKind::Deposit,
+        EventKind::Withdraw,
+        EventKind::WithdrawSettle,
     ];
 
-    /// The stored spelling: `PLACE`, `FILL`, `CANCEL`, `DEPOSIT`.
+    /// The stored spelling: `PLACE`, `FILL`, `CANCEL`, `DEPOSIT`, `WITHDRAW`,
+    /// `WITHDRAW_SETTLE`.
     pub fn as_str(self) -> &'static str {
         match self {
             EventKind::Place => "PLACE",
             EventKind::Fill => "FILL",
             EventKind::Cancel => "CANCEL",
             EventKind::Deposit => "DEPOSIT",
+            EventKind::Withdraw => "WITHDRAW",
+            EventKind::WithdrawSettle => "WITHDRAW_SETTLE",
         }
     }
 }

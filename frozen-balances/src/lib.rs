@@ -12,6 +12,8 @@
 //! - [`hooks`]: the named points inside every event, for fault injection.
 //! - [`reconcile`](mod@reconcile): the per-asset checks in one snapshot.
 //! - [`query`]: balances and orders, for callers and cases.
+//! - [`withdraw`]: withdrawals to an external network (request, outbox, settlement)
+//!   and deposits reported by it with confirmations.
 //!
 //! Amounts are integer minor units (`i64`; `bigint` in the database), never floating point.
 
@@ -23,6 +25,7 @@ pub mod hooks;
 pub mod query;
 pub mod reconcile;
 pub mod schema;
+pub mod withdraw;
 
 pub use asset::{Asset, Market, Side};
 pub use error::FrozenError;

@@ -43,7 +43,8 @@ pub struct AssetTotal {
     pub total: i64,
 }
 
-/// An account whose frozen differs from the remainders of its open orders.
+/// An account whose frozen differs from the remainders of its open orders plus the
+/// amounts of its withdrawals not yet settled.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FrozenMismatch {
     /// Tenant.
@@ -56,6 +57,9 @@ pub struct FrozenMismatch {
     pub frozen: i64,
     /// Sum of `frozen_amount − consumed − released` over its OPEN orders in this asset.
     pub open_remainders: i64,
+    /// Sum of the amounts of its withdrawals not yet settled (`REQUESTED`, `BROADCAST`,
+    /// `UNKNOWN`) in this asset.
+    pub pending_withdrawals: i64,
 }
 
 /// A FILLED or CANCELLED order that still holds (or over-released) part of its freeze.
@@ -89,7 +93,8 @@ pub struct Findings {
     pub row_mismatches: Vec<RowMismatch>,
     /// Every (tenant, asset) total, zero or not (the findings are the non-zero ones).
     pub asset_totals: Vec<AssetTotal>,
-    /// Accounts whose frozen ≠ the remainders of their open orders.
+    /// Accounts whose frozen ≠ the remainders of their open orders + their pending
+    /// withdrawals.
     pub frozen_mismatches: Vec<FrozenMismatch>,
     /// Closed orders with a remainder.
     pub closed_with_remainder: Vec<ClosedOrderRemainder>,
@@ -182,11 +187,12 @@ impl Findings {
         for m in &self.frozen_mismatches {
             let a = m.asset;
             lines.push(format!(
-                "frozen {}/{} {a}: {} held, open orders' remainders {}",
+                "frozen {}/{} {a}: {} held, open orders' remainders {} + pending withdrawals {}",
                 m.tenant_id,
                 m.account_id,
                 format_units(a, m.frozen),
-                format_units(a, m.open_remainders)
+                format_units(a, m.open_remainders),
+                format_units(a, m.pending_withdrawals)
             ));
         }
         for o in &self.closed_with_remainder {
@@ -235,15 +241,23 @@ const ASSET_TOTALS_SQL: &str = "\
 SELECT tenant_id, asset, SUM(available::numeric + frozen::numeric)::bigint AS total
 FROM balance GROUP BY tenant_id, asset ORDER BY tenant_id, asset";
 
+// Frozen is held by open orders (their remainders) and by withdrawals the network has
+// not settled yet (REQUESTED, BROADCAST, UNKNOWN: their whole amount).
 const FROZEN_MISMATCH_SQL: &str = "\
-SELECT b.tenant_id, b.account_id, b.asset, b.frozen, COALESCE(o.held, 0)::bigint AS held
+SELECT b.tenant_id, b.account_id, b.asset, b.frozen, COALESCE(o.held, 0)::bigint AS held,
+       COALESCE(w.held, 0)::bigint AS withdrawing
 FROM balance b
 LEFT JOIN (
     SELECT tenant_id, account_id, frozen_asset AS asset,
            SUM(frozen_amount - consumed - released) AS held
     FROM spot_order WHERE status = 'OPEN' GROUP BY tenant_id, account_id, frozen_asset
 ) o ON o.tenant_id = b.tenant_id AND o.account_id = b.account_id AND o.asset = b.asset
-WHERE b.frozen <> COALESCE(o.held, 0)
+LEFT JOIN (
+    SELECT tenant_id, account_id, asset, SUM(amount) AS held
+    FROM withdrawal WHERE status IN ('REQUESTED', 'BROADCAST', 'UNKNOWN')
+    GROUP BY tenant_id, account_id, asset
+) w ON w.tenant_id = b.tenant_id AND w.account_id = b.account_id AND w.asset = b.asset
+WHERE b.frozen <> COALESCE(o.held, 0) + COALESCE(w.held, 0)
 ORDER BY b.tenant_id, b.account_id, b.asset";
 
 const CLOSED_REMAINDER_SQL: &str = "\
@@ -324,6 +338,7 @@ pub async fn reconcile(client: &mut Client) -> Result<Findings, FrozenError> {
             asset: asset(row.try_get("asset")?)?,
             frozen: row.try_get("frozen")?,
             open_remainders: row.try_get("held")?,
+            pending_withdrawals: row.try_get("withdrawing")?,
         });
     }
     for row in tx.query_typed(CLOSED_REMAINDER_SQL, &[]).await? {

@@ -59,7 +59,7 @@ CREATE TABLE balance_operation (
     tenant_id    text        NOT NULL,
     business_id  text        NOT NULL,
     kind         text        NOT NULL
-        CONSTRAINT balance_operation_kind_check CHECK (kind IN ('PLACE', 'FILL', 'CANCEL', 'DEPOSIT')),
+        CONSTRAINT balance_operation_kind_check CHECK (kind IN ('PLACE', 'FILL', 'CANCEL', 'DEPOSIT', 'WITHDRAW', 'WITHDRAW_SETTLE')),
     payload      text        NOT NULL,
     payload_hash text        NOT NULL,
     outcome      text        NOT NULL
@@ -118,7 +118,7 @@ CREATE INDEX spot_order_open_idx ON spot_order (tenant_id, account_id) WHERE sta
 /// Errors: [`FrozenError::Db`] (42P07 if a table exists).
 pub async fn install(client: &Client) -> Result<(), FrozenError> {
     client.batch_execute(SCHEMA_SQL).await?;
-    Ok(())
+    crate::withdraw::install(client).await
 }
 
 /// Seeds [`DEFAULT_TENANT`]: [`SYS_DEPOSIT`] (`allow_negative`), [`SYS_FEE`] and the

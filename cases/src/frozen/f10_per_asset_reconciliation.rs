@@ -1,10 +1,12 @@
 //! F10 — per-asset reconciliation and a cross-asset tamper.
 //! Claim: every clean database of the family reconciles with no findings (each balance
 //! row = the sum of its movements; per tenant and asset, available + frozen over all
-//! accounts is 0; frozen = the remainders of open orders; no closed order holds a
+//! accounts is 0; frozen = the remainders of open orders + pending withdrawals; no closed order holds a
 //! remainder; no movement without an operation). Different assets are never added:
 //! taking 1 unit of bob's BTC and adding 1 unit to his USDT behind the product's back
 //! leaves a cross-asset total of 0, yet the per-asset checks name both rows.
+//! A second tamper marks a pending withdrawal settled without its settlement: the frozen
+//! amount it held is named (frozen counts open orders and pending withdrawals).
 //! Runs last; its own database ends tampered on purpose.
 //! Fails if: a clean database has findings, or the tamper is missed or misnamed.
 
@@ -120,11 +122,35 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             && found.pending_operations.is_empty(),
         found.summary(),
     );
+
+    // Tamper 2: bob's pending withdrawal w-1001 marked CONFIRMED behind the product's
+    // back (no settlement): the 0.25 BTC it froze is held by nothing any more.
+    db.batch_execute(
+        "UPDATE withdrawal SET status = 'CONFIRMED'
+           WHERE tenant_id = 'default' AND withdrawal_id = 'w-1001'",
+    )
+    .await?;
+    let found = frozen_balances::reconcile(&mut db).await?;
+    let frozen: Vec<String> = found
+        .frozen_mismatches
+        .iter()
+        .map(|m| {
+            format!(
+                "{} {} frozen={} orders={} withdrawals={}",
+                m.account_id, m.asset, m.frozen, m.open_remainders, m.pending_withdrawals
+            )
+        })
+        .collect();
+    ctx.check_eq(
+        "a withdrawal settled behind the product's back: the frozen row is named (units)",
+        "bob BTC frozen=25000000 orders=0 withdrawals=0".to_string(),
+        frozen.join(", "),
+    );
     Ok(())
 }
 
-/// Deposits, a partial fill with price improvement, a cancel and a replay, through the
-/// library.
+/// Deposits, a partial fill with price improvement, a cancel, a replay and a pending
+/// withdrawal, through the library.
 async fn own_history(db: &mut tokio_postgres::Client) -> anyhow::Result<()> {
     let t = DEFAULT_TENANT;
     let market = Market::BtcUsdt;
@@ -184,5 +210,15 @@ async fn own_history(db: &mut tokio_postgres::Client) -> anyhow::Result<()> {
         order_id: b,
     };
     frozen_balances::cancel(db, &cancel, &NoHooks).await?;
+    // A withdrawal still pending (no executor runs here): its amount stays frozen.
+    let withdrawal = frozen_balances::withdraw::WithdrawRequest {
+        tenant_id: t.into(),
+        withdrawal_id: "w-1001".into(),
+        account_id: "bob".into(),
+        asset: Asset::Btc,
+        amount: Asset::Btc.units_per_coin() / 4,
+        destination: "addr-bob-1001".into(),
+    };
+    frozen_balances::withdraw::request(db, &withdrawal, &NoHooks).await?;
     Ok(())
 }

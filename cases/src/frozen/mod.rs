@@ -10,6 +10,7 @@
 use case_kit::{Engine, Family, PgTemplate};
 use futures_util::FutureExt;
 
+pub mod network;
 pub mod spot;
 
 // One line per case, in id order.
@@ -21,6 +22,10 @@ case_kit::register_cases! {
     f07_response_lost_after_commit,
     f10_per_asset_reconciliation,
     f11_amounts_at_the_edge,
+    f13_withdrawal_normal_path,
+    pub f14_lost_answer_and_a_crash,
+    pub f15_no_external_call_under_a_lock,
+    f16_deposits_and_confirmations,
 }
 
 /// The template database every F case database is cloned from.

@@ -1,0 +1,184 @@
+//! F16 — deposits and confirmations.
+//! Claim: the network reports an incoming transfer at 1, 2, … confirmations; the account
+//! is credited exactly once, when the confirmations reach the required number
+//! (3), never on an earlier or a duplicate report; a transfer the network drops (a
+//! reorganisation) before then is never credited, whatever is reported after.
+//! Setup: tx-1601 brings alice 0.3 BTC (reported at 1, 2, 3, 3 again, 4); tx-1602
+//! brings her 0.2 BTC (reported at 1, 2, then dropped, then again). The reports are
+//! read from the network stand-in by `withdrawal-executor scan-deposits`, one process
+//! per scan.
+//! Fails if: a credit comes early, twice, or for the dropped transfer.
+
+use case_kit::{Case, Ctx};
+use external_net::wire::DepositState;
+use frozen_balances::{Asset, DEFAULT_TENANT};
+use futures_util::FutureExt;
+
+use super::network::{StandIn, check_reconciles, note_lines, run_executor_command};
+use super::spot::balance_line;
+
+/// The case's registration.
+pub fn case() -> Case {
+    Case::new(
+        "F16",
+        "deposits and confirmations: credited once at N, never on a duplicate report, never when dropped before N",
+        |ctx| run(ctx).boxed(),
+    )
+    .connections(3)
+}
+
+/// Confirmations at which a deposit is credited.
+pub const REQUIRED_CONFIRMATIONS: u32 = 3;
+/// 0.1 BTC in minor units.
+const TENTH_BTC: i64 = 10_000_000;
+
+fn deposit(tx_id: &str, amount: i64, confirmations: u32, dropped: bool) -> DepositState {
+    DepositState {
+        tx_id: tx_id.into(),
+        tenant_id: DEFAULT_TENANT.into(),
+        account_id: "alice".into(),
+        asset: "BTC".into(),
+        amount,
+        confirmations,
+        dropped,
+    }
+}
+
+/// One scan; notes its lines and returns them.
+async fn scan(ctx: &mut Ctx, net: &StandIn) -> anyhow::Result<Vec<String>> {
+    let required = REQUIRED_CONFIRMATIONS.to_string();
+    let (lines, end, stderr) = run_executor_command(
+        ctx,
+        net,
+        "scan-deposits",
+        &["--required-confirmations", &required],
+    )
+    .await?;
+    note_lines(ctx, "scan", &lines);
+    ctx.check_eq(
+        "scan exited with status 0",
+        "exited with status 0".to_string(),
+        format!("{end}{stderr}"),
+    );
+    Ok(lines)
+}
+
+async fn alice(db: &tokio_postgres::Client) -> anyhow::Result<String> {
+    balance_line(db, DEFAULT_TENANT, "alice", Asset::Btc).await
+}
+
+async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let net = StandIn::start(ctx).await?;
+    let mut db = ctx.connect().await?;
+    ctx.note(format!("required confirmations: {REQUIRED_CONFIRMATIONS}"));
+    let zero = "available=0.00000000 frozen=0.00000000".to_string();
+    let credited = "available=0.30000000 frozen=0.00000000".to_string();
+
+    for confirmations in 1..REQUIRED_CONFIRMATIONS {
+        net.net()
+            .set_deposit(&deposit("tx-1601", 3 * TENTH_BTC, confirmations, false))
+            .await?;
+        scan(ctx, &net).await?;
+        ctx.check_eq(
+            format!("alice BTC at {confirmations} confirmation(s): nothing credited"),
+            zero.clone(),
+            alice(&db).await?,
+        );
+    }
+    net.net()
+        .set_deposit(&deposit(
+            "tx-1601",
+            3 * TENTH_BTC,
+            REQUIRED_CONFIRMATIONS,
+            false,
+        ))
+        .await?;
+    let lines = scan(ctx, &net).await?;
+    ctx.check(
+        "the report at 3 confirmations credits",
+        lines
+            .iter()
+            .any(|l| l.contains("tx=tx-1601") && l.ends_with("effect=CREDITED")),
+        lines.join("; "),
+    );
+    ctx.check_eq(
+        "alice BTC at 3 confirmations: credited",
+        credited.clone(),
+        alice(&db).await?,
+    );
+    let lines = scan(ctx, &net).await?;
+    ctx.check(
+        "the duplicate report at 3 changes nothing",
+        lines
+            .iter()
+            .any(|l| l.contains("tx=tx-1601") && l.ends_with("effect=ALREADY_CREDITED")),
+        lines.join("; "),
+    );
+    net.net()
+        .set_deposit(&deposit(
+            "tx-1601",
+            3 * TENTH_BTC,
+            REQUIRED_CONFIRMATIONS + 1,
+            false,
+        ))
+        .await?;
+    scan(ctx, &net).await?;
+    ctx.check_eq(
+        "alice BTC after the duplicate and a later report: credited once",
+        credited.clone(),
+        alice(&db).await?,
+    );
+
+    // The second story: dropped before N.
+    for confirmations in 1..REQUIRED_CONFIRMATIONS {
+        net.net()
+            .set_deposit(&deposit("tx-1602", 2 * TENTH_BTC, confirmations, false))
+            .await?;
+        scan(ctx, &net).await?;
+    }
+    net.net()
+        .set_deposit(&deposit(
+            "tx-1602",
+            2 * TENTH_BTC,
+            REQUIRED_CONFIRMATIONS - 1,
+            true,
+        ))
+        .await?;
+    let lines = scan(ctx, &net).await?;
+    ctx.check(
+        "the drop before 3 confirmations is recorded",
+        lines
+            .iter()
+            .any(|l| l.contains("tx=tx-1602") && l.ends_with("effect=DROPPED")),
+        lines.join("; "),
+    );
+    scan(ctx, &net).await?;
+    ctx.check_eq(
+        "alice BTC: the dropped transfer never credited",
+        credited.clone(),
+        alice(&db).await?,
+    );
+    let credits: Vec<String> = db
+        .query(
+            "SELECT business_id FROM balance_operation WHERE business_id LIKE 'chain:%' ORDER BY business_id",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    ctx.check_eq(
+        "operations for network deposits: one, for tx-1601",
+        "chain:tx-1601".to_string(),
+        credits.join(" "),
+    );
+    for d in net.net().deposits().await? {
+        ctx.note(format!(
+            "network deposit {} to {} {} units {} confirmations={} dropped={}",
+            d.tx_id, d.account_id, d.amount, d.asset, d.confirmations, d.dropped
+        ));
+    }
+    net.note_log(ctx).await?;
+    check_reconciles(ctx, &mut db, "reconciliation at the end").await?;
+    Ok(())
+}
