@@ -12,6 +12,7 @@
 //! - [`redact`] and [`snapshot`]: the one redaction layer and the snapshot files.
 //! - [`spec`]: cases as data, interleaving specs of sessions, steps and permutations,
 //!   with lock waits read from PostgreSQL (`pg_blocking_pids`).
+//! - [`proxy`]: an HTTP/1.1 TCP proxy that cuts answers and retries on its own.
 //! - [`service`] and [`worker`]: the `ledger-svc` and `crash-worker` child processes,
 //!   tied to the harness's life.
 //!
@@ -22,6 +23,7 @@ mod case;
 mod ctx;
 mod env;
 pub mod process;
+pub mod proxy;
 mod race;
 pub mod redact;
 mod report;

@@ -18,6 +18,7 @@
 //! | `entry_id=`, `*_entry_id=` | `entry_id=90` | `entry_id=[entry]` |
 //! | durations: names ending in `_ms`, `_us`, `_ns`, `_s` | `waited_ms=512` | `waited_ms=[duration]` |
 //! | `seed=` | `seed=1732934986` | `seed=[seed]` |
+//! | counts that vary by design: `retries=`, `*_retries=` | `serializable_retries=316` | `serializable_retries=[count]` |
 //! | PostgreSQL lock and deadlock texts: `process N`, `PID N`, `transaction N`, `relation N`, `database N`, `tuple (b,o)` | `blocked by process 4711` | `blocked by process [pid]` |
 //!
 //! What it does not touch: counts, balances, amounts, idempotency keys, SQLSTATE codes,
@@ -68,6 +69,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         rule(r"\b((?:\w+_)?entry_id)=\d+", "${1}=[entry]"),
         rule(r"\b(\w+_(?:ms|us|ns|s))=\d+(?:\.\d+)?", "${1}=[duration]"),
         rule(r"\bseed=\d+", "seed=[seed]"),
+        rule(r"\b((?:\w+_)?retries)=\d+", "${1}=[count]"),
         // PostgreSQL's own texts (deadlock details, lock waits in the server log).
         rule(r"\b([Pp]rocess|PID) \d+", "${1} [pid]"),
         rule(r"\btransaction \d+", "transaction [xid]"),
@@ -108,6 +110,10 @@ mod tests {
         assert_eq!(
             redact("seed=17 xid=99 entry_id=4"),
             "seed=[seed] xid=[xid] entry_id=[entry]"
+        );
+        assert_eq!(
+            redact("serializable_retries=316 retries=2 attempts=3"),
+            "serializable_retries=[count] retries=[count] attempts=3"
         );
     }
 

@@ -216,6 +216,11 @@ impl Service {
         format!("http://{}{path}", self.public)
     }
 
+    /// The public listener's address (for a proxy in front of it).
+    pub fn public_addr(&self) -> SocketAddr {
+        self.public
+    }
+
     /// `http://<admin address><path>`.
     pub fn admin_url(&self, path: &str) -> String {
         format!("http://{}{path}", self.admin)

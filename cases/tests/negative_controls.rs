@@ -2,7 +2,10 @@
 //! naive debits one after another without a barrier, or a single participant), each
 //! control's `negative control exposes` check must report FAIL; so must L6's duplicate
 //! check when the client reuses its key. Run with the forced race, every check of each
-//! control must pass.
+//! control must pass. L13's REPEATABLE READ row (debits one after another), L14's
+//! deadlock control (request-order transfers one after another) and L17's keyless-retry
+//! controls (no dropped connection, no cut answer) must likewise report FAIL without
+//! their fault.
 //!
 //! One scratch PostgreSQL 16 cluster (with the ledger template) for the whole binary,
 //! one database per run, cloned from the template as `run_case` does.
@@ -150,4 +153,63 @@ async fn negative_controls_fail_without_a_race_and_pass_with_one() {
         .expect("L6 runs");
     assert_all_passed(&ctx);
     assert!(exposes_passed(&ctx, l06_check_last_line::RACE_ANOMALY));
+}
+
+/// L14's deadlock control and L17's keyless-retry controls, run where the fault cannot
+/// happen (request-order transfers one after another; no dropped connection and no cut
+/// answer), must report FAIL; under the case's own plan they pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadlock_and_keyless_retry_controls_fail_without_their_fault() {
+    use cases::ledger::{l13_strategies, l14_any_to_any, l17_network_fault_proxy};
+    let env = Env::for_tests(SEED, &[&ledger::family()])
+        .await
+        .expect("scratch cluster and template");
+
+    let mut ctx = fresh_ctx(&env, "L13", "l13_serial").await;
+    l13_strategies::run_with(&mut ctx, l13_strategies::Interleaving::Serial)
+        .await
+        .expect("L13 runs");
+    eprint!("L13 serial:\n{}", transcript(&ctx));
+    assert!(
+        !exposes_passed(&ctx, l13_strategies::ANOMALY),
+        "L13 claims 40001 with serial debits:\n{}",
+        transcript(&ctx)
+    );
+
+    let mut ctx = fresh_ctx(&env, "L14", "l14_serial").await;
+    l14_any_to_any::run_with(&mut ctx, l14_any_to_any::LockPlan::Serial)
+        .await
+        .expect("L14 runs");
+    eprint!("L14 serial:\n{}", transcript(&ctx));
+    assert!(
+        !exposes_passed(&ctx, l14_any_to_any::ANOMALY),
+        "L14 claims a deadlock with serial transfers:\n{}",
+        transcript(&ctx)
+    );
+    let mut ctx = fresh_ctx(&env, "L14", "l14_forced").await;
+    l14_any_to_any::run_with(&mut ctx, l14_any_to_any::LockPlan::ForcedCycle)
+        .await
+        .expect("L14 runs");
+    assert_all_passed(&ctx);
+
+    let mut ctx = fresh_ctx(&env, "L17", "l17_no_faults").await;
+    l17_network_fault_proxy::run_with(&mut ctx, l17_network_fault_proxy::NetworkPlan::NoFaults)
+        .await
+        .expect("L17 runs");
+    eprint!("L17 without faults:\n{}", transcript(&ctx));
+    for anomaly in [
+        l17_network_fault_proxy::PROXY_RETRY_ANOMALY,
+        l17_network_fault_proxy::CLIENT_RETRY_ANOMALY,
+    ] {
+        assert!(
+            !exposes_passed(&ctx, anomaly),
+            "L17 claims {anomaly:?} without a fault:\n{}",
+            transcript(&ctx)
+        );
+    }
+    let mut ctx = fresh_ctx(&env, "L17", "l17_faults").await;
+    l17_network_fault_proxy::run_with(&mut ctx, l17_network_fault_proxy::NetworkPlan::Faults)
+        .await
+        .expect("L17 runs");
+    assert_all_passed(&ctx);
 }

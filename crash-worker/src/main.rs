@@ -146,6 +146,7 @@ async fn work(args: &Args) -> anyhow::Result<i32> {
         Kind::Grant => {
             TransferRequest::grant(&args.client_id, &args.key, &args.account, args.amount)
         }
+        Kind::Transfer => anyhow::bail!("the crash-worker runs debits and grants only"),
     };
     let hooks = StopAt {
         point: args.stop_at,

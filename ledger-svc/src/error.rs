@@ -61,6 +61,22 @@ pub enum LedgerError {
     #[error("invalid amount {0} points: an amount must be a positive integer")]
     InvalidAmount(i64),
 
+    /// The named account is frozen by a repair ([`crate::repair()`]): the transfer was
+    /// refused and rolled back before its key was registered, so nothing was recorded
+    /// and the same key runs afresh once the account is unfrozen (HTTP: 503).
+    #[error("account {0:?} is frozen for repair; nothing was recorded")]
+    AccountFrozen(String),
+
+    /// A transfer between two accounts names the same account twice. Rejected before the
+    /// database is touched; nothing was recorded.
+    #[error("a transfer needs two different accounts, got {0:?} twice")]
+    SameAccount(String),
+
+    /// The request's kind does not fit the operation called (e.g. a DEBIT given to
+    /// [`crate::transfer_between()`]). Rejected before the database is touched.
+    #[error("a {0} request cannot be executed by this operation")]
+    InvalidKind(crate::vocabulary::Kind),
+
     /// The credited account (`to`, named here) does not exist. The whole transaction,
     /// including the idempotency registration and the debit of `from`, was rolled back, so a
     /// retry with the same key runs afresh.

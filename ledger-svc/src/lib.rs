@@ -4,6 +4,8 @@
 //! - [`mod@transfer`]: one READ COMMITTED transaction per request, at most once per
 //!   `(client_id, idem_key)` (SPEC §3), with named hook points for fault injection.
 //! - [`mod@reconcile`]: the invariant checks of SPEC §6 L11 in one REPEATABLE READ snapshot.
+//! - [`mod@repair`]: freeze, append adjustments, rewrite cached balances, re-check, unfreeze.
+//! - [`mod@transfer_between`]: transfers between two user accounts, rows locked in sorted order.
 //! - [`retention`]: the sweep that turns expired key records into tombstones.
 //! - [`vocabulary`]: the transfer's kinds, outcomes and hook points.
 //! - [`fingerprint`]: the request fingerprint compared on replay.
@@ -14,18 +16,22 @@
 pub mod error;
 pub mod fingerprint;
 pub mod reconcile;
+pub mod repair;
 pub mod retention;
 pub mod schema;
 pub mod striping;
 pub mod transfer;
+pub mod transfer_between;
 pub mod vocabulary;
 
 pub use error::LedgerError;
 pub use fingerprint::request_hash;
 pub use reconcile::{BalanceMismatch, Findings, RequestRef, TxnRef, UnbalancedTxn, reconcile};
+pub use repair::{NoRepairHooks, RepairHooks, RepairLogLine, RepairReport, SYS_SUSPENSE, repair};
 pub use schema::{SYS_ISSUER, SYS_REDEEM, TEST_ACCOUNT_COUNT, test_account};
 pub use transfer::{
     HookAbort, HookContext, Hooks, NoHooks, TransferRequest, TransferResult, debit, grant,
     record_transfer, transfer,
 };
+pub use transfer_between::{between, lock_order, transfer_between};
 pub use vocabulary::{HookPoint, Kind, Outcome, UnknownName};

@@ -54,6 +54,8 @@ const DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_MS: u64 = 10_000;
 const DEFAULT_KEY_SWEEP_INTERVAL_MS: u64 = 60_000;
 /// Exit status when the shutdown grace period ran out before everything drained.
 const EXIT_GRACE_EXCEEDED: i32 = 1;
+/// Exit status of `--repair` when findings remain after the repair.
+const EXIT_REPAIR_UNRESOLVED: i32 = 3;
 /// Exit status when the service could not start.
 const EXIT_STARTUP_FAILED: i32 = 2;
 
@@ -84,6 +86,13 @@ struct Args {
     /// fixed for a database: the stripe is part of a request's fingerprint.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=ledger_svc::striping::MAX_REDEEM_STRIPES as i64))]
     redeem_stripes: u32,
+    /// Do not serve: run the repair once on the database (freeze the accounts the
+    /// findings name, append adjustments, rewrite cached balances from the entries,
+    /// re-check, unfreeze when clean; `ledger_svc::repair`), print its report as JSON on
+    /// stdout and exit: 0 when the ledger ends clean, [`EXIT_REPAIR_UNRESOLVED`] when
+    /// findings remain (the accounts then stay frozen).
+    #[arg(long)]
+    repair: bool,
     /// `lock_timeout` of the service's sessions, milliseconds (at least 1).
     #[arg(long, default_value_t = DEFAULT_LOCK_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..=i32::MAX as u64))]
     lock_timeout_ms: u64,
@@ -132,6 +141,9 @@ async fn run(args: Args) -> i32 {
             return EXIT_STARTUP_FAILED;
         }
     };
+    if args.repair {
+        return run_repair(&pool).await;
+    }
     let (public, admin) = match bind(&args).await {
         Ok(listeners) => listeners,
         Err(error) => {
@@ -218,6 +230,34 @@ async fn run(args: Args) -> i32 {
         Duration::from_millis(args.shutdown_grace_ms),
     )
     .await
+}
+
+/// `--repair`: one repair, its report on stdout.
+async fn run_repair(pool: &Pool) -> i32 {
+    let mut client = match pool.get().await {
+        Ok(client) => client,
+        Err(error) => {
+            eprintln!("ledger-svc: no database connection: {error}");
+            return EXIT_STARTUP_FAILED;
+        }
+    };
+    match ledger_svc::repair(&mut client, &ledger_svc::NoRepairHooks).await {
+        Ok(report) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&report).unwrap_or_default()
+            );
+            if report.after.is_clean() {
+                0
+            } else {
+                EXIT_REPAIR_UNRESOLVED
+            }
+        }
+        Err(error) => {
+            eprintln!("ledger-svc: repair failed: {error}");
+            EXIT_REPAIR_UNRESOLVED
+        }
+    }
 }
 
 fn build_pool(args: &Args) -> anyhow::Result<(Pool, String)> {

@@ -122,13 +122,21 @@ LEFT JOIN (
 WHERE a.balance <> COALESCE(e.total, 0)
 ORDER BY a.account_id";
 
-// I3. LEFT JOIN so that a transaction without any entry shows up with 0 entries.
+// I3. LEFT JOIN so that a transaction without any entry shows up with 0 entries. A
+// repair's adjusting transaction (`ledger_adjustment`, crate::repair) counts together
+// with the transaction it completes, not on its own.
 const UNBALANCED_TXN_SQL: &str = "\
-SELECT t.txn_id, COUNT(e.entry_id) AS entries, COALESCE(SUM(e.amount), 0)::bigint AS total
+WITH grouped AS (
+    SELECT COALESCE(a.adjusts_txn_id, e.txn_id) AS txn_id, e.entry_id, e.amount
+    FROM ledger_entry e
+    LEFT JOIN ledger_adjustment a ON a.adjusting_txn_id = e.txn_id
+)
+SELECT t.txn_id, COUNT(g.entry_id) AS entries, COALESCE(SUM(g.amount), 0)::bigint AS total
 FROM ledger_txn t
-LEFT JOIN ledger_entry e ON e.txn_id = t.txn_id
+LEFT JOIN grouped g ON g.txn_id = t.txn_id
+WHERE NOT EXISTS (SELECT 1 FROM ledger_adjustment a WHERE a.adjusting_txn_id = t.txn_id)
 GROUP BY t.txn_id
-HAVING COUNT(e.entry_id) < 2 OR COALESCE(SUM(e.amount), 0) <> 0
+HAVING COUNT(g.entry_id) < 2 OR COALESCE(SUM(g.amount), 0) <> 0
 ORDER BY t.txn_id";
 
 // Links between registrations and transactions: three lists tagged by `finding`, each in

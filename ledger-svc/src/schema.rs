@@ -78,7 +78,7 @@ CREATE TABLE ledger_txn (
     client_id  text        NOT NULL,
     idem_key   text        NOT NULL,
     kind       text        NOT NULL
-        CONSTRAINT ledger_txn_kind_check CHECK (kind IN ('DEBIT', 'GRANT')),
+        CONSTRAINT ledger_txn_kind_check CHECK (kind IN ('DEBIT', 'GRANT', 'TRANSFER', 'ADJUST')),
     created_at timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT ledger_txn_client_id_idem_key_key UNIQUE (client_id, idem_key)
 );
@@ -94,7 +94,8 @@ CREATE INDEX ledger_entry_account_id_idx ON ledger_entry (account_id);
 CREATE INDEX ledger_entry_txn_id_idx ON ledger_entry (txn_id);
 "#;
 
-/// Creates the tables of [`SCHEMA_SQL`] in the connected database.
+/// Creates the tables of [`SCHEMA_SQL`] and the repair's ([`crate::repair::SCHEMA_SQL`])
+/// in the connected database.
 ///
 /// The statements run as one simple-protocol query string, which PostgreSQL executes as a
 /// single implicit transaction: either all tables exist afterwards or none.
@@ -102,6 +103,7 @@ CREATE INDEX ledger_entry_txn_id_idx ON ledger_entry (txn_id);
 /// Errors: [`LedgerError::Db`] (e.g. SQLSTATE 42P07 if a table already exists).
 pub async fn install(client: &Client) -> Result<(), LedgerError> {
     client.batch_execute(SCHEMA_SQL).await?;
+    client.batch_execute(crate::repair::SCHEMA_SQL).await?;
     Ok(())
 }
 

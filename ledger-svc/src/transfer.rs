@@ -199,7 +199,7 @@ const OWN_ARITHMETIC_ROUTINES: [&str; 2] = ["int8pl", "int8mi"];
 
 // Step 1, key known: a new statement takes a new snapshot under READ COMMITTED and so sees
 // the row committed by the transaction we waited for.
-const READ_REGISTRATION_SQL: &str = "\
+pub(crate) const READ_REGISTRATION_SQL: &str = "\
 SELECT request_hash, outcome, txn_id, balance_after
 FROM idem_request
 WHERE client_id = $1 AND idem_key = $2";
@@ -265,8 +265,9 @@ WHERE client_id = $1 AND idem_key = $2";
 /// [`HookPoint::EntriesWritten`] (OK path only), [`HookPoint::BeforeCommit`] and
 /// [`HookPoint::AfterCommit`] (every committing path); a replay runs no hooks.
 ///
-/// Statements: START TRANSACTION, then 4 statements and COMMIT on the OK path, 3 and
-/// COMMIT on a refusal, 2 and ROLLBACK on a replay; each is sent with its parameter types
+/// Statements: START TRANSACTION, the freeze check ([`crate::repair`]; a frozen account
+/// → [`LedgerError::AccountFrozen`], rolled back), then 4 statements and COMMIT on the OK
+/// path, 3 and COMMIT on a refusal, 2 and ROLLBACK on a replay; each is sent with its parameter types
 /// (`query_typed`), one round trip, no prepared statement.
 ///
 /// A key whose record expired (a tombstone, see [`crate::retention`]) or whose record was
@@ -295,6 +296,12 @@ pub async fn transfer(
         .isolation_level(IsolationLevel::ReadCommitted)
         .start()
         .await?;
+
+    // A repair's freeze refuses the transfer before anything is recorded (crate::repair).
+    if let Some(account) = crate::repair::frozen_account(&tx, &req.from, &req.to).await? {
+        let _ = tx.rollback().await;
+        return Err(LedgerError::AccountFrozen(account));
+    }
 
     // Step 1: register the key, or replay what it recorded.
     let mut attempt = 0;
@@ -344,39 +351,11 @@ pub async fn transfer(
     }
 
     // Step 2: the conditional debit.
-    let debited = tx
-        .query_typed_opt(
-            DEBIT_FROM_SQL,
-            &[(&req.from, Type::TEXT), (&req.amount, Type::INT8)],
-        )
-        .await
-        .map_err(|error| blame(error, &req.from, req.amount))?;
-    let Some(debited) = debited else {
-        let row = tx
-            .query_typed_one(
-                RECORD_REFUSAL_SQL,
-                &[
-                    (&req.client_id, Type::TEXT),
-                    (&req.idem_key, Type::TEXT),
-                    (&req.from, Type::TEXT),
-                ],
-            )
-            .await?;
-        let outcome: &str = row.try_get("outcome")?;
-        let outcome = if outcome == Outcome::Insufficient.as_str() {
-            Outcome::Insufficient
-        } else {
-            Outcome::NoAccount
-        };
-        let result = TransferResult {
-            outcome,
-            txn_id: None,
-            balance: row.try_get("balance_after")?,
-            replayed: false,
-        };
+    let Some(debited) = conditional_debit(&tx, req).await? else {
+        let result = record_refusal(&tx, req).await?;
         return commit(tx, hooks, req, result).await;
     };
-    let from_balance_after: i64 = debited.try_get("balance")?;
+    let from_balance_after = debited;
 
     // End of step 2 (credit `to`) and step 3 (ledger_txn and entries), one statement.
     let (to_balance_after, txn_id) = match credit_and_record(&tx, req).await {
@@ -396,7 +375,7 @@ pub async fn transfer(
 
     // Step 4: record OK with the reported balance.
     let balance = match req.kind {
-        Kind::Debit => from_balance_after,
+        Kind::Debit | Kind::Transfer => from_balance_after,
         Kind::Grant => to_balance_after,
     };
     record_ok(&tx, req, txn_id, balance).await?;
@@ -409,9 +388,63 @@ pub async fn transfer(
     commit(tx, hooks, req, result).await
 }
 
+/// Step 2's conditional debit of `req.from` (`WHERE allow_negative OR balance >=
+/// amount`); `from`'s balance after, or `None` when refused (or `from` is missing).
+///
+/// Errors: [`LedgerError::OutOfRange`] when our own arithmetic overflows
+/// ([`blame`]); [`LedgerError::Db`].
+pub(crate) async fn conditional_debit(
+    tx: &Transaction<'_>,
+    req: &TransferRequest,
+) -> Result<Option<i64>, LedgerError> {
+    let debited = tx
+        .query_typed_opt(
+            DEBIT_FROM_SQL,
+            &[(&req.from, Type::TEXT), (&req.amount, Type::INT8)],
+        )
+        .await
+        .map_err(|error| blame(error, &req.from, req.amount))?;
+    Ok(match debited {
+        Some(row) => Some(row.try_get("balance")?),
+        None => None,
+    })
+}
+
+/// A refused debit: records INSUFFICIENT (reporting `from`'s balance) or NO_ACCOUNT
+/// (`from` does not exist) and returns the result to commit.
+///
+/// Errors: [`LedgerError::Db`].
+pub(crate) async fn record_refusal(
+    tx: &Transaction<'_>,
+    req: &TransferRequest,
+) -> Result<TransferResult, LedgerError> {
+    let row = tx
+        .query_typed_one(
+            RECORD_REFUSAL_SQL,
+            &[
+                (&req.client_id, Type::TEXT),
+                (&req.idem_key, Type::TEXT),
+                (&req.from, Type::TEXT),
+            ],
+        )
+        .await?;
+    let outcome: &str = row.try_get("outcome")?;
+    let outcome = if outcome == Outcome::Insufficient.as_str() {
+        Outcome::Insufficient
+    } else {
+        Outcome::NoAccount
+    };
+    Ok(TransferResult {
+        outcome,
+        txn_id: None,
+        balance: row.try_get("balance_after")?,
+        replayed: false,
+    })
+}
+
 /// Step 1: inserts the key's registration as PENDING; false when the key is already
 /// registered (the insert did nothing).
-async fn register(
+pub(crate) async fn register(
     tx: &Transaction<'_>,
     req: &TransferRequest,
     request_hash: &str,
@@ -433,7 +466,7 @@ async fn register(
 /// statement; returns `to`'s balance after and the txn id.
 ///
 /// Errors: [`LedgerError::CreditAccountMissing`]; [`LedgerError::Db`].
-async fn credit_and_record(
+pub(crate) async fn credit_and_record(
     tx: &Transaction<'_>,
     req: &TransferRequest,
 ) -> Result<(i64, i64), LedgerError> {
@@ -483,7 +516,7 @@ fn blame(error: tokio_postgres::Error, account: &str, amount: i64) -> LedgerErro
 }
 
 /// Step 4: records outcome OK with the txn id and the reported balance.
-async fn record_ok(
+pub(crate) async fn record_ok(
     tx: &Transaction<'_>,
     req: &TransferRequest,
     txn_id: i64,
@@ -530,7 +563,7 @@ pub async fn record_transfer(
     }
     let (to_balance_after, txn_id) = credit_and_record(tx, req).await?;
     let balance = match req.kind {
-        Kind::Debit => from_balance_after,
+        Kind::Debit | Kind::Transfer => from_balance_after,
         Kind::Grant => to_balance_after,
     };
     record_ok(tx, req, txn_id, balance).await?;
@@ -581,7 +614,7 @@ async fn abort(tx: Transaction<'_>, point: HookPoint) -> Result<TransferResult, 
 }
 
 /// `before-commit`, COMMIT, `after-commit`.
-async fn commit(
+pub(crate) async fn commit(
     tx: Transaction<'_>,
     hooks: &dyn Hooks,
     req: &TransferRequest,
@@ -607,7 +640,7 @@ async fn commit(
 }
 
 /// Step 1, key known: compare fingerprints, then return the stored result.
-fn replay(
+pub(crate) fn replay(
     req: &TransferRequest,
     request_hash: &str,
     row: &Row,

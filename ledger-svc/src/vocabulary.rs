@@ -16,17 +16,21 @@ pub enum Kind {
     Debit,
     /// Points are issued to a user: `from` = [`crate::SYS_ISSUER`], `to` = the user's account.
     Grant,
+    /// Points move between two user accounts ([`crate::transfer_between()`]): both rows
+    /// are locked in sorted order, not `from` then `to`.
+    Transfer,
 }
 
 impl Kind {
-    /// Both kinds, in declaration order.
-    pub const ALL: [Kind; 2] = [Kind::Debit, Kind::Grant];
+    /// Every kind, in declaration order.
+    pub const ALL: [Kind; 3] = [Kind::Debit, Kind::Grant, Kind::Transfer];
 
-    /// The stored spelling: `"DEBIT"` or `"GRANT"`.
+    /// The stored spelling: `"DEBIT"`, `"GRANT"` or `"TRANSFER"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Debit => "DEBIT",
             Kind::Grant => "GRANT",
+            Kind::Transfer => "TRANSFER",
         }
     }
 }

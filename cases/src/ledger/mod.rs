@@ -14,6 +14,7 @@ pub mod canary;
 pub mod http;
 mod l00_template;
 pub mod naive;
+pub mod naive_keyless;
 pub mod queries;
 pub mod spec_calls;
 pub mod worker;
@@ -34,6 +35,11 @@ case_kit::register_cases! {
     l10_database_crash,
     l11_reconciliation,
     l12_striped_redemption,
+    pub l13_strategies,
+    pub l14_any_to_any,
+    l15_synchronous_commit_off,
+    l16_repair,
+    pub l17_network_fault_proxy,
     pub l18_stuck_transaction,
     l19_key_retention,
 }

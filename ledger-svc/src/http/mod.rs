@@ -9,6 +9,7 @@ pub mod problem;
 pub mod routes;
 pub mod server;
 pub mod spot;
+pub mod transfers;
 
 /// A handler's way to close the connection without writing a response: hyper ends an
 /// HTTP/1 connection whose service returned an error, and the client sees the

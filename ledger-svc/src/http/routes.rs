@@ -18,6 +18,7 @@
 //! Admin listener (never reachable from the public one):
 //! - `GET /healthz`, and `POST /accounts/{id}/grants` (same headers, body and table as a
 //!   debit; a grant to a missing account is 404 `NO_ACCOUNT`, not recorded).
+//! - `POST /transfers`: between two user accounts (`super::transfers`).
 //! - With `--enable-fault-injection` only (otherwise these paths are 404):
 //!   `GET /faults`, `DELETE /faults`, `PUT /faults/{point}` (body [`FaultSpec`]),
 //!   `DELETE /faults/{point}`, `POST /faults/{point}/release`, where `{point}` is a
@@ -158,6 +159,12 @@ async fn route(
             let account = account.to_string();
             only(&method, Method::POST, "POST", || {
                 transfer_route(state, request, Kind::Grant, account, log)
+            })
+            .await
+        }
+        (Listener::Admin, ["transfers"]) => {
+            only(&method, Method::POST, "POST", || async {
+                Ok(super::transfers::transfers_route(state, request).await)
             })
             .await
         }
@@ -349,6 +356,7 @@ fn parse_transfer(
                 match kind {
                     Kind::Debit => "debits",
                     Kind::Grant => "grants",
+                    Kind::Transfer => "transfers",
                 }
             ),
             ApiOutcome::BadRequest,
@@ -414,6 +422,8 @@ async fn transfer_route(
     let transfer_request = match kind {
         Kind::Debit => striped_debit(client_id, key, &account, amount, state.redeem_stripes),
         Kind::Grant => TransferRequest::grant(client_id, key, &account, amount),
+        // Transfers between two accounts have their own route (`http::transfers`).
+        Kind::Transfer => return Ok(Problem::no_route("/transfers").into_response()),
     };
 
     // The transfer runs in its own task: if the client goes away (hyper then drops this
@@ -529,6 +539,15 @@ fn transfer_response(
         Err(Failure::Ledger(LedgerError::CreditAccountMissing(missing))) if kind == Kind::Grant => {
             Ok(no_account(&missing, Some(amount)).into_response())
         }
+        Err(Failure::Ledger(LedgerError::AccountFrozen(frozen))) => Ok(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "account-frozen",
+            "Account frozen for repair",
+            format!("account {frozen} is frozen while a repair runs; nothing was recorded, retry later with the same key"),
+            ApiOutcome::Unknown,
+        )
+        .with("account_id", frozen)
+        .into_response()),
         Err(Failure::Ledger(LedgerError::InvalidAmount(_))) => {
             Ok(Problem::bad_request("amount must be a positive integer").into_response())
         }

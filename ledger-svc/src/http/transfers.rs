@@ -1,0 +1,169 @@
+//! `POST /transfers` on the admin listener: a transfer between two user accounts
+//! (`ledger_svc::transfer_between`, rows locked in sorted order), like a grant an
+//! internal operation, never reachable from the public listener.
+//!
+//! Headers `X-Client-Id` and `Idempotency-Key` as for a debit; body JSON
+//! `{"from": "acct-0001", "to": "acct-0002", "amount": 10}`. Answers: 201 with
+//! `{"outcome": "OK", "kind": "TRANSFER", "from", "to", "amount", "txn_id", "balance"}`
+//! (`balance`: `from`'s balance after), 409 `INSUFFICIENT`, 404 `NO_ACCOUNT` (either
+//! account missing), each replayed with `Idempotent-Replayed: true`; 422 `KEY_REUSED`;
+//! 400 for a malformed body, the same account twice or a system account; 503 while an
+//! account is frozen for repair (nothing recorded) or the database is unavailable.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Request, StatusCode};
+use ledger_svc::schema::is_system_account;
+use ledger_svc::{Hooks, LedgerError, NoHooks, Outcome, between, transfer_between};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::grammar;
+use super::problem::{ApiOutcome, HttpResponse, Problem, json_response, mark_replayed};
+use super::routes::{AppState, read_body};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TransferBody {
+    from: String,
+    to: String,
+    amount: i64,
+}
+
+/// Handles one `POST /transfers`.
+pub async fn transfers_route(state: &Arc<AppState>, request: Request<Incoming>) -> HttpResponse {
+    let headers = request.headers();
+    let client_id = grammar::parse_client_id(
+        headers
+            .get_all("x-client-id")
+            .iter()
+            .map(|value| value.as_bytes()),
+    );
+    let key = grammar::parse_idempotency_key(
+        headers
+            .get_all("idempotency-key")
+            .iter()
+            .map(|value| value.as_bytes()),
+    );
+    let (client_id, key) = match (client_id, key) {
+        (Ok(client_id), Ok(key)) => (client_id, key),
+        (Err(bad), _) | (_, Err(bad)) => return Problem::bad_request(bad.0).into_response(),
+    };
+    let body = match read_body(request).await {
+        Ok(body) => body,
+        Err(problem) => return problem.into_response(),
+    };
+    let Ok(body) = serde_json::from_slice::<TransferBody>(&body) else {
+        return Problem::bad_request(
+            "body must be {\"from\": account, \"to\": account, \"amount\": positive integer}",
+        )
+        .into_response();
+    };
+    let (from, to) = match (
+        grammar::parse_account_id(&body.from),
+        grammar::parse_account_id(&body.to),
+    ) {
+        (Ok(from), Ok(to)) => (from, to),
+        (Err(bad), _) | (_, Err(bad)) => return Problem::bad_request(bad.0).into_response(),
+    };
+    if body.amount <= 0 {
+        return Problem::bad_request("amount must be a positive integer").into_response();
+    }
+    if from == to || is_system_account(&from) || is_system_account(&to) {
+        return Problem::bad_request("a transfer moves points between two different user accounts")
+            .into_response();
+    }
+    let req = between(client_id, key, from.clone(), to.clone(), body.amount);
+    let task_state = state.clone();
+    let task = state.tasks.spawn(async move {
+        let mut client = match task_state.pool.get().await {
+            Ok(client) => client,
+            Err(error) => {
+                eprintln!("ledger-svc: no database connection: {error}");
+                return None;
+            }
+        };
+        let hooks: &dyn Hooks = match &task_state.faults {
+            Some(faults) => faults.as_ref(),
+            None => &NoHooks,
+        };
+        Some(transfer_between(&mut client, &req, hooks).await)
+    });
+    let result = match task.await {
+        Ok(Some(result)) => result,
+        Ok(None) => return Problem::unavailable().into_response(),
+        Err(error) => {
+            eprintln!("ledger-svc: transfer task failed: {error}");
+            return Problem::internal().into_response();
+        }
+    };
+    match result {
+        Ok(result) => {
+            let mut response = match result.outcome {
+                Outcome::Ok => json_response(
+                    StatusCode::CREATED,
+                    &json!({
+                        "outcome": ApiOutcome::Ok.as_str(), "kind": "TRANSFER",
+                        "from": from, "to": to, "amount": body.amount,
+                        "txn_id": result.txn_id, "balance": result.balance,
+                    }),
+                ),
+                Outcome::Insufficient => Problem::new(
+                    StatusCode::CONFLICT,
+                    "insufficient",
+                    "Insufficient balance",
+                    format!(
+                        "account {from} had {} points, fewer than {}",
+                        result.balance, body.amount
+                    ),
+                    ApiOutcome::Insufficient,
+                )
+                .with("balance", result.balance)
+                .into_response(),
+                Outcome::NoAccount => no_account(&from),
+            };
+            if result.replayed {
+                mark_replayed(&mut response);
+            }
+            response
+        }
+        Err(LedgerError::CreditAccountMissing(missing)) => no_account(&missing),
+        Err(LedgerError::KeyReused { .. }) => Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "key-reused",
+            "Idempotency key reused",
+            "this Idempotency-Key was first used with a different request",
+            ApiOutcome::KeyReused,
+        )
+        .into_response(),
+        Err(LedgerError::AccountFrozen(frozen)) => Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "account-frozen",
+            "Account frozen for repair",
+            format!("account {frozen} is frozen while a repair runs; nothing was recorded"),
+            ApiOutcome::Unknown,
+        )
+        .into_response(),
+        Err(error @ LedgerError::Db { .. }) => {
+            eprintln!("ledger-svc: transfer failed: {error}");
+            Problem::unavailable().into_response()
+        }
+        Err(error) => {
+            eprintln!("ledger-svc: transfer failed: {error}");
+            Problem::internal().into_response()
+        }
+    }
+}
+
+fn no_account(account: &str) -> HttpResponse {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "no-account",
+        "No such account",
+        format!("account {account} does not exist"),
+        ApiOutcome::NoAccount,
+    )
+    .with("account_id", account)
+    .into_response()
+}
