@@ -138,6 +138,25 @@ impl Ctx {
         self.env.connect(self.database()).await
     }
 
+    /// Clones its family's template as another database of this case,
+    /// `<its database>_<suffix>` (dropping an older one of that name first), and returns
+    /// the name: for a case that tries several orders of the same steps (a spec's
+    /// permutations), each on the same starting state. Nothing is dropped while the name
+    /// is new, so no checkpoint is forced (`DROP DATABASE` forces one); the extra
+    /// databases go with the scratch cluster and are not reconciled.
+    ///
+    /// Errors: the case has no database; its family has no template in this run; SQL
+    /// errors of the drop or the clone.
+    pub async fn extra_database(&self, suffix: &str) -> anyhow::Result<String> {
+        let template = self
+            .env
+            .template_of(&self.family)
+            .ok_or_else(|| anyhow::anyhow!("family {} has no template in this run", self.family))?;
+        let name = format!("{}_{suffix}", self.database());
+        crate::runner::clone_database(&self.env, template, &name).await?;
+        Ok(name)
+    }
+
     /// A new connection to another database of the run (e.g. for reconciliation).
     ///
     /// Errors: connection failures.

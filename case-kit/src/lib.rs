@@ -10,6 +10,8 @@
 //! - [`run_case`] and [`Env`]: one case on a fresh resource, with its share of the
 //!   connection budget and a timeout; shared by the harness and the tests.
 //! - [`redact`] and [`snapshot`]: the one redaction layer and the snapshot files.
+//! - [`spec`]: cases as data, interleaving specs of sessions, steps and permutations,
+//!   with lock waits read from PostgreSQL (`pg_blocking_pids`).
 //! - [`proxy`]: an HTTP/1.1 TCP proxy that cuts answers and retries on its own.
 //! - [`service`] and [`worker`]: the `ledger-svc` and `crash-worker` child processes,
 //!   tied to the harness's life.
@@ -29,6 +31,7 @@ mod rng;
 mod runner;
 pub mod service;
 pub mod snapshot;
+pub mod spec;
 pub mod worker;
 
 pub use case::{

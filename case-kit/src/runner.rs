@@ -50,22 +50,32 @@ async fn fresh_resource(env: &Env, family: &Family, case: &Case) -> anyhow::Resu
                 anyhow::anyhow!("family {} has no template in this run", family.prefix)
             })?;
             let database = Env::database_for(&case.id);
-            let admin = env.connect("postgres").await?;
-            // Two statements: DROP/CREATE DATABASE cannot run inside a transaction
-            // block, which a multi-statement batch would be.
-            admin
-                .batch_execute(&format!(
-                    "DROP DATABASE IF EXISTS \"{database}\" WITH (FORCE)"
-                ))
-                .await?;
-            admin
-                .batch_execute(&format!(
-                    "CREATE DATABASE \"{database}\" TEMPLATE {template}"
-                ))
-                .await?;
+            clone_database(env, template, &database).await?;
             Ok(Resource::Database(database))
         }
     }
+}
+
+/// Drops `database` (ending its connections) and clones it from `template`.
+pub(crate) async fn clone_database(
+    env: &Env,
+    template: &str,
+    database: &str,
+) -> anyhow::Result<()> {
+    let admin = env.connect("postgres").await?;
+    // Two statements: DROP/CREATE DATABASE cannot run inside a transaction block, which a
+    // multi-statement batch would be.
+    admin
+        .batch_execute(&format!(
+            "DROP DATABASE IF EXISTS \"{database}\" WITH (FORCE)"
+        ))
+        .await?;
+    admin
+        .batch_execute(&format!(
+            "CREATE DATABASE \"{database}\" TEMPLATE {template}"
+        ))
+        .await?;
+    Ok(())
 }
 
 /// Runs `case` of `family` on its own resource. In PostgreSQL families it first takes

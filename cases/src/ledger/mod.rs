@@ -16,6 +16,7 @@ mod l00_template;
 pub mod naive;
 pub mod naive_keyless;
 pub mod queries;
+pub mod spec_calls;
 pub mod worker;
 
 // One line per case, in id order. The negative controls are public so that a test can
@@ -55,7 +56,8 @@ pub fn family() -> Family {
             template: TEMPLATE_DATABASE,
             install: |client| install(client).boxed(),
         }),
-        cases: cases(),
+        // The hand-written cases, then the spec files of `specs/` (`L-S1`, …).
+        cases: cases().into_iter().chain(spec_calls::cases()).collect(),
         extras: vec![l00_template::case(), canary::case()],
     }
 }
