@@ -87,6 +87,10 @@ fn main() {
         janitor::run(run_dir);
     }
     let families = cases::families();
+    if let Err(message) = selection::check_unique_ids(&families) {
+        eprintln!("harness: {message}");
+        std::process::exit(EXIT_HARNESS_ERROR);
+    }
     if args.list {
         print!("{}", selection::listing(&families));
         return;
@@ -491,12 +495,20 @@ fn print_closing(
         seconds(durations.last_phase_ms),
     );
     println!("evidence: {} (evidence/latest)", folder.dir().display());
-    let failing: Vec<&str> = compared
-        .reports
-        .iter()
-        .filter(|r| r.failed > 0)
-        .map(|r| r.id.as_str())
-        .collect();
+    // A failing Last case (a family's reconciliation) found something in the other
+    // cases' data: re-running it alone would reconcile only its own, so the command names
+    // its whole family.
+    let mut failing: Vec<&str> = Vec::new();
+    for report in compared.reports.iter().filter(|r| r.failed > 0) {
+        let word = if report.schedule == Schedule::Last {
+            report.family.as_str()
+        } else {
+            report.id.as_str()
+        };
+        if !failing.contains(&word) {
+            failing.push(word);
+        }
+    }
     if failing.is_empty() {
         return;
     }

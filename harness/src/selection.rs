@@ -122,6 +122,46 @@ impl<'a> Selection<'a> {
     }
 }
 
+/// Refuses a registry in which two cases (or two families) share an id: one of them
+/// would silently never run (a template copied without changing its id, say).
+///
+/// Errors: the ids used twice, and where.
+pub fn check_unique_ids(families: &[Family]) -> Result<(), String> {
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    let mut clashes = Vec::new();
+    for family in families {
+        if families
+            .iter()
+            .filter(|other| other.prefix.eq_ignore_ascii_case(family.prefix))
+            .count()
+            > 1
+            && !clashes.contains(&format!("family prefix {}", family.prefix))
+        {
+            clashes.push(format!("family prefix {}", family.prefix));
+        }
+        for case in family.cases.iter().chain(&family.extras) {
+            match seen
+                .iter()
+                .find(|(id, _)| id.eq_ignore_ascii_case(&case.id))
+            {
+                Some((_, title)) => clashes.push(format!(
+                    "case id {} ({title:?} and {:?})",
+                    case.id, case.title
+                )),
+                None => seen.push((&case.id, &case.title)),
+            }
+        }
+    }
+    if clashes.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ids must be unique; used twice: {} (give the new case its own id)",
+            clashes.join(", ")
+        ))
+    }
+}
+
 /// `--list`: each family (prefix, title, engine), then its cases; extras marked.
 pub fn listing(families: &[Family]) -> String {
     let mut text = String::new();
@@ -148,4 +188,39 @@ pub fn listing(families: &[Family]) -> String {
         }
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use case_kit::{Case, Engine};
+    use futures_util::FutureExt;
+
+    fn case(id: &str) -> Case {
+        Case::new(id, format!("case {id}"), |_ctx| async { Ok(()) }.boxed())
+    }
+
+    fn family(prefix: &'static str, ids: &[&str]) -> Family {
+        Family {
+            prefix,
+            title: "test family",
+            engine: Engine::None,
+            cases: ids.iter().map(|id| case(id)).collect(),
+            extras: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_reused_id_is_refused() {
+        assert!(check_unique_ids(&[family("X", &["X1", "X2"]), family("Y", &["Y1"])]).is_ok());
+        let error = check_unique_ids(&[family("X", &["X1", "X2", "x1"])]).unwrap_err();
+        assert!(error.contains("case id x1"), "{error}");
+        let error = check_unique_ids(&[family("X", &["X1"]), family("X", &["X2"])]).unwrap_err();
+        assert!(error.contains("family prefix X"), "{error}");
+    }
+
+    #[test]
+    fn the_registered_families_have_unique_ids() {
+        check_unique_ids(&cases::families()).unwrap();
+    }
 }
