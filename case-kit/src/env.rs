@@ -179,6 +179,12 @@ impl Env {
         ))
     }
 
+    /// The temporary folder a test environment made itself (removed on drop), for a test
+    /// process that keeps its `Env` in a static and so never drops it.
+    pub fn test_folder(&self) -> Option<&Path> {
+        self.owned_dir.as_deref()
+    }
+
     /// The run's seed.
     pub fn seed(&self) -> u64 {
         self.options.seed

@@ -141,7 +141,13 @@ fn main() {
         }
     }
     let conclusion = libtest_mimic::run(&args, trials);
-    // The shared cluster lives in a static that is never dropped: stop it here.
+    // The shared cluster and folder live in a static that is never dropped: stop and
+    // remove them here.
     scratch_pg::cleanup_all_clusters();
+    if let Some(Ok(env)) = ENV.get()
+        && let Some(folder) = env.test_folder()
+    {
+        let _ = std::fs::remove_dir_all(folder);
+    }
     conclusion.exit();
 }
