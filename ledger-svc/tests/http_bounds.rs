@@ -17,15 +17,6 @@ use common::service::{Options, Reply, Service};
 
 const FORM: (&str, &[u8]) = ("content-type", b"application/x-www-form-urlencoded");
 
-/// Row counts that a refused or failed request must leave alone.
-async fn recorded(db: &TestDb) -> (i64, i64, i64) {
-    (
-        db.scalar("SELECT count(*) FROM idem_request").await,
-        db.scalar("SELECT count(*) FROM ledger_txn").await,
-        db.scalar("SELECT count(*) FROM ledger_entry").await,
-    )
-}
-
 fn assert_problem(reply: &Reply, status: u16, outcome: &str, what: &str) {
     assert_eq!(reply.status, status, "{what}: {}", reply.raw);
     assert_eq!(
@@ -67,7 +58,7 @@ async fn lock_wait_is_bounded_and_the_same_key_executes_once_later() {
     let db = TestDb::new("b_lock").await;
     let svc = Service::start(&db.url(), with_args(&["--lock-timeout-ms", "300"])).await;
     assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
-    let before = recorded(&db).await;
+    let before = db.recorded().await;
 
     let holder = db.connect().await;
     holder
@@ -85,7 +76,7 @@ async fn lock_wait_is_bounded_and_the_same_key_executes_once_later() {
         took >= Duration::from_millis(LOCK_MS) && took < Duration::from_millis(LOCK_MS + 1_000),
         "answered after {took:?}"
     );
-    assert_eq!(recorded(&db).await, before, "nothing recorded");
+    assert_eq!(db.recorded().await, before, "nothing recorded");
     assert_eq!(db.balance("acct-0001").await, 100);
     let (health, health_took) = get(&svc, &svc.public, "/healthz").await;
     assert_eq!(health.status, 200);
@@ -131,7 +122,7 @@ async fn statement_bound_cancels_a_slow_statement() {
         )
         .await
         .unwrap();
-    let before = recorded(&db).await;
+    let before = db.recorded().await;
     let started = Instant::now();
     let cancelled = svc.debit("acct-0001", "app-a", "k-1", "10").await;
     let took = started.elapsed();
@@ -141,7 +132,7 @@ async fn statement_bound_cancels_a_slow_statement() {
         took < Duration::from_millis(1_500),
         "answered after {took:?}"
     );
-    assert_eq!(recorded(&db).await, before, "nothing recorded");
+    assert_eq!(db.recorded().await, before, "nothing recorded");
     db.client
         .batch_execute("DROP TRIGGER entry_slow ON ledger_entry")
         .await
@@ -210,7 +201,7 @@ async fn pause_without_hold_ms_holds_until_released() {
     )
     .await;
     assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
-    let before = recorded(&db).await;
+    let before = db.recorded().await;
     svc.arm("entries-written", json!({"action": "pause"})).await;
     let request = svc.post(
         &svc.public,
@@ -240,7 +231,7 @@ async fn pause_without_hold_ms_holds_until_released() {
     let response = pending.await.unwrap().unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(response.headers().get("retry-after").unwrap(), "1");
-    assert_eq!(recorded(&db).await, before, "nothing recorded");
+    assert_eq!(db.recorded().await, before, "nothing recorded");
     let retried = svc.debit("acct-0001", "app-a", "k-1", "10").await;
     assert_eq!(retried.status, 201, "{}", retried.raw);
     assert_eq!(db.balance("acct-0001").await, 90);
@@ -269,10 +260,10 @@ async fn out_of_range_is_blamed_by_where_it_comes_from() {
     assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
 
     // Our own arithmetic: a grant past the bigint range.
-    let before = recorded(&db).await;
+    let before = db.recorded().await;
     let own = svc.grant("acct-0002", "g-max", i64::MAX).await;
     assert_problem(&own, 400, "BAD_REQUEST", "own arithmetic");
-    assert_eq!(recorded(&db).await, before);
+    assert_eq!(db.recorded().await, before);
 
     // A trigger that raises 22003 itself.
     db.client
@@ -284,12 +275,12 @@ async fn out_of_range_is_blamed_by_where_it_comes_from() {
         )
         .await
         .unwrap();
-    let before = recorded(&db).await;
+    let before = db.recorded().await;
     for attempt in ["first", "same key again"] {
         let raised = svc.debit("acct-0001", "app-a", "k-1", "10").await;
         assert_problem(&raised, 500, "UNKNOWN", attempt);
     }
-    assert_eq!(recorded(&db).await, before, "nothing recorded");
+    assert_eq!(db.recorded().await, before, "nothing recorded");
     assert_eq!(db.balance("acct-0001").await, 100);
 
     // A trigger whose own bigint arithmetic overflows (the same routine as ours, but
@@ -307,7 +298,7 @@ async fn out_of_range_is_blamed_by_where_it_comes_from() {
         .unwrap();
     let overflowed = svc.debit("acct-0001", "app-a", "k-2", "10").await;
     assert_problem(&overflowed, 500, "UNKNOWN", "trigger arithmetic");
-    assert_eq!(recorded(&db).await, before, "nothing recorded");
+    assert_eq!(db.recorded().await, before, "nothing recorded");
 
     // Without the trigger the same key executes.
     db.client
@@ -502,7 +493,7 @@ async fn expired_and_removed_keys_answer_422_key_expired() {
     assert_eq!(tombstone.get::<_, Option<i64>>(2), None, "response dropped");
     assert!(tombstone.get::<_, bool>(3));
 
-    let before = recorded(&db).await;
+    let before = db.recorded().await;
     let expired = svc.debit("acct-0001", "app-a", "k-1", "30").await;
     assert_problem(&expired, 422, "KEY_EXPIRED", "expired key");
     assert_eq!(expired.body["txn_id"], first.body["txn_id"]);
@@ -511,7 +502,7 @@ async fn expired_and_removed_keys_answer_422_key_expired() {
     let expired_refusal = svc.debit("acct-0001", "app-a", "k-2", "1000").await;
     assert_problem(&expired_refusal, 422, "KEY_EXPIRED", "expired refusal");
     assert_eq!(expired_refusal.body["txn_id"], serde_json::Value::Null);
-    assert_eq!(recorded(&db).await, before, "nothing recorded");
+    assert_eq!(db.recorded().await, before, "nothing recorded");
     assert_eq!(db.balance("acct-0001").await, 70);
     let mut client = db.connect().await;
     let findings = ledger_svc::reconcile(&mut client).await.unwrap();

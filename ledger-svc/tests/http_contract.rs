@@ -20,15 +20,6 @@ type Header<'a> = (&'a str, &'a [u8]);
 const FORM: (&str, &[u8]) = ("content-type", b"application/x-www-form-urlencoded");
 const JSON: (&str, &[u8]) = ("content-type", b"application/json");
 
-/// Row counts that a rejected request must leave alone.
-async fn recorded(db: &TestDb) -> (i64, i64, i64) {
-    (
-        db.scalar("SELECT count(*) FROM idem_request").await,
-        db.scalar("SELECT count(*) FROM ledger_txn").await,
-        db.scalar("SELECT count(*) FROM ledger_entry").await,
-    )
-}
-
 fn assert_problem(reply: &Reply, status: u16, outcome: &str, what: &str) {
     assert_eq!(reply.status, status, "{what}: {}", reply.raw);
     assert_eq!(
@@ -89,12 +80,12 @@ async fn status_table_rows_and_replays() {
     assert_eq!(missing_again.raw, missing.raw);
 
     // 422 KEY_REUSED: same key, other payload (amount, or account); nothing recorded.
-    let before = recorded(&db).await;
+    let before = db.recorded().await;
     let reused = svc.debit("acct-0001", "app-a", "k-1", "31").await;
     assert_problem(&reused, 422, "KEY_REUSED", "other amount");
     let reused_account = svc.debit("acct-0002", "app-a", "k-1", "30").await;
     assert_problem(&reused_account, 422, "KEY_REUSED", "other account");
-    assert_eq!(recorded(&db).await, before);
+    assert_eq!(db.recorded().await, before);
     assert_eq!(db.balance("acct-0001").await, 70);
 
     // The same request in JSON, and with the key in RFC 8941 quoted form: one key.
@@ -148,7 +139,7 @@ async fn status_table_rows_and_replays() {
     let regrant = svc.grant("acct-0001", "g-1", 100).await;
     assert_eq!(regrant.status, 201);
     assert!(regrant.replayed());
-    let before = recorded(&db).await;
+    let before = db.recorded().await;
     let grant_missing = svc.grant("acct-9999", "g-2", 5).await;
     assert_problem(
         &grant_missing,
@@ -156,7 +147,7 @@ async fn status_table_rows_and_replays() {
         "NO_ACCOUNT",
         "grant to a missing account",
     );
-    assert_eq!(recorded(&db).await, before);
+    assert_eq!(db.recorded().await, before);
     let mut client = db.connect().await;
     assert!(ledger_svc::reconcile(&mut client).await.unwrap().is_clean());
 }
@@ -168,7 +159,7 @@ async fn malformed_requests_change_nothing() {
     let db = TestDb::new("h_malformed").await;
     let svc = Service::start(&db.url(), Options::default()).await;
     assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
-    let before = recorded(&db).await;
+    let before = db.recorded().await;
     let path = "/accounts/acct-0001/debits";
     let client: (&str, &[u8]) = ("x-client-id", b"app-m");
     let key: (&str, &[u8]) = ("idempotency-key", b"k-m");
@@ -354,7 +345,7 @@ async fn malformed_requests_change_nothing() {
         );
         assert_problem(&reply, status, "BAD_REQUEST", &format!("{what} {shown:?}"));
         assert_eq!(
-            recorded(&db).await,
+            db.recorded().await,
             before,
             "{what}: something was recorded"
         );
@@ -374,7 +365,7 @@ async fn malformed_requests_change_nothing() {
     .await;
     assert!(raw.starts_with("HTTP/1.1 413"), "{raw}");
     assert!(raw.contains("\"outcome\":\"BAD_REQUEST\""), "{raw}");
-    assert_eq!(recorded(&db).await, before);
+    assert_eq!(db.recorded().await, before);
 
     // Nothing above registered the key: it now runs fresh.
     let fresh = svc.debit("acct-0001", "app-m", "k-m", "5").await;
@@ -444,7 +435,7 @@ async fn routes_methods_and_listeners() {
     assert_problem(&wrong, 405, "BAD_REQUEST", "POST healthz");
 
     // Grants are not served on the public listener.
-    let before = recorded(&db).await;
+    let before = db.recorded().await;
     let public_grant = svc
         .send(svc.post(
             &svc.public,
@@ -460,7 +451,7 @@ async fn routes_methods_and_listeners() {
         "BAD_REQUEST",
         "grant on the public listener",
     );
-    assert_eq!(recorded(&db).await, before);
+    assert_eq!(db.recorded().await, before);
     assert_eq!(db.balance("acct-0001").await, 0);
 
     // Without --enable-fault-injection the fault routes do not exist, on either listener.
@@ -858,12 +849,12 @@ async fn grant_beyond_the_range_of_points_is_400_not_5xx() {
     let db = TestDb::new("h_overflow").await;
     let svc = Service::start(&db.url(), Options::default()).await;
     assert_eq!(svc.grant("acct-0001", "g-1", 1000).await.status, 201);
-    let before = recorded(&db).await;
+    let before = db.recorded().await;
     for attempt in ["first", "retry with the same key"] {
         let reply = svc.grant("acct-0002", "g-max", i64::MAX).await;
         assert_problem(&reply, 400, "BAD_REQUEST", attempt);
     }
-    assert_eq!(recorded(&db).await, before, "nothing recorded");
+    assert_eq!(db.recorded().await, before, "nothing recorded");
     assert_eq!(
         db.scalar("SELECT balance FROM account WHERE account_id = 'acct-0002'")
             .await,
@@ -879,7 +870,7 @@ async fn slow_body_is_408_and_records_nothing() {
     let db = TestDb::new("h_slow_body").await;
     let svc = Service::start(&db.url(), Options::default()).await;
     assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
-    let before = recorded(&db).await;
+    let before = db.recorded().await;
     let started = Instant::now();
     // Content-Length promises 100 bytes; 8 arrive, and the connection stays open.
     let raw = raw_request(
@@ -898,5 +889,5 @@ async fn slow_body_is_408_and_records_nothing() {
         started.elapsed() < Duration::from_secs(9),
         "answered at the body timeout"
     );
-    assert_eq!(recorded(&db).await, before, "nothing recorded");
+    assert_eq!(db.recorded().await, before, "nothing recorded");
 }

@@ -83,4 +83,14 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
             .get(0)
     }
+
+    /// Row counts of `idem_request`, `ledger_txn` and `ledger_entry`: what a refused or
+    /// failed request must leave alone.
+    pub async fn recorded(&self) -> (i64, i64, i64) {
+        (
+            self.scalar("SELECT count(*) FROM idem_request").await,
+            self.scalar("SELECT count(*) FROM ledger_txn").await,
+            self.scalar("SELECT count(*) FROM ledger_entry").await,
+        )
+    }
 }
