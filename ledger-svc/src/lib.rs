@@ -3,6 +3,8 @@
 //! - [`schema`]: the four tables (SPEC §2) and the seeded accounts.
 //! - [`mod@transfer`]: one READ COMMITTED transaction per request, at most once per
 //!   `(client_id, idem_key)` (SPEC §3), with named hook points for fault injection.
+//! - [`onetrip`]: the same transfer in one round trip (a server-side function), and
+//!   [`TransferMode`], which of the two a caller uses.
 //! - [`mod@reconcile`]: the invariant checks of SPEC §6 L11 in one REPEATABLE READ snapshot.
 //! - [`mod@repair`]: freeze, append adjustments, rewrite cached balances, re-check, unfreeze.
 //! - [`mod@transfer_between`]: transfers between two user accounts, rows locked in sorted order.
@@ -15,6 +17,7 @@
 
 pub mod error;
 pub mod fingerprint;
+pub mod onetrip;
 pub mod reconcile;
 pub mod repair;
 pub mod retention;
@@ -26,6 +29,7 @@ pub mod vocabulary;
 
 pub use error::LedgerError;
 pub use fingerprint::request_hash;
+pub use onetrip::{TransferMode, debit_in, grant_in, transfer_in, transfer_onetrip};
 pub use reconcile::{BalanceMismatch, Findings, RequestRef, TxnRef, UnbalancedTxn, reconcile};
 pub use repair::{NoRepairHooks, RepairHooks, RepairLogLine, RepairReport, SYS_SUSPENSE, repair};
 pub use schema::{SYS_ISSUER, SYS_REDEEM, TEST_ACCOUNT_COUNT, test_account};

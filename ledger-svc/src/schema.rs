@@ -95,7 +95,8 @@ CREATE INDEX ledger_entry_txn_id_idx ON ledger_entry (txn_id);
 "#;
 
 /// Creates the tables of [`SCHEMA_SQL`] and the repair's ([`crate::repair::SCHEMA_SQL`])
-/// in the connected database.
+/// in the connected database, and the one-trip transfer's function
+/// ([`crate::onetrip::FUNCTION_SQL`]).
 ///
 /// The statements run as one simple-protocol query string, which PostgreSQL executes as a
 /// single implicit transaction: either all tables exist afterwards or none.
@@ -104,6 +105,7 @@ CREATE INDEX ledger_entry_txn_id_idx ON ledger_entry (txn_id);
 pub async fn install(client: &Client) -> Result<(), LedgerError> {
     client.batch_execute(SCHEMA_SQL).await?;
     client.batch_execute(crate::repair::SCHEMA_SQL).await?;
+    client.batch_execute(crate::onetrip::FUNCTION_SQL).await?;
     Ok(())
 }
 

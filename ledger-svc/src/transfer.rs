@@ -172,7 +172,7 @@ impl Hooks for NoHooks {
 
 /// How often step 1 retries when the conflicting registration is not visible (see
 /// [`LedgerError::RegistrationVanished`]).
-const REGISTER_ATTEMPTS: u32 = 3;
+pub(crate) const REGISTER_ATTEMPTS: u32 = 3;
 
 // Step 1. ON CONFLICT DO NOTHING waits on the unique index while a concurrent transaction
 // holds the same key, then returns no row if that transaction committed (PostgreSQL docs,
