@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
@@ -33,8 +33,13 @@ const DEFAULT_POOL_SIZE: usize = 16;
 const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 5_000;
 /// Connect timeout for a new database connection when the URL sets none, milliseconds.
 const DB_CONNECT_TIMEOUT_MS: u64 = 5_000;
-/// Longest Verified recycling check (a round trip) of a pooled connection, milliseconds.
+/// Longest verification round trip of a pooled connection, milliseconds; then the
+/// connection is dropped and another one is taken or made.
 const POOL_RECYCLE_TIMEOUT_MS: u64 = 5_000;
+/// A pooled connection idle at least this long is verified with a round trip before it
+/// is handed out; one used more recently is handed out after the driver's own check
+/// (its socket is not closed), without a round trip. Milliseconds.
+const POOL_VERIFY_IDLE_MS: u64 = 1_000;
 /// `application_name` of the service's sessions (visible in `pg_stat_activity`).
 const APPLICATION_NAME: &str = "ledger-svc";
 /// Default longest wait of a service session for a lock (`lock_timeout`), milliseconds;
@@ -111,6 +116,12 @@ struct Args {
     /// `--key-retention-ms`).
     #[arg(long, default_value_t = DEFAULT_KEY_SWEEP_INTERVAL_MS, value_parser = clap::value_parser!(u64).range(1..))]
     key_sweep_interval_ms: u64,
+    /// How debits and grants reach the database: `statements` (SPEC §3 as written: one
+    /// transaction of separate statements, every hook point) or `onetrip` (the same work
+    /// in one statement, `ledger_svc::transfer_onetrip`; only the `after-commit` fault
+    /// point exists, the others are refused with 409).
+    #[arg(long, default_value = "statements")]
+    transfer_mode: ledger_svc::TransferMode,
 }
 
 fn main() {
@@ -165,6 +176,7 @@ async fn run(args: Args) -> i32 {
             .then(|| Arc::new(FaultHooks::new())),
         tasks: TaskTracker::new(),
         redeem_stripes: args.redeem_stripes,
+        transfer_mode: args.transfer_mode,
     });
     if args.redeem_stripes > 1 {
         let created = match state.pool.get().await {
@@ -188,13 +200,14 @@ async fn run(args: Args) -> i32 {
     eprintln!(
         "ledger-svc: database={database} pool_size={} redeem_stripes={} lock_timeout_ms={} \
          statement_timeout_ms={} idle_in_transaction_timeout_ms={} key_retention_ms={} \
-         fault_injection={}",
+         transfer_mode={} fault_injection={}",
         args.pool_size,
         args.redeem_stripes,
         args.lock_timeout_ms,
         args.statement_timeout_ms,
         args.idle_in_transaction_timeout_ms,
         args.key_retention_ms,
+        args.transfer_mode,
         if args.enable_fault_injection {
             "on"
         } else {
@@ -274,8 +287,11 @@ fn build_pool(args: &Args) -> anyhow::Result<(Pool, String)> {
     // The bounds of every service session, set at connection start (the startup packet's
     // `options`, PostgreSQL docs 20.1.4 "Parameter Interaction via the Shell"), so no
     // session of the pool ever runs without them; other sessions are not affected.
+    // The isolation level too: the one-trip transfer runs in an implicit transaction,
+    // which takes the session's default (it refuses any but READ COMMITTED).
     let bounds = format!(
-        "-c lock_timeout={} -c statement_timeout={} -c idle_in_transaction_session_timeout={}",
+        "-c lock_timeout={} -c statement_timeout={} -c idle_in_transaction_session_timeout={} \
+         -c default_transaction_isolation=read\\ committed",
         args.lock_timeout_ms, args.statement_timeout_ms, args.idle_in_transaction_timeout_ms
     );
     let options = match config.get_options() {
@@ -284,13 +300,17 @@ fn build_pool(args: &Args) -> anyhow::Result<(Pool, String)> {
     };
     config.options(&options);
     let database = config.get_dbname().unwrap_or("(default)").to_owned();
-    // Verified: every connection taken from the pool first answers a round trip, so one
-    // that died (e.g. in an immediate restart of the server) is replaced, not handed out.
+    // Fast: a connection whose socket the driver saw closed (an immediate restart of the
+    // server closes them all) is dropped and replaced, never handed out; no round trip.
+    // A connection idle for POOL_VERIFY_IDLE_MS or longer is also verified with one
+    // (`verify_idle`), which catches a connection that died while nobody used it; under
+    // load connections are reused within milliseconds and never pay for it. A request on
+    // a connection that dies anyway gets 503 UNKNOWN, and the dead connection is dropped.
     let manager = Manager::from_config(
         config,
         tokio_postgres::NoTls,
         ManagerConfig {
-            recycling_method: RecyclingMethod::Verified,
+            recycling_method: RecyclingMethod::Fast,
         },
     );
     let pool = Pool::builder(manager)
@@ -298,10 +318,36 @@ fn build_pool(args: &Args) -> anyhow::Result<(Pool, String)> {
         .wait_timeout(Some(pool_wait_timeout()))
         .create_timeout(Some(Duration::from_millis(DB_CONNECT_TIMEOUT_MS)))
         .recycle_timeout(Some(Duration::from_millis(POOL_RECYCLE_TIMEOUT_MS)))
+        .pre_recycle(Hook::async_fn(|client, metrics| {
+            Box::pin(verify_idle(client, metrics.last_used()))
+        }))
         .runtime(Runtime::Tokio1)
         .build()
         .map_err(|error| anyhow::anyhow!("cannot build the connection pool: {error}"))?;
     Ok((pool, database))
+}
+
+/// The pool's check before it hands out a connection last handed out `idle` ago: none
+/// below [`POOL_VERIFY_IDLE_MS`] (the pool's Fast check already refused a closed one);
+/// from there, an empty query answered within [`POOL_RECYCLE_TIMEOUT_MS`], else the
+/// connection is dropped and the pool takes or makes another.
+async fn verify_idle(
+    client: &mut deadpool_postgres::ClientWrapper,
+    idle: Duration,
+) -> Result<(), HookError> {
+    if idle < Duration::from_millis(POOL_VERIFY_IDLE_MS) {
+        return Ok(());
+    }
+    match tokio::time::timeout(
+        Duration::from_millis(POOL_RECYCLE_TIMEOUT_MS),
+        client.simple_query(""),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(error)) => Err(HookError::Backend(error)),
+        Err(_) => Err(HookError::message("no answer to the verification query")),
+    }
 }
 
 /// Every `interval`, turns the records older than `window_ms` into tombstones

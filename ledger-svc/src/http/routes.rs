@@ -40,8 +40,8 @@ use hyper::{Method, Request, StatusCode};
 use ledger_svc::schema::is_system_account;
 use ledger_svc::striping::striped_debit;
 use ledger_svc::{
-    HookPoint, Hooks, Kind, LedgerError, NoHooks, Outcome, TransferRequest, TransferResult,
-    transfer,
+    HookPoint, Hooks, Kind, LedgerError, NoHooks, Outcome, TransferMode, TransferRequest,
+    TransferResult, transfer_in,
 };
 use serde_json::json;
 use tokio_postgres::types::Type;
@@ -74,7 +74,8 @@ const TRANSIENT_SQLSTATES: [&str; 6] = ["08", "40", "53", "57", "55P03", "25P03"
 
 /// What every handler shares.
 pub struct AppState {
-    /// The database pool (Verified recycling: a dead connection is replaced).
+    /// The database pool (a connection seen closed is replaced; one idle for a second or
+    /// more is verified with a round trip first; see `build_pool` in `main.rs`).
     pub pool: Pool,
     /// Armed faults, `Some` only with `--enable-fault-injection`.
     pub faults: Option<Arc<FaultHooks>>,
@@ -85,6 +86,9 @@ pub struct AppState {
     /// `sys-redeem` row (SPEC §3); K > 1 credits `sys-redeem-NN` chosen from the account
     /// (`ledger_svc::striping`), which removes the hot row.
     pub redeem_stripes: u32,
+    /// How debits and grants reach the database (`--transfer-mode`): SPEC §3's separate
+    /// statements, or one statement ([`ledger_svc::transfer_onetrip`]).
+    pub transfer_mode: TransferMode,
 }
 
 /// Which listener a request came in on.
@@ -170,7 +174,7 @@ async fn route(
         }
         (_, ["spot", rest @ ..]) => super::spot::route(state, listener, request, rest, &path).await,
         (Listener::Admin, ["faults", rest @ ..]) => match &state.faults {
-            Some(faults) => fault_route(faults, request, rest, &path).await,
+            Some(faults) => fault_route(faults, state.transfer_mode, request, rest, &path).await,
             None => Ok(Problem::no_route(&path).into_response()),
         },
         _ => Ok(Problem::no_route(&path).into_response()),
@@ -466,7 +470,7 @@ async fn run_transfer(
         Some(faults) => faults.as_ref(),
         None => &NoHooks,
     };
-    let result = transfer(&mut client, transfer_request, hooks).await;
+    let result = transfer_in(state.transfer_mode, &mut client, transfer_request, hooks).await;
     if let Err(LedgerError::HookAborted(point)) = &result {
         eprintln!(
             "ledger-svc: fault at {point} aborted {} {}: {}; closing the connection \
@@ -633,6 +637,7 @@ fn result_response(
 
 async fn fault_route(
     faults: &FaultHooks,
+    mode: TransferMode,
     request: Request<Incoming>,
     rest: &[&str],
     path: &str,
@@ -673,6 +678,11 @@ async fn fault_route(
                     if let Err(text) = spec.validate() {
                         return Ok(Problem::bad_request(text).into_response());
                     }
+                    if let FaultPoint::Ledger(ledger_point) = point
+                        && !mode.has_hook_point(ledger_point)
+                    {
+                        return Ok(point_not_passed(ledger_point, mode).into_response());
+                    }
                     let state = faults.arm(point, spec);
                     Ok(json_response(StatusCode::OK, &json!(state)))
                 }
@@ -695,6 +705,23 @@ async fn fault_route(
         }
         _ => Ok(Problem::no_route(path).into_response()),
     }
+}
+
+/// 409: a fault at `point` would never fire, because transfers in `mode` do not pass it
+/// (in `onetrip` the point lies inside the server's one statement; only `after-commit`
+/// exists). Nothing is armed.
+fn point_not_passed(point: HookPoint, mode: TransferMode) -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "point-not-passed",
+        "Hook point not passed in this transfer mode",
+        format!(
+            "debits and grants in --transfer-mode {mode} do not pass {point} (it lies inside \
+             the one server-side statement); only after-commit can be armed"
+        ),
+        ApiOutcome::BadRequest,
+    )
+    .with("point", point.as_str())
 }
 
 /// [`POOL_WAIT_TIMEOUT_MS`] as a duration.
