@@ -49,6 +49,10 @@ pub struct Case {
     /// participants, the pool of a service it starts, a crash-worker's. The runner never
     /// lets concurrent cases declare more together than the cluster accepts.
     pub connections: u32,
+    /// Whether it needs an open transaction at a hook point (a pause at `registered`, a
+    /// kill at `before-commit`): it then runs its transfers as separate statements in
+    /// every run, whatever the run's [`crate::TransferMode`] ([`Case::statements_only`]).
+    pub statements_only: bool,
     /// The body.
     pub body: Arc<CaseBody>,
 }
@@ -66,6 +70,7 @@ impl Case {
             schedule: Schedule::Concurrent,
             clean: true,
             connections: DEFAULT_CONNECTIONS,
+            statements_only: false,
             body: Arc::new(body),
         }
     }
@@ -91,6 +96,16 @@ impl Case {
     }
 }
 
+impl Case {
+    /// Declares that it needs an open transaction at a hook point, which exists only when
+    /// transfers run as separate statements: its [`Ctx::transfer_mode`] is always
+    /// [`crate::TransferMode::Statements`].
+    pub fn statements_only(mut self) -> Case {
+        self.statements_only = true;
+        self
+    }
+}
+
 impl fmt::Debug for Case {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Case")
@@ -99,6 +114,7 @@ impl fmt::Debug for Case {
             .field("schedule", &self.schedule)
             .field("clean", &self.clean)
             .field("connections", &self.connections)
+            .field("statements_only", &self.statements_only)
             .finish()
     }
 }

@@ -47,6 +47,7 @@ pub struct Ctx {
     resource: Resource,
     lines: Vec<Line>,
     details: BTreeMap<String, serde_json::Value>,
+    statements_only: bool,
 }
 
 impl Ctx {
@@ -65,6 +66,25 @@ impl Ctx {
             resource,
             lines: Vec::new(),
             details: BTreeMap::new(),
+            statements_only: false,
+        }
+    }
+
+    /// Keeps this context's transfers in the statement mode whatever the run's (the
+    /// runner calls it for a case declared [`crate::Case::statements_only`]).
+    pub fn pin_statements(&mut self) {
+        self.statements_only = true;
+    }
+
+    /// How this case's ledger transfers reach the database: the run's
+    /// [`crate::TransferMode`], or [`crate::TransferMode::Statements`] for a case that
+    /// needs an open transaction at a hook point. Never print it: the transcripts of both
+    /// modes are one snapshot.
+    pub fn transfer_mode(&self) -> crate::TransferMode {
+        if self.statements_only {
+            crate::TransferMode::Statements
+        } else {
+            self.env.transfer_mode()
         }
     }
 

@@ -28,6 +28,9 @@ pub struct EnvOptions {
     /// Folder for the SQLite files of [`Engine::SqliteFile`] families (created on
     /// demand; the caller removes it with the run).
     pub files_dir: PathBuf,
+    /// How the ledger's transfers reach the database in this run (see
+    /// [`crate::TransferMode`]).
+    pub transfer_mode: crate::TransferMode,
 }
 
 /// Shared by all cases of one run.
@@ -103,6 +106,11 @@ impl Env {
         })
     }
 
+    /// The run's transfer mode ([`EnvOptions::transfer_mode`]).
+    pub fn transfer_mode(&self) -> crate::TransferMode {
+        self.options.transfer_mode
+    }
+
     /// For tests: a fresh cluster with default options (PG 16, fetched if needed) when a
     /// family needs one, prepared templates, and a temporary folder for logs and files
     /// that is removed when the `Env` is dropped. Blocks ~1 s while a cluster starts.
@@ -136,6 +144,7 @@ impl Env {
             seed,
             logs_dir: dir.join("logs"),
             files_dir: dir.join("files"),
+            transfer_mode: crate::TransferMode::from_env()?,
         };
         let mut env = Env::prepare(cluster, families, options).await?;
         env.owned_dir = Some(dir);

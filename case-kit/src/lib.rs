@@ -22,6 +22,7 @@
 mod case;
 mod ctx;
 mod env;
+mod mode;
 pub mod process;
 pub mod proxy;
 mod race;
@@ -39,6 +40,7 @@ pub use case::{
 };
 pub use ctx::{Ctx, Resource};
 pub use env::{CONNECTION_HEADROOM, Env, EnvOptions};
+pub use mode::{TRANSFER_MODE_ENV, TransferMode};
 pub use race::{AbortOnDrop, Racer, connect_with, race};
 pub use rand_chacha::ChaCha8Rng;
 pub use report::{CaseReport, Check, Line};

@@ -111,6 +111,10 @@ pub async fn run_case(env: Arc<Env>, family: &Family, case: &Case) -> CaseReport
                 case.id.clone(),
                 resource.clone(),
             );
+            if case.statements_only {
+                ctx.pin_statements();
+            }
+            ctx.record("transfer_mode", ctx.transfer_mode().as_str().into());
             let timeout = case_timeout();
             let outcome = tokio::time::timeout(
                 timeout,

@@ -126,7 +126,9 @@ pub fn service_binary() -> anyhow::Result<PathBuf> {
 impl Service {
     /// Starts `ledger-svc` on the case's database, listening on free loopback ports, and
     /// waits until `/readyz` answers 200 (at most [`SERVICE_START_TIMEOUT_MS`]). Its
-    /// stdout and stderr go to [`Ctx::log_file`]`("ledger-svc")`.
+    /// stdout and stderr go to [`Ctx::log_file`]`("ledger-svc")`. The service runs in the
+    /// case's [`Ctx::transfer_mode`] (`--transfer-mode`) unless `options.extra_args`
+    /// names one.
     ///
     /// Errors: binary missing, spawn failure, no address line, never healthy; the child
     /// is killed in each case.
@@ -134,6 +136,18 @@ impl Service {
         let log_path = ctx
             .log_file("ledger-svc")
             .context("creating the log folder")?;
+        let mut options = options;
+        if ctx.transfer_mode() != crate::TransferMode::Statements
+            && !options
+                .extra_args
+                .iter()
+                .any(|arg| arg == "--transfer-mode")
+        {
+            options.extra_args.extend([
+                "--transfer-mode".to_owned(),
+                ctx.transfer_mode().as_str().to_owned(),
+            ]);
+        }
         Service::launch(&ctx.database_url()?, log_path, options).await
     }
 

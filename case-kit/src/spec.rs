@@ -446,6 +446,13 @@ pub trait Calls: Send + Sync {
         client: &'a mut Client,
         call: &'a Call,
     ) -> BoxFuture<'a, Result<String, String>>;
+
+    /// These operations as the case's [`crate::TransferMode`] runs them, when that
+    /// matters to the family (the ledger's one-trip transfer); `None` (the default):
+    /// the same operations in every mode.
+    fn in_mode(&self, _mode: crate::TransferMode) -> Option<Arc<dyn Calls>> {
+        None
+    }
 }
 
 /// A family without library operations: every `call` is refused.
@@ -821,6 +828,7 @@ pub async fn run(
     spec: &Spec,
     calls: Arc<dyn Calls>,
 ) -> anyhow::Result<()> {
+    let calls = calls.in_mode(ctx.transfer_mode()).unwrap_or(calls);
     let orders = spec.orders();
     let steps: usize = spec.sessions.iter().map(|s| s.steps.len()).sum();
     let how = if spec.permutations.is_empty() {

@@ -39,7 +39,7 @@ async fn run(env: &Arc<Env>, family: &Family, id: &str, shown: String, spec: Spe
         id.to_string(),
         shown,
         Arc::new(spec),
-        Arc::new(spec_calls::LedgerCalls),
+        Arc::new(spec_calls::LedgerCalls::default()),
     );
     let report = case_kit::run_case(env.clone(), family, &case).await;
     eprint!("{}", report.transcript());
@@ -140,7 +140,7 @@ fn a_broken_spec_file_is_a_failing_case() {
         &dir,
         "specs",
         ledger::TEMPLATE_DATABASE,
-        Arc::new(spec_calls::LedgerCalls),
+        Arc::new(spec_calls::LedgerCalls::default()),
     );
     std::fs::remove_dir_all(&dir).ok();
     let ids: Vec<&str> = cases.iter().map(|case| case.id.as_str()).collect();

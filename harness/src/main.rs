@@ -76,6 +76,11 @@ struct Args {
     /// Seed for random input [default: derived from the clock; printed first].
     #[arg(long)]
     seed: Option<u64>,
+    /// How the ledger's transfers reach the database: `statements` (SPEC §3 as written)
+    /// or `onetrip` (one server-side statement per transfer; the cases that need an open
+    /// transaction at a hook point, L7–L10, keep `statements`). Snapshots are the same.
+    #[arg(long, env = case_kit::TRANSFER_MODE_ENV, default_value = "statements")]
+    transfer_mode: case_kit::TransferMode,
     /// Internal: act as the janitor of this run folder.
     #[arg(long, hide = true)]
     janitor_for: Option<PathBuf>,
@@ -170,6 +175,7 @@ async fn run(args: &Args, selection: &Selection<'_>, snapshot_mode: Mode) -> any
             .unwrap_or(1)
     });
     println!("seed={seed} (replay with --seed {seed})");
+    println!("transfer_mode={}", args.transfer_mode);
 
     let run_dir = std::env::temp_dir().join(format!("ledger-harness-{}", std::process::id()));
     std::fs::create_dir(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
@@ -284,6 +290,7 @@ async fn run_in(
         seed: start.seed,
         logs_dir: std::env::current_dir()?.join(folder.logs_dir()),
         files_dir: run_dir.join("files"),
+        transfer_mode: args.transfer_mode,
     };
     let env = Arc::new(
         Env::prepare(cluster, &selection.families(), options)
@@ -316,7 +323,10 @@ async fn run_in(
         folder.copy_server_log(log);
     }
     durations.wall_ms = start.launched.elapsed().as_millis();
-    let replay = selection.replay_command(start.seed, &compared.reports);
+    let replay = with_mode(
+        selection.replay_command(start.seed, &compared.reports),
+        args.transfer_mode,
+    );
     let environment = Environment {
         started_at: start.started_at,
         command: std::env::args().collect(),
@@ -468,6 +478,16 @@ fn compare_snapshots(
     Ok(compared)
 }
 
+/// `./run.sh …` with `--transfer-mode` added when the run's mode is not the default.
+fn with_mode(command: String, mode: case_kit::TransferMode) -> String {
+    match command.strip_prefix("./run.sh ") {
+        Some(rest) if mode != case_kit::TransferMode::default() => {
+            format!("./run.sh --transfer-mode {mode} {rest}")
+        }
+        _ => command,
+    }
+}
+
 /// The summary block before the SUMMARY line: wall time, the record, and on failure the
 /// commands that re-run or accept.
 fn print_closing(
@@ -513,8 +533,11 @@ fn print_closing(
         return;
     }
     println!(
-        "re-run the failing cases: ./run.sh --seed {seed} {}",
-        failing.join(" ")
+        "re-run the failing cases: {}",
+        with_mode(
+            format!("./run.sh --seed {seed} {}", failing.join(" ")),
+            args.transfer_mode
+        )
     );
     if !compared.acceptable.is_empty() && mode == Mode::Review {
         println!(

@@ -15,7 +15,7 @@
 //! them inside a check (as below) or print them as `name=value` for the redaction layer.
 
 use futures_util::FutureExt;
-use ledger_svc::{Outcome, debit, grant};
+use ledger_svc::{Outcome, debit_in, grant_in};
 use rand::RngExt;
 
 use super::queries;
@@ -43,9 +43,10 @@ const RACERS: usize = 8;
 const MAX_DEBIT: i64 = 50;
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let mode = super::modes::mode(ctx);
     // Setup: the case's own database, cloned from the seeded template.
     let mut db = ctx.connect().await?;
-    grant(&mut db, "ops", "g-0001", ACCOUNT, GRANT).await?;
+    grant_in(mode, &mut db, "ops", "g-0001", ACCOUNT, GRANT).await?;
     let mut rng = ctx.rng(); // seeded from the run's seed: `--seed N` replays these draws
     let amounts: Vec<i64> = (0..RACERS)
         .map(|_| rng.random_range(1..=MAX_DEBIT))
@@ -59,7 +60,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             let amount = shared[racer.index];
             async move {
                 let key = format!("k-00-{:02}", racer.index);
-                debit(&mut racer.client, "app-l0", &key, ACCOUNT, amount)
+                debit_in(mode, &mut racer.client, "app-l0", &key, ACCOUNT, amount)
                     .await
                     .map(|result| result.outcome)
                     .map_err(|error| error.to_string())

@@ -4,7 +4,7 @@
 //! Fails if: an outcome is not OK, the balance is not 700, or the entries differ.
 
 use futures_util::FutureExt;
-use ledger_svc::{Outcome, SYS_REDEEM, debit, grant};
+use ledger_svc::{Outcome, SYS_REDEEM, debit_in, grant_in};
 
 use super::queries;
 use case_kit::{Case, Ctx};
@@ -19,9 +19,10 @@ pub fn case() -> Case {
 const ACCOUNT: &str = "acct-0001";
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let mode = super::modes::mode(ctx);
     let mut db = ctx.connect().await?;
 
-    let granted = grant(&mut db, "ops", "g-0101", ACCOUNT, 1000).await?;
+    let granted = grant_in(mode, &mut db, "ops", "g-0101", ACCOUNT, 1000).await?;
     ctx.check_eq(
         "grant outcome",
         Outcome::Ok.as_str(),
@@ -29,7 +30,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     );
     ctx.check_eq("balance after grant", 1000, granted.balance);
 
-    let debited = debit(&mut db, "app-a", "k-0101", ACCOUNT, 300).await?;
+    let debited = debit_in(mode, &mut db, "app-a", "k-0101", ACCOUNT, 300).await?;
     ctx.note(format!(
         "debit outcome={} balance={}",
         debited.outcome.as_str(),

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use futures_util::FutureExt;
-use ledger_svc::{Outcome, debit, grant};
+use ledger_svc::{Outcome, debit_in, grant_in};
 
 use super::queries;
 use case_kit::{Case, Ctx};
@@ -29,14 +29,15 @@ const START_BALANCE: i64 = 100;
 const DEBIT: i64 = 7;
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let mode = super::modes::mode(ctx);
     let mut db = ctx.connect().await?;
-    grant(&mut db, "ops", "g-0301", ACCOUNT, START_BALANCE).await?;
+    grant_in(mode, &mut db, "ops", "g-0301", ACCOUNT, START_BALANCE).await?;
 
     let timed = ctx
-        .race(THREADS, |mut racer| async move {
+        .race(THREADS, move |mut racer| async move {
             let key = format!("k-03-{:02}", racer.index);
             let began = Instant::now();
-            let outcome = debit(&mut racer.client, "app-l3", &key, ACCOUNT, DEBIT)
+            let outcome = debit_in(mode, &mut racer.client, "app-l3", &key, ACCOUNT, DEBIT)
                 .await
                 .map(|result| result.outcome)
                 .map_err(|error| error.to_string());

@@ -8,7 +8,7 @@
 //! reconciliation findings differ.
 
 use futures_util::FutureExt;
-use ledger_svc::{grant, reconcile};
+use ledger_svc::{grant_in, reconcile};
 
 use super::naive::{self, BalanceWrite, NaiveDebit, RacePlan, Tally};
 use super::queries;
@@ -39,8 +39,9 @@ const DEBIT: i64 = 7;
 ///
 /// Errors: connection or SQL errors outside the naive debits.
 pub async fn run_with(ctx: &mut Ctx, plan: RacePlan) -> anyhow::Result<()> {
+    let mode = super::modes::mode(ctx);
     let mut db = ctx.connect().await?;
-    grant(&mut db, "ops", "g-0401", ACCOUNT, START_BALANCE).await?;
+    grant_in(mode, &mut db, "ops", "g-0401", ACCOUNT, START_BALANCE).await?;
 
     let reports = naive::run_race(ctx, plan, |index| NaiveDebit {
         client_id: CLIENT_ID.into(),

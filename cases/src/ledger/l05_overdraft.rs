@@ -8,7 +8,7 @@
 //! figures differ.
 
 use futures_util::FutureExt;
-use ledger_svc::grant;
+use ledger_svc::grant_in;
 
 use super::naive::{self, BalanceWrite, NaiveDebit, RacePlan, Tally};
 use super::queries;
@@ -39,6 +39,7 @@ const DEBIT: i64 = 7;
 ///
 /// Errors: connection or SQL errors outside the naive debits.
 pub async fn run_with(ctx: &mut Ctx, plan: RacePlan) -> anyhow::Result<()> {
+    let mode = super::modes::mode(ctx);
     let mut db = ctx.connect().await?;
     // Only in this case's own database (a clone of the template).
     db.batch_execute("ALTER TABLE account DROP CONSTRAINT balance_non_negative")
@@ -52,7 +53,7 @@ pub async fn run_with(ctx: &mut Ctx, plan: RacePlan) -> anyhow::Result<()> {
         .await?
         .get(0);
     ctx.check_eq("CHECK constraints left on account", 0, checks_left);
-    grant(&mut db, "ops", "g-0501", ACCOUNT, START_BALANCE).await?;
+    grant_in(mode, &mut db, "ops", "g-0501", ACCOUNT, START_BALANCE).await?;
 
     let reports = naive::run_race(ctx, plan, |index| NaiveDebit {
         client_id: CLIENT_ID.into(),

@@ -10,7 +10,7 @@
 //! not executed twice, or the figures differ.
 
 use futures_util::FutureExt;
-use ledger_svc::{Outcome, debit, grant};
+use ledger_svc::{Outcome, debit_in, grant_in};
 
 use super::naive::{self, BalanceWrite, NaiveDebit, RacePlan, Tally};
 use super::queries;
@@ -53,8 +53,9 @@ const DUPLICATE_AMOUNT: i64 = 30;
 ///
 /// Errors: connection or SQL errors outside the naive debits.
 pub async fn run_with(ctx: &mut Ctx, plan: RacePlan) -> anyhow::Result<()> {
+    let mode = super::modes::mode(ctx);
     let mut db = ctx.connect().await?;
-    grant(&mut db, "ops", "g-0601", RACE_ACCOUNT, START_BALANCE).await?;
+    grant_in(mode, &mut db, "ops", "g-0601", RACE_ACCOUNT, START_BALANCE).await?;
 
     let reports = naive::run_race(ctx, plan, |index| NaiveDebit {
         client_id: RACE_CLIENT_ID.into(),
@@ -118,11 +119,21 @@ pub async fn run_with(ctx: &mut Ctx, plan: RacePlan) -> anyhow::Result<()> {
 ///
 /// Errors: connection or SQL errors.
 pub async fn run_duplicate(ctx: &mut Ctx, keys: [&str; 2]) -> anyhow::Result<()> {
+    let mode = super::modes::mode(ctx);
     let mut db = ctx.connect().await?;
-    grant(&mut db, "ops", "g-0602", DUPLICATE_ACCOUNT, START_BALANCE).await?;
+    grant_in(
+        mode,
+        &mut db,
+        "ops",
+        "g-0602",
+        DUPLICATE_ACCOUNT,
+        START_BALANCE,
+    )
+    .await?;
     let mut results = Vec::new();
     for key in keys {
-        let result = debit(
+        let result = debit_in(
+            mode,
             &mut db,
             DUPLICATE_CLIENT_ID,
             key,

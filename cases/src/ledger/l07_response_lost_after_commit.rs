@@ -33,6 +33,8 @@ pub fn case() -> Case {
         |ctx| run(ctx).boxed(),
     )
     .connections(20)
+    // Its fault point needs the statement transfer (LIMITS.md, "The one-trip transfer").
+    .statements_only()
 }
 
 /// The client's per-request timeout, milliseconds (SPEC §6 L7).

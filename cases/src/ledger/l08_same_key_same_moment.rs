@@ -32,6 +32,8 @@ pub fn case() -> Case {
         |ctx| run(ctx).boxed(),
     )
     .connections(20)
+    // Its fault point needs the statement transfer (LIMITS.md, "The one-trip transfer").
+    .statements_only()
 }
 
 const REQUESTS: usize = 16;

@@ -39,6 +39,8 @@ pub fn case() -> Case {
     )
     // Only its own database and its own child process are touched.
     .connections(5)
+    // It holds a transfer open at before-commit: the statement transfer only.
+    .statements_only()
 }
 
 const ACCOUNT: &str = "acct-0009";

@@ -41,6 +41,8 @@ pub fn case() -> Case {
     // It restarts the cluster: nothing else may run meanwhile.
     .schedule(Schedule::Exclusive)
     .connections(5)
+    // It holds a transfer open at before-commit: the statement transfer only.
+    .statements_only()
 }
 
 const ACCOUNT: &str = "acct-0010";

@@ -7,7 +7,7 @@
 //! reported with other figures.
 
 use futures_util::FutureExt;
-use ledger_svc::{Findings, debit, grant, reconcile};
+use ledger_svc::{Findings, debit_in, grant_in, reconcile};
 
 use case_kit::{Case, Ctx, Schedule};
 
@@ -28,6 +28,7 @@ const TAMPERED: &str = "acct-0001";
 const TAMPER_POINTS: i64 = 5;
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let mode = super::modes::mode(ctx);
     // Every clean database of the family (none when L11 runs alone). The transcript
     // names only databases with findings, so another case's arrival never changes this
     // snapshot; the run record lists every database covered and what it showed.
@@ -51,11 +52,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 
     // Its own data: grants, debits, an INSUFFICIENT, a replay.
     let mut db = ctx.connect().await?;
-    grant(&mut db, "ops", "g-1101", "acct-0001", 500).await?;
-    grant(&mut db, "ops", "g-1102", "acct-0002", 50).await?;
-    debit(&mut db, "app-l11", "k-1101", "acct-0001", 120).await?;
-    debit(&mut db, "app-l11", "k-1102", "acct-0002", 80).await?; // INSUFFICIENT, recorded
-    debit(&mut db, "app-l11", "k-1101", "acct-0001", 120).await?; // replay
+    grant_in(mode, &mut db, "ops", "g-1101", "acct-0001", 500).await?;
+    grant_in(mode, &mut db, "ops", "g-1102", "acct-0002", 50).await?;
+    debit_in(mode, &mut db, "app-l11", "k-1101", "acct-0001", 120).await?;
+    debit_in(mode, &mut db, "app-l11", "k-1102", "acct-0002", 80).await?; // INSUFFICIENT, recorded
+    debit_in(mode, &mut db, "app-l11", "k-1101", "acct-0001", 120).await?; // replay
     let own = reconcile(&mut db).await?;
     ctx.check("own database: no findings", own.is_clean(), own.summary());
 

@@ -12,7 +12,9 @@
 //! over its bound; the no-retry design shows no 40001; or balances and entries disagree.
 
 use futures_util::FutureExt;
-use ledger_svc::{LedgerError, Outcome, TransferRequest, debit, grant, reconcile, record_transfer};
+use ledger_svc::{
+    LedgerError, Outcome, TransferRequest, debit_in, grant_in, reconcile, record_transfer,
+};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, IsolationLevel};
 
@@ -110,6 +112,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 ///
 /// Errors: database errors outside the debits; a racer could not connect.
 pub async fn run_with(ctx: &mut Ctx, interleaving: Interleaving) -> anyhow::Result<()> {
+    let mode = super::modes::mode(ctx);
     let mut db = ctx.connect().await?;
     ctx.note(format!(
         "{:<19} {:>2} {:>12} {:>5} {:>7} {:>11}",
@@ -118,7 +121,8 @@ pub async fn run_with(ctx: &mut Ctx, interleaving: Interleaving) -> anyhow::Resu
     let mut serializable_retries = 0;
     for strategy in Strategy::ALL {
         let account = strategy.account();
-        grant(
+        grant_in(
+            mode,
             &mut db,
             "ops",
             &format!("g-13-{}", strategy.name()),
@@ -130,7 +134,15 @@ pub async fn run_with(ctx: &mut Ctx, interleaving: Interleaving) -> anyhow::Resu
             Interleaving::Race => {
                 ctx.race(THREADS, move |mut racer| async move {
                     let key = format!("k-13-{}-{:02}", strategy.name(), racer.index);
-                    debit_by(strategy, &mut racer.client, &racer.barrier, &key, account).await
+                    debit_by(
+                        mode,
+                        strategy,
+                        &mut racer.client,
+                        &racer.barrier,
+                        &key,
+                        account,
+                    )
+                    .await
                 })
                 .await?
             }
@@ -141,8 +153,15 @@ pub async fn run_with(ctx: &mut Ctx, interleaving: Interleaving) -> anyhow::Resu
                     let mut one = ctx
                         .race(1, move |mut racer| async move {
                             let key = format!("k-13-{}-{index:02}", strategy.name());
-                            debit_by(strategy, &mut racer.client, &racer.barrier, &key, account)
-                                .await
+                            debit_by(
+                                mode,
+                                strategy,
+                                &mut racer.client,
+                                &racer.barrier,
+                                &key,
+                                account,
+                            )
+                            .await
                         })
                         .await?;
                     ended.append(&mut one);
@@ -240,6 +259,7 @@ pub async fn run_with(ctx: &mut Ctx, interleaving: Interleaving) -> anyhow::Resu
 /// One participant's debit of [`DEBIT`] from `account` by `strategy`; meets the others at
 /// `barrier` (after taking its snapshot where the strategy has one).
 async fn debit_by(
+    mode: ledger_svc::TransferMode,
     strategy: Strategy,
     client: &mut Client,
     barrier: &tokio::sync::Barrier,
@@ -250,7 +270,7 @@ async fn debit_by(
     match strategy {
         Strategy::ConditionalUpdate => {
             barrier.wait().await;
-            match debit(client, CLIENT, key, account, DEBIT).await {
+            match debit_in(mode, client, CLIENT, key, account, DEBIT).await {
                 Ok(result) => Ended::Outcome {
                     outcome: result.outcome,
                     attempts: 1,

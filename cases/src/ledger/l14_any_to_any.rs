@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use futures_util::FutureExt;
 use ledger_svc::{
-    LedgerError, NoHooks, Outcome, TransferRequest, between, grant, reconcile, record_transfer,
+    LedgerError, NoHooks, Outcome, TransferRequest, between, grant_in, reconcile, record_transfer,
     transfer_between,
 };
 use tokio::sync::Barrier;
@@ -84,11 +84,28 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 ///
 /// Errors: database errors outside the transfers; a racer could not connect.
 pub async fn run_with(ctx: &mut Ctx, plan: LockPlan) -> anyhow::Result<()> {
+    let mode = super::modes::mode(ctx);
     let mut db = ctx.connect().await?;
     sorted_order(ctx, &mut db).await?;
     for (a, b) in PAIRS {
-        grant(&mut db, "ops", &format!("g-14-{a}"), a, PAIR_START_BALANCE).await?;
-        grant(&mut db, "ops", &format!("g-14-{b}"), b, PAIR_START_BALANCE).await?;
+        grant_in(
+            mode,
+            &mut db,
+            "ops",
+            &format!("g-14-{a}"),
+            a,
+            PAIR_START_BALANCE,
+        )
+        .await?;
+        grant_in(
+            mode,
+            &mut db,
+            "ops",
+            &format!("g-14-{b}"),
+            b,
+            PAIR_START_BALANCE,
+        )
+        .await?;
     }
 
     // Part 2: request order, no retry.
@@ -161,8 +178,9 @@ pub async fn run_with(ctx: &mut Ctx, plan: LockPlan) -> anyhow::Result<()> {
 
 /// Part 1: 200 transfers in both directions from 32 connections, sorted lock order.
 async fn sorted_order(ctx: &mut Ctx, db: &mut Client) -> anyhow::Result<()> {
-    grant(db, "ops", "g-14-a", ACCOUNT_A, START_BALANCE).await?;
-    grant(db, "ops", "g-14-b", ACCOUNT_B, START_BALANCE).await?;
+    let mode = super::modes::mode(ctx);
+    grant_in(mode, db, "ops", "g-14-a", ACCOUNT_A, START_BALANCE).await?;
+    grant_in(mode, db, "ops", "g-14-b", ACCOUNT_B, START_BALANCE).await?;
     let results = ctx
         .race(CONNECTIONS, |mut racer| async move {
             let mut ended = Vec::new();

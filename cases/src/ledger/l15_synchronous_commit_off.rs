@@ -29,7 +29,7 @@
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use ledger_svc::{debit, grant, reconcile};
+use ledger_svc::{debit_in, grant_in, reconcile};
 use tokio_postgres::Client;
 
 use super::queries;
@@ -91,6 +91,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 
 /// The two halves; the caller restores the server setting whatever happens here.
 async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let mode = super::modes::mode(ctx);
     // Half 1: synchronous_commit = on (the server's setting, SPEC §5).
     let mut on = ctx.connect().await?;
     // What the run did so far need not be replayed by the recoveries below.
@@ -100,8 +101,8 @@ async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
         "on".to_string(),
         setting(&on, "synchronous_commit").await?,
     );
-    grant(&mut on, "ops", "g-1501", ON_ACCOUNT, START_BALANCE).await?;
-    let on_acknowledged = acknowledged_debits(&mut on, "k-15-on", ON_ACCOUNT).await?;
+    grant_in(mode, &mut on, "ops", "g-1501", ON_ACCOUNT, START_BALANCE).await?;
+    let on_acknowledged = acknowledged_debits(mode, &mut on, "k-15-on", ON_ACCOUNT).await?;
     let flushed: bool = on
         .query_one(
             "SELECT pg_current_wal_flush_lsn() >= pg_current_wal_insert_lsn()",
@@ -137,8 +138,16 @@ async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
     // warm-up debit commit synchronously first: they flush the full-page images that
     // follow the end-of-recovery checkpoint, so the asynchronous debits write only
     // small records.
-    grant(&mut after, "ops", "g-1502", OFF_ACCOUNT, START_BALANCE).await?;
-    debit(&mut after, CLIENT, "k-15-warm", OFF_ACCOUNT, DEBIT).await?;
+    grant_in(
+        mode,
+        &mut after,
+        "ops",
+        "g-1502",
+        OFF_ACCOUNT,
+        START_BALANCE,
+    )
+    .await?;
+    debit_in(mode, &mut after, CLIENT, "k-15-warm", OFF_ACCOUNT, DEBIT).await?;
     let mut off = ctx.connect().await?;
     off.batch_execute("SET synchronous_commit = off").await?;
     ctx.note("synchronous_commit = off set on the case's own session only (SPEC §5)");
@@ -153,7 +162,7 @@ async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
     // (PostgreSQL wakes it early for a full page only).
     after.query_one("SELECT pg_switch_wal()", &[]).await?;
     let first_async_start = insert_lsn(&off).await?;
-    let off_acknowledged = acknowledged_debits(&mut off, "k-15-off", OFF_ACCOUNT).await?;
+    let off_acknowledged = acknowledged_debits(mode, &mut off, "k-15-off", OFF_ACCOUNT).await?;
     let last_async_end = insert_lsn(&off).await?;
     let one_page: bool = off
         .query_one(
@@ -236,7 +245,7 @@ async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
 
     // The client that got 201 for a lost debit retries it with the same key.
     let lost_key = format!("k-15-off-{}", DEBITS - 1);
-    let retry = debit(&mut recovered, CLIENT, &lost_key, OFF_ACCOUNT, DEBIT).await?;
+    let retry = debit_in(mode, &mut recovered, CLIENT, &lost_key, OFF_ACCOUNT, DEBIT).await?;
     ctx.note(format!(
         "same-key retry of {lost_key}: outcome={} replayed={} balance={}",
         retry.outcome, retry.replayed, retry.balance
@@ -257,13 +266,22 @@ async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
 /// [`DEBITS`] debits of [`DEBIT`] from `account` on `client`, keys `<prefix>-<n>`; returns
 /// how many were answered OK.
 async fn acknowledged_debits(
+    mode: ledger_svc::TransferMode,
     client: &mut Client,
     prefix: &str,
     account: &str,
 ) -> anyhow::Result<usize> {
     let mut acknowledged = 0;
     for n in 0..DEBITS {
-        let result = debit(client, CLIENT, &format!("{prefix}-{n}"), account, DEBIT).await?;
+        let result = debit_in(
+            mode,
+            client,
+            CLIENT,
+            &format!("{prefix}-{n}"),
+            account,
+            DEBIT,
+        )
+        .await?;
         if result.outcome == ledger_svc::Outcome::Ok {
             acknowledged += 1;
         }

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use ledger_svc::{
-    LedgerError, RepairHooks, RepairReport, SYS_SUSPENSE, debit, grant, reconcile, repair,
+    LedgerError, RepairHooks, RepairReport, SYS_SUSPENSE, debit_in, grant_in, reconcile, repair,
 };
 use tokio_postgres::Client;
 
@@ -52,17 +52,19 @@ const DEBIT: i64 = 20;
 type EntryRow = (i64, i64, String, i64);
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let mode = super::modes::mode(ctx);
     let mut db = ctx.connect().await?;
-    grant(&mut db, "ops", "g-1601", TAMPERED, 500).await?;
-    grant(&mut db, "ops", "g-1602", PLANTED, 200).await?;
-    grant(&mut db, "ops", "g-1603", BYSTANDER, 100).await?;
-    debit(&mut db, CLIENT, "k-1600", TAMPERED, 120).await?;
+    grant_in(mode, &mut db, "ops", "g-1601", TAMPERED, 500).await?;
+    grant_in(mode, &mut db, "ops", "g-1602", PLANTED, 200).await?;
+    grant_in(mode, &mut db, "ops", "g-1603", BYSTANDER, 100).await?;
+    debit_in(mode, &mut db, CLIENT, "k-1600", TAMPERED, 120).await?;
     plant_faults(&db).await?;
     let before = reconcile(&mut db).await?;
     ctx.note(format!("before the repair: {}", before.summary()));
     let entries_before = all_entries(&db).await?;
 
     let attempts = DuringRepair {
+        mode,
         client: tokio::sync::Mutex::new(ctx.connect().await?),
         seen: Mutex::new(Vec::new()),
     };
@@ -137,7 +139,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 
     // The same keys, after the repair.
     for (key, account) in &DURING_REPAIR[..2] {
-        let result = debit(&mut db, CLIENT, key, account, DEBIT).await?;
+        let result = debit_in(mode, &mut db, CLIENT, key, account, DEBIT).await?;
         ctx.note(format!(
             "after the repair: debit {key} on {account}: outcome={} replayed={} balance={}",
             result.outcome, result.replayed, result.balance
@@ -216,8 +218,9 @@ fn print_report(ctx: &mut Ctx, report: &RepairReport) {
     }
 }
 
-/// Debits attempted while the repair holds the accounts frozen.
+/// Debits attempted while the repair holds the accounts frozen (in the case's mode).
 struct DuringRepair {
+    mode: ledger_svc::TransferMode,
     client: tokio::sync::Mutex<Client>,
     /// `(key, account, what happened)`.
     seen: Mutex<Vec<(String, String, String)>>,
@@ -228,7 +231,8 @@ impl RepairHooks for DuringRepair {
         Box::pin(async move {
             let mut client = self.client.lock().await;
             for (key, account) in DURING_REPAIR {
-                let what = match debit(&mut client, CLIENT, key, account, DEBIT).await {
+                let what = match debit_in(self.mode, &mut client, CLIENT, key, account, DEBIT).await
+                {
                     Ok(result) => result.outcome.to_string(),
                     Err(LedgerError::AccountFrozen(frozen)) => {
                         format!("refused: frozen ({frozen})")

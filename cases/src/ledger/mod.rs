@@ -13,6 +13,7 @@ use futures_util::FutureExt;
 pub mod canary;
 pub mod http;
 mod l00_template;
+pub mod modes;
 pub mod naive;
 pub mod naive_keyless;
 pub mod queries;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use case_kit::spec::{self, Call, Calls};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
-use ledger_svc::{NoHooks, TransferRequest, transfer};
+use ledger_svc::{NoHooks, TransferMode, TransferRequest, transfer_in};
 use tokio_postgres::Client;
 
 /// The client id of a call that names none.
@@ -26,8 +26,13 @@ pub const DEFAULT_CLIENT: &str = "spec";
 /// Where the L family's spec files are (read when the family is built).
 pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/ledger/specs");
 
-/// The ledger's operations.
-pub struct LedgerCalls;
+/// The ledger's operations, in a transfer mode (a spec case runs them in its
+/// [`case_kit::Ctx::transfer_mode`], through [`Calls::in_mode`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LedgerCalls {
+    /// How each `debit` and `grant` reaches the database.
+    pub mode: TransferMode,
+}
 
 fn request(call: &Call) -> Result<TransferRequest, String> {
     let account = call.arg("account").ok_or("needs account=ID")?;
@@ -55,6 +60,12 @@ impl Calls for LedgerCalls {
         request(call).map(|_| ())
     }
 
+    fn in_mode(&self, mode: case_kit::TransferMode) -> Option<Arc<dyn Calls>> {
+        Some(Arc::new(LedgerCalls {
+            mode: super::modes::from_kit(mode),
+        }))
+    }
+
     fn run<'a>(
         &'a self,
         client: &'a mut Client,
@@ -62,7 +73,7 @@ impl Calls for LedgerCalls {
     ) -> BoxFuture<'a, Result<String, String>> {
         async move {
             let request = request(call)?;
-            match transfer(client, &request, &NoHooks).await {
+            match transfer_in(self.mode, client, &request, &NoHooks).await {
                 Ok(result) => {
                     let mut text = format!(
                         "outcome={} balance={}",
@@ -94,6 +105,6 @@ pub fn cases() -> Vec<case_kit::Case> {
         Path::new(SPEC_DIR),
         "cases/src/ledger/specs",
         super::TEMPLATE_DATABASE,
-        Arc::new(LedgerCalls),
+        Arc::new(LedgerCalls::default()),
     )
 }
