@@ -31,7 +31,9 @@
 //!
 //! The function is installed by [`crate::schema::install`]. Its parameters are named and
 //! called by name (`p_amount => $7`), so one more request field is one more parameter
-//! with a `DEFAULT` and one more `=>` in [`ONETRIP_CALL_SQL`].
+//! with a `DEFAULT` and one more `=>` in [`ONETRIP_CALL_SQL`], as the debit's business
+//! reference was added ([`TransferRequest::order_id`] as `p_order_id`, stored in
+//! `ledger_txn.order_id` by the same INSERT as in the statement mode).
 
 use std::fmt;
 use std::str::FromStr;
@@ -130,7 +132,8 @@ CREATE OR REPLACE FUNCTION ledger_transfer_onetrip(
     p_from         text,
     p_to           text,
     p_amount       bigint,
-    p_attempts     integer DEFAULT 3
+    p_attempts     integer DEFAULT 3,
+    p_order_id     text    DEFAULT NULL
 ) RETURNS TABLE (
     status        text,
     account_id    text,
@@ -226,8 +229,10 @@ BEGIN
         RAISE EXCEPTION 'credit account % does not exist', p_to USING ERRCODE = 'LD002';
     END IF;
 
-    -- Step 3: the transaction and its two entries (-amount on `from` first).
-    INSERT INTO ledger_txn (client_id, idem_key, kind) VALUES (p_client_id, p_idem_key, p_kind)
+    -- Step 3: the transaction (with the request's order id, NULL without one) and its
+    -- two entries (-amount on `from` first).
+    INSERT INTO ledger_txn (client_id, idem_key, kind, order_id)
+    VALUES (p_client_id, p_idem_key, p_kind, p_order_id)
     RETURNING ledger_txn.txn_id INTO v_txn;
     INSERT INTO ledger_entry (txn_id, account_id, amount)
     VALUES (v_txn, p_from, -p_amount), (v_txn, p_to, p_amount);
@@ -247,7 +252,7 @@ const ONETRIP_CALL_SQL: &str = "\
 SELECT status, account_id, request_hash, outcome, txn_id, balance_after
 FROM ledger_transfer_onetrip(
     p_client_id => $1, p_idem_key => $2, p_request_hash => $3, p_kind => $4,
-    p_from => $5, p_to => $6, p_amount => $7, p_attempts => $8)";
+    p_from => $5, p_to => $6, p_amount => $7, p_attempts => $8, p_order_id => $9)";
 
 /// Executes `req` at most once per `(client_id, idem_key)` with exactly the outcomes,
 /// replay and fingerprint of [`crate::transfer()`], in one round trip: one statement in
@@ -282,6 +287,7 @@ pub async fn transfer_onetrip(
                 (&req.to, Type::TEXT),
                 (&req.amount, Type::INT8),
                 (&REGISTER_ATTEMPTS, Type::INT4),
+                (&req.order_id, Type::TEXT),
             ],
         )
         .await
@@ -417,6 +423,7 @@ mod tests {
             "p_to",
             "p_amount",
             "p_attempts",
+            "p_order_id",
         ] {
             assert!(FUNCTION_SQL.contains(name), "{name}");
             assert!(ONETRIP_CALL_SQL.contains(&format!("{name} =>")), "{name}");

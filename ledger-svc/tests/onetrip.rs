@@ -30,6 +30,11 @@ fn script() -> Vec<Step> {
     vec![
         Do(grant("app-a", "g-1", "acct-0001", 1000)),
         Do(debit("app-a", "k-1", "acct-0001", 300)),
+        // A business reference: stored with the transaction, part of the fingerprint.
+        Do(debit("app-a", "k-o", "acct-0001", 10).with_order("ord-1")),
+        Do(debit("app-a", "k-o", "acct-0001", 10).with_order("ord-1")),
+        Do(debit("app-a", "k-o", "acct-0001", 10).with_order("ord-2")),
+        Do(debit("app-a", "k-o", "acct-0001", 10)),
         // Replay, and the same key with other payloads.
         Do(debit("app-a", "k-1", "acct-0001", 300)),
         Do(debit("app-a", "k-1", "acct-0001", 301)),
@@ -115,7 +120,7 @@ async fn rows(client: &Client) -> Vec<String> {
         "SELECT account_id, allow_negative, balance FROM account ORDER BY account_id",
         "SELECT client_id, idem_key, request_hash, outcome, txn_id, balance_after, \
          expired_at IS NOT NULL FROM idem_request ORDER BY client_id, idem_key",
-        "SELECT txn_id, client_id, idem_key, kind FROM ledger_txn ORDER BY txn_id",
+        "SELECT txn_id, client_id, idem_key, kind, order_id FROM ledger_txn ORDER BY txn_id",
         "SELECT entry_id, txn_id, account_id, amount FROM ledger_entry ORDER BY entry_id",
     ] {
         for row in client.simple_query(sql).await.unwrap() {
@@ -162,6 +167,7 @@ async fn both_modes_give_the_same_results_and_rows() {
     let all = results_a.join("\n");
     for expected in [
         "replayed: true",
+        "k-o 10: KeyReused",
         "KeyReused",
         "Insufficient",
         "NoAccount",
