@@ -1,5 +1,6 @@
-//! The load: N clients debiting random funded accounts for a fixed time, a sampler of
-//! lock waits, and the reconciliation afterwards.
+//! The load: N clients debiting random funded accounts for a fixed time (or, for the
+//! ceiling, committing one-row inserts), a sampler of lock waits, and the reconciliation
+//! afterwards.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -7,11 +8,14 @@ use std::time::{Duration, Instant};
 use case_kit::service::{Service, ServiceOptions};
 use case_kit::{ChaCha8Rng, seeded_rng};
 use ledger_svc::striping::{create_redeem_stripes, striped_debit};
-use ledger_svc::{NoHooks, Outcome, TransferRequest, reconcile, transfer};
+use ledger_svc::{
+    NoHooks, Outcome, TransferMode, TransferRequest, reconcile, transfer, transfer_in,
+};
 use rand::RngExt;
 use scratch_pg::Cluster;
 use serde::Serialize;
 use tokio::sync::Barrier;
+use tokio_postgres::types::Type;
 
 /// Points granted to each funded account: far more than a run can debit.
 const FUNDING_POINTS: i64 = 1_000_000_000;
@@ -27,10 +31,20 @@ const TEMPLATE: &str = "bench_template";
 /// Per-request timeout of the service variant's HTTP clients, milliseconds.
 const HTTP_TIMEOUT_MS: u64 = 10_000;
 
+/// The table the ceiling's clients insert into: one row per commit, no index.
+const CEILING_TABLE_SQL: &str =
+    "CREATE TABLE bench_commit (worker integer NOT NULL, n bigint NOT NULL)";
+/// The ceiling's whole transaction: one row, one durable commit, one round trip.
+const CEILING_INSERT_SQL: &str = "INSERT INTO bench_commit (worker, n) VALUES ($1, $2)";
+
 /// A measured design.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Variant {
+    /// Not a debit: the smallest durable write transaction (one-row INSERT in its own
+    /// implicit transaction) from N connections, the rate of commits the cluster allows at
+    /// that concurrency; every debit is at least one such commit.
+    Ceiling,
     /// SPEC §3 transfer over database connections; every debit credits `sys-redeem`.
     Raw,
     /// The same debits through ledger-svc over HTTP (keep-alive clients, unique keys,
@@ -38,62 +52,110 @@ pub enum Variant {
     Service,
     /// The raw transfer with the sink striped (`ledger_svc::striping`): no hot row.
     Fix,
+    /// The same transfer in one round trip (`ledger_svc::transfer_onetrip`), hot sink.
+    OneTrip,
+    /// The one-trip transfer with the striped sink.
+    #[serde(rename = "onetrip+fix")]
+    OneTripFix,
 }
 
 impl Variant {
     /// Every variant, in report order.
-    pub const ALL: [Variant; 3] = [Variant::Raw, Variant::Service, Variant::Fix];
+    pub const ALL: [Variant; 6] = [
+        Variant::Ceiling,
+        Variant::Raw,
+        Variant::Service,
+        Variant::Fix,
+        Variant::OneTrip,
+        Variant::OneTripFix,
+    ];
 
-    /// Lower-case name used in tables and the BENCH line.
+    /// Name used in tables and the plot.
     pub fn name(self) -> &'static str {
         match self {
+            Variant::Ceiling => "ceiling",
             Variant::Raw => "raw",
             Variant::Service => "service",
             Variant::Fix => "fix",
+            Variant::OneTrip => "onetrip",
+            Variant::OneTripFix => "onetrip+fix",
         }
+    }
+
+    /// Name in the BENCH line and in database names (no `+`).
+    pub fn key(self) -> &'static str {
+        match self {
+            Variant::OneTripFix => "onetripfix",
+            other => other.name(),
+        }
+    }
+
+    /// Whether it measures debits (every variant but the ceiling).
+    pub fn is_debit(self) -> bool {
+        self != Variant::Ceiling
+    }
+
+    fn mode(self) -> TransferMode {
+        match self {
+            Variant::OneTrip | Variant::OneTripFix => TransferMode::OneTrip,
+            _ => TransferMode::Statements,
+        }
+    }
+
+    fn striped(self) -> bool {
+        matches!(self, Variant::Fix | Variant::OneTripFix)
     }
 }
 
-/// How one client issues a debit.
+/// How one client issues a debit (or the ceiling's commit).
 enum Debitor {
     Sql(tokio_postgres::Client),
     Http {
         client: reqwest::Client,
-        base: String,
+        service: Arc<Service>,
     },
 }
 
 impl Debitor {
-    /// One debit; `Ok(true)` when it committed OK, `Ok(false)` when refused.
+    /// One debit; `Ok(true)` when it committed OK, `Ok(false)` when refused. For the
+    /// ceiling, one committed insert (`worker`, `n`).
     async fn debit(
         &mut self,
         variant: Variant,
         stripes: u32,
-        key: String,
+        (worker, n): (i32, i64),
         account: &str,
         amount: i64,
     ) -> anyhow::Result<bool> {
+        let key = format!("{}-{worker}-{n}", variant.key());
         match self {
+            Debitor::Sql(client) if variant == Variant::Ceiling => {
+                client
+                    .execute_typed(
+                        CEILING_INSERT_SQL,
+                        &[(&worker, Type::INT4), (&n, Type::INT8)],
+                    )
+                    .await?;
+                Ok(true)
+            }
             Debitor::Sql(client) => {
-                let request = match variant {
-                    Variant::Fix => striped_debit("bench", key, account, amount, stripes),
-                    _ => TransferRequest::debit("bench", key, account, amount),
+                let request = if variant.striped() {
+                    striped_debit("bench", key, account, amount, stripes)
+                } else {
+                    TransferRequest::debit("bench", key, account, amount)
                 };
-                let done = transfer(client, &request, &NoHooks).await?;
+                let done = transfer_in(variant.mode(), client, &request, &NoHooks).await?;
                 Ok(done.outcome == Outcome::Ok)
             }
-            Debitor::Http { client, base } => {
-                let response = client
-                    .post(format!("{base}/accounts/{account}/debits"))
+            Debitor::Http { client, service } => {
+                let request = client
+                    .post(service.public_url(&format!("/accounts/{account}/debits")))
                     .header("x-client-id", "bench")
                     .header("idempotency-key", key)
                     .header("content-type", "application/json")
-                    .body(format!("{{\"amount\": {amount}}}"))
-                    .send()
-                    .await?;
-                let status = response.status().as_u16();
-                let _ = response.bytes().await?;
-                match status {
+                    .body(format!("{{\"amount\": {amount}}}"));
+                let reply = service.send(request).await?;
+                match reply.status {
                     201 => Ok(true),
                     409 => Ok(false),
                     other => anyhow::bail!("status {other}"),
@@ -103,13 +165,15 @@ impl Debitor {
     }
 }
 
-/// One (variant, clients) point.
+/// One (variant, clients) point of one repetition.
 #[derive(Debug, Clone, Serialize)]
 pub struct Measurement {
     /// The design measured.
     pub variant: Variant,
     /// Concurrent clients.
     pub clients: usize,
+    /// Which repetition (0-based).
+    pub repetition: usize,
     /// Measured wall time in seconds.
     pub elapsed_s: f64,
     /// Debits that committed OK.
@@ -118,7 +182,7 @@ pub struct Measurement {
     pub refused: u64,
     /// Debits that failed with an error.
     pub errors: u64,
-    /// OK debits per second.
+    /// OK debits per second (for the ceiling: commits per second).
     pub debits_per_s: f64,
     /// Median latency of a debit, milliseconds.
     pub p50_ms: f64,
@@ -127,7 +191,8 @@ pub struct Measurement {
     /// Share of sampled active client backends waiting on a heavyweight lock
     /// (`pg_stat_activity.wait_event_type = 'Lock'`), 0..1.
     pub lock_wait_share: f64,
-    /// Whether the reconciliation afterwards found nothing.
+    /// Whether the reconciliation afterwards found nothing (for the ceiling: whether the
+    /// table holds exactly one row per acknowledged commit).
     pub reconciled_clean: bool,
     /// The reconciliation's one-line summary.
     pub findings: String,
@@ -153,6 +218,7 @@ impl BenchDb {
             ledger_svc::schema::install(&client).await?;
             ledger_svc::schema::seed(&client).await?;
             create_redeem_stripes(&client, stripes).await?;
+            client.batch_execute(CEILING_TABLE_SQL).await?;
             client
                 .execute(
                     "INSERT INTO account (account_id) SELECT unnest($1::text[])",
@@ -194,17 +260,19 @@ impl BenchDb {
     }
 
     /// Runs `clients` clients of `variant` for `duration` on a fresh copy of the template,
-    /// then reconciles it and drops it.
+    /// then reconciles it and drops it; `repetition` only labels the result and the
+    /// random draws.
     ///
     /// Errors: setup, SQL or reconciliation errors (a debit's own error is counted).
     pub async fn measure(
         &self,
         variant: Variant,
         clients: usize,
+        repetition: usize,
         duration: Duration,
         seed: u64,
     ) -> anyhow::Result<Measurement> {
-        let database = format!("bench_{}_{clients}", variant.name());
+        let database = format!("bench_{}_{clients}", variant.key());
         let admin = self.cluster.connect("postgres").await?;
         admin
             .batch_execute(&format!("DROP DATABASE IF EXISTS {database}"))
@@ -214,7 +282,7 @@ impl BenchDb {
             .await?;
 
         let service = match variant {
-            Variant::Service => Some(
+            Variant::Service => Some(Arc::new(
                 Service::launch(
                     &self.cluster.url(&database),
                     self.cluster
@@ -226,7 +294,7 @@ impl BenchDb {
                     },
                 )
                 .await?,
-            ),
+            )),
             _ => None,
         };
         let barrier = Arc::new(Barrier::new(clients + 1));
@@ -235,29 +303,30 @@ impl BenchDb {
         for worker in 0..clients {
             let mut debitor = match &service {
                 Some(service) => Debitor::Http {
-                    client: reqwest::Client::builder()
-                        .no_proxy()
-                        .timeout(Duration::from_millis(HTTP_TIMEOUT_MS))
-                        .build()?,
-                    base: service.public_url(""),
+                    client: service.load_client(Duration::from_millis(HTTP_TIMEOUT_MS))?,
+                    service: service.clone(),
                 },
                 None => Debitor::Sql(self.cluster.connect(&database).await?),
             };
             let (barrier, accounts, stripes) = (barrier.clone(), accounts.clone(), self.stripes);
-            let mut rng: ChaCha8Rng =
-                seeded_rng(seed, &format!("{}-{clients}-{worker}", variant.name()));
+            let mut rng: ChaCha8Rng = seeded_rng(
+                seed,
+                &format!("{}-{clients}-{worker}-{repetition}", variant.key()),
+            );
+            let worker = worker as i32;
             workers.push(tokio::spawn(async move {
                 let mut tally = Tally::default();
                 barrier.wait().await;
                 let deadline = Instant::now() + duration;
-                let mut n = 0u64;
+                let mut n = 0i64;
                 while Instant::now() < deadline {
                     let account = &accounts[rng.random_range(0..accounts.len())];
                     let amount = rng.random_range(AMOUNT_RANGE);
-                    let key = format!("{}-{clients}-{worker}-{n}", variant.name());
-                    n += 1;
                     let began = Instant::now();
-                    let result = debitor.debit(variant, stripes, key, account, amount).await;
+                    let result = debitor
+                        .debit(variant, stripes, (worker, n), account, amount)
+                        .await;
+                    n += 1;
                     tally.latencies_us.push(began.elapsed().as_micros() as u32);
                     match result {
                         Ok(true) => tally.ok += 1,
@@ -278,12 +347,30 @@ impl BenchDb {
         }
         let elapsed_s = started.elapsed().as_secs_f64();
         if let Some(service) = service {
-            service.stop().await?;
+            match Arc::try_unwrap(service) {
+                Ok(service) => {
+                    service.stop().await?;
+                }
+                Err(_) => anyhow::bail!("a client still holds the service"),
+            }
         }
 
-        let findings = {
+        let (reconciled_clean, findings) = {
             let mut client = self.cluster.connect(&database).await?;
-            reconcile(&mut client).await?
+            if variant == Variant::Ceiling {
+                let rows: i64 = client
+                    .query_one("SELECT count(*) FROM bench_commit", &[])
+                    .await?
+                    .get(0);
+                let clean = rows == total.ok as i64;
+                (
+                    clean,
+                    format!("{rows} rows for {} acknowledged commits", total.ok),
+                )
+            } else {
+                let findings = reconcile(&mut client).await?;
+                (findings.is_clean(), findings.summary())
+            }
         };
         admin
             .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
@@ -293,6 +380,7 @@ impl BenchDb {
         Ok(Measurement {
             variant,
             clients,
+            repetition,
             elapsed_s,
             ok: total.ok,
             refused: total.refused,
@@ -301,8 +389,8 @@ impl BenchDb {
             p50_ms: percentile_ms(&latencies, 0.50),
             p99_ms: percentile_ms(&latencies, 0.99),
             lock_wait_share: share,
-            reconciled_clean: findings.is_clean(),
-            findings: findings.summary(),
+            reconciled_clean,
+            findings,
         })
     }
 }

@@ -11,11 +11,21 @@
 //! - `service`: the same debits through ledger-svc over HTTP from N keep-alive clients
 //!   (unique idempotency keys; the service's pool has N connections);
 //! - `fix`: the raw transfer with the redemption sink striped over K sub-accounts
-//!   (`ledger_svc::striping`), so debits of different accounts lock different rows.
+//!   (`ledger_svc::striping`), so debits of different accounts lock different rows;
+//! - `onetrip`: the same transfer in one round trip (`ledger_svc::transfer_onetrip`, a
+//!   server-side function called as one statement), hot sink;
+//! - `onetrip+fix`: the one-trip transfer with the striped sink;
+//! - and the `ceiling`, which is not a debit: the smallest durable write transaction (a
+//!   one-row INSERT, one commit, one round trip) from N connections. Every debit is at
+//!   least one durable commit, so each variant is also reported as a share of it.
+//!
+//! With `--repeat R` every point runs R times (the repetitions interleaved: all points
+//! once, then again), and each figure is the median repetition's.
 //!
 //! Output: a table on stdout and under `evidence/bench/` (Markdown and JSON, with the
 //! machine, PostgreSQL version and settings, and the seed), an SVG plot of throughput
-//! against clients, and one last line `BENCH …` with ratios from the same run.
+//! against clients with the ceiling, and one last line `BENCH …` with ratios from the
+//! same run.
 
 mod load;
 mod report;
@@ -29,16 +39,21 @@ use scratch_pg::{Cluster, ClusterOptions};
 
 use crate::load::{BenchDb, Variant};
 
-/// Default load duration per (variant, clients) point, in seconds.
-const DEFAULT_DURATION_S: u64 = 10;
+/// Default load duration per (variant, clients) point and repetition, in seconds.
+const DEFAULT_DURATION_S: u64 = 5;
+/// Default repetitions of every point (each figure is the median repetition's).
+const DEFAULT_REPEAT: u64 = 3;
 
 /// Debit throughput of the ledger with and without the hot row.
 #[derive(Debug, Parser)]
 #[command(name = "bench")]
 struct Args {
-    /// Seconds of load per (variant, clients) point.
+    /// Seconds of load per (variant, clients) point and repetition.
     #[arg(long, default_value_t = DEFAULT_DURATION_S)]
     duration_s: u64,
+    /// Repetitions of every point; each figure is the median repetition's.
+    #[arg(long, default_value_t = DEFAULT_REPEAT, value_parser = clap::value_parser!(u64).range(1..=100))]
+    repeat: u64,
     /// Concurrent client counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     clients: Vec<usize>,
@@ -77,8 +92,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .unwrap_or(1)
     });
     println!(
-        "seed={seed} duration_s={} clients={:?} accounts={} stripes={}",
-        args.duration_s, args.clients, args.accounts, args.stripes
+        "seed={seed} duration_s={} repeat={} clients={:?} accounts={} stripes={}",
+        args.duration_s, args.repeat, args.clients, args.accounts, args.stripes
     );
     let cluster = tokio::task::spawn_blocking(|| Cluster::start(ClusterOptions::default()))
         .await?
@@ -91,16 +106,31 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let db = BenchDb::prepare(cluster, args.accounts, args.stripes).await?;
     let duration = Duration::from_secs(args.duration_s);
     let mut results = Vec::new();
-    for variant in Variant::ALL {
-        for &clients in &args.clients {
-            let result = db.measure(variant, clients, duration, seed).await?;
-            println!("{}", report::row(&result));
-            results.push(result);
+    let repeat = args.repeat as usize;
+    for repetition in 0..repeat {
+        for variant in Variant::ALL {
+            for &clients in &args.clients {
+                let result = db
+                    .measure(variant, clients, repetition, duration, seed)
+                    .await?;
+                println!(
+                    "repetition {}/{repeat}: {}",
+                    repetition + 1,
+                    report::progress(&result)
+                );
+                results.push(result);
+            }
         }
+    }
+    let points = report::summarize(&results);
+    println!("{}", report::HEADER);
+    for point in &points {
+        println!("{}", report::row(point));
     }
     let context = report::Context {
         seed,
         duration_s: args.duration_s,
+        repeat,
         accounts: args.accounts,
         stripes: args.stripes,
         postgres: facts,
@@ -108,11 +138,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         wall_time_s: started.elapsed().as_secs_f64(),
     };
     std::fs::create_dir_all(&args.out)?;
-    report::write(&args.out, &context, &results)?;
+    report::write(&args.out, &context, &points, &results)?;
     println!(
         "wrote {}/results.md, results.json, throughput.svg",
         args.out.display()
     );
-    println!("{}", report::bench_line(&results));
+    println!("{}", report::bench_line(&points));
     Ok(())
 }
