@@ -93,6 +93,11 @@ const HEALTH_PROBE_INTERVAL_MS: u64 = 20;
 /// A debit that takes no held lock answers within this, milliseconds ("promptly": less
 /// than the lock bound, so it cannot have waited it out).
 const PROMPT_MS: u64 = LOCK_BOUND_MS;
+/// Longest wait for the service to close the connection its gone client left half-open,
+/// milliseconds (the negative control commits the holder only then).
+const CLIENT_GONE_LIMIT_MS: u64 = 10_000;
+/// How often `/proc/net/tcp` is read while waiting for that, milliseconds.
+const CLIENT_GONE_POLL_MS: u64 = 5;
 const POOL_SIZE: usize = 16;
 const STRIPES: u32 = 8;
 const ACCOUNTS: u32 = 10;
@@ -223,6 +228,19 @@ async fn unbounded_control(
             Err(_) => "another transport error".to_string(),
         },
     );
+    if unanswered {
+        // The client gave up. Commit the holder only once the service has closed the
+        // connection the client left (hyper drops the request then, and the transfer,
+        // which goes on in its own task, finds its client gone), so the log line below
+        // does not depend on how fast the debit finishes after the commit (one statement
+        // in the one-trip mode, several in the statement mode).
+        let closed = connections_closed(service.public_addr().port()).await?;
+        ctx.check(
+            "control: the service closed the connection its gone client left",
+            closed,
+            format!("within {CLIENT_GONE_LIMIT_MS} ms: {closed}"),
+        );
+    }
     holder.batch_execute("COMMIT").await?;
     let retry = service
         .debit_once(CLIENT, CONTROL_KEY, CONTROL_ACCOUNT, DEBIT)
@@ -238,6 +256,33 @@ async fn unbounded_control(
     );
     service.stop_checked(ctx).await?;
     Ok(())
+}
+
+/// Waits (at most [`CLIENT_GONE_LIMIT_MS`]) until no TCP connection on the loopback
+/// `port` is open on the server's side (`/proc/net/tcp`: local port `port`, state
+/// ESTABLISHED `01` or CLOSE_WAIT `08`, the latter a connection whose client sent FIN
+/// that the server has not closed yet). Returns whether that happened.
+///
+/// Errors: `/proc/net/tcp` cannot be read.
+async fn connections_closed(port: u16) -> anyhow::Result<bool> {
+    let local = format!(":{port:04X}");
+    let deadline = Instant::now() + Duration::from_millis(CLIENT_GONE_LIMIT_MS);
+    loop {
+        let table = std::fs::read_to_string("/proc/net/tcp")?;
+        let open = table.lines().skip(1).any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.len() > 3
+                && fields[1].ends_with(&local)
+                && (fields[3] == "01" || fields[3] == "08")
+        });
+        if !open {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(CLIENT_GONE_POLL_MS)).await;
+    }
 }
 
 async fn start(ctx: &Ctx, stripes: u32) -> anyhow::Result<Service> {
