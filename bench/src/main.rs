@@ -19,8 +19,9 @@
 //!   one-row INSERT, one commit, one round trip) from N connections. Every debit is at
 //!   least one durable commit, so each variant is also reported as a share of it.
 //!
-//! With `--repeat R` every point runs R times (the repetitions interleaved: all points
-//! once, then again), and each figure is the median repetition's.
+//! With `--repeat R` every point runs R times (in passes over all points, client count by
+//! client count, so the variants compared at one count run seconds apart); each rate is
+//! the median repetition's, each ratio and share the median of the per-pass ratios.
 //!
 //! Output: a table on stdout and under `evidence/bench/` (Markdown and JSON, with the
 //! machine, PostgreSQL version and settings, and the seed), an SVG plot of throughput
@@ -107,9 +108,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let duration = Duration::from_secs(args.duration_s);
     let mut results = Vec::new();
     let repeat = args.repeat as usize;
+    // Pass by pass, client count by client count: the variants compared at one count run
+    // one after another, so a change in the machine's load hits them alike.
     for repetition in 0..repeat {
-        for variant in Variant::ALL {
-            for &clients in &args.clients {
+        for &clients in &args.clients {
+            for variant in Variant::ALL {
                 let result = db
                     .measure(variant, clients, repetition, duration, seed)
                     .await?;

@@ -68,10 +68,11 @@ pub struct Point {
     /// The median repetition (by debits/s; for an even count the upper middle one): its
     /// rate, latencies and counts are the point's figures.
     pub median: Measurement,
-    /// Debits (ceiling: commits) per second of every repetition, in run order.
+    /// Debits (ceiling: commits) per second of every repetition, by repetition.
     pub rates_per_s: Vec<f64>,
-    /// The median rate as a share of the ceiling's median at the same clients (0..1;
-    /// `None` for the ceiling itself or without a ceiling point).
+    /// The share of the ceiling at the same clients (0..1): the median over the
+    /// repetitions of this repetition's rate over the ceiling's in the same repetition
+    /// (`None` for the ceiling itself or without a ceiling point).
     pub share_of_ceiling: Option<f64>,
     /// Whether every repetition reconciled clean.
     pub reconciled_clean: bool,
@@ -93,10 +94,11 @@ pub fn summarize(results: &[Measurement]) -> Vec<Point> {
     let mut points: Vec<Point> = keys
         .into_iter()
         .map(|(variant, clients)| {
-            let reps: Vec<&Measurement> = results
+            let mut reps: Vec<&Measurement> = results
                 .iter()
                 .filter(|m| m.variant == variant && m.clients == clients)
                 .collect();
+            reps.sort_by_key(|m| m.repetition);
             let mut by_rate = reps.clone();
             by_rate.sort_by(|a, b| a.debits_per_s.total_cmp(&b.debits_per_s));
             let median = by_rate[by_rate.len() / 2].clone();
@@ -112,19 +114,31 @@ pub fn summarize(results: &[Measurement]) -> Vec<Point> {
             }
         })
         .collect();
-    let ceilings: Vec<(usize, f64)> = points
+    let ceilings: Vec<(usize, Vec<f64>)> = points
         .iter()
         .filter(|p| p.variant == Variant::Ceiling)
-        .map(|p| (p.clients, p.median.debits_per_s))
+        .map(|p| (p.clients, p.rates_per_s.clone()))
         .collect();
     for point in points.iter_mut().filter(|p| p.variant.is_debit()) {
         point.share_of_ceiling = ceilings
             .iter()
             .find(|(clients, _)| *clients == point.clients)
-            .filter(|(_, rate)| *rate > 0.0)
-            .map(|(_, rate)| point.median.debits_per_s / rate);
+            .and_then(|(_, ceiling)| median_ratio(&point.rates_per_s, ceiling));
     }
     points
+}
+
+/// The median over the repetitions of `top[i] / bottom[i]` (repetition i of each ran
+/// within the same pass, minutes closer in time than the same variant's repetitions,
+/// which matters on a machine whose load changes); `None` when a pair is missing or a
+/// denominator is 0.
+fn median_ratio(top: &[f64], bottom: &[f64]) -> Option<f64> {
+    if top.is_empty() || top.len() != bottom.len() || bottom.iter().any(|b| *b <= 0.0) {
+        return None;
+    }
+    let mut ratios: Vec<f64> = top.iter().zip(bottom).map(|(a, b)| a / b).collect();
+    ratios.sort_by(f64::total_cmp);
+    Some(ratios[ratios.len() / 2])
 }
 
 /// One repetition's line while the bench runs.
@@ -178,19 +192,19 @@ pub fn row(p: &Point) -> String {
     )
 }
 
-fn throughput(points: &[Point], variant: Variant, clients: usize) -> Option<f64> {
+fn rates(points: &[Point], variant: Variant, clients: usize) -> Option<&[f64]> {
     points
         .iter()
         .find(|p| p.variant == variant && p.clients == clients)
-        .map(|p| p.median.debits_per_s)
+        .map(|p| p.rates_per_s.as_slice())
 }
 
+/// `top`'s debits/s over `bottom`'s at `clients`: the median of the per-repetition ratios.
 fn ratio(points: &[Point], top: Variant, bottom: Variant, clients: usize) -> String {
-    match (
-        throughput(points, top, clients),
-        throughput(points, bottom, clients),
-    ) {
-        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+    match (rates(points, top, clients), rates(points, bottom, clients)) {
+        (Some(a), Some(b)) => {
+            median_ratio(a, b).map_or_else(|| "n/a".into(), |r| format!("{r:.2}"))
+        }
         _ => "n/a".into(),
     }
 }
@@ -208,9 +222,10 @@ fn best_ceiling_pct(points: &[Point], clients: usize) -> String {
 }
 
 /// `BENCH service/raw@8=… service/raw@32=… fix/hot@32=… onetrip/raw@1=… onetrip/raw@8=…
-/// onetripfix/raw@32=… best_ceiling_pct@8=…`: ratios of median debits per second in this
-/// run (`hot` is the `raw` variant, whose every debit updates the one `sys-redeem` row),
-/// and the best correct variant's debits/s as a percentage of the ceiling's commits/s.
+/// onetripfix/raw@32=… best_ceiling_pct@8=…`: ratios of debits per second in this run,
+/// each the median of the per-repetition ratios (`hot` is the `raw` variant, whose every
+/// debit updates the one `sys-redeem` row), and the best correct variant's share of the
+/// ceiling's commits/s in percent (likewise the median of per-repetition shares).
 pub fn bench_line(points: &[Point]) -> String {
     format!(
         "BENCH service/raw@8={} service/raw@32={} fix/hot@32={} onetrip/raw@1={} onetrip/raw@8={} onetripfix/raw@32={} best_ceiling_pct@8={}",
@@ -241,8 +256,12 @@ pub fn write(
     md.push_str("HTTP, `fix` the raw transaction with the sink striped, `onetrip` the same work in one round\n");
     md.push_str("trip (a server-side function), `onetrip+fix` both; the `ceiling` is not a debit but a one-row\n");
     md.push_str("durable commit from as many connections, and each variant's share of it is its debits/s over\n");
-    md.push_str("the ceiling's commits/s at the same clients. Each figure is the median of the repetitions\n");
-    md.push_str("(all listed in the last column; the repetitions ran interleaved).\n\n");
+    md.push_str(
+        "the ceiling's commits/s at the same clients. Debits/s, p50 and p99 are the median\n",
+    );
+    md.push_str("repetition's (every repetition's rate is in the last column); shares and the BENCH ratios\n");
+    md.push_str("are medians of the per-repetition ratios. The repetitions ran as passes over every point,\n");
+    md.push_str("client count by client count, so the variants compared within a pass ran seconds apart.\n\n");
     md.push_str(&format!("- machine: {}\n", context.machine));
     md.push_str(&format!(
         "- PostgreSQL {} (fsync={}, synchronous_commit={}, full_page_writes={})\n",
@@ -390,6 +409,8 @@ mod tests {
         assert_eq!(raw8.median.debits_per_s, 200.0);
         assert_eq!(raw8.median.repetition, 2);
         assert_eq!(raw8.rates_per_s, vec![100.0, 300.0, 200.0]);
+        assert_eq!(median_ratio(&[1.0, 9.0, 2.0], &[1.0, 3.0, 4.0]), Some(1.0));
+        assert_eq!(median_ratio(&[1.0], &[0.0]), None);
         assert_eq!(raw8.share_of_ceiling, Some(0.1));
         let fix = points.iter().find(|p| p.variant == Variant::Fix).unwrap();
         assert!(!fix.reconciled_clean);
