@@ -2,6 +2,8 @@
 # Builds the release binaries and runs the harness; arguments pass through
 # (case ids such as L3, --list, --keep-cluster, --seed N; see `./run.sh --help`).
 # `./run.sh bench [--duration-s N]` runs the benchmark instead (see `./run.sh bench --help`).
+# `./run.sh explore [--seed N] [--duration-s S] [--clients C]` runs the exploration
+# (random workloads, a nemesis, a history checker; see `./run.sh explore --help`).
 set -euo pipefail
 cd "$(dirname "$0")"
 echo "run.sh: building release binaries" >&2
@@ -9,5 +11,9 @@ cargo build --release --quiet --bins
 if [ "${1:-}" = "bench" ]; then
     shift
     exec target/release/bench --out evidence/bench "$@"
+fi
+if [ "${1:-}" = "explore" ]; then
+    shift
+    exec target/release/explore --evidence-dir evidence "$@"
 fi
 exec target/release/harness --evidence-dir evidence "$@"

@@ -316,6 +316,19 @@ impl Service {
         }
     }
 
+    /// SIGKILL: the service dies at once, mid-request if need be (its open transactions
+    /// end with their connections, and PostgreSQL rolls them back). Returns the exit
+    /// status (killed by signal 9).
+    ///
+    /// Errors: waiting for the child failed, or it was already stopped.
+    pub fn kill(mut self) -> anyhow::Result<ExitStatus> {
+        let Some(mut child) = self.child.take() else {
+            bail!("ledger-svc was already stopped");
+        };
+        child.kill().context("sending SIGKILL to ledger-svc")?;
+        Ok(child.wait()?)
+    }
+
     /// [`Service::stop`], recording the check that the service exited with status 0
     /// on SIGTERM (its graceful, bounded shutdown).
     ///
@@ -342,8 +355,12 @@ impl Drop for Service {
     }
 }
 
-/// Sends `request` and reads the whole reply.
-async fn read_reply(request: reqwest::RequestBuilder) -> Result<Reply, reqwest::Error> {
+/// Sends `request` (built on a [`Service::http`] client) and reads the whole reply; for
+/// callers that keep the client and the address past the [`Service`] handle (the
+/// explorer, whose service is killed and restarted under it).
+///
+/// Errors: the transport's error (`is_timeout()`, `is_connect()`, or another).
+pub async fn read_reply(request: reqwest::RequestBuilder) -> Result<Reply, reqwest::Error> {
     let response = request.send().await?;
     let status = response.status().as_u16();
     let replayed = response

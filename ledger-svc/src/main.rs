@@ -111,6 +111,10 @@ struct Args {
     /// `--key-retention-ms`).
     #[arg(long, default_value_t = DEFAULT_KEY_SWEEP_INTERVAL_MS, value_parser = clap::value_parser!(u64).range(1..))]
     key_sweep_interval_ms: u64,
+    /// A deliberate bug, for `./run.sh explore --planted-bug` only (it proves the
+    /// explorer's checker can fail; see `http::planted`). Off by default.
+    #[arg(long, value_enum)]
+    planted_bug: Option<http::planted::PlantedBug>,
 }
 
 fn main() {
@@ -165,7 +169,11 @@ async fn run(args: Args) -> i32 {
             .then(|| Arc::new(FaultHooks::new())),
         tasks: TaskTracker::new(),
         redeem_stripes: args.redeem_stripes,
+        planted_bug: args.planted_bug,
     });
+    if let Some(bug) = args.planted_bug {
+        eprintln!("ledger-svc: PLANTED BUG {bug:?} is on (for ./run.sh explore only)");
+    }
     if args.redeem_stripes > 1 {
         let created = match state.pool.get().await {
             Ok(client) => ledger_svc::striping::create_redeem_stripes(&client, args.redeem_stripes)

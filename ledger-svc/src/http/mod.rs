@@ -5,6 +5,7 @@
 pub mod faults;
 pub mod grammar;
 pub mod log;
+pub mod planted;
 pub mod problem;
 pub mod routes;
 pub mod server;

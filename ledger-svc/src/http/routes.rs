@@ -85,6 +85,9 @@ pub struct AppState {
     /// `sys-redeem` row (SPEC §3); K > 1 credits `sys-redeem-NN` chosen from the account
     /// (`ledger_svc::striping`), which removes the hot row.
     pub redeem_stripes: u32,
+    /// `--planted-bug`: a deliberate bug for `./run.sh explore` (`super::planted`);
+    /// `None` in normal operation.
+    pub planted_bug: Option<super::planted::PlantedBug>,
 }
 
 /// Which listener a request came in on.
@@ -466,7 +469,11 @@ async fn run_transfer(
         Some(faults) => faults.as_ref(),
         None => &NoHooks,
     };
-    let result = transfer(&mut client, transfer_request, hooks).await;
+    let mut result = transfer(&mut client, transfer_request, hooks).await;
+    if state.planted_bug == Some(super::planted::PlantedBug::ReexecuteKnownKeys) {
+        result = super::planted::reexecute_known_keys(&mut client, transfer_request, hooks, result)
+            .await;
+    }
     if let Err(LedgerError::HookAborted(point)) = &result {
         eprintln!(
             "ledger-svc: fault at {point} aborted {} {}: {}; closing the connection \
