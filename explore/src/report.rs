@@ -183,29 +183,34 @@ pub fn timeline(path: &Path, events: &[(usize, Event)], clients: u32) -> anyhow:
         }
     }
     let seconds = |us: u64| us as f64 / 1e6;
-    let height = 120 + 26 * (clients + 1);
+    let height = 140 + 28 * (clients + 1);
     let root = SVGBackend::new(path, (1400, height)).into_drawing_area();
     let err = |e: DrawingAreaErrorKind<_>| anyhow::anyhow!("{e}");
     root.fill(&WHITE).map_err(err)?;
-    let top = clients as f64 + 1.0;
+    // Lanes are centred on integers: client i on i, the nemesis on `clients`.
+    let nemesis_lane = clients as f64;
+    let top = clients as f64 + 0.5;
     let mut chart = ChartBuilder::on(&root)
         .caption(
             "Operations per client (green ok, grey fail, red info) and nemesis windows",
             ("sans-serif", 18),
         )
         .margin(12)
+        .margin_top(30)
         .x_label_area_size(36)
         .y_label_area_size(110)
-        .build_cartesian_2d(0.0..seconds(end_us), 0.0..top)
+        .build_cartesian_2d(0.0..seconds(end_us), -0.5..top)
         .map_err(err)?;
     chart
         .configure_mesh()
         .disable_y_mesh()
         .x_desc("seconds since the start")
-        .y_labels(clients as usize + 1)
+        .y_labels(clients as usize + 3)
         .y_label_formatter(&|y| {
-            let lane = y.floor() as u32;
-            if lane == clients {
+            let lane = y.round();
+            if (y - lane).abs() > 0.01 || lane < 0.0 || lane > nemesis_lane {
+                String::new()
+            } else if lane == nemesis_lane {
                 "nemesis".to_owned()
             } else {
                 format!("client {lane}")
@@ -234,11 +239,7 @@ pub fn timeline(path: &Path, events: &[(usize, Event)], clients: u32) -> anyhow:
                 ]
             })
             .collect();
-        chart
-            .draw_series(spans)
-            .map_err(err)?
-            .label(kind.as_str())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled()));
+        chart.draw_series(spans).map_err(err)?;
     }
     for (client, lane) in lanes.iter().enumerate() {
         let mut bars = Vec::new();
@@ -249,7 +250,7 @@ pub fn timeline(path: &Path, events: &[(usize, Event)], clients: u32) -> anyhow:
                     let from = (run_start as u64 * bucket_us) as f64 / 1e6;
                     let to = (bucket as u64 * bucket_us) as f64 / 1e6;
                     bars.push(Rectangle::new(
-                        [(from, client as f64 + 0.2), (to, client as f64 + 0.8)],
+                        [(from, client as f64 - 0.3), (to, client as f64 + 0.3)],
                         outcome_colour(lane[run_start]).filled(),
                     ));
                 }
@@ -258,13 +259,17 @@ pub fn timeline(path: &Path, events: &[(usize, Event)], clients: u32) -> anyhow:
         }
         chart.draw_series(bars).map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.9))
-        .draw()
+    // The legend of the fault kinds, in a row above the plot.
+    for (i, kind) in FaultKind::ALL.iter().enumerate() {
+        let x = 130 + 170 * i as i32;
+        root.draw(&Rectangle::new(
+            [(x, 8), (x + 14, 20)],
+            fault_colour(*kind).filled(),
+        ))
         .map_err(err)?;
+        root.draw(&Text::new(kind.as_str(), (x + 20, 7), ("sans-serif", 14)))
+            .map_err(err)?;
+    }
     root.present().map_err(err)?;
     Ok(())
 }
