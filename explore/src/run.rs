@@ -50,7 +50,7 @@ pub struct Args {
     pub clients: u32,
     /// Start the service with a planted bug (`reexecute-known-keys`: a known key is
     /// executed again under a derived key), to see the checker catch it.
-    #[arg(long)]
+    #[arg(long, value_parser = ["reexecute-known-keys"])]
     pub planted_bug: Option<String>,
     /// Where run records go (`<dir>/explore/<time>-<pid>/`, `<dir>/explore/latest`).
     #[arg(long, default_value = "evidence")]
