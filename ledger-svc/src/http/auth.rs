@@ -242,7 +242,7 @@ fn is_b64token(token: &[u8]) -> bool {
 }
 
 /// A 401 or 400 with its `WWW-Authenticate` challenge (RFC 6750 §3).
-fn challenge(status: StatusCode, error: Option<&str>, detail: &str) -> HttpResponse {
+fn challenge(status: StatusCode, error: Option<&str>, detail: &str) -> Box<HttpResponse> {
     let problem = if status == StatusCode::UNAUTHORIZED {
         Problem::new(
             status,
@@ -262,30 +262,32 @@ fn challenge(status: StatusCode, error: Option<&str>, detail: &str) -> HttpRespo
     if let Ok(value) = HeaderValue::from_str(&value) {
         response.headers_mut().insert(WWW_AUTHENTICATE, value);
     }
-    response
+    Box::new(response)
 }
 
 /// 403 `FORBIDDEN` with `detail`.
-fn forbidden(kind: &'static str, detail: String) -> HttpResponse {
-    Problem::new(
-        StatusCode::FORBIDDEN,
-        kind,
-        "Forbidden",
-        detail,
-        ApiOutcome::Forbidden,
+fn forbidden(kind: &'static str, detail: String) -> Box<HttpResponse> {
+    Box::new(
+        Problem::new(
+            StatusCode::FORBIDDEN,
+            kind,
+            "Forbidden",
+            detail,
+            ApiOutcome::Forbidden,
+        )
+        .into_response(),
     )
-    .into_response()
 }
 
 /// The caller of a request on `listener`, from its `Authorization: Bearer` header.
 ///
-/// Errors: the response to send instead (401, 400 or 403, see the module docs); nothing
-/// has been read from the body or the database.
+/// Errors: the response to send instead (401, 400 or 403, see the module docs; boxed, it
+/// is large); nothing has been read from the body or the database.
 pub fn authenticate(
     table: &TokenTable,
     listener: Listener,
     headers: &HeaderMap,
-) -> Result<Caller, HttpResponse> {
+) -> Result<Caller, Box<HttpResponse>> {
     let mut values = headers.get_all(AUTHORIZATION).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
         return Err(if headers.contains_key(AUTHORIZATION) {
@@ -347,7 +349,10 @@ pub fn authenticate(
 ///
 /// Errors: 400 for a missing (without authentication) or malformed header, 403
 /// `FORBIDDEN` for a header naming another client than the token's.
-pub fn client_id(caller: Option<&Caller>, headers: &HeaderMap) -> Result<String, HttpResponse> {
+pub fn client_id(
+    caller: Option<&Caller>,
+    headers: &HeaderMap,
+) -> Result<String, Box<HttpResponse>> {
     let values = || {
         headers
             .get_all("x-client-id")
@@ -356,13 +361,13 @@ pub fn client_id(caller: Option<&Caller>, headers: &HeaderMap) -> Result<String,
     };
     let Some(caller) = caller else {
         return grammar::parse_client_id(values())
-            .map_err(|bad| Problem::bad_request(bad.0).into_response());
+            .map_err(|bad| Box::new(Problem::bad_request(bad.0).into_response()));
     };
     if values().next().is_none() {
         return Ok(caller.client_id.clone());
     }
     let declared = grammar::parse_client_id(values())
-        .map_err(|bad| Problem::bad_request(bad.0).into_response())?;
+        .map_err(|bad| Box::new(Problem::bad_request(bad.0).into_response()))?;
     if declared != caller.client_id {
         return Err(forbidden(
             "client-id-mismatch",

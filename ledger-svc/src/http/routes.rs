@@ -153,7 +153,7 @@ async fn route(
                 }
                 Some(caller)
             }
-            Err(refused) => return Ok(refused),
+            Err(refused) => return Ok(*refused),
         },
     };
     let caller = caller.as_ref();
@@ -370,9 +370,9 @@ fn parse_transfer(
     caller: Option<&Caller>,
     kind: Kind,
     account: &str,
-) -> Result<TransferHead, HttpResponse> {
+) -> Result<TransferHead, Box<HttpResponse>> {
     let account = grammar::parse_account_id(account)
-        .map_err(|bad| Problem::bad_request(bad.0).into_response())?;
+        .map_err(|bad| Box::new(Problem::bad_request(bad.0).into_response()))?;
     if is_system_account(&account) {
         return Err(Problem::new(
             StatusCode::FORBIDDEN,
@@ -388,7 +388,8 @@ fn parse_transfer(
             ),
             ApiOutcome::BadRequest,
         )
-        .into_response());
+        .into_response()
+        .into());
     }
     let headers = request.headers();
     let client_id = auth::client_id(caller, headers)?;
@@ -398,13 +399,13 @@ fn parse_transfer(
             .iter()
             .map(|value| value.as_bytes()),
     )
-    .map_err(|bad| Problem::bad_request(bad.0).into_response())?;
+    .map_err(|bad| Box::new(Problem::bad_request(bad.0).into_response()))?;
     let mut content_types = headers.get_all(CONTENT_TYPE).iter();
     let body_type = match (content_types.next(), content_types.next()) {
         (Some(value), None) => grammar::body_type(value.as_bytes()),
         _ => None,
     }
-    .ok_or_else(|| Problem::unsupported_media_type().into_response())?;
+    .ok_or_else(|| Box::new(Problem::unsupported_media_type().into_response()))?;
     Ok(TransferHead {
         account,
         client_id,
@@ -423,7 +424,7 @@ async fn transfer_route(
 ) -> Handled {
     let head = match parse_transfer(&request, caller, kind, &account) {
         Ok(head) => head,
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(*refused),
     };
     if let Some(log) = log.as_mut() {
         log.identify(&head.client_id, &head.key);

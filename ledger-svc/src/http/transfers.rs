@@ -43,7 +43,7 @@ pub async fn transfers_route(
     let headers = request.headers();
     let client_id = match auth::client_id(caller, headers) {
         Ok(client_id) => client_id,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let key = match grammar::parse_idempotency_key(
         headers
