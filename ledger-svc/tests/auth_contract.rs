@@ -339,6 +339,49 @@ async fn the_admin_listener_and_the_fault_routes_need_an_admin_token() {
         201
     );
 
+    // A transfer between two accounts (admin): the admin's own id scopes its key; an
+    // X-Client-Id naming another client is 403 there too.
+    let transfer = |client: Option<&'static str>, key: &'static str| {
+        let mut request = svc
+            .http
+            .post(format!("{}/transfers", svc.admin))
+            .bearer_auth(TOKEN_OPS)
+            .header("idempotency-key", key)
+            .header("content-type", "application/json")
+            .body(json!({"from": "acct-0001", "to": "acct-0002", "amount": 10}).to_string());
+        if let Some(client) = client {
+            request = request.header("x-client-id", client);
+        }
+        svc.send(request)
+    };
+    let before = db.recorded().await;
+    let borrowed = transfer(Some("app-a"), "t-1")
+        .await
+        .expect("transfer request");
+    assert_refused(
+        &borrowed,
+        403,
+        "FORBIDDEN",
+        "transfer naming another client",
+    );
+    assert_eq!(
+        db.recorded().await,
+        before,
+        "the refused transfer recorded something"
+    );
+    let own = transfer(None, "t-1").await.expect("transfer request");
+    assert_eq!(own.status, 201, "{}", own.raw);
+    let scoped: String = db
+        .client
+        .query_one(
+            "SELECT client_id FROM idem_request WHERE idem_key = 't-1'",
+            &[],
+        )
+        .await
+        .expect("read idem_request")
+        .get(0);
+    assert_eq!(scoped, "ops");
+
     assert_refused(
         &get(&svc, &svc.admin, "/faults", None).await,
         401,
