@@ -26,6 +26,9 @@ const TEMPLATE: &str = "bench_template";
 
 /// Per-request timeout of the service variant's HTTP clients, milliseconds.
 const HTTP_TIMEOUT_MS: u64 = 10_000;
+/// The client id of the service variant's debits (with `--auth`, the caller its token
+/// authenticates).
+const BENCH_CLIENT: &str = "bench";
 
 /// A measured design.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -60,6 +63,8 @@ enum Debitor {
     Http {
         client: reqwest::Client,
         base: String,
+        /// `bench`'s bearer token when the service authenticates (`--auth`).
+        token: Option<String>,
     },
 }
 
@@ -82,15 +87,21 @@ impl Debitor {
                 let done = transfer(client, &request, &NoHooks).await?;
                 Ok(done.outcome == Outcome::Ok)
             }
-            Debitor::Http { client, base } => {
-                let response = client
+            Debitor::Http {
+                client,
+                base,
+                token,
+            } => {
+                let mut request = client
                     .post(format!("{base}/accounts/{account}/debits"))
-                    .header("x-client-id", "bench")
+                    .header("x-client-id", BENCH_CLIENT)
                     .header("idempotency-key", key)
                     .header("content-type", "application/json")
-                    .body(format!("{{\"amount\": {amount}}}"))
-                    .send()
-                    .await?;
+                    .body(format!("{{\"amount\": {amount}}}"));
+                if let Some(token) = token {
+                    request = request.bearer_auth(token);
+                }
+                let response = request.send().await?;
                 let status = response.status().as_u16();
                 let _ = response.bytes().await?;
                 match status {
@@ -222,6 +233,7 @@ impl BenchDb {
                         .join(format!("ledger-svc-{database}.log")),
                     ServiceOptions {
                         pool_size: clients,
+                        clients: vec![BENCH_CLIENT.into()],
                         ..ServiceOptions::default()
                     },
                 )
@@ -240,6 +252,7 @@ impl BenchDb {
                         .timeout(Duration::from_millis(HTTP_TIMEOUT_MS))
                         .build()?,
                     base: service.public_url(""),
+                    token: service.token(BENCH_CLIENT).map(str::to_owned),
                 },
                 None => Debitor::Sql(self.cluster.connect(&database).await?),
             };

@@ -54,6 +54,10 @@ struct Args {
     /// Folder for the table and the plot.
     #[arg(long, default_value = "evidence/bench")]
     out: PathBuf,
+    /// Start the service variant's ledger-svc with `--auth-tokens` (its debits then carry
+    /// a bearer token; `case_kit::service`).
+    #[arg(long, env = case_kit::service::AUTH_ENV, value_parser = clap::builder::BoolishValueParser::new())]
+    auth: bool,
 }
 
 #[tokio::main]
@@ -76,9 +80,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1)
     });
+    case_kit::service::set_run_auth(args.auth);
     println!(
-        "seed={seed} duration_s={} clients={:?} accounts={} stripes={}",
-        args.duration_s, args.clients, args.accounts, args.stripes
+        "seed={seed} duration_s={} clients={:?} accounts={} stripes={} service_auth={}",
+        args.duration_s,
+        args.clients,
+        args.accounts,
+        args.stripes,
+        if case_kit::service::run_auth() {
+            "tokens"
+        } else {
+            "off"
+        }
     );
     let cluster = tokio::task::spawn_blocking(|| Cluster::start(ClusterOptions::default()))
         .await?

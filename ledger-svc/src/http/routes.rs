@@ -31,6 +31,10 @@
 //! Both listeners: `/spot/...`, the frozen balances of SPEC §8 (see `super::spot`).
 //!
 //! Anything else: 404 problem; a known path with another method: 405 with `Allow`.
+//!
+//! With `--auth-tokens`, every route but `/healthz` and `/readyz` first authenticates
+//! the caller (`super::auth`): 401/403 before anything else, and the caller's id, not a
+//! declared `X-Client-Id`, scopes the keys of debits, grants and transfers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +56,7 @@ use tokio_postgres::types::Type;
 use tokio_util::task::TaskTracker;
 
 use super::CloseConnection;
+use super::auth::{self, Caller, TokenTable};
 use super::faults::{FaultHooks, FaultPoint, FaultSpec};
 use super::grammar::{self, MAX_BODY_BYTES};
 use super::log::{RequestLog, Summary};
@@ -92,6 +97,9 @@ pub struct AppState {
     /// `--planted-bug`: a deliberate bug for `./run.sh explore` (`super::planted`);
     /// `None` in normal operation.
     pub planted_bug: Option<super::planted::PlantedBug>,
+    /// The callers of `--auth-tokens`; `None` without the flag (then `X-Client-Id` is
+    /// trusted as declared and the admin listener as reachable).
+    pub auth: Option<Arc<TokenTable>>,
 }
 
 /// Which listener a request came in on.
@@ -139,6 +147,19 @@ async fn route(
             log.route(template);
         }
     };
+    let caller = match (&state.auth, segments.as_slice()) {
+        (_, ["healthz" | "readyz"]) | (None, _) => None,
+        (Some(table), _) => match auth::authenticate(table, listener, request.headers()) {
+            Ok(caller) => {
+                if let Some(log) = log.as_mut() {
+                    log.caller(&caller.client_id);
+                }
+                Some(caller)
+            }
+            Err(refused) => return Ok(*refused),
+        },
+    };
+    let caller = caller.as_ref();
     match (listener, segments.as_slice()) {
         (_, ["healthz"]) => {
             name(log, "/healthz");
@@ -157,7 +178,7 @@ async fn route(
             name(log, "/accounts/{id}/debits");
             let account = account.to_string();
             only(&method, Method::POST, "POST", || {
-                transfer_route(state, request, Kind::Debit, account, log)
+                transfer_route(state, request, caller, Kind::Debit, account, log)
             })
             .await
         }
@@ -165,13 +186,13 @@ async fn route(
             name(log, "/accounts/{id}/grants");
             let account = account.to_string();
             only(&method, Method::POST, "POST", || {
-                transfer_route(state, request, Kind::Grant, account, log)
+                transfer_route(state, request, caller, Kind::Grant, account, log)
             })
             .await
         }
         (Listener::Admin, ["transfers"]) => {
             only(&method, Method::POST, "POST", || async {
-                Ok(super::transfers::transfers_route(state, request).await)
+                Ok(super::transfers::transfers_route(state, request, caller).await)
             })
             .await
         }
@@ -349,10 +370,12 @@ struct TransferHead {
 /// is touched.
 fn parse_transfer(
     request: &Request<Incoming>,
+    caller: Option<&Caller>,
     kind: Kind,
     account: &str,
-) -> Result<TransferHead, Problem> {
-    let account = grammar::parse_account_id(account).map_err(|bad| Problem::bad_request(bad.0))?;
+) -> Result<TransferHead, Box<HttpResponse>> {
+    let account = grammar::parse_account_id(account)
+        .map_err(|bad| Box::new(Problem::bad_request(bad.0).into_response()))?;
     if is_system_account(&account) {
         return Err(Problem::new(
             StatusCode::FORBIDDEN,
@@ -367,29 +390,25 @@ fn parse_transfer(
                 }
             ),
             ApiOutcome::BadRequest,
-        ));
+        )
+        .into_response()
+        .into());
     }
     let headers = request.headers();
-    let client_id = grammar::parse_client_id(
-        headers
-            .get_all("x-client-id")
-            .iter()
-            .map(|value| value.as_bytes()),
-    )
-    .map_err(|bad| Problem::bad_request(bad.0))?;
+    let client_id = auth::client_id(caller, headers)?;
     let key = grammar::parse_idempotency_key(
         headers
             .get_all("idempotency-key")
             .iter()
             .map(|value| value.as_bytes()),
     )
-    .map_err(|bad| Problem::bad_request(bad.0))?;
+    .map_err(|bad| Box::new(Problem::bad_request(bad.0).into_response()))?;
     let mut content_types = headers.get_all(CONTENT_TYPE).iter();
     let body_type = match (content_types.next(), content_types.next()) {
         (Some(value), None) => grammar::body_type(value.as_bytes()),
         _ => None,
     }
-    .ok_or_else(Problem::unsupported_media_type)?;
+    .ok_or_else(|| Box::new(Problem::unsupported_media_type().into_response()))?;
     Ok(TransferHead {
         account,
         client_id,
@@ -401,13 +420,14 @@ fn parse_transfer(
 async fn transfer_route(
     state: &Arc<AppState>,
     request: Request<Incoming>,
+    caller: Option<&Caller>,
     kind: Kind,
     account: String,
     log: &mut Option<RequestLog>,
 ) -> Handled {
-    let head = match parse_transfer(&request, kind, &account) {
+    let head = match parse_transfer(&request, caller, kind, &account) {
         Ok(head) => head,
-        Err(problem) => return Ok(problem.into_response()),
+        Err(refused) => return Ok(*refused),
     };
     if let Some(log) = log.as_mut() {
         log.identify(&head.client_id, &head.key);
