@@ -42,6 +42,7 @@ case_kit::register_cases! {
     pub l17_network_fault_proxy,
     pub l18_stuck_transaction,
     l19_key_retention,
+    pub l21_business_reconciliation,
     l23_mismatch_in_flight,
 }
 

@@ -1,0 +1,67 @@
+//! The negative controls of L20–L22 can fail: each runs under a plan where its fault
+//! cannot happen, and its check `negative control exposes: <anomaly>` must report FAIL.
+//!
+//! - L21 with the lost order retried under the SAME key: a replay, no order paid twice.
+//!
+//! L21 starts the debug `ledger-svc` next to the test binary (`cargo build --bins`
+//! first). One scratch PostgreSQL 16 cluster (with the ledger template) per test, one
+//! database per run, cloned from the template as `run_case` does.
+
+use std::sync::Arc;
+
+use case_kit::{Ctx, Env};
+use cases::ledger::{self, l21_business_reconciliation};
+
+/// Seed of this test's environment (the controls draw no random input that matters).
+const SEED: u64 = 21;
+
+/// A context for `case_id` on a fresh clone of the template named `database`.
+async fn fresh_ctx(env: &Arc<Env>, case_id: &'static str, database: &str) -> Ctx {
+    env.test_ctx(&ledger::family(), case_id, database)
+        .await
+        .expect("clone the template")
+}
+
+/// Asserts that the check exposing `anomaly` exists and FAILED.
+fn assert_control_failed(ctx: &Ctx, anomaly: &str, plan: &str) {
+    eprint!("{} under {plan}:\n{}", ctx.case_id(), ctx.transcript());
+    let exposed = ctx
+        .exposed(Some(anomaly))
+        .unwrap_or_else(|| panic!("no check exposing {anomaly:?} in:\n{}", ctx.transcript()));
+    assert!(
+        !exposed,
+        "{} under {plan}: the control claims {anomaly:?} although its fault could not \
+         happen:\n{}",
+        ctx.case_id(),
+        ctx.transcript()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l21_same_key_retry_pays_no_order_twice() {
+    let env = Env::for_tests(SEED, &[&ledger::family()])
+        .await
+        .expect("scratch cluster and template");
+    let mut ctx = fresh_ctx(&env, "L21", "l21_same_key").await;
+    l21_business_reconciliation::run_with(
+        &mut ctx,
+        l21_business_reconciliation::RetryPlan::SameKey,
+    )
+    .await
+    .expect("L21 runs");
+    assert_control_failed(
+        &ctx,
+        l21_business_reconciliation::ANOMALY,
+        "a same-key retry",
+    );
+    // L11 still finds nothing, and now neither do the orders.
+    let failed: Vec<String> = ctx
+        .failed_checks()
+        .iter()
+        .map(|check| check.name.clone())
+        .collect();
+    assert!(
+        !failed.iter().any(|name| name.starts_with("L11's")),
+        "{failed:?}"
+    );
+}
