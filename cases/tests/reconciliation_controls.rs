@@ -1,6 +1,8 @@
 //! The negative controls of L20–L22 can fail: each runs under a plan where its fault
 //! cannot happen, and its check `negative control exposes: <anomaly>` must report FAIL.
 //!
+//! - L20 with no writers and no forced debit between two reads: the separate
+//!   statements see one unchanging ledger and report nothing.
 //! - L21 with the lost order retried under the SAME key: a replay, no order paid twice.
 //!
 //! L21 starts the debug `ledger-svc` next to the test binary (`cargo build --bins`
@@ -10,7 +12,7 @@
 use std::sync::Arc;
 
 use case_kit::{Ctx, Env};
-use cases::ledger::{self, l21_business_reconciliation};
+use cases::ledger::{self, l20_reconciliation_during_writes, l21_business_reconciliation};
 
 /// Seed of this test's environment (the controls draw no random input that matters).
 const SEED: u64 = 21;
@@ -64,4 +66,25 @@ async fn l21_same_key_retry_pays_no_order_twice() {
         !failed.iter().any(|name| name.starts_with("L11's")),
         "{failed:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l20_separate_statements_find_nothing_without_writes() {
+    let env = Env::for_tests(SEED, &[&ledger::family()])
+        .await
+        .expect("scratch cluster and template");
+    let mut ctx = fresh_ctx(&env, "L20", "l20_quiet").await;
+    l20_reconciliation_during_writes::run_with(
+        &mut ctx,
+        l20_reconciliation_during_writes::LoadPlan::Quiet,
+    )
+    .await
+    .expect("L20 runs");
+    assert_control_failed(
+        &ctx,
+        l20_reconciliation_during_writes::ANOMALY,
+        "no writes between the reads",
+    );
+    // Only the control's check fails: L11 and the quiet ledger are clean.
+    assert_eq!(ctx.failed_checks().len(), 1, "{}", ctx.transcript());
 }

@@ -30,7 +30,9 @@ pub mod vocabulary;
 pub use error::LedgerError;
 pub use fingerprint::request_hash;
 pub use order_reconcile::{Order, OrderFinding, reconcile_orders};
-pub use reconcile::{BalanceMismatch, Findings, RequestRef, TxnRef, UnbalancedTxn, reconcile};
+pub use reconcile::{
+    BalanceMismatch, Findings, RequestRef, TxnRef, UnbalancedTxn, reconcile, reconcile_with,
+};
 pub use repair::{NoRepairHooks, RepairHooks, RepairLogLine, RepairReport, SYS_SUSPENSE, repair};
 pub use schema::{SYS_ISSUER, SYS_REDEEM, TEST_ACCOUNT_COUNT, test_account};
 pub use transfer::{

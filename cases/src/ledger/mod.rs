@@ -15,6 +15,7 @@ pub mod http;
 mod l00_template;
 pub mod naive;
 pub mod naive_keyless;
+pub mod naive_reconcile;
 pub mod queries;
 pub mod spec_calls;
 pub mod worker;
@@ -42,6 +43,7 @@ case_kit::register_cases! {
     pub l17_network_fault_proxy,
     pub l18_stuck_transaction,
     l19_key_retention,
+    pub l20_reconciliation_during_writes,
     pub l21_business_reconciliation,
     l23_mismatch_in_flight,
 }
