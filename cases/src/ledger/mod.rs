@@ -45,6 +45,7 @@ case_kit::register_cases! {
     l19_key_retention,
     pub l20_reconciliation_during_writes,
     pub l21_business_reconciliation,
+    pub l22_registry_in_another_database,
     l23_mismatch_in_flight,
 }
 
