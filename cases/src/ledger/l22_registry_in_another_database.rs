@@ -153,14 +153,12 @@ pub async fn run_with(ctx: &mut Ctx, plan: KillPlan) -> anyhow::Result<()> {
         debit_first.debits,
         debit_first.balance
     ));
+    let retries = format!("{} / {}", before.retry, after.retry);
+    let debits = format!("{} / {}", before.debits, after.debits);
+    let balances = format!("{} / {}", before.balance, after.balance);
     ctx.note(format!(
-        "{:<28} | {:<15} | {:<32} | {:<30} | {:<6} | {}",
-        "one database (ledger-svc)",
-        "one",
-        "before it / after it",
-        format!("{} / {}", before.retry, after.retry),
-        format!("{} / {}", before.debits, after.debits),
-        format!("{} / {}", before.balance, after.balance)
+        "{:<28} | {:<15} | {:<32} | {retries:<30} | {debits:<6} | {balances}",
+        "one database (ledger-svc)", "one", "before it / after it",
     ));
 
     ctx.exposes(
