@@ -4,6 +4,8 @@
 //! - [`mod@transfer`]: one READ COMMITTED transaction per request, at most once per
 //!   `(client_id, idem_key)` (SPEC §3), with named hook points for fault injection.
 //! - [`mod@reconcile`]: the invariant checks of SPEC §6 L11 in one REPEATABLE READ snapshot.
+//! - [`order_reconcile`]: the business reconciliation, orders against the debits that
+//!   carry their order id.
 //! - [`mod@repair`]: freeze, append adjustments, rewrite cached balances, re-check, unfreeze.
 //! - [`mod@transfer_between`]: transfers between two user accounts, rows locked in sorted order.
 //! - [`retention`]: the sweep that turns expired key records into tombstones.
@@ -15,6 +17,7 @@
 
 pub mod error;
 pub mod fingerprint;
+pub mod order_reconcile;
 pub mod reconcile;
 pub mod repair;
 pub mod retention;
@@ -26,7 +29,10 @@ pub mod vocabulary;
 
 pub use error::LedgerError;
 pub use fingerprint::request_hash;
-pub use reconcile::{BalanceMismatch, Findings, RequestRef, TxnRef, UnbalancedTxn, reconcile};
+pub use order_reconcile::{Order, OrderFinding, reconcile_orders};
+pub use reconcile::{
+    BalanceMismatch, Findings, RequestRef, TxnRef, UnbalancedTxn, reconcile, reconcile_with,
+};
 pub use repair::{NoRepairHooks, RepairHooks, RepairLogLine, RepairReport, SYS_SUSPENSE, repair};
 pub use schema::{SYS_ISSUER, SYS_REDEEM, TEST_ACCOUNT_COUNT, test_account};
 pub use transfer::{
