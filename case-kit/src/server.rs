@@ -16,6 +16,16 @@ use scratch_pg::Cluster;
 
 /// How long a connection to an existing server may take to open, milliseconds.
 pub const EXTERNAL_CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// How many databases [`ExternalServer::drop_databases`] drops at once, each on its own
+/// connection. Every `DROP DATABASE` waits for a checkpoint; concurrent drops share one
+/// (the checkpointer serves every request made before it starts), so dropping 50
+/// databases takes a few checkpoints instead of 50.
+pub const DROP_CONCURRENCY: usize = 16;
+/// How long [`ExternalServer::drop_databases`] waits for a `CREATE DATABASE` of the
+/// run's own still running, milliseconds.
+pub const OWN_SESSIONS_END_MS: u64 = 10_000;
+/// Rounds of listing and dropping in [`ExternalServer::drop_databases`].
+pub const DROP_ROUNDS: usize = 3;
 /// The start of every database name a run makes on an existing server (before the
 /// run's own part).
 pub const PREFIX_STEM: &str = "lh_";
@@ -119,11 +129,20 @@ impl ExternalServer {
         shown(&self.url)
     }
 
-    /// A tokio-postgres config for `database` on the server.
+    /// The `application_name` of every session the harness itself opens on the server:
+    /// `ledger-harness <prefix>`, so the server's administrator sees whose they are, and
+    /// the cleanup can end the run's own sessions first.
+    pub fn application_name(&self) -> String {
+        format!("ledger-harness {}", self.prefix)
+    }
+
+    /// A tokio-postgres config for `database` on the server (its `application_name` is
+    /// [`ExternalServer::application_name`]).
     pub fn config(&self, database: &str) -> tokio_postgres::Config {
         let mut config = self.config.clone();
         config
             .dbname(database)
+            .application_name(&self.application_name())
             .connect_timeout(Duration::from_millis(EXTERNAL_CONNECT_TIMEOUT_MS));
         config
     }
@@ -245,28 +264,82 @@ impl ExternalServer {
         Ok(names)
     }
 
-    /// Drops every database whose name starts with the prefix (templates are first made
-    /// ordinary databases again; `WITH (FORCE)` ends sessions still connected), and
-    /// returns their names.
+    /// Drops every database whose name starts with the prefix, [`DROP_CONCURRENCY`] at
+    /// a time (templates are first made ordinary databases again; `WITH (FORCE)` ends
+    /// sessions still connected), and returns their names. First it waits for any
+    /// `CREATE DATABASE` of the harness's own still running (after an interrupt).
     ///
-    /// Errors: connection or SQL failures; the databases dropped before the failure stay
-    /// dropped.
+    /// Errors: connection or SQL failures (the first one); the other drops still run.
     pub async fn drop_databases(&self) -> anyhow::Result<Vec<String>> {
-        let names = self.databases().await?;
-        let admin = self.connect(&self.admin_database).await?;
-        for name in &names {
-            admin
-                .batch_execute(&format!(
-                    "ALTER DATABASE \"{name}\" WITH IS_TEMPLATE false ALLOW_CONNECTIONS true"
-                ))
+        let mut dropped = Vec::new();
+        // A second round catches a CREATE DATABASE that reached the server only after
+        // the first listing (sent just before an interrupt).
+        for _ in 0..DROP_ROUNDS {
+            self.wait_for_own_creates()
                 .await
-                .with_context(|| format!("ALTER DATABASE {name}"))?;
-            admin
-                .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                .context("waiting for the run's own CREATE DATABASE")?;
+            let names = self
+                .databases()
                 .await
-                .with_context(|| format!("DROP DATABASE {name}"))?;
+                .context("listing the run's databases")?;
+            if names.is_empty() {
+                break;
+            }
+            self.drop_each(&names).await?;
+            dropped.extend(names);
         }
-        Ok(names)
+        dropped.sort();
+        Ok(dropped)
+    }
+
+    async fn drop_each(&self, names: &[String]) -> anyhow::Result<()> {
+        use futures_util::StreamExt as _;
+        let outcomes: Vec<anyhow::Result<()>> = futures_util::stream::iter(names.iter())
+            .map(|name| async move {
+                let admin = self.connect(&self.admin_database).await?;
+                admin
+                    .batch_execute(&format!(
+                        "ALTER DATABASE \"{name}\" WITH IS_TEMPLATE false ALLOW_CONNECTIONS true"
+                    ))
+                    .await
+                    .with_context(|| format!("ALTER DATABASE {name}"))?;
+                admin
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                    .await
+                    .with_context(|| format!("DROP DATABASE {name}"))?;
+                Ok(())
+            })
+            .buffer_unordered(DROP_CONCURRENCY)
+            .collect()
+            .await;
+        outcomes.into_iter().collect()
+    }
+}
+
+impl ExternalServer {
+    /// Waits up to [`OWN_SESSIONS_END_MS`] until none of the harness's own sessions
+    /// ([`ExternalServer::application_name`]) is running a `CREATE DATABASE`. After an
+    /// interrupt one may still be running on the server, and would commit after the
+    /// listing of the run's databases. Nothing is terminated.
+    async fn wait_for_own_creates(&self) -> anyhow::Result<()> {
+        let admin = self.connect(&self.admin_database).await?;
+        let name = self.application_name();
+        let deadline = std::time::Instant::now() + Duration::from_millis(OWN_SESSIONS_END_MS);
+        loop {
+            let running: i64 = admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE application_name = $1 AND pid <> pg_backend_pid() \
+                       AND state = 'active' AND query ILIKE 'CREATE DATABASE%'",
+                    &[&name],
+                )
+                .await?
+                .get(0);
+            if running == 0 || std::time::Instant::now() > deadline {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use case_kit::{Case, Family};
 use serde::Serialize;
 
 /// Longest wait for the databases to be dropped after a signal, milliseconds.
-pub const SIGNAL_CLEANUP_MS: u64 = 15_000;
+pub const SIGNAL_CLEANUP_MS: u64 = 120_000;
 
 /// The server of the current run, for the cleanup after a signal or an error.
 static ACTIVE: Mutex<Option<Arc<ExternalServer>>> = Mutex::new(None);
