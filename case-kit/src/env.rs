@@ -62,7 +62,12 @@ impl Env {
         families: &[&Family],
         options: EnvOptions,
     ) -> anyhow::Result<Env> {
-        Env::prepare_on(cluster.map(Server::Scratch), families, options).await
+        Env::prepare_on(
+            cluster.map(|cluster| Server::Scratch(Box::new(cluster))),
+            families,
+            options,
+        )
+        .await
     }
 
     /// [`Env::prepare`] on either kind of [`Server`]. On an existing server each
@@ -78,7 +83,7 @@ impl Env {
         options: EnvOptions,
     ) -> anyhow::Result<Env> {
         let backend = server.map(|server| match server {
-            Server::Scratch(cluster) => Backend::Scratch(Arc::new(Mutex::new(cluster))),
+            Server::Scratch(cluster) => Backend::Scratch(Arc::new(Mutex::new(*cluster))),
             Server::External(external) => Backend::External(external),
         });
         let mut env = Env {
@@ -121,7 +126,11 @@ impl Env {
             let name = format!("{}{}", env.prefix(), template.template);
             match &env.backend {
                 Some(Backend::External(external)) => external.create_database(&name).await?,
-                _ => env.cluster()?.create_database(&name, None).await?,
+                _ => {
+                    admin
+                        .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+                        .await?
+                }
             }
             {
                 let client = env.connect(&name).await?;

@@ -33,7 +33,7 @@ pub const PREFIX_STEM: &str = "lh_";
 /// The PostgreSQL server of a run, handed to [`crate::Env::prepare_on`].
 pub enum Server {
     /// The run's own scratch cluster (restartable; dropped with the run).
-    Scratch(Cluster),
+    Scratch(Box<Cluster>),
     /// An existing server: databases only, under a prefix.
     External(std::sync::Arc<ExternalServer>),
 }
@@ -142,7 +142,7 @@ impl ExternalServer {
         let mut config = self.config.clone();
         config
             .dbname(database)
-            .application_name(&self.application_name())
+            .application_name(self.application_name())
             .connect_timeout(Duration::from_millis(EXTERNAL_CONNECT_TIMEOUT_MS));
         config
     }

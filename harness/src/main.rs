@@ -320,7 +320,9 @@ async fn run_in(
         .context("creating the evidence folder")?;
     let (server, mut postgres_record, server_log) = match (postgres, &opened) {
         (Some(postgres), _) => (
-            Some(case_kit::server::Server::Scratch(postgres.cluster)),
+            Some(case_kit::server::Server::Scratch(Box::new(
+                postgres.cluster,
+            ))),
             Some(postgres.record),
             Some(postgres.log_path),
         ),

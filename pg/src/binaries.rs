@@ -175,7 +175,7 @@ fn fetch(spec: &str, cache_dir: &Path, installed: &Path) -> Result<(), ClusterEr
             cache_dir.display()
         );
         let output = Command::new("npm")
-            .args(["pack", "--silent", &spec])
+            .args(["pack", "--silent", spec])
             .current_dir(&staging)
             .output()
             .map_err(|e| {
