@@ -90,7 +90,7 @@ struct Args {
     allow_weak_durability: bool,
     /// Run the selected cases (all by default) once per major, 15 to 18, and write
     /// evidence/matrix.md and evidence/matrix.json (`./run.sh matrix`).
-    #[arg(long, conflicts_with_all = ["database_url", "pg_bin", "accept", "list"])]
+    #[arg(long, conflicts_with_all = ["database_url", "pg_bin", "pg", "any_version", "accept", "list"])]
     matrix: bool,
     /// Where the run's record is written.
     #[arg(long, default_value = "evidence")]
