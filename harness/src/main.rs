@@ -153,7 +153,9 @@ fn main() {
                     EXIT_HARNESS_ERROR
                 }
             },
-            code = interrupted() => code,
+            // The handler runs after the run's future is dropped (its cases end), so
+            // the cleanup does not race the run's own.
+            signal = interrupted() => after_signal(signal).await,
         }
     });
     // Connection tasks end with the runtime. Bounded: a blocking task still waiting (a
@@ -163,9 +165,9 @@ fn main() {
     std::process::exit(code);
 }
 
-/// Waits for SIGINT, SIGTERM or SIGHUP, stops every cluster and removes its folder,
-/// and returns the conventional exit status (128 + signal).
-async fn interrupted() -> i32 {
+/// Waits for SIGINT, SIGTERM or SIGHUP; returns its name and the conventional exit
+/// status (128 + signal).
+async fn interrupted() -> (&'static str, i32) {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler");
@@ -175,6 +177,12 @@ async fn interrupted() -> i32 {
         _ = terminate.recv() => ("SIGTERM", 143),
         _ = hangup.recv() => ("SIGHUP", 129),
     };
+    (name, code)
+}
+
+/// After a signal: stops every cluster and removes its folder, drops an external run's
+/// databases, and returns the exit status.
+async fn after_signal((name, code): (&'static str, i32)) -> i32 {
     let run_dir = RUN_DIR.lock().unwrap_or_else(|p| p.into_inner()).take();
     match &run_dir {
         Some(dir) => eprintln!(
