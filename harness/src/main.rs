@@ -82,7 +82,7 @@ struct Args {
     /// Run on an existing server (postgresql://USER@HOST:PORT/DB; USER needs CREATEDB)
     /// instead of a scratch cluster: databases under a unique prefix, dropped at the end;
     /// the cases that crash or restart the server are listed as not run.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["pg_bin", "keep_cluster"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["pg_bin", "keep_cluster", "pg"])]
     database_url: Option<String>,
     /// With --database-url: run even though fsync, full_page_writes or
     /// synchronous_commit is off (refused otherwise).
