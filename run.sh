@@ -4,6 +4,9 @@
 # `./run.sh bench [--duration-s N]` runs the benchmark instead (see `./run.sh bench --help`).
 # `./run.sh explore [--seed N] [--duration-s S] [--clients C]` runs the exploration
 # (random workloads, a nemesis, a history checker; see `./run.sh explore --help`).
+# `./run.sh matrix [ids]` runs the cases once per PostgreSQL major (15-18) and writes
+# evidence/matrix.md and matrix.json; `--pg N` picks one major, `--database-url URL` an
+# existing server.
 set -euo pipefail
 cd "$(dirname "$0")"
 echo "run.sh: building release binaries" >&2
@@ -15,5 +18,9 @@ fi
 if [ "${1:-}" = "explore" ]; then
     shift
     exec target/release/explore --evidence-dir evidence "$@"
+fi
+if [ "${1:-}" = "matrix" ]; then
+    shift
+    exec target/release/harness --evidence-dir evidence --matrix "$@"
 fi
 exec target/release/harness --evidence-dir evidence "$@"

@@ -49,6 +49,11 @@ pub struct Case {
     /// participants, the pool of a service it starts, a crash-worker's. The runner never
     /// lets concurrent cases declare more together than the cluster accepts.
     pub connections: u32,
+    /// Why the case crashes or restarts the PostgreSQL server, when it does
+    /// ([`Case::restarts_server`]); `None` for a case that leaves the server running. A
+    /// run against an existing server (`--database-url`) lists such cases as not run
+    /// with this reason.
+    pub restarts_server: Option<String>,
     /// The body.
     pub body: Arc<CaseBody>,
 }
@@ -66,6 +71,7 @@ impl Case {
             schedule: Schedule::Concurrent,
             clean: true,
             connections: DEFAULT_CONNECTIONS,
+            restarts_server: None,
             body: Arc::new(body),
         }
     }
@@ -80,6 +86,17 @@ impl Case {
     /// the family's reconciliation does not include it.
     pub fn not_clean(mut self) -> Case {
         self.clean = false;
+        self
+    }
+
+    /// Declares that the case crashes or restarts the PostgreSQL server (through
+    /// [`Ctx::restart_cluster_immediate`]), saying why in `reason` (one line, e.g.
+    /// `immediate stop with a debit open, then WAL recovery`). Schedules it
+    /// [`Schedule::Exclusive`]. Only a case that declared this may restart the server;
+    /// a run against an existing server does not run it.
+    pub fn restarts_server(mut self, reason: impl Into<String>) -> Case {
+        self.restarts_server = Some(reason.into());
+        self.schedule = Schedule::Exclusive;
         self
     }
 
@@ -99,6 +116,7 @@ impl fmt::Debug for Case {
             .field("schedule", &self.schedule)
             .field("clean", &self.clean)
             .field("connections", &self.connections)
+            .field("restarts_server", &self.restarts_server)
             .finish()
     }
 }

