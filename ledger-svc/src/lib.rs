@@ -6,6 +6,7 @@
 //! - [`mod@reconcile`]: the invariant checks of SPEC §6 L11 in one REPEATABLE READ snapshot.
 //! - [`mod@repair`]: freeze, append adjustments, rewrite cached balances, re-check, unfreeze.
 //! - [`mod@transfer_between`]: transfers between two user accounts, rows locked in sorted order.
+//! - [`route_table`]: every HTTP route of the service, and its OpenAPI document.
 //! - [`retention`]: the sweep that turns expired key records into tombstones.
 //! - [`vocabulary`]: the transfer's kinds, outcomes and hook points.
 //! - [`fingerprint`]: the request fingerprint compared on replay.
@@ -18,6 +19,7 @@ pub mod fingerprint;
 pub mod reconcile;
 pub mod repair;
 pub mod retention;
+pub mod route_table;
 pub mod schema;
 pub mod striping;
 pub mod transfer;
