@@ -123,6 +123,18 @@ struct Results<'a> {
     wall_ms: u128,
     seed: u64,
     cases: Vec<CaseResult<'a>>,
+    /// Only in an interrupted run's record: the signal, the cases that had not finished,
+    /// and what the record lacks.
+    #[serde(skip_serializing_if = "Option::is_none", flatten)]
+    interrupted: Option<InterruptedFacts<'a>>,
+}
+
+/// What `results.json` of an interrupted run adds.
+#[derive(Debug, Serialize)]
+struct InterruptedFacts<'a> {
+    signal: &'a str,
+    unfinished: &'a [String],
+    note: &'static str,
 }
 
 fn status(failed: usize) -> &'static str {
@@ -213,15 +225,54 @@ impl RunFolder {
     }
 }
 
+/// Writes the record of an interrupted run into `dir` (see `crate::interrupted`):
+/// `results.json` with `"status": "interrupted"`, the finished cases (their own checks;
+/// no snapshot was compared) and the unfinished ids, and `transcript.txt` with the
+/// finished cases' transcripts and `last_line`. `evidence/latest` is not touched.
+///
+/// Errors: file system or serialization errors.
+pub fn write_interrupted(
+    dir: &Path,
+    records: &[CaseReport],
+    unfinished: &[String],
+    signal: &str,
+    seed: u64,
+    wall_ms: u128,
+    last_line: &str,
+) -> anyhow::Result<()> {
+    let mut results = results_of(records, seed, wall_ms);
+    results.status = "interrupted";
+    results.interrupted = Some(InterruptedFacts {
+        signal,
+        unfinished,
+        note: "interrupted: the finished cases' own checks only; no snapshot was compared \
+               and evidence/latest was not moved",
+    });
+    fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(&results)?,
+    )?;
+    let mut transcript: String = records.iter().map(CaseReport::transcript).collect();
+    transcript.push_str(last_line);
+    transcript.push('\n');
+    fs::write(dir.join("transcript.txt"), transcript)?;
+    Ok(())
+}
+
 fn results<'a>(records: &'a [CaseReport], environment: &Environment) -> Results<'a> {
+    results_of(records, environment.seed, environment.durations.wall_ms)
+}
+
+fn results_of(records: &[CaseReport], seed: u64, wall_ms: u128) -> Results<'_> {
     let passed = records.iter().map(|r| r.passed).sum();
     let failed = records.iter().map(|r| r.failed).sum();
     Results {
         status: status(failed),
         passed,
         failed,
-        wall_ms: environment.durations.wall_ms,
-        seed: environment.seed,
+        wall_ms,
+        seed,
+        interrupted: None,
         cases: records
             .iter()
             .map(|record| CaseResult {

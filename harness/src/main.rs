@@ -15,6 +15,7 @@
 //! (`evidence/snapshots/<family>/<id>.snap`, `case_kit::snapshot`).
 
 mod evidence;
+mod interrupted;
 mod janitor;
 mod selection;
 
@@ -26,6 +27,7 @@ use anyhow::Context as _;
 use case_kit::snapshot::{self, Mode, Snapshots, Verdict};
 use case_kit::{CaseReport, Env, EnvOptions, Schedule, run_case};
 use clap::Parser;
+use futures_util::FutureExt as _;
 use scratch_pg::{Cluster, ClusterOptions};
 
 use crate::evidence::{Durations, Environment, PostgresRecord, RunFolder};
@@ -153,6 +155,7 @@ async fn interrupted() -> i32 {
     if let Some(dir) = run_dir {
         let _ = std::fs::remove_dir_all(dir);
     }
+    println!("{}", interrupted::record(name));
     code
 }
 
@@ -272,6 +275,15 @@ async fn run_in(
     };
     let folder = RunFolder::create(&args.evidence_dir, &start.started_at.replace(':', ""))
         .context("creating the evidence folder")?;
+    interrupted::begin(
+        folder.dir().to_path_buf(),
+        start.seed,
+        start.launched,
+        selection
+            .cases()
+            .map(|(_, case)| case.id.to_string())
+            .collect(),
+    );
     let (cluster, postgres_record, server_log) = match postgres {
         Some(postgres) => (
             Some(postgres.cluster),
@@ -359,6 +371,7 @@ async fn run_in(
         &compared.diffs,
         &environment,
     )?;
+    interrupted::complete();
     drop(env); // stops the cluster (immediate) and removes its folder
     print_closing(
         args,
@@ -388,15 +401,17 @@ async fn run_phases(
             .filter(|(_, case)| case.schedule == phase)
             .collect();
         if phase == Schedule::Concurrent && !sequential {
-            let runs = in_phase
-                .into_iter()
-                .map(|(family, case)| run_case(env.clone(), family, case));
+            let runs = in_phase.into_iter().map(|(family, case)| {
+                run_case(env.clone(), family, case).inspect(interrupted::case_finished)
+            });
             reports.extend(futures_util::future::join_all(runs).await);
         } else {
             // Exclusive and Last cases run alone: the previous phase has ended and each
             // case is awaited before the next starts.
             for (family, case) in in_phase {
-                reports.push(run_case(env.clone(), family, case).await);
+                let report = run_case(env.clone(), family, case).await;
+                interrupted::case_finished(&report);
+                reports.push(report);
             }
         }
         let phase_ms = phase_started.elapsed().as_millis();
