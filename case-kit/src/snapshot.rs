@@ -54,7 +54,9 @@ pub fn mode(accept: bool) -> Result<Mode, String> {
     let requested = std::env::var("INSTA_UPDATE").unwrap_or_default();
     if is_ci() {
         if accept {
-            return Err("--accept writes snapshots; refused under CI=true".into());
+            return Err(
+                "--accept writes snapshots, which CI must not do; run it without CI=true".into(),
+            );
         }
         return Ok(Mode::ReadOnly);
     }

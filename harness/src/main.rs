@@ -17,6 +17,7 @@
 mod evidence;
 mod interrupted;
 mod janitor;
+mod preflight;
 mod selection;
 
 use std::path::{Path, PathBuf};
@@ -26,7 +27,6 @@ use std::time::{Instant, SystemTime};
 use anyhow::Context as _;
 use case_kit::snapshot::{self, Mode, Snapshots, Verdict};
 use case_kit::{CaseReport, Env, EnvOptions, Schedule, run_case};
-use clap::Parser;
 use futures_util::FutureExt as _;
 use scratch_pg::{Cluster, ClusterOptions};
 
@@ -42,7 +42,7 @@ const EXIT_HARNESS_ERROR: i32 = 2;
 
 /// Runs the case families (L: points ledger; more in `./run.sh --list`) and writes the
 /// evidence.
-#[derive(Debug, Parser)]
+#[derive(Debug, clap::Parser)]
 #[command(name = "harness", version)]
 struct Args {
     /// Case ids (e.g. L3 L11) or family prefixes (e.g. L) to run; every default case
@@ -84,7 +84,9 @@ struct Args {
 }
 
 fn main() {
-    let args = Args::parse();
+    let matches = <Args as clap::CommandFactory>::command().get_matches();
+    let args = <Args as clap::FromArgMatches>::from_arg_matches(&matches)
+        .unwrap_or_else(|error| error.exit());
     if let Some(run_dir) = &args.janitor_for {
         janitor::run(run_dir);
     }
@@ -108,6 +110,13 @@ fn main() {
             std::process::exit(EXIT_HARNESS_ERROR);
         }
     };
+    if selection.needs_postgres()
+        && let Err(message) =
+            preflight::check_postgres_options(&matches, args.pg_bin.as_deref(), &args.server_user)
+    {
+        eprintln!("harness: {message}");
+        std::process::exit(EXIT_HARNESS_ERROR);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -235,3 +235,78 @@ fn a_family_without_postgres_starts_no_postgres() {
     .unwrap();
     assert!(environment["postgres"].is_null(), "{environment}");
 }
+
+/// Usage errors name what the user typed — the flag when the flag was used, the
+/// environment variable when that was — and what to do, without internal words; they
+/// come before any cluster starts (exit 2, no evidence folder).
+#[test]
+fn error_messages_name_the_flag_or_the_variable() {
+    let scratch = Scratch::new("messages");
+    let stderr = |output: &Output| String::from_utf8_lossy(&output.stderr).into_owned();
+    let internal = ["source:", "caller", "ClusterError", "Binaries("];
+
+    let flag = scratch.harness(&["--pg-bin", "/nonexistent", "L1"], true);
+    assert_eq!(flag.status.code(), Some(2));
+    let text = stderr(&flag);
+    assert!(
+        text.contains("--pg-bin /nonexistent: no such folder"),
+        "{text}"
+    );
+    assert!(text.contains("postgres and initdb"), "{text}");
+
+    let env = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["--evidence-dir", "evidence", "L1"])
+        .current_dir(&scratch.root)
+        .env("PG_BIN", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(env.status.code(), Some(2));
+    let env_text = stderr(&env);
+    assert!(
+        env_text.contains("PG_BIN=/nonexistent: no such folder"),
+        "{env_text}"
+    );
+    assert!(env_text.contains("unset it"), "{env_text}");
+
+    // A SQLite-only selection needs no PostgreSQL, so a bad PG_BIN does not stop it.
+    let listed = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["--list"])
+        .env("PG_BIN", "/nonexistent")
+        .output()
+        .unwrap();
+    assert!(listed.status.success());
+
+    let mut texts = vec![text, env_text];
+    if nix::unistd::geteuid().is_root() {
+        let user = scratch.harness(&["--server-user", "nosuchuser-lh", "L1"], true);
+        assert_eq!(user.status.code(), Some(2));
+        let user_text = stderr(&user);
+        assert!(
+            user_text.contains("--server-user nosuchuser-lh: no such user"),
+            "{user_text}"
+        );
+        assert!(!user_text.contains("LEDGER_PG_USER"), "{user_text}");
+        let by_env = Command::new(env!("CARGO_BIN_EXE_harness"))
+            .args(["--evidence-dir", "evidence", "L1"])
+            .current_dir(&scratch.root)
+            .env("LEDGER_PG_USER", "nosuchuser-lh")
+            .output()
+            .unwrap();
+        let env_user = stderr(&by_env);
+        assert!(
+            env_user.contains("LEDGER_PG_USER=nosuchuser-lh: no such user"),
+            "{env_user}"
+        );
+        texts.push(user_text);
+        texts.push(env_user);
+    }
+    for text in &texts {
+        for word in internal {
+            assert!(!text.contains(word), "internal word {word:?} in {text}");
+        }
+    }
+    assert!(
+        !scratch.evidence().join("runs").exists(),
+        "a usage error made an evidence folder"
+    );
+}

