@@ -152,14 +152,20 @@ impl RunFolder {
     ///
     /// Errors: file system errors.
     pub fn create(evidence_dir: &Path, stamp: &str) -> std::io::Result<RunFolder> {
-        let dir = evidence_dir
-            .join("runs")
-            .join(format!("{stamp}-{}", std::process::id()));
+        let dir = RunFolder::path_for(evidence_dir, stamp);
         fs::create_dir_all(dir.join("logs"))?;
         Ok(RunFolder {
             root: evidence_dir.to_path_buf(),
             dir,
         })
+    }
+
+    /// Where [`RunFolder::create`] puts this process's run folder:
+    /// `<evidence>/runs/<stamp>-<pid>`.
+    pub fn path_for(evidence_dir: &Path, stamp: &str) -> PathBuf {
+        evidence_dir
+            .join("runs")
+            .join(format!("{stamp}-{}", std::process::id()))
     }
 
     /// The run's folder.

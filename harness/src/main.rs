@@ -189,6 +189,19 @@ async fn run(args: &Args, selection: &Selection<'_>, snapshot_mode: Mode) -> any
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o755))?;
     }
+    println!(
+        "temporary folder: {} (scratch cluster in pg/, SQLite files in files/; {})",
+        run_dir.display(),
+        if args.keep_cluster {
+            "kept: --keep-cluster"
+        } else {
+            "removed when the run ends"
+        }
+    );
+    println!(
+        "evidence folder: {} (evidence/latest points here once the run completes)",
+        RunFolder::path_for(&args.evidence_dir, &started_at.replace(':', "")).display()
+    );
     let janitor = if args.keep_cluster {
         None
     } else {
