@@ -265,6 +265,69 @@ pub fn write_interrupted(
     Ok(())
 }
 
+/// How many run records `evidence/runs/` keeps: after each run, completed or
+/// interrupted, the older ones beyond this are removed (never the one `evidence/latest`
+/// points at, nor one whose harness is still running).
+pub const KEEP_RUNS: usize = 20;
+
+/// Removes all but the newest `keep` run folders under `<evidence>/runs/` (by name: the
+/// names start with the UTC start time), never the folder `<evidence>/latest` points at
+/// and never one whose harness process still runs. Only folders named like a run
+/// (`<YYYY-MM-DD>T<HHMMSS>Z-<pid>`) are touched. Returns how many were removed;
+/// failures to remove are skipped (another run may be pruning too).
+pub fn prune_runs(evidence_dir: &Path, keep: usize) -> usize {
+    let runs = evidence_dir.join("runs");
+    let Ok(entries) = fs::read_dir(&runs) else {
+        return 0;
+    };
+    let latest = fs::canonicalize(evidence_dir.join("latest")).ok();
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| run_pid(name).is_some())
+        .collect();
+    names.sort();
+    let excess = names.len().saturating_sub(keep);
+    let mut removed = 0;
+    for name in &names[..excess] {
+        let dir = runs.join(name);
+        if latest.as_ref() == fs::canonicalize(&dir).ok().as_ref() {
+            continue;
+        }
+        if run_pid(name).is_some_and(harness_alive) {
+            continue;
+        }
+        if fs::remove_dir_all(&dir).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// The pid of a run folder's name `<YYYY-MM-DD>T<HHMMSS>Z-<pid>`, `None` for another name.
+fn run_pid(name: &str) -> Option<u32> {
+    let (stamp, pid) = name.rsplit_once('-')?;
+    let bytes = stamp.as_bytes();
+    let shaped = bytes.len() == 18
+        && bytes[4] == b'-'
+        && bytes[7] == b'-'
+        && bytes[10] == b'T'
+        && bytes[17] == b'Z'
+        && bytes
+            .iter()
+            .enumerate()
+            .all(|(i, b)| matches!(i, 4 | 7 | 10 | 17) || b.is_ascii_digit());
+    if shaped { pid.parse().ok() } else { None }
+}
+
+/// Whether process `pid` is a harness (its run may still be writing its folder).
+fn harness_alive(pid: u32) -> bool {
+    pid != std::process::id()
+        && fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains("harness"))
+}
+
 fn results<'a>(records: &'a [CaseReport], environment: &Environment) -> Results<'a> {
     results_of(records, environment.seed, environment.durations.wall_ms)
 }
@@ -367,5 +430,46 @@ pub fn git_commit() -> String {
             _ => commit,
         },
         None => "unknown".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pruning_keeps_the_newest_and_latest_and_other_folders() {
+        let root = std::env::temp_dir().join(format!("prune-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let runs = root.join("runs");
+        let names: Vec<String> = (0..25)
+            .map(|i| format!("2026-01-01T00{i:02}00Z-999999999"))
+            .collect();
+        for name in &names {
+            fs::create_dir_all(runs.join(name)).unwrap();
+        }
+        fs::create_dir_all(runs.join("my-notes")).unwrap();
+        std::os::unix::fs::symlink(format!("runs/{}", names[0]), root.join("latest")).unwrap();
+        assert_eq!(prune_runs(&root, 20), 4);
+        let mut left: Vec<String> = fs::read_dir(&runs)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut expected: Vec<String> = names[5..].to_vec();
+        expected.insert(0, names[0].clone());
+        expected.push("my-notes".into());
+        expected.sort();
+        assert_eq!(left, expected);
+        assert_eq!(prune_runs(&root, 20), 0);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn run_names_are_recognised() {
+        assert_eq!(run_pid("2026-12-01T053844Z-26396"), Some(26396));
+        assert_eq!(run_pid("earlier"), None);
+        assert_eq!(run_pid("2026-12-01-26396"), None);
     }
 }

@@ -7,7 +7,7 @@
 //! and `evidence/latest` is left where it was: only a completed run moves it
 //! (`RunFolder::finish`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -120,6 +120,9 @@ pub fn record(signal: &str) -> String {
             "harness: interrupted run recorded in {} (evidence/latest unchanged)",
             progress.dir.display()
         );
+    }
+    if let Some(evidence_dir) = progress.dir.parent().and_then(Path::parent) {
+        crate::evidence::prune_runs(evidence_dir, crate::evidence::KEEP_RUNS);
     }
     line
 }

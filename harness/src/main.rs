@@ -18,6 +18,7 @@ mod evidence;
 mod interrupted;
 mod janitor;
 mod preflight;
+mod repeat;
 mod selection;
 
 use std::path::{Path, PathBuf};
@@ -78,6 +79,11 @@ struct Args {
     /// Seed for random input [default: derived from the clock; printed first].
     #[arg(long)]
     seed: Option<u64>,
+    /// Run the selection N times, each a full run with its own seed (unless --seed),
+    /// cluster and record; report the runs that failed (exit 1 if any did).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(repeat::MAX_REPEAT)))]
+    repeat: Option<u32>,
     /// Internal: act as the janitor of this run folder.
     #[arg(long, hide = true)]
     janitor_for: Option<PathBuf>,
@@ -116,6 +122,15 @@ fn main() {
     {
         eprintln!("harness: {message}");
         std::process::exit(EXIT_HARNESS_ERROR);
+    }
+    if let Some(times) = args.repeat {
+        if args.accept {
+            eprintln!(
+                "harness: --repeat with --accept would accept N times; accept once, then repeat"
+            );
+            std::process::exit(EXIT_HARNESS_ERROR);
+        }
+        repeat::run(times);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -394,6 +409,7 @@ async fn run_in(
         &environment,
     )?;
     interrupted::complete();
+    evidence::prune_runs(&args.evidence_dir, evidence::KEEP_RUNS);
     drop(env); // stops the cluster (immediate) and removes its folder
     print_closing(
         args,

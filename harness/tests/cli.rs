@@ -310,3 +310,54 @@ fn error_messages_name_the_flag_or_the_variable() {
         "a usage error made an evidence folder"
     );
 }
+
+/// `--repeat N` runs the selection N times and reports the failing runs; after each
+/// run the old records under `runs/` are pruned to the newest 20 (`KEEP_RUNS`), and the
+/// folder `latest` points at survives.
+#[test]
+fn repeat_reports_failing_runs_and_old_records_are_pruned() {
+    let scratch = Scratch::new("repeat");
+    std::fs::create_dir_all(scratch.evidence().join("snapshots/S")).unwrap();
+    let s1 = Path::new(env!("CARGO_MANIFEST_DIR")).join("../evidence/snapshots/S/S1.snap");
+    std::fs::copy(&s1, scratch.evidence().join("snapshots/S/S1.snap")).unwrap();
+    let runs = scratch.evidence().join("runs");
+    for minute in 0..25 {
+        std::fs::create_dir_all(runs.join(format!("2020-01-01T00{minute:02}00Z-999999999")))
+            .unwrap();
+    }
+
+    let passing = scratch.harness(&["--repeat", "2", "S1"], true);
+    let text = stdout(&passing);
+    assert_eq!(passing.status.code(), Some(0), "{text}");
+    assert_eq!(text.matches("SUMMARY passed=").count(), 2, "{text}");
+    assert!(text.contains("repeat 1/2: SUMMARY") && text.contains("repeat 2/2: SUMMARY"));
+    assert_eq!(
+        last_line(&text),
+        "REPEAT runs=2 passed_runs=2 failed_runs=0"
+    );
+    let kept: Vec<String> = std::fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(kept.len(), 20, "{kept:?}");
+    let latest = std::fs::canonicalize(scratch.evidence().join("latest")).unwrap();
+    assert!(latest.starts_with(std::fs::canonicalize(&runs).unwrap()));
+    assert!(latest.exists(), "latest was pruned");
+
+    // S2 has no snapshot in this scratch folder, so each run fails its snapshot check.
+    let failing = scratch.harness(&["--repeat", "2", "S1", "S2"], true);
+    let text = stdout(&failing);
+    assert_eq!(failing.status.code(), Some(1), "{text}");
+    assert!(text.contains("failed run 1: SUMMARY"), "{text}");
+    assert!(text.contains("failed run 2: SUMMARY"), "{text}");
+    assert!(text.contains("re-run: ./run.sh --seed "), "{text}");
+    assert!(text.contains("FAIL transcript matches"), "{text}");
+    assert_eq!(
+        last_line(&text),
+        "REPEAT runs=2 passed_runs=0 failed_runs=2"
+    );
+
+    let refused = scratch.harness(&["--repeat", "0", "S1"], true);
+    assert_eq!(refused.status.code(), Some(2));
+}
