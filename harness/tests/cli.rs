@@ -361,3 +361,60 @@ fn repeat_reports_failing_runs_and_old_records_are_pruned() {
     let refused = scratch.harness(&["--repeat", "0", "S1"], true);
     assert_eq!(refused.status.code(), Some(2));
 }
+
+/// README's claims table names every default case of every family, and only cases that
+/// exist.
+#[test]
+fn claims_table_names_every_default_case() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let start = readme
+        .find("## Claims and the cases that show them")
+        .expect("the claims section");
+    let section = &readme[start..];
+    let section = &section[..section[3..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 3)];
+    let rows: Vec<&str> = section
+        .lines()
+        .filter(|line| line.starts_with("| ") && !line.starts_with("| family"))
+        .collect();
+    let words: std::collections::BTreeSet<String> = rows
+        .iter()
+        .flat_map(|row| row.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')))
+        .map(str::to_owned)
+        .collect();
+    let mut ids = std::collections::BTreeSet::new();
+    for family in cases::families() {
+        for case in &family.cases {
+            ids.insert(case.id.to_string());
+            assert!(
+                words.contains(case.id.as_str()),
+                "{} is in no row of README's claims table",
+                case.id
+            );
+        }
+    }
+    for word in &words {
+        if looks_like_case_id(word) {
+            assert!(
+                ids.contains(word),
+                "the claims table names {word}, which is no case"
+            );
+        }
+    }
+}
+
+/// `L3`, `F10`, `S5`, `L-S4`: a family letter, then digits (or `-S` and digits).
+fn looks_like_case_id(word: &str) -> bool {
+    let mut chars = word.chars();
+    let Some(first) = chars.next() else {
+        return false;
+    };
+    let rest: String = chars.collect();
+    let digits = rest.strip_prefix("-S").unwrap_or(&rest);
+    matches!(first, 'L' | 'F' | 'S')
+        && !digits.is_empty()
+        && digits.chars().all(|c| c.is_ascii_digit())
+}
