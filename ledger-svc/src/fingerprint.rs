@@ -20,7 +20,29 @@ pub const REQUEST_HASH_BYTES: usize = 16;
 /// Example: `request_hash(Kind::Debit, "acct-0001", "sys-redeem", 300)` hashes
 /// `DEBIT|acct-0001|sys-redeem|300`.
 pub fn request_hash(kind: Kind, from: &str, to: &str, amount: i64) -> String {
-    let text = format!("{}|{from}|{to}|{amount}", kind.as_str());
+    request_hash_with_order(kind, from, to, amount, None)
+}
+
+/// Fingerprint of a transfer that may carry a business reference (a redemption order id,
+/// [`crate::TransferRequest::order_id`]): without one, exactly [`request_hash`]'s text, so
+/// requests without an order keep their fingerprint; with one, the text
+/// `KIND|from|to|amount|order=ORDER_ID`. The amount is a decimal integer, so no text
+/// without an order can equal one with an order. Same truncation and hex form.
+///
+/// Example: `request_hash_with_order(Kind::Debit, "acct-0001", "sys-redeem", 300,
+/// Some("ord-1"))` hashes `DEBIT|acct-0001|sys-redeem|300|order=ord-1`.
+pub fn request_hash_with_order(
+    kind: Kind,
+    from: &str,
+    to: &str,
+    amount: i64,
+    order_id: Option<&str>,
+) -> String {
+    let mut text = format!("{}|{from}|{to}|{amount}", kind.as_str());
+    if let Some(order_id) = order_id {
+        text.push_str("|order=");
+        text.push_str(order_id);
+    }
     let digest = Sha256::digest(text.as_bytes());
     let mut hex = String::with_capacity(REQUEST_HASH_BYTES * 2);
     for byte in &digest[..REQUEST_HASH_BYTES] {
@@ -44,6 +66,24 @@ mod tests {
         assert_eq!(
             request_hash(Kind::Debit, "acct-0001", "sys-redeem", 300),
             "71ee59fc88147037d30c4e785127a745"
+        );
+    }
+
+    /// `printf 'DEBIT|acct-0001|sys-redeem|300|order=ord-1' | sha256sum`, first 32 hex
+    /// characters; without an order the fingerprint is the one of [`known_vector`].
+    #[test]
+    fn order_id_is_part_of_it_and_absent_means_unchanged() {
+        assert_eq!(
+            request_hash_with_order(Kind::Debit, "acct-0001", "sys-redeem", 300, None),
+            "71ee59fc88147037d30c4e785127a745"
+        );
+        assert_eq!(
+            request_hash_with_order(Kind::Debit, "acct-0001", "sys-redeem", 300, Some("ord-1")),
+            "06111c9782555b5d58ec1ceebbf5b532"
+        );
+        assert_ne!(
+            request_hash_with_order(Kind::Debit, "acct-0001", "sys-redeem", 300, Some("ord-1")),
+            request_hash_with_order(Kind::Debit, "acct-0001", "sys-redeem", 300, Some("ord-2"))
         );
     }
 

@@ -46,6 +46,10 @@ pub fn test_account(n: u32) -> String {
 ///   expired (set exactly for `EXPIRED`, CHECK `idem_request_tombstone_check`).
 /// - `ledger_txn`: one row per executed transfer; its own `UNIQUE (client_id, idem_key)`
 ///   guarantees one key never produces two transactions, even if idempotency logic failed.
+///   `order_id` is the business reference a debit carries (a redemption order id,
+///   [`crate::TransferRequest::order_id`]), NULL without one; deliberately not unique:
+///   the ledger records what it was asked, and a reconciliation of orders against the
+///   ledger is what finds an order paid twice (index `ledger_txn_order_id_idx`).
 /// - `ledger_entry`: the record of fact, signed amounts in points (never 0).
 ///
 /// Plain `CREATE` statements: running it twice fails with SQLSTATE 42P07.
@@ -80,6 +84,7 @@ CREATE TABLE ledger_txn (
     kind       text        NOT NULL
         CONSTRAINT ledger_txn_kind_check CHECK (kind IN ('DEBIT', 'GRANT', 'TRANSFER', 'ADJUST')),
     created_at timestamptz NOT NULL DEFAULT now(),
+    order_id   text        NULL,
     CONSTRAINT ledger_txn_client_id_idem_key_key UNIQUE (client_id, idem_key)
 );
 
@@ -92,6 +97,7 @@ CREATE TABLE ledger_entry (
 
 CREATE INDEX ledger_entry_account_id_idx ON ledger_entry (account_id);
 CREATE INDEX ledger_entry_txn_id_idx ON ledger_entry (txn_id);
+CREATE INDEX ledger_txn_order_id_idx ON ledger_txn (order_id) WHERE order_id IS NOT NULL;
 "#;
 
 /// Creates the tables of [`SCHEMA_SQL`] and the repair's ([`crate::repair::SCHEMA_SQL`])

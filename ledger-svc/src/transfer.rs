@@ -34,6 +34,16 @@ pub struct TransferRequest {
     pub to: String,
     /// Points to move; must be > 0.
     pub amount: i64,
+    /// The business reference of a DEBIT: the redemption order it pays, `None` when the
+    /// caller names none. Part of the fingerprint when present
+    /// ([`fingerprint::request_hash_with_order`]; absent, the fingerprint is the one
+    /// requests had before the field existed) and stored in `ledger_txn.order_id` in the
+    /// transaction that moves the points, so a reconciliation of orders against the
+    /// ledger can ask "was this order paid twice?". The library stores it as given; the
+    /// HTTP route checks its grammar (`order_id` in the debit body). Absent from the
+    /// serialized form when `None`, so older serialized requests read back unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order_id: Option<String>,
 }
 
 impl TransferRequest {
@@ -63,6 +73,7 @@ impl TransferRequest {
             from: account.into(),
             to: sink.into(),
             amount,
+            order_id: None,
         }
     }
 
@@ -80,13 +91,27 @@ impl TransferRequest {
             from: SYS_ISSUER.to_owned(),
             to: account.into(),
             amount,
+            order_id: None,
         }
     }
 
-    /// The fingerprint of this request, see [`fingerprint::request_hash`] (32 lower-case hex
-    /// chars; client id and key are not part of it).
+    /// This request carrying the business reference `order_id` (see
+    /// [`TransferRequest::order_id`]).
+    pub fn with_order(mut self, order_id: impl Into<String>) -> Self {
+        self.order_id = Some(order_id.into());
+        self
+    }
+
+    /// The fingerprint of this request, see [`fingerprint::request_hash_with_order`] (32
+    /// lower-case hex chars; client id and key are not part of it, the order id is).
     pub fn request_hash(&self) -> String {
-        fingerprint::request_hash(self.kind, &self.from, &self.to, self.amount)
+        fingerprint::request_hash_with_order(
+            self.kind,
+            &self.from,
+            &self.to,
+            self.amount,
+            self.order_id.as_deref(),
+        )
     }
 }
 
@@ -224,15 +249,15 @@ WHERE client_id = $1 AND idem_key = $2
 RETURNING outcome, balance_after";
 
 // End of step 2 and step 3 in one statement: credit `to` (locked after `from`), then the
-// ledger_txn row and its two entries (-amount on `from` first, +amount on `to`). Each
-// INSERT reads its input from the previous CTE, so a missing `to` leaves all three empty
-// and the statement returns no row.
+// ledger_txn row (with the request's order id, NULL without one) and its two entries
+// (-amount on `from` first, +amount on `to`). Each INSERT reads its input from the
+// previous CTE, so a missing `to` leaves all three empty and the statement returns no row.
 const CREDIT_AND_RECORD_SQL: &str = "\
 WITH credited AS (
     UPDATE account SET balance = balance + $5 WHERE account_id = $4 RETURNING balance
 ), txn AS (
-    INSERT INTO ledger_txn (client_id, idem_key, kind)
-    SELECT $1, $2, $3 FROM credited
+    INSERT INTO ledger_txn (client_id, idem_key, kind, order_id)
+    SELECT $1, $2, $3, $7 FROM credited
     RETURNING txn_id
 ), entries AS (
     INSERT INTO ledger_entry (txn_id, account_id, amount)
@@ -462,8 +487,8 @@ pub(crate) async fn register(
     Ok(registered.is_some())
 }
 
-/// Credits `to` and writes the `ledger_txn` row with its two entries (steps 2–3), in one
-/// statement; returns `to`'s balance after and the txn id.
+/// Credits `to` and writes the `ledger_txn` row (with `req.order_id`) and its two entries
+/// (steps 2–3), in one statement; returns `to`'s balance after and the txn id.
 ///
 /// Errors: [`LedgerError::CreditAccountMissing`]; [`LedgerError::Db`].
 pub(crate) async fn credit_and_record(
@@ -481,6 +506,7 @@ pub(crate) async fn credit_and_record(
                 (&req.to, Type::TEXT),
                 (&req.amount, Type::INT8),
                 (&req.from, Type::TEXT),
+                (&req.order_id, Type::TEXT),
             ],
         )
         .await
@@ -686,6 +712,16 @@ mod tests {
             (Kind::Debit, "acct-0001", SYS_REDEEM)
         );
         assert_eq!(d.request_hash(), "71ee59fc88147037d30c4e785127a745");
+        let ordered = d.clone().with_order("ord-1");
+        assert_eq!(ordered.order_id.as_deref(), Some("ord-1"));
+        assert_ne!(ordered.request_hash(), d.request_hash());
+        // A request serialized before the field existed reads back without an order.
+        let old: TransferRequest = serde_json::from_str(
+            r#"{"client_id":"app-a","idem_key":"k1","kind":"DEBIT","from":"acct-0001","to":"sys-redeem","amount":300}"#,
+        )
+        .unwrap();
+        assert_eq!(old, d);
+        assert!(!serde_json::to_string(&d).unwrap().contains("order_id"));
         let g = TransferRequest::grant("app-a", "k2", "acct-0001", 1000);
         assert_eq!(
             (g.kind, g.from.as_str(), g.to.as_str()),

@@ -39,6 +39,7 @@ pub fn between(
         from: from.into(),
         to: to.into(),
         amount,
+        order_id: None,
     }
 }
 

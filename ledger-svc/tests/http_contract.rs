@@ -154,6 +154,64 @@ async fn status_table_rows_and_replays() {
 
 /// A request of each malformed class gets its 4xx problem (outcome BAD_REQUEST), and
 /// none registers the key or moves a point: afterwards the same key runs fresh.
+/// A debit's business reference (`order_id`): stored on its transaction, part of the
+/// fingerprint (the same key with another order, or without one, is 422), replayed
+/// unchanged; a debit without one stores NULL; a grant naming one is 400.
+#[tokio::test]
+async fn order_id_is_part_of_the_debit() {
+    let db = TestDb::new("h_order").await;
+    let svc = Service::start(&db.url(), Options::default()).await;
+    assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
+
+    let first = svc
+        .debit("acct-0001", "app-o", "k-1", "30&order_id=ord-1")
+        .await;
+    assert_eq!(first.status, 201, "{}", first.raw);
+    let again = svc
+        .debit("acct-0001", "app-o", "k-1", "30&order_id=ord-1")
+        .await;
+    assert!(again.replayed());
+    assert_eq!(again.raw, first.raw);
+    for other in ["30&order_id=ord-2", "30"] {
+        let reused = svc.debit("acct-0001", "app-o", "k-1", other).await;
+        assert_problem(&reused, 422, "KEY_REUSED", other);
+    }
+    // Without an order: the key of a plain debit refuses the same debit with an order.
+    assert_eq!(
+        svc.debit("acct-0001", "app-o", "k-2", "5").await.status,
+        201
+    );
+    let reused = svc
+        .debit("acct-0001", "app-o", "k-2", "5&order_id=ord-1")
+        .await;
+    assert_problem(&reused, 422, "KEY_REUSED", "order added on retry");
+
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM ledger_txn WHERE idem_key = 'k-1' AND order_id = 'ord-1'")
+            .await,
+        1
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM ledger_txn WHERE idem_key = 'k-2' AND order_id IS NULL")
+            .await,
+        1
+    );
+    assert_eq!(db.balance("acct-0001").await, 65);
+
+    let before = db.recorded().await;
+    let grant = svc
+        .send(svc.post(
+            &svc.admin,
+            "/accounts/acct-0001/grants",
+            &[("x-client-id", b"ops"), ("idempotency-key", b"g-2"), JSON],
+            r#"{"amount": 5, "order_id": "ord-3"}"#,
+        ))
+        .await
+        .expect("grant request");
+    assert_problem(&grant, 400, "BAD_REQUEST", "grant with an order");
+    assert_eq!(db.recorded().await, before);
+}
+
 #[tokio::test]
 async fn malformed_requests_change_nothing() {
     let db = TestDb::new("h_malformed").await;
@@ -203,6 +261,11 @@ async fn malformed_requests_change_nothing() {
         r#"{"amount": 007}"#,
         r#"{"amount": 5, "note": "x"}"#,
         r#"{"amount": 5, "amount": 5}"#,
+        r#"{"amount": 5, "order_id": ""}"#,
+        r#"{"amount": 5, "order_id": null}"#,
+        r#"{"amount": 5, "order_id": 7}"#,
+        r#"{"amount": 5, "order_id": "ord 1"}"#,
+        r#"{"order_id": "ord-1"}"#,
         r#"{}"#,
         r#"[5]"#,
         r#"{"amount": 5"#,
@@ -220,6 +283,10 @@ async fn malformed_requests_change_nothing() {
         b"amount".as_slice(),
         b"amount=5&amount=5",
         b"amount=5&note=x",
+        b"amount=5&order_id=",
+        b"amount=5&order_id=a&order_id=b",
+        b"amount=5&order_id=ord%2F1",
+        b"order_id=ord-1",
         b"amount=%zz",
         b"amount=\xff",
     ] {

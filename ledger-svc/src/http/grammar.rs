@@ -15,6 +15,8 @@ pub const MAX_KEY_CHARS: usize = 255;
 pub const MAX_CLIENT_ID_CHARS: usize = 64;
 /// Longest account id in a path, characters.
 pub const MAX_ACCOUNT_ID_CHARS: usize = 64;
+/// Longest redemption order id (`order_id` of a debit body), characters.
+pub const MAX_ORDER_ID_CHARS: usize = 64;
 
 /// Why a request is malformed. The text is meant for the client (it becomes the
 /// `detail` of a 400 problem) and never contains driver text.
@@ -215,10 +217,11 @@ pub fn parse_account_id(segment: &str) -> Result<String, Malformed> {
 /// The accepted body encodings of a transfer (SPEC §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyType {
-    /// `application/x-www-form-urlencoded`: exactly one field, `amount=N`.
+    /// `application/x-www-form-urlencoded`: the field `amount=N`, and optionally
+    /// `order_id=ID`, each once.
     Form,
-    /// `application/json`: an object with exactly one member, `{"amount": N}`, N a JSON
-    /// number token that is an amount.
+    /// `application/json`: an object with the member `amount` (a JSON number token that
+    /// is an amount) and optionally `order_id` (a JSON string), no other member.
     Json,
 }
 
@@ -236,16 +239,48 @@ pub fn body_type(content_type: &[u8]) -> Option<BodyType> {
     }
 }
 
-/// The amount carried by a transfer body of type `body_type`.
+/// What a transfer body carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferBody {
+    /// Points to move ([`parse_amount`]).
+    pub amount: i64,
+    /// The redemption order the debit pays ([`parse_order_id`]), if the body names one.
+    pub order_id: Option<String>,
+}
+
+/// A redemption order id: 1 to [`MAX_ORDER_ID_CHARS`] characters from
+/// `A-Z a-z 0-9 - _ . :`, compared exactly (nothing is trimmed or case-folded).
+///
+/// Errors: [`Malformed`] otherwise.
+pub fn parse_order_id(text: &str) -> Result<String, Malformed> {
+    if text.is_empty() || text.len() > MAX_ORDER_ID_CHARS {
+        return Err(malformed(format!(
+            "order_id must have 1 to {MAX_ORDER_ID_CHARS} characters"
+        )));
+    }
+    if !text
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+    {
+        return Err(malformed(
+            "order_id may contain only A-Z, a-z, 0-9, '-', '_', '.' and ':'",
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+/// The amount (and the order id, if any) carried by a transfer body of type `body_type`.
 ///
 /// Form: fields separated by `&`, each `name=value` with `+` meaning a blank and `%XX`
-/// escapes (WHATWG URL, application/x-www-form-urlencoded parsing); exactly one field,
-/// named `amount`, whose decoded value is an amount ([`parse_amount`]).
-/// JSON: an object with the single member `amount` whose value is a JSON number written
-/// as an amount (so `5.0`, `1e3`, `-5`, strings and `null` are refused).
+/// escapes (WHATWG URL, application/x-www-form-urlencoded parsing); the field `amount`
+/// exactly once, its decoded value an amount ([`parse_amount`]), and optionally the field
+/// `order_id` once ([`parse_order_id`]); no other field.
+/// JSON: an object with the member `amount` whose value is a JSON number written as an
+/// amount (so `5.0`, `1e3`, `-5`, strings and `null` are refused), and optionally the
+/// member `order_id`, a JSON string that is an order id; no other member.
 ///
 /// Errors: [`Malformed`] for anything else, including invalid UTF-8.
-pub fn parse_body(body_type: BodyType, body: &[u8]) -> Result<i64, Malformed> {
+pub fn parse_body(body_type: BodyType, body: &[u8]) -> Result<TransferBody, Malformed> {
     let text = std::str::from_utf8(body).map_err(|_| malformed("the request body is not UTF-8"))?;
     match body_type {
         BodyType::Form => parse_form(text),
@@ -253,21 +288,35 @@ pub fn parse_body(body_type: BodyType, body: &[u8]) -> Result<i64, Malformed> {
     }
 }
 
-fn parse_form(text: &str) -> Result<i64, Malformed> {
+fn parse_form(text: &str) -> Result<TransferBody, Malformed> {
     let mut amount = None;
+    let mut order_id = None;
     for field in text.split('&') {
         let (name, value) = field
             .split_once('=')
             .ok_or_else(|| malformed("form body must be amount=N"))?;
-        if form_decode(name)? != "amount" {
-            return Err(malformed("form body must have the single field amount"));
+        match form_decode(name)?.as_str() {
+            "amount" => {
+                if amount.is_some() {
+                    return Err(malformed("form field amount appears more than once"));
+                }
+                amount = Some(parse_amount(&form_decode(value)?)?);
+            }
+            "order_id" => {
+                if order_id.is_some() {
+                    return Err(malformed("form field order_id appears more than once"));
+                }
+                order_id = Some(parse_order_id(&form_decode(value)?)?);
+            }
+            _ => {
+                return Err(malformed(
+                    "form body may have only the fields amount and order_id",
+                ));
+            }
         }
-        if amount.is_some() {
-            return Err(malformed("form field amount appears more than once"));
-        }
-        amount = Some(parse_amount(&form_decode(value)?)?);
     }
-    amount.ok_or_else(|| malformed("form body must be amount=N"))
+    let amount = amount.ok_or_else(|| malformed("form body must be amount=N"))?;
+    Ok(TransferBody { amount, order_id })
 }
 
 fn form_decode(text: &str) -> Result<String, Malformed> {
@@ -293,32 +342,53 @@ fn form_decode(text: &str) -> Result<String, Malformed> {
     String::from_utf8(out).map_err(|_| malformed("form body is not UTF-8 after decoding"))
 }
 
-fn parse_json(text: &str) -> Result<i64, Malformed> {
+fn parse_json(text: &str) -> Result<TransferBody, Malformed> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
-    struct AmountOnly {
+    struct Body {
         amount: serde_json::Value,
+        // Present (even as `null`) → Some; absent → None (plain `Option` would read
+        // `null` as absent).
+        #[serde(default, deserialize_with = "present")]
+        order_id: Option<serde_json::Value>,
     }
-    let not_an_object =
-        || malformed("JSON body must be an object with the single member \"amount\"");
+    fn present<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<serde_json::Value>, D::Error> {
+        serde::Deserialize::deserialize(deserializer).map(Some)
+    }
+    let not_an_object = || {
+        malformed(
+            "JSON body must be an object with the member \"amount\" and optionally \"order_id\"",
+        )
+    };
     // A derived struct also deserializes from a JSON array (`[5]`): only an object counts.
     if !text.trim_start().starts_with('{') {
         return Err(not_an_object());
     }
-    // deny_unknown_fields refuses other members; the derive refuses a repeated `amount`.
-    let parsed: AmountOnly = serde_json::from_str(text).map_err(|_| not_an_object())?;
+    // deny_unknown_fields refuses other members; the derive refuses a repeated member.
+    let parsed: Body = serde_json::from_str(text).map_err(|_| not_an_object())?;
     // serde_json keeps integers that fit i64/u64 as integers and turns any token with a
     // fraction or exponent into a float, so only an integer token passes `as_i64`; the
     // JSON grammar itself already forbids leading zeros and a plus sign.
-    match parsed.amount {
+    let amount = match parsed.amount {
         serde_json::Value::Number(number) if number.is_i64() || number.is_u64() => {
-            parse_amount(&number.to_string())
+            parse_amount(&number.to_string())?
         }
-        serde_json::Value::Number(_) => Err(malformed(
-            "amount must be an integer (no fraction or exponent)",
-        )),
-        _ => Err(malformed("amount must be a JSON number")),
-    }
+        serde_json::Value::Number(_) => {
+            return Err(malformed(
+                "amount must be an integer (no fraction or exponent)",
+            ));
+        }
+        _ => return Err(malformed("amount must be a JSON number")),
+    };
+    // `"order_id": null` is refused like any other non-string: absent means no order.
+    let order_id = match parsed.order_id {
+        None => None,
+        Some(serde_json::Value::String(text)) => Some(parse_order_id(&text)?),
+        Some(_) => return Err(malformed("order_id must be a JSON string")),
+    };
+    Ok(TransferBody { amount, order_id })
 }
 
 #[cfg(test)]
@@ -399,6 +469,16 @@ mod tests {
     }
 
     #[test]
+    fn order_ids() {
+        assert_eq!(parse_order_id("ord-0001").unwrap(), "ord-0001");
+        assert_eq!(parse_order_id(&"o".repeat(64)).unwrap().len(), 64);
+        for bad in ["", " ord", "ord/1", "é", "a|b"] {
+            assert!(parse_order_id(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(parse_order_id(&"o".repeat(65)).is_err());
+    }
+
+    #[test]
     fn bodies() {
         assert_eq!(
             body_type(b"application/json; charset=utf-8"),
@@ -409,10 +489,33 @@ mod tests {
             Some(BodyType::Form)
         );
         assert_eq!(body_type(b"text/plain"), None);
-        assert_eq!(parse_body(BodyType::Form, b"amount=30"), Ok(30));
-        assert_eq!(parse_body(BodyType::Form, b"amount=%33%30"), Ok(30));
-        assert_eq!(parse_body(BodyType::Json, br#"{"amount": 30}"#), Ok(30));
-        assert_eq!(parse_body(BodyType::Json, b" {\"amount\":30} "), Ok(30));
+        let plain = |amount| {
+            Ok(TransferBody {
+                amount,
+                order_id: None,
+            })
+        };
+        let ordered = |amount, order: &str| {
+            Ok(TransferBody {
+                amount,
+                order_id: Some(order.to_owned()),
+            })
+        };
+        assert_eq!(parse_body(BodyType::Form, b"amount=30"), plain(30));
+        assert_eq!(parse_body(BodyType::Form, b"amount=%33%30"), plain(30));
+        assert_eq!(parse_body(BodyType::Json, br#"{"amount": 30}"#), plain(30));
+        assert_eq!(parse_body(BodyType::Json, b" {\"amount\":30} "), plain(30));
+        assert_eq!(
+            parse_body(BodyType::Form, b"order_id=ord-7&amount=30"),
+            ordered(30, "ord-7")
+        );
+        assert_eq!(
+            parse_body(
+                BodyType::Json,
+                br#"{"amount": 30, "order_id": "ord:7.a_B"}"#
+            ),
+            ordered(30, "ord:7.a_B")
+        );
         for (kind, bad) in [
             (BodyType::Form, "amount=+5"),
             (BodyType::Form, "amount=%2B5"),
@@ -432,6 +535,19 @@ mod tests {
             (BodyType::Json, r#"{"amount": 5, "amount": 5}"#),
             (BodyType::Json, r#"{"amount": 007}"#),
             (BodyType::Json, "[5]"),
+            (BodyType::Form, "order_id=ord-1"),
+            (BodyType::Form, "amount=5&order_id="),
+            (BodyType::Form, "amount=5&order_id=a+b"),
+            (BodyType::Form, "amount=5&order_id=a&order_id=a"),
+            (BodyType::Json, r#"{"order_id": "ord-1"}"#),
+            (BodyType::Json, r#"{"amount": 5, "order_id": ""}"#),
+            (BodyType::Json, r#"{"amount": 5, "order_id": null}"#),
+            (BodyType::Json, r#"{"amount": 5, "order_id": 7}"#),
+            (BodyType::Json, r#"{"amount": 5, "order_id": "ord 1"}"#),
+            (
+                BodyType::Json,
+                r#"{"amount": 5, "order_id": "a", "order_id": "a"}"#,
+            ),
             (BodyType::Json, "{}"),
             (BodyType::Json, ""),
         ] {

@@ -9,7 +9,10 @@
 //!
 //! Public listener (SPEC §4):
 //! - `GET /accounts/{id}` → 200 `{"account_id","balance"}`, or 404 `NO_ACCOUNT`.
-//! - `POST /accounts/{id}/debits` → the SPEC §4 table, plus: 422 `KEY_EXPIRED` (with
+//! - `POST /accounts/{id}/debits` → the SPEC §4 table; the body may also name the
+//!   redemption order the debit pays (`order_id`, [`grammar::parse_body`]), which is part
+//!   of the fingerprint (the same key with another order is 422 `KEY_REUSED`) and stored
+//!   in `ledger_txn.order_id`; plus: 422 `KEY_EXPIRED` (with
 //!   `txn_id`) for a key whose record expired or was removed; 503 `UNKNOWN` with
 //!   `Retry-After` when a bounded wait ran out or the database failed in a way that may
 //!   pass ([`TRANSIENT_SQLSTATES`]); 500 `UNKNOWN` for any other database error (a
@@ -17,7 +20,8 @@
 //!
 //! Admin listener (never reachable from the public one):
 //! - `GET /healthz`, and `POST /accounts/{id}/grants` (same headers, body and table as a
-//!   debit; a grant to a missing account is 404 `NO_ACCOUNT`, not recorded).
+//!   debit, without `order_id`, which is 400 there; a grant to a missing account is 404
+//!   `NO_ACCOUNT`, not recorded).
 //! - `POST /transfers`: between two user accounts (`super::transfers`).
 //! - With `--enable-fault-injection` only (otherwise these paths are 404):
 //!   `GET /faults`, `DELETE /faults`, `PUT /faults/{point}` (body [`FaultSpec`]),
@@ -436,10 +440,18 @@ async fn transfer_route(
         Ok(body) => body,
         Err(problem) => return Ok(problem.into_response()),
     };
-    let amount = match grammar::parse_body(head.body_type, &body) {
-        Ok(amount) => amount,
-        Err(bad) => return Ok(Problem::bad_request(bad.0).into_response()),
-    };
+    let grammar::TransferBody { amount, order_id } =
+        match grammar::parse_body(head.body_type, &body) {
+            Ok(body) => body,
+            Err(bad) => return Ok(Problem::bad_request(bad.0).into_response()),
+        };
+    // The business reference belongs to a redemption: a grant naming one is malformed.
+    if kind == Kind::Grant && order_id.is_some() {
+        return Ok(
+            Problem::bad_request("order_id is accepted on debits only, not on grants")
+                .into_response(),
+        );
+    }
     let TransferHead {
         account,
         client_id,
@@ -447,7 +459,13 @@ async fn transfer_route(
         ..
     } = head;
     let transfer_request = match kind {
-        Kind::Debit => striped_debit(client_id, key, &account, amount, state.redeem_stripes),
+        Kind::Debit => {
+            let debit = striped_debit(client_id, key, &account, amount, state.redeem_stripes);
+            match order_id {
+                Some(order_id) => debit.with_order(order_id),
+                None => debit,
+            }
+        }
         Kind::Grant => TransferRequest::grant(client_id, key, &account, amount),
         // Transfers between two accounts have their own route (`http::transfers`).
         Kind::Transfer => return Ok(Problem::no_route("/transfers").into_response()),
