@@ -132,7 +132,10 @@ struct Results<'a> {
 /// What `results.json` of an interrupted run adds.
 #[derive(Debug, Serialize)]
 struct InterruptedFacts<'a> {
-    signal: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signal: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
     unfinished: &'a [String],
     note: &'static str,
 }
@@ -231,27 +234,42 @@ impl RunFolder {
     }
 }
 
-/// Writes the record of an interrupted run into `dir` (see `crate::interrupted`):
-/// `results.json` with `"status": "interrupted"`, the finished cases (their own checks;
-/// no snapshot was compared) and the unfinished ids, and `transcript.txt` with the
-/// finished cases' transcripts and `last_line`. `evidence/latest` is not touched.
+/// Why a run's record is incomplete.
+#[derive(Debug, Clone, Copy)]
+pub enum Incomplete<'a> {
+    /// A signal ended the run (`SIGINT`, ...): status `interrupted`.
+    Signal(&'a str),
+    /// A harness error ended it (the message): status `error`.
+    Error(&'a str),
+}
+
+/// Writes the record of an interrupted (or failed) run into `dir` (see
+/// `crate::interrupted`): `results.json` with `"status": "interrupted"` (or `"error"`),
+/// the finished cases (their own checks; no snapshot was compared) and the unfinished
+/// ids, and `transcript.txt` with the finished cases' transcripts and `last_line`.
+/// `evidence/latest` is not touched.
 ///
 /// Errors: file system or serialization errors.
 pub fn write_interrupted(
     dir: &Path,
     records: &[CaseReport],
     unfinished: &[String],
-    signal: &str,
+    why: Incomplete<'_>,
     seed: u64,
     wall_ms: u128,
     last_line: &str,
 ) -> anyhow::Result<()> {
     let mut results = results_of(records, seed, wall_ms);
-    results.status = "interrupted";
+    let (status, signal, error) = match why {
+        Incomplete::Signal(signal) => ("interrupted", Some(signal), None),
+        Incomplete::Error(error) => ("error", None, Some(error)),
+    };
+    results.status = status;
     results.interrupted = Some(InterruptedFacts {
         signal,
+        error,
         unfinished,
-        note: "interrupted: the finished cases' own checks only; no snapshot was compared \
+        note: "incomplete: the finished cases' own checks only; no snapshot was compared \
                and evidence/latest was not moved",
     });
     fs::write(

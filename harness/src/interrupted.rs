@@ -5,7 +5,8 @@
 //! line is `INTERRUPTED signal=SIGINT passed=N failed=M cases_finished=K/T`, never a
 //! SUMMARY line (that one is for completed runs only, so a CI parser is not misled),
 //! and `evidence/latest` is left where it was: only a completed run moves it
-//! (`RunFolder::finish`).
+//! (`RunFolder::finish`). A harness error after the folder was made leaves the same
+//! record with `"status": "error"` ([`record_error`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -70,6 +71,48 @@ pub fn complete() {
     *state() = State::Done;
 }
 
+/// The error path: a harness error ended the run after its evidence folder was made;
+/// writes `results.json` with `"status": "error"`, the message and the finished cases,
+/// so the folder says what happened. Nothing when there is no folder or the record is
+/// complete.
+pub fn record_error(message: &str) {
+    let progress = match std::mem::replace(&mut *state(), State::Done) {
+        State::Running(progress) => progress,
+        _ => return,
+    };
+    let (_, unfinished) = counts(&progress);
+    let line = format!("harness error: {message}");
+    if crate::evidence::write_interrupted(
+        &progress.dir,
+        &progress.finished,
+        &unfinished,
+        crate::evidence::Incomplete::Error(message),
+        progress.seed,
+        progress.launched.elapsed().as_millis(),
+        &line,
+    )
+    .is_ok()
+    {
+        eprintln!(
+            "harness: the failed run is recorded in {} (evidence/latest unchanged)",
+            progress.dir.display()
+        );
+    }
+}
+
+/// Passed and failed checks of the finished cases, and the ids not finished.
+fn counts(progress: &Progress) -> ((usize, usize), Vec<String>) {
+    let passed: usize = progress.finished.iter().map(|r| r.passed).sum();
+    let failed: usize = progress.finished.iter().map(|r| r.failed).sum();
+    let unfinished: Vec<String> = progress
+        .selected
+        .iter()
+        .filter(|id| !progress.finished.iter().any(|r| &r.id == *id))
+        .cloned()
+        .collect();
+    ((passed, failed), unfinished)
+}
+
 /// The signal path: writes the interrupted record (when the evidence folder exists and
 /// the run's record was not complete) and returns the run's last line.
 pub fn record(signal: &str) -> String {
@@ -88,14 +131,7 @@ pub fn record(signal: &str) -> String {
             );
         }
     };
-    let passed: usize = progress.finished.iter().map(|r| r.passed).sum();
-    let failed: usize = progress.finished.iter().map(|r| r.failed).sum();
-    let unfinished: Vec<String> = progress
-        .selected
-        .iter()
-        .filter(|id| !progress.finished.iter().any(|r| &r.id == *id))
-        .cloned()
-        .collect();
+    let ((passed, failed), unfinished) = counts(&progress);
     let wall_ms = progress.launched.elapsed().as_millis();
     let line = format!(
         "INTERRUPTED signal={signal} passed={passed} failed={failed} cases_finished={}/{}",
@@ -106,7 +142,7 @@ pub fn record(signal: &str) -> String {
         &progress.dir,
         &progress.finished,
         &unfinished,
-        signal,
+        crate::evidence::Incomplete::Signal(signal),
         progress.seed,
         wall_ms,
         &line,

@@ -142,6 +142,7 @@ fn main() {
                 Ok(code) => code,
                 Err(error) => {
                     eprintln!("harness error: {error:#}");
+                    interrupted::record_error(&format!("{error:#}"));
                     EXIT_HARNESS_ERROR
                 }
             },
