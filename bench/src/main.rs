@@ -104,13 +104,25 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let db = BenchDb::prepare(cluster, args.accounts, args.stripes).await?;
     let duration = Duration::from_secs(args.duration_s);
     let mut results = Vec::new();
+    // A bar on a terminal; off one (or under CI=true) an occasional status line on stderr.
+    let progress = case_kit::progress::Progress::new(
+        "bench",
+        (Variant::ALL.len() * args.clients.len()) as u64,
+    );
     for variant in Variant::ALL {
         for &clients in &args.clients {
+            progress.start_step(&format!(
+                "{} @ {clients} clients ({} s)",
+                variant.name(),
+                args.duration_s
+            ));
             let result = db.measure(variant, clients, duration, seed).await?;
-            println!("{}", report::row(&result));
+            progress.finish_step();
+            progress.println(&report::row(&result));
             results.push(result);
         }
     }
+    progress.finish();
     let context = report::Context {
         seed,
         duration_s: args.duration_s,

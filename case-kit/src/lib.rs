@@ -26,6 +26,7 @@ mod case;
 mod ctx;
 mod env;
 pub mod process;
+pub mod progress;
 pub mod proxy;
 mod race;
 pub mod redact;

@@ -17,8 +17,11 @@
 
 mod evidence;
 mod external;
+mod interrupted;
 mod janitor;
 mod matrix;
+mod preflight;
+mod repeat;
 mod selection;
 
 use std::path::{Path, PathBuf};
@@ -28,7 +31,7 @@ use std::time::{Instant, SystemTime};
 use anyhow::Context as _;
 use case_kit::snapshot::{self, Mode, Snapshots, Verdict};
 use case_kit::{CaseReport, Env, EnvOptions, Schedule, run_case};
-use clap::Parser;
+use futures_util::FutureExt as _;
 use scratch_pg::{Cluster, ClusterOptions};
 
 use crate::evidence::{Durations, Environment, PostgresRecord, RunFolder};
@@ -43,7 +46,7 @@ const EXIT_HARNESS_ERROR: i32 = 2;
 
 /// Runs the case families (L: points ledger; more in `./run.sh --list`) and writes the
 /// evidence.
-#[derive(Debug, Parser)]
+#[derive(Debug, clap::Parser)]
 #[command(name = "harness", version)]
 struct Args {
     /// Case ids (e.g. L3 L11) or family prefixes (e.g. L) to run; every default case
@@ -102,13 +105,20 @@ struct Args {
     /// their hashes on disk; `case_kit::service`), except where a case fixes the mode.
     #[arg(long, env = case_kit::service::AUTH_ENV, value_parser = clap::builder::BoolishValueParser::new())]
     auth: bool,
+    /// Run the selection N times, each a full run with its own seed (unless --seed),
+    /// cluster and record; report the runs that failed (exit 1 if any did).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(repeat::MAX_REPEAT)))]
+    repeat: Option<u32>,
     /// Internal: act as the janitor of this run folder.
     #[arg(long, hide = true)]
     janitor_for: Option<PathBuf>,
 }
 
 fn main() {
-    let args = Args::parse();
+    let matches = <Args as clap::CommandFactory>::command().get_matches();
+    let args = <Args as clap::FromArgMatches>::from_arg_matches(&matches)
+        .unwrap_or_else(|error| error.exit());
     if let Some(run_dir) = &args.janitor_for {
         janitor::run(run_dir);
     }
@@ -144,6 +154,23 @@ fn main() {
     if args.database_url.is_some() {
         selection.set_aside_server_restarts();
     }
+    if selection.needs_postgres()
+        && args.database_url.is_none()
+        && let Err(message) =
+            preflight::check_postgres_options(&matches, args.pg_bin.as_deref(), &args.server_user)
+    {
+        eprintln!("harness: {message}");
+        std::process::exit(EXIT_HARNESS_ERROR);
+    }
+    if let Some(times) = args.repeat {
+        if args.accept {
+            eprintln!(
+                "harness: --repeat with --accept would accept N times; accept once, then repeat"
+            );
+            std::process::exit(EXIT_HARNESS_ERROR);
+        }
+        repeat::run(times);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -154,6 +181,7 @@ fn main() {
                 Ok(code) => code,
                 Err(error) => {
                     eprintln!("harness error: {error:#}");
+                    interrupted::record_error(&format!("{error:#}"));
                     EXIT_HARNESS_ERROR
                 }
             },
@@ -200,6 +228,7 @@ async fn after_signal((name, code): (&'static str, i32)) -> i32 {
     if let Some(dir) = run_dir {
         let _ = std::fs::remove_dir_all(dir);
     }
+    println!("{}", interrupted::record(name));
     code
 }
 
@@ -228,6 +257,19 @@ async fn run(args: &Args, selection: &Selection<'_>, snapshot_mode: Mode) -> any
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o755))?;
     }
+    println!(
+        "temporary folder: {} (scratch cluster in pg/, SQLite files in files/; {})",
+        run_dir.display(),
+        if args.keep_cluster {
+            "kept: --keep-cluster"
+        } else {
+            "removed when the run ends"
+        }
+    );
+    println!(
+        "evidence folder: {} (evidence/latest points here once the run completes)",
+        RunFolder::path_for(&args.evidence_dir, &started_at.replace(':', "")).display()
+    );
     let janitor = if args.keep_cluster {
         None
     } else {
@@ -334,6 +376,15 @@ async fn run_in(
     };
     let folder = RunFolder::create(&args.evidence_dir, &start.started_at.replace(':', ""))
         .context("creating the evidence folder")?;
+    interrupted::begin(
+        folder.dir().to_path_buf(),
+        start.seed,
+        start.launched,
+        selection
+            .cases()
+            .map(|(_, case)| case.id.to_string())
+            .collect(),
+    );
     let (server, mut postgres_record, server_log) = match (postgres, &opened) {
         (Some(postgres), _) => (
             Some(case_kit::server::Server::Scratch(Box::new(
@@ -451,6 +502,8 @@ async fn run_in(
         &compared.diffs,
         &environment,
     )?;
+    interrupted::complete();
+    evidence::prune_runs(&args.evidence_dir, evidence::KEEP_RUNS);
     drop(env); // stops the cluster (immediate) and removes its folder
     print_closing(
         args,
@@ -480,15 +533,17 @@ async fn run_phases(
             .filter(|(_, case)| case.schedule == phase)
             .collect();
         if phase == Schedule::Concurrent && !sequential {
-            let runs = in_phase
-                .into_iter()
-                .map(|(family, case)| run_case(env.clone(), family, case));
+            let runs = in_phase.into_iter().map(|(family, case)| {
+                run_case(env.clone(), family, case).inspect(interrupted::case_finished)
+            });
             reports.extend(futures_util::future::join_all(runs).await);
         } else {
             // Exclusive and Last cases run alone: the previous phase has ended and each
             // case is awaited before the next starts.
             for (family, case) in in_phase {
-                reports.push(run_case(env.clone(), family, case).await);
+                let report = run_case(env.clone(), family, case).await;
+                interrupted::case_finished(&report);
+                reports.push(report);
             }
         }
         let phase_ms = phase_started.elapsed().as_millis();

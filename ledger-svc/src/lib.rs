@@ -8,6 +8,7 @@
 //!   carry their order id.
 //! - [`mod@repair`]: freeze, append adjustments, rewrite cached balances, re-check, unfreeze.
 //! - [`mod@transfer_between`]: transfers between two user accounts, rows locked in sorted order.
+//! - [`route_table`]: every HTTP route of the service, and its OpenAPI document.
 //! - [`retention`]: the sweep that turns expired key records into tombstones.
 //! - [`vocabulary`]: the transfer's kinds, outcomes and hook points.
 //! - [`fingerprint`]: the request fingerprint compared on replay.
@@ -21,6 +22,7 @@ pub mod order_reconcile;
 pub mod reconcile;
 pub mod repair;
 pub mod retention;
+pub mod route_table;
 pub mod schema;
 pub mod striping;
 pub mod transfer;

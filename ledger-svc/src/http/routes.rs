@@ -45,6 +45,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, StatusCode};
+use ledger_svc::route_table::{self, Lookup};
 use ledger_svc::schema::is_system_account;
 use ledger_svc::striping::striped_debit;
 use ledger_svc::{
@@ -147,8 +148,20 @@ async fn route(
             log.route(template);
         }
     };
+    // The route table is the list of what is served: anything it does not list is 404 or
+    // 405 here, before any handler (so the OpenAPI document covers every reachable route).
+    let admin = listener == Listener::Admin;
+    match route_table::lookup(admin, state.faults.is_some(), method.as_str(), &path) {
+        // Named now, so a refusal of the authentication below logs the route template,
+        // not the raw path; the handlers name it again (the same template).
+        Lookup::Found(route) => name(log, route.template),
+        Lookup::WrongMethod(listed) => {
+            return Ok(Problem::wrong_method(&method, listed.allow).into_response());
+        }
+        Lookup::NotFound => return Ok(Problem::no_route(&path).into_response()),
+    }
     let caller = match (&state.auth, segments.as_slice()) {
-        (_, ["healthz" | "readyz"]) | (None, _) => None,
+        (_, ["healthz" | "readyz" | "openapi.json"]) | (None, _) => None,
         (Some(table), _) => match auth::authenticate(table, listener, request.headers()) {
             Ok(caller) => {
                 if let Some(log) = log.as_mut() {
@@ -161,6 +174,10 @@ async fn route(
     };
     let caller = caller.as_ref();
     match (listener, segments.as_slice()) {
+        (_, ["openapi.json"]) => {
+            name(log, route_table::OPENAPI_ROUTE);
+            only(&method, Method::GET, "GET", openapi).await
+        }
         (_, ["healthz"]) => {
             name(log, "/healthz");
             only(&method, Method::GET, "GET", healthz).await
@@ -221,6 +238,18 @@ where
     } else {
         Ok(Problem::wrong_method(method, allow).into_response())
     }
+}
+
+/// The OpenAPI 3.1 document of both listeners (`ledger_svc::route_table::OPENAPI_JSON`).
+async fn openapi() -> Handled {
+    let mut response = hyper::Response::new(http_body_util::Full::new(Bytes::from_static(
+        route_table::OPENAPI_JSON.as_bytes(),
+    )));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
 }
 
 /// Liveness: the process serves requests. No database call, no wait on the pool.
