@@ -161,9 +161,13 @@ fn run_matrix(args: &MatrixArgs) -> anyhow::Result<i32> {
     let mut versions = Vec::new();
     let mut results: BTreeMap<u32, ResultsFile> = BTreeMap::new();
     let mut transcripts: BTreeMap<u32, BTreeMap<String, String>> = BTreeMap::new();
+    // A bar on a terminal, a status line per major off one (case_kit::progress).
+    let progress = case_kit::progress::Progress::new("matrix", majors.len() as u64);
     for &major in &majors {
         let output = out_dir.join(format!("pg{major}.out"));
-        let (exit_code, run_dir) = run_one(&harness, args, major, seed, &output)?;
+        progress.start_step(&format!("PostgreSQL {major}"));
+        let (exit_code, run_dir) = run_one(&harness, args, major, seed, &output, &progress)?;
+        progress.finish_step();
         let run_dir = run_dir.with_context(|| {
             format!(
                 "the PostgreSQL {major} run (exit {exit_code}) named no evidence folder; see {}",
@@ -260,6 +264,7 @@ fn run_one(
     major: u32,
     seed: u64,
     output: &Path,
+    progress: &case_kit::progress::Progress,
 ) -> anyhow::Result<(i32, Option<PathBuf>)> {
     let mut command = Command::new(harness);
     command
@@ -271,7 +276,9 @@ fn run_one(
         command.arg("--sequential");
     }
     command.args(&args.cases).stdout(Stdio::piped());
-    println!("[pg {major}] running: harness --pg {major} --seed {seed}");
+    progress.println(&format!(
+        "[pg {major}] running: harness --pg {major} --seed {seed}"
+    ));
     let mut child = command.spawn().context("starting a harness run")?;
     let mut log =
         fs::File::create(output).with_context(|| format!("creating {}", output.display()))?;
@@ -290,7 +297,7 @@ fn run_one(
             || line.trim_start().starts_with("FAIL")
             || line.starts_with("re-run")
         {
-            println!("[pg {major}] {line}");
+            progress.println(&format!("[pg {major}] {line}"));
         }
     }
     let status = child.wait()?;

@@ -243,9 +243,9 @@ async fn missing_or_unknown_token_is_401_and_records_nothing() {
         (200, Some(100))
     );
 
-    // The probes stay open on both listeners.
+    // The probes and the service's description stay open on both listeners.
     for base in [&svc.public, &svc.admin] {
-        for probe in ["/healthz", "/readyz"] {
+        for probe in ["/healthz", "/readyz", "/openapi.json"] {
             assert_eq!(
                 get(&svc, base, probe, None).await.status,
                 200,
