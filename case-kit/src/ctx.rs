@@ -48,6 +48,7 @@ pub struct Ctx {
     lines: Vec<Line>,
     details: BTreeMap<String, serde_json::Value>,
     statements_only: bool,
+    may_restart_server: bool,
 }
 
 impl Ctx {
@@ -67,6 +68,7 @@ impl Ctx {
             lines: Vec::new(),
             details: BTreeMap::new(),
             statements_only: false,
+            may_restart_server: true,
         }
     }
 
@@ -86,6 +88,13 @@ impl Ctx {
         } else {
             self.env.transfer_mode()
         }
+    }
+
+    /// Whether [`Ctx::restart_cluster_immediate`] is allowed (a context from
+    /// [`Ctx::new`] allows it; the runner allows it only for a case that declared
+    /// [`crate::Case::restarts_server`]).
+    pub fn set_may_restart_server(&mut self, allowed: bool) {
+        self.may_restart_server = allowed;
     }
 
     /// The case's id.
@@ -234,10 +243,17 @@ impl Ctx {
     }
 
     /// Restarts the cluster in immediate mode (no checkpoint; WAL recovery on start).
-    /// Only for cases scheduled [`crate::Schedule::Exclusive`].
+    /// Only for cases that declared [`crate::Case::restarts_server`] (which schedules
+    /// them [`crate::Schedule::Exclusive`]).
     ///
-    /// Errors: no cluster; the cluster's stop or start failed.
+    /// Errors: the case did not declare it; no scratch cluster (none, or an existing
+    /// server); the cluster's stop or start failed.
     pub async fn restart_cluster_immediate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.may_restart_server,
+            "case {} restarts the server but does not declare Case::restarts_server",
+            self.case_id
+        );
         let cluster = self.env.shared_cluster()?;
         tokio::task::spawn_blocking(move || {
             cluster

@@ -1,5 +1,6 @@
-//! What all cases of one run share: the scratch cluster (only when a selected family
-//! needs PostgreSQL), each PostgreSQL family's template database, the folder for SQLite
+//! What all cases of one run share: the PostgreSQL server (the scratch cluster, or an
+//! existing server, only when a selected family needs PostgreSQL), each PostgreSQL
+//! family's template database, the folder for SQLite
 //! files, the registry of clean databases and files per family, the seed, and the
 //! connection budget.
 
@@ -12,6 +13,7 @@ use scratch_pg::{Cluster, ClusterOptions};
 use tokio::sync::Semaphore;
 
 use crate::case::{Engine, Family};
+use crate::server::{ExternalServer, Server};
 
 /// Connections the runner keeps out of the case budget: its own connections (cloning
 /// case databases, preparing templates) and a margin for sessions a case opens briefly
@@ -33,9 +35,15 @@ pub struct EnvOptions {
     pub transfer_mode: crate::TransferMode,
 }
 
+/// The run's server as the cases share it.
+enum Backend {
+    Scratch(Arc<Mutex<Cluster>>),
+    External(Arc<ExternalServer>),
+}
+
 /// Shared by all cases of one run.
 pub struct Env {
-    cluster: Option<Arc<Mutex<Cluster>>>,
+    backend: Option<Backend>,
     templates: BTreeMap<String, String>,
     clean: Mutex<BTreeMap<String, Vec<String>>>,
     options: EnvOptions,
@@ -57,53 +65,113 @@ impl Env {
         families: &[&Family],
         options: EnvOptions,
     ) -> anyhow::Result<Env> {
-        let mut templates = BTreeMap::new();
-        let mut connection_budget = 0;
-        if let Some(cluster) = &cluster {
-            let admin = cluster.connect("postgres").await?;
-            let max: String = admin
-                .query_one("SELECT current_setting('max_connections')", &[])
-                .await?
-                .get(0);
-            let max: u32 = max.parse().context("reading max_connections")?;
-            connection_budget = max.saturating_sub(CONNECTION_HEADROOM).max(1);
-            for family in families {
-                let Engine::Postgres(template) = family.engine else {
-                    continue;
-                };
-                cluster.create_database(template.template, None).await?;
-                {
-                    let client = cluster.connect(template.template).await?;
-                    (template.install)(&client).await.with_context(|| {
-                        format!(
-                            "installing family {} into {}",
-                            family.prefix, template.template
-                        )
-                    })?;
-                }
-                admin
-                    .batch_execute(&format!(
-                        "ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false",
-                        template.template
-                    ))
-                    .await?;
-                templates.insert(family.prefix.to_string(), template.template.to_string());
-            }
-        } else if let Some(family) = families.iter().find(|f| f.engine.needs_postgres()) {
-            anyhow::bail!(
-                "family {} needs PostgreSQL, but no cluster was started",
-                family.prefix
-            );
-        }
-        Ok(Env {
-            cluster: cluster.map(|cluster| Arc::new(Mutex::new(cluster))),
-            templates,
+        Env::prepare_on(
+            cluster.map(|cluster| Server::Scratch(Box::new(cluster))),
+            families,
+            options,
+        )
+        .await
+    }
+
+    /// [`Env::prepare`] on either kind of [`Server`]. On an existing server each
+    /// template is `<prefix><template>` (made by [`ExternalServer::create_database`]) and
+    /// the connection budget is what [`ExternalServer::connection_budget`] finds free,
+    /// less [`CONNECTION_HEADROOM`]. The caller drops the external databases at the end
+    /// ([`ExternalServer::drop_databases`]).
+    ///
+    /// Errors: as [`Env::prepare`].
+    pub async fn prepare_on(
+        server: Option<Server>,
+        families: &[&Family],
+        options: EnvOptions,
+    ) -> anyhow::Result<Env> {
+        let backend = server.map(|server| match server {
+            Server::Scratch(cluster) => Backend::Scratch(Arc::new(Mutex::new(*cluster))),
+            Server::External(external) => Backend::External(external),
+        });
+        let mut env = Env {
+            backend,
+            templates: BTreeMap::new(),
             clean: Mutex::new(BTreeMap::new()),
             options,
-            connection_budget,
-            connections: Arc::new(Semaphore::new(connection_budget as usize)),
+            connection_budget: 0,
+            connections: Arc::new(Semaphore::new(0)),
             owned_dir: None,
-        })
+        };
+        if env.backend.is_none() {
+            if let Some(family) = families.iter().find(|f| f.engine.needs_postgres()) {
+                anyhow::bail!(
+                    "family {} needs PostgreSQL, but no cluster was started",
+                    family.prefix
+                );
+            }
+            return Ok(env);
+        }
+        let admin = env.connect(env.admin_database()).await?;
+        env.connection_budget = match &env.backend {
+            Some(Backend::External(external)) => {
+                external.connection_budget(CONNECTION_HEADROOM).await?
+            }
+            _ => {
+                let max: String = admin
+                    .query_one("SELECT current_setting('max_connections')", &[])
+                    .await?
+                    .get(0);
+                let max: u32 = max.parse().context("reading max_connections")?;
+                max.saturating_sub(CONNECTION_HEADROOM).max(1)
+            }
+        };
+        env.connections = Arc::new(Semaphore::new(env.connection_budget as usize));
+        for family in families {
+            let Engine::Postgres(template) = family.engine else {
+                continue;
+            };
+            let name = format!("{}{}", env.prefix(), template.template);
+            match &env.backend {
+                Some(Backend::External(external)) => external.create_database(&name).await?,
+                _ => {
+                    admin
+                        .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+                        .await?
+                }
+            }
+            {
+                let client = env.connect(&name).await?;
+                (template.install)(&client)
+                    .await
+                    .with_context(|| format!("installing family {} into {name}", family.prefix))?;
+            }
+            admin
+                .batch_execute(&format!(
+                    "ALTER DATABASE \"{name}\" WITH IS_TEMPLATE true ALLOW_CONNECTIONS false"
+                ))
+                .await?;
+            env.templates.insert(family.prefix.to_string(), name);
+        }
+        Ok(env)
+    }
+
+    /// The prefix of every database the run makes: empty on the scratch cluster, the
+    /// run's unique prefix on an existing server.
+    pub fn prefix(&self) -> &str {
+        match &self.backend {
+            Some(Backend::External(external)) => external.prefix(),
+            _ => "",
+        }
+    }
+
+    /// The database the runner connects to for `CREATE DATABASE` and `DROP DATABASE`:
+    /// `postgres` on the scratch cluster, the URL's database on an existing server.
+    pub fn admin_database(&self) -> &str {
+        match &self.backend {
+            Some(Backend::External(external)) => external.admin_database(),
+            _ => "postgres",
+        }
+    }
+
+    /// Whether the run works on an existing server (no restarts, no server settings).
+    pub fn is_external(&self) -> bool {
+        matches!(self.backend, Some(Backend::External(_)))
     }
 
     /// The run's transfer mode ([`EnvOptions::transfer_mode`]).
@@ -169,15 +237,18 @@ impl Env {
                 std::fs::create_dir_all(self.files_dir())?;
                 crate::Resource::SqliteFile(self.files_dir().join(format!("{name}.db")))
             }
-            Engine::Postgres(template) => {
-                let admin = self.connect("postgres").await?;
+            Engine::Postgres(_) => {
+                let template = self.template_of(family.prefix).ok_or_else(|| {
+                    anyhow::anyhow!("family {} has no template in this run", family.prefix)
+                })?;
+                let admin = self.connect(self.admin_database()).await?;
+                let name = format!("{}{name}", self.prefix());
                 admin
                     .batch_execute(&format!(
-                        "CREATE DATABASE \"{name}\" TEMPLATE {}",
-                        template.template
+                        "CREATE DATABASE \"{name}\" TEMPLATE \"{template}\""
                     ))
                     .await?;
-                crate::Resource::Database(name.to_owned())
+                crate::Resource::Database(name)
             }
         };
         Ok(crate::Ctx::new(
@@ -199,9 +270,9 @@ impl Env {
         self.options.seed
     }
 
-    /// Whether the run has a PostgreSQL cluster.
+    /// Whether the run has a PostgreSQL server (its scratch cluster or an existing one).
     pub fn has_cluster(&self) -> bool {
-        self.cluster.is_some()
+        self.backend.is_some()
     }
 
     /// The folder for the logs of processes that cases start (not created here).
@@ -229,43 +300,62 @@ impl Env {
         self.templates.get(prefix).map(String::as_str)
     }
 
-    /// The database name a case gets, e.g. `case_l3`.
+    /// The database name a case gets on the scratch cluster, e.g. `case_l3`
+    /// ([`Env::database_name`] adds the run's prefix).
     pub fn database_for(case_id: &str) -> String {
         format!("case_{}", case_id.to_ascii_lowercase())
     }
 
-    /// The cluster, locked (only to read its address or to restart it).
+    /// The database name a case gets in this run: [`Env::prefix`] and
+    /// [`Env::database_for`], e.g. `case_l3` or `lh_3f2a_9c41e7_case_l3`.
+    pub fn database_name(&self, case_id: &str) -> String {
+        format!("{}{}", self.prefix(), Env::database_for(case_id))
+    }
+
+    /// The scratch cluster, locked (only to read its address or to restart it).
     ///
-    /// Errors: the run has no cluster (no selected family needs PostgreSQL).
+    /// Errors: the run has no scratch cluster (no selected family needs PostgreSQL, or
+    /// the run works on an existing server).
     pub fn cluster(&self) -> anyhow::Result<MutexGuard<'_, Cluster>> {
-        let cluster = self
-            .cluster
-            .as_ref()
-            .ok_or_else(|| anyhow::anyhow!("this run has no PostgreSQL cluster"))?;
-        Ok(cluster
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()))
+        match &self.backend {
+            Some(Backend::Scratch(cluster)) => Ok(cluster
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())),
+            _ => Err(self.shared_cluster().expect_err("not a scratch cluster")),
+        }
     }
 
     pub(crate) fn shared_cluster(&self) -> anyhow::Result<Arc<Mutex<Cluster>>> {
-        self.cluster
-            .clone()
-            .ok_or_else(|| anyhow::anyhow!("this run has no PostgreSQL cluster"))
+        match &self.backend {
+            Some(Backend::Scratch(cluster)) => Ok(cluster.clone()),
+            Some(Backend::External(external)) => anyhow::bail!(
+                "this run works on an existing server ({}); it has no scratch cluster to restart",
+                external.shown_url()
+            ),
+            None => anyhow::bail!("this run has no PostgreSQL cluster"),
+        }
     }
 
-    /// A tokio-postgres config for `database` on the run's cluster.
+    /// A tokio-postgres config for `database` on the run's server.
     ///
-    /// Errors: the run has no cluster.
+    /// Errors: the run has no PostgreSQL server.
     pub fn config(&self, database: &str) -> anyhow::Result<tokio_postgres::Config> {
-        Ok(self.cluster()?.config(database))
+        match &self.backend {
+            Some(Backend::External(external)) => Ok(external.config(database)),
+            _ => Ok(self.cluster()?.config(database)),
+        }
     }
 
-    /// A connection URL over TCP for `database` (`postgresql://postgres@127.0.0.1:PORT/db`),
-    /// for child processes such as the crash-worker.
+    /// A connection URL for `database`, for child processes such as the crash-worker:
+    /// `postgresql://postgres@127.0.0.1:PORT/db` on the scratch cluster, the given URL
+    /// with `database` in place of its own on an existing server.
     ///
-    /// Errors: the run has no cluster.
+    /// Errors: the run has no PostgreSQL server.
     pub fn url(&self, database: &str) -> anyhow::Result<String> {
-        Ok(self.cluster()?.url(database))
+        match &self.backend {
+            Some(Backend::External(external)) => Ok(external.url(database)),
+            _ => Ok(self.cluster()?.url(database)),
+        }
     }
 
     /// Connects to `database`, spawning the connection task on the current runtime.

@@ -7,6 +7,8 @@
 //! - [`Ctx`]: the case's own database or file, connections, [`Ctx::race`] (N threads
 //!   released by one barrier), checks and notes for the transcript (SPEC §7), the seeded
 //!   rng, facts for the run record.
+//! - [`server`]: the run's PostgreSQL, its scratch cluster or an existing server
+//!   (databases under a unique prefix, dropped at the end).
 //! - [`run_case`] and [`Env`]: one case on a fresh resource, with its share of the
 //!   connection budget and a timeout; shared by the harness and the tests.
 //! - [`redact`] and [`snapshot`]: the one redaction layer and the snapshot files.
@@ -14,7 +16,8 @@
 //!   with lock waits read from PostgreSQL (`pg_blocking_pids`).
 //! - [`proxy`]: an HTTP/1.1 TCP proxy that cuts answers and retries on its own.
 //! - [`service`] and [`worker`]: the `ledger-svc` and `crash-worker` child processes,
-//!   tied to the harness's life.
+//!   tied to the harness's life; under `--auth` the service gets kit-made bearer tokens
+//!   and [`service::Service`] attaches the right one to each request.
 //!
 //! The kit knows no case and no system under test: the families live in the `cases`
 //! crate, the systems in their own crates.
@@ -24,12 +27,14 @@ mod ctx;
 mod env;
 mod mode;
 pub mod process;
+pub mod progress;
 pub mod proxy;
 mod race;
 pub mod redact;
 mod report;
 mod rng;
 mod runner;
+pub mod server;
 pub mod service;
 pub mod snapshot;
 pub mod spec;

@@ -49,7 +49,7 @@ async fn fresh_resource(env: &Env, family: &Family, case: &Case) -> anyhow::Resu
             let template = env.template_of(family.prefix).ok_or_else(|| {
                 anyhow::anyhow!("family {} has no template in this run", family.prefix)
             })?;
-            let database = Env::database_for(&case.id);
+            let database = env.database_name(&case.id);
             clone_database(env, template, &database).await?;
             Ok(Resource::Database(database))
         }
@@ -62,7 +62,7 @@ pub(crate) async fn clone_database(
     template: &str,
     database: &str,
 ) -> anyhow::Result<()> {
-    let admin = env.connect("postgres").await?;
+    let admin = env.connect(env.admin_database()).await?;
     // Two statements: DROP/CREATE DATABASE cannot run inside a transaction block, which a
     // multi-statement batch would be.
     admin
@@ -72,7 +72,7 @@ pub(crate) async fn clone_database(
         .await?;
     admin
         .batch_execute(&format!(
-            "CREATE DATABASE \"{database}\" TEMPLATE {template}"
+            "CREATE DATABASE \"{database}\" TEMPLATE \"{template}\""
         ))
         .await?;
     Ok(())
@@ -111,6 +111,7 @@ pub async fn run_case(env: Arc<Env>, family: &Family, case: &Case) -> CaseReport
                 case.id.clone(),
                 resource.clone(),
             );
+            ctx.set_may_restart_server(case.restarts_server.is_some());
             if case.statements_only {
                 ctx.pin_statements();
             }

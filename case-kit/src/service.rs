@@ -8,21 +8,44 @@
 //! The binary is found through `LEDGER_SVC_BIN`, else next to the running executable
 //! (`target/release/harness` → `target/release/ledger-svc`), else one folder up (test
 //! binaries live in `target/<profile>/deps/`).
+//!
+//! # Authenticated callers
+//!
+//! With authentication on ([`ServiceOptions::auth`]; by default the run's choice,
+//! [`run_auth`]: the harness's `--auth` or [`AUTH_ENV`]`=1`), the service is started with
+//! `--auth-tokens FILE`: [`Service::launch`] makes a random token for each caller, writes
+//! only their SHA-256 hashes to FILE (beside the log, `<log>.tokens`) and keeps the
+//! tokens in memory. The callers are [`ADMIN_CLIENT`] (`ops`, the only admin: grants,
+//! transfers, deposits, fills, fault routes), [`DEFAULT_CLIENT`] (public requests that
+//! name no client, e.g. the spot routes and balance reads), and every id of
+//! [`ServiceOptions::clients`]: list there each `X-Client-Id` a case sends.
+//!
+//! [`Service::send`] then attaches `Authorization: Bearer <token>` to every request (see
+//! [`Service::authorize`] for which token), so a case's code is the same in both modes.
+//! Code that sends on its own (a raw `reqwest` call, the bench's keep-alive clients, the
+//! exploration run) passes its request through [`Service::authorize`], or takes a
+//! client's token from [`Service::token`] and sets the header itself.
+//! [`Service::send_as_is`] sends without adding anything (for a case that shows what a
+//! missing or wrong token gets).
 
+use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use reqwest::header::CONTENT_TYPE;
+use rand::RngExt;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use serde::Deserialize;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::ctx::Ctx;
 
@@ -42,6 +65,50 @@ const HEALTH_POLL_MS: u64 = 20;
 /// Pooled database connections of a service started with default options.
 pub const DEFAULT_POOL_SIZE: usize = 16;
 
+/// Environment variable that turns authentication on for every service started with
+/// [`Auth::FromRun`]: set and not `0`, `false`, `no` or `off` (the harness's `--auth`
+/// sets it too, through [`set_run_auth`]).
+pub const AUTH_ENV: &str = "LEDGER_HARNESS_AUTH";
+/// The admin caller of an authenticated service: the client id the cases' grants name.
+pub const ADMIN_CLIENT: &str = "ops";
+/// The caller of public requests that name no `X-Client-Id` (spot routes, balance reads).
+pub const DEFAULT_CLIENT: &str = "case-kit";
+/// Random bytes in a token the kit makes (shown as twice as many hex digits).
+pub const TOKEN_BYTES: usize = 32;
+
+/// Authentication chosen for the whole run (the harness's `--auth`).
+static RUN_AUTH: AtomicBool = AtomicBool::new(false);
+
+/// Turns authentication on (or off) for every service of this process started with
+/// [`Auth::FromRun`]; the harness calls it for `--auth`.
+pub fn set_run_auth(on: bool) {
+    RUN_AUTH.store(on, Ordering::SeqCst);
+}
+
+/// Whether services started with [`Auth::FromRun`] authenticate their callers:
+/// [`set_run_auth`] or [`AUTH_ENV`].
+pub fn run_auth() -> bool {
+    RUN_AUTH.load(Ordering::SeqCst)
+        || std::env::var(AUTH_ENV).is_ok_and(|value| {
+            !matches!(
+                value.trim().to_ascii_lowercase().as_str(),
+                "" | "0" | "false" | "no" | "off"
+            )
+        })
+}
+
+/// Whether a service authenticates its callers (`--auth-tokens`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Auth {
+    /// As the run says ([`run_auth`]): the default, so every case runs both ways.
+    #[default]
+    FromRun,
+    /// Never: `X-Client-Id` trusted as declared (a case that shows why that is unsafe).
+    Off,
+    /// Always.
+    On,
+}
+
 /// How to start the service.
 #[derive(Debug, Clone)]
 pub struct ServiceOptions {
@@ -52,6 +119,16 @@ pub struct ServiceOptions {
     pub pool_size: usize,
     /// Further command-line arguments, e.g. `["--redeem-stripes", "64"]`.
     pub extra_args: Vec<String>,
+    /// Whether to start it with `--auth-tokens` (see the module docs).
+    pub auth: Auth,
+    /// The client ids the case sends in `X-Client-Id` (besides [`ADMIN_CLIENT`] and
+    /// [`DEFAULT_CLIENT`], always there): with authentication on, each gets a token, and
+    /// a request naming an id not listed goes without one (401).
+    pub clients: Vec<String>,
+    /// Client ids of [`ServiceOptions::clients`] whose tokens may also use the admin
+    /// listener (besides [`ADMIN_CLIENT`], always an admin): a caller that grants under
+    /// its own id, as the exploration run's clients do.
+    pub admins: Vec<String>,
 }
 
 impl Default for ServiceOptions {
@@ -60,8 +137,83 @@ impl Default for ServiceOptions {
             fault_injection: false,
             pool_size: DEFAULT_POOL_SIZE,
             extra_args: Vec::new(),
+            auth: Auth::FromRun,
+            clients: Vec::new(),
+            admins: Vec::new(),
         }
     }
+}
+
+impl ServiceOptions {
+    /// These options with `clients` listed in [`ServiceOptions::clients`].
+    pub fn with_clients(mut self, clients: &[&str]) -> ServiceOptions {
+        self.clients
+            .extend(clients.iter().map(|client| client.to_string()));
+        self
+    }
+}
+
+/// The tokens of an authenticated service: kept in memory, only their hashes on disk.
+struct Tokens {
+    /// Client id → token.
+    by_client: BTreeMap<String, String>,
+    /// The `--auth-tokens` file.
+    file: PathBuf,
+}
+
+impl Tokens {
+    /// A fresh random token for each of [`ADMIN_CLIENT`], [`DEFAULT_CLIENT`] and
+    /// `clients`, and the token file for them at `file` (mode 0600); [`ADMIN_CLIENT`] and
+    /// `admins` are admins.
+    fn write(file: PathBuf, clients: &[String], admins: &[String]) -> anyhow::Result<Tokens> {
+        let mut rng = rand::rng();
+        let mut by_client = BTreeMap::new();
+        for client in [ADMIN_CLIENT, DEFAULT_CLIENT]
+            .into_iter()
+            .chain(clients.iter().map(String::as_str))
+        {
+            by_client.entry(client.to_owned()).or_insert_with(|| {
+                let bytes: [u8; TOKEN_BYTES] = rng.random();
+                hex(&bytes)
+            });
+        }
+        let text = token_file_text(&by_client, admins);
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut out = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&file)
+            .with_context(|| format!("writing {}", file.display()))?;
+        out.write_all(text.as_bytes())
+            .with_context(|| format!("writing {}", file.display()))?;
+        Ok(Tokens { by_client, file })
+    }
+}
+
+/// The `--auth-tokens` file for `by_client` (client id → token): one line per caller,
+/// `<sha256-hex of the token> <client id> <yes|no>`, [`ADMIN_CLIENT`] and `admins` the
+/// admins.
+fn token_file_text(by_client: &BTreeMap<String, String>, admins: &[String]) -> String {
+    let mut text = String::from("# written by case-kit: sha256-of-token client-id admin\n");
+    for (client, token) in by_client {
+        let admin = if client == ADMIN_CLIENT || admins.contains(client) {
+            "yes"
+        } else {
+            "no"
+        };
+        text.push_str(&format!(
+            "{} {client} {admin}\n",
+            hex(&Sha256::digest(token.as_bytes()))
+        ));
+    }
+    text
+}
+
+/// Lower-case hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// A response as a case sees it.
@@ -113,6 +265,7 @@ pub struct Service {
     admin: SocketAddr,
     log_path: PathBuf,
     http: reqwest::Client,
+    tokens: Option<Tokens>,
 }
 
 /// The `ledger-svc` binary: `LEDGER_SVC_BIN`, else beside the running executable, else
@@ -165,6 +318,19 @@ impl Service {
             .append(true)
             .open(&log_path)
             .with_context(|| format!("opening {}", log_path.display()))?;
+        let tokens = match options.auth {
+            Auth::On => true,
+            Auth::Off => false,
+            Auth::FromRun => run_auth(),
+        }
+        .then(|| {
+            Tokens::write(
+                log_path.with_extension("tokens"),
+                &options.clients,
+                &options.admins,
+            )
+        })
+        .transpose()?;
         let mut command = Command::new(&binary);
         command
             .arg("--database-url")
@@ -179,6 +345,9 @@ impl Service {
         if options.fault_injection {
             command.arg("--enable-fault-injection");
         }
+        if let Some(tokens) = &tokens {
+            command.arg("--auth-tokens").arg(&tokens.file);
+        }
         let mut child = scratch_pg::process::spawn_tied(command, None, libc::SIGKILL)
             .with_context(|| format!("starting {}", binary.display()))?;
         let stdout = child.stdout.take();
@@ -192,6 +361,7 @@ impl Service {
                 .pool_max_idle_per_host(0)
                 .timeout(Duration::from_millis(CLIENT_TIMEOUT_MS))
                 .build()?,
+            tokens,
         };
         let deadline = Instant::now() + Duration::from_millis(SERVICE_START_TIMEOUT_MS);
         let line = first_line(stdout, log, deadline).await.with_context(|| {
@@ -264,12 +434,97 @@ impl Service {
             .build()?)
     }
 
-    /// Sends `request` (built on [`Service::http`]) and reads the whole reply.
+    /// Sends `request` (built on [`Service::http`]) through [`Service::authorize`] and
+    /// reads the whole reply.
     ///
     /// Errors: the transport's error (`is_timeout()` for a timeout; a connection closed
     /// without a response is another error).
     pub async fn send(&self, request: reqwest::RequestBuilder) -> Result<Reply, reqwest::Error> {
+        read_reply(self.authorize(request)).await
+    }
+
+    /// Sends `request` exactly as built, without a token, and reads the whole reply.
+    ///
+    /// Errors: as [`Service::send`].
+    pub async fn send_as_is(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<Reply, reqwest::Error> {
         read_reply(request).await
+    }
+
+    /// Whether the service was started with `--auth-tokens`.
+    pub fn authenticated(&self) -> bool {
+        self.tokens.is_some()
+    }
+
+    /// Every (client id, bearer token) of the service, ordered by id; none without
+    /// authentication. For clients that build their own requests (the exploration run).
+    pub fn tokens(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.tokens.iter().flat_map(|tokens| {
+            tokens
+                .by_client
+                .iter()
+                .map(|(client, token)| (client.as_str(), token.as_str()))
+        })
+    }
+
+    /// The bearer token of `client_id` (`None` without authentication, or for an id that
+    /// has none: see [`ServiceOptions::clients`]).
+    pub fn token(&self, client_id: &str) -> Option<&str> {
+        let tokens = self.tokens.as_ref()?;
+        tokens.by_client.get(client_id).map(String::as_str)
+    }
+
+    /// The `--auth-tokens` file (hashes only), when authenticated.
+    pub fn token_file(&self) -> Option<&Path> {
+        self.tokens.as_ref().map(|tokens| tokens.file.as_path())
+    }
+
+    /// `request` with the right `Authorization: Bearer` for it when the service
+    /// authenticates (unchanged otherwise, or when it already has an `Authorization`
+    /// header): the token of its `X-Client-Id`; without one, [`ADMIN_CLIENT`]'s for the
+    /// admin listener and [`DEFAULT_CLIENT`]'s for anything else (the public listener, a
+    /// proxy in front of it). An `X-Client-Id` without a token goes without one (the
+    /// service answers 401), and the kit says so on stderr and in the service's log.
+    /// Works for a request built on any client (the bench's own).
+    pub fn authorize(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let Some(tokens) = &self.tokens else {
+            return request;
+        };
+        // A request whose body cannot be cloned (a stream) or that does not build is sent
+        // as it is; reqwest then reports its own error.
+        let Some(built) = request.try_clone().and_then(|copy| copy.build().ok()) else {
+            return request;
+        };
+        if built.headers().contains_key(AUTHORIZATION) {
+            return request;
+        }
+        let declared = built
+            .headers()
+            .get("x-client-id")
+            .and_then(|value| value.to_str().ok())
+            .map(str::trim);
+        let to_admin = built.url().port() == Some(self.admin.port());
+        let client = declared.unwrap_or(if to_admin {
+            ADMIN_CLIENT
+        } else {
+            DEFAULT_CLIENT
+        });
+        match tokens.by_client.get(client) {
+            Some(token) => request.bearer_auth(token),
+            None => {
+                let warning = format!(
+                    "case-kit: no token for client id {client:?}: list it in \
+                     ServiceOptions::clients; sending without one"
+                );
+                eprintln!("{warning}");
+                if let Ok(mut log) = OpenOptions::new().append(true).open(&self.log_path) {
+                    let _ = writeln!(log, "{warning}");
+                }
+                request
+            }
+        }
     }
 
     /// Arms a fault at `point` (`PUT /faults/{point}`), e.g.
@@ -283,7 +538,7 @@ impl Service {
             .put(self.admin_url(&format!("/faults/{point}")))
             .header(CONTENT_TYPE, "application/json")
             .body(spec.to_string());
-        let reply = read_reply(request).await?;
+        let reply = self.send(request).await?;
         if reply.status != 200 {
             bail!("arming a fault at {point} answered {}", reply.status);
         }
@@ -294,7 +549,7 @@ impl Service {
     ///
     /// Errors: transport errors, or an unexpected body.
     pub async fn fault_state(&self, point: impl Display) -> anyhow::Result<FaultState> {
-        let reply = read_reply(self.http.get(self.admin_url("/faults"))).await?;
+        let reply = self.send(self.http.get(self.admin_url("/faults"))).await?;
         let states: Vec<FaultState> =
             serde_json::from_value(reply.body["faults"].clone()).context("reading GET /faults")?;
         states
@@ -307,11 +562,12 @@ impl Service {
     ///
     /// Errors: transport errors, or a status other than 200.
     pub async fn release_fault(&self, point: impl Display) -> anyhow::Result<u64> {
-        let reply = read_reply(
-            self.http
-                .post(self.admin_url(&format!("/faults/{point}/release"))),
-        )
-        .await?;
+        let reply = self
+            .send(
+                self.http
+                    .post(self.admin_url(&format!("/faults/{point}/release"))),
+            )
+            .await?;
         if reply.status != 200 {
             bail!("releasing {point} answered {}", reply.status);
         }
@@ -343,6 +599,19 @@ impl Service {
         }
     }
 
+    /// SIGKILL: the service dies at once, mid-request if need be (its open transactions
+    /// end with their connections, and PostgreSQL rolls them back). Returns the exit
+    /// status (killed by signal 9).
+    ///
+    /// Errors: waiting for the child failed, or it was already stopped.
+    pub fn kill(mut self) -> anyhow::Result<ExitStatus> {
+        let Some(mut child) = self.child.take() else {
+            bail!("ledger-svc was already stopped");
+        };
+        child.kill().context("sending SIGKILL to ledger-svc")?;
+        Ok(child.wait()?)
+    }
+
     /// [`Service::stop`], recording the check that the service exited with status 0
     /// on SIGTERM (its graceful, bounded shutdown).
     ///
@@ -369,8 +638,12 @@ impl Drop for Service {
     }
 }
 
-/// Sends `request` and reads the whole reply.
-async fn read_reply(request: reqwest::RequestBuilder) -> Result<Reply, reqwest::Error> {
+/// Sends `request` (built on a [`Service::http`] client) and reads the whole reply; for
+/// callers that keep the client and the address past the [`Service`] handle (the
+/// explorer, whose service is killed and restarted under it).
+///
+/// Errors: the transport's error (`is_timeout()`, `is_connect()`, or another).
+pub async fn read_reply(request: reqwest::RequestBuilder) -> Result<Reply, reqwest::Error> {
     let response = request.send().await?;
     let status = response.status().as_u16();
     let replayed = response
@@ -424,6 +697,52 @@ fn parse_listening(line: &str) -> Option<(SocketAddr, SocketAddr)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn token_file_holds_hashes_only() {
+        let dir = std::env::temp_dir().join(format!("case-kit-tokens-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("svc.tokens");
+        let tokens = Tokens::write(
+            file.clone(),
+            &["app-a".into(), "ops".into()],
+            &["app-a".into()],
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&file).unwrap().permissions(),
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(mode & 0o777, 0o600);
+        let clients: Vec<&str> = tokens.by_client.keys().map(String::as_str).collect();
+        assert_eq!(clients, ["app-a", DEFAULT_CLIENT, ADMIN_CLIENT]);
+        for (client, token) in &tokens.by_client {
+            assert_eq!(token.len(), 2 * TOKEN_BYTES);
+            assert!(
+                !text.contains(token.as_str()),
+                "{client}'s token is on disk"
+            );
+            let admin = if client == ADMIN_CLIENT || client == "app-a" {
+                "yes"
+            } else {
+                "no"
+            };
+            let line = format!(
+                "{} {client} {admin}",
+                hex(&Sha256::digest(token.as_bytes()))
+            );
+            assert!(
+                text.lines().any(|l| l == line),
+                "no line {line:?} in:\n{text}"
+            );
+        }
+        // `printf '%s' test | sha256sum`.
+        assert_eq!(
+            hex(&Sha256::digest(b"test")),
+            "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+        );
+    }
 
     #[test]
     fn address_line() {

@@ -7,8 +7,9 @@
 //! so they read the same as before and any insta tooling can open them; this module
 //! reads and writes them itself rather than driving insta's assertion macro from
 //! outside a test. What may be written follows insta's `INSTA_UPDATE` convention:
-//! - default (`INSTA_UPDATE` unset, `auto` or `new`): a mismatch leaves the proposed
-//!   transcript as `<id>.snap.new` beside the snapshot;
+//! - default (`INSTA_UPDATE` unset, `auto` or `new`): a mismatch of a case whose own
+//!   checks all passed leaves the proposed transcript as `<id>.snap.new` beside the
+//!   snapshot; a case with a failed check gets none (an older one is removed);
 //! - `--accept` (or `INSTA_UPDATE=always`): the new transcript replaces the snapshot
 //!   (review it with `git diff -- evidence/snapshots`); a case with a failed check is
 //!   never accepted;
@@ -54,7 +55,9 @@ pub fn mode(accept: bool) -> Result<Mode, String> {
     let requested = std::env::var("INSTA_UPDATE").unwrap_or_default();
     if is_ci() {
         if accept {
-            return Err("--accept writes snapshots; refused under CI=true".into());
+            return Err(
+                "--accept writes snapshots, which CI must not do; run it without CI=true".into(),
+            );
         }
         return Ok(Mode::ReadOnly);
     }
@@ -167,6 +170,17 @@ impl Snapshots {
                 Ok(Verdict::Written {
                     created: old.is_none(),
                     diff,
+                })
+            }
+            // A case whose own checks failed gets no `.snap.new` (like `--accept`, review
+            // mode never proposes a failing transcript); an older one is removed.
+            Mode::Review if report.failed > 0 => {
+                remove_if_present(&pending)?;
+                Ok(Verdict::Differs {
+                    exists: old.is_some(),
+                    diff,
+                    pending: None,
+                    declined: Some("no .snap.new: the case has failed checks"),
                 })
             }
             Mode::Review => {
@@ -441,6 +455,59 @@ mod tests {
             read_body(&file).unwrap().as_deref(),
             Some("CASE X1 :: a title: with a colon\n  note n=1")
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn report(id: &str, passed: bool) -> CaseReport {
+        let mut report = CaseReport {
+            id: id.into(),
+            title: "t".into(),
+            family: "X".into(),
+            schedule: crate::Schedule::Concurrent,
+            resource: "none".into(),
+            passed: 0,
+            failed: 0,
+            duration_ms: 0,
+            lines: Vec::new(),
+            details: Default::default(),
+        };
+        report.push(Line::Check(Check {
+            name: "a".into(),
+            passed,
+            expected: None,
+            actual: None,
+        }));
+        report
+    }
+
+    #[test]
+    fn review_mode_writes_snap_new_only_for_a_case_without_failed_checks() {
+        let dir = std::env::temp_dir().join(format!("case-kit-review-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Snapshots::new(dir.clone(), "snaps".into(), Mode::Review, None);
+        let pending = dir.join("X/X1.snap.new");
+
+        let verdict = store.compare(&report("X1", true), false).unwrap();
+        assert!(matches!(
+            verdict,
+            Verdict::Differs {
+                pending: Some(_),
+                ..
+            }
+        ));
+        assert!(pending.exists());
+
+        // The same case failing: no proposal, and the older one goes.
+        let verdict = store.compare(&report("X1", false), false).unwrap();
+        assert!(matches!(
+            verdict,
+            Verdict::Differs {
+                pending: None,
+                declined: Some(_),
+                ..
+            }
+        ));
+        assert!(!pending.exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

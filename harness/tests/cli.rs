@@ -235,3 +235,186 @@ fn a_family_without_postgres_starts_no_postgres() {
     .unwrap();
     assert!(environment["postgres"].is_null(), "{environment}");
 }
+
+/// Usage errors name what the user typed — the flag when the flag was used, the
+/// environment variable when that was — and what to do, without internal words; they
+/// come before any cluster starts (exit 2, no evidence folder).
+#[test]
+fn error_messages_name_the_flag_or_the_variable() {
+    let scratch = Scratch::new("messages");
+    let stderr = |output: &Output| String::from_utf8_lossy(&output.stderr).into_owned();
+    let internal = ["source:", "caller", "ClusterError", "Binaries("];
+
+    let flag = scratch.harness(&["--pg-bin", "/nonexistent", "L1"], true);
+    assert_eq!(flag.status.code(), Some(2));
+    let text = stderr(&flag);
+    assert!(
+        text.contains("--pg-bin /nonexistent: no such folder"),
+        "{text}"
+    );
+    assert!(text.contains("postgres and initdb"), "{text}");
+
+    let env = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["--evidence-dir", "evidence", "L1"])
+        .current_dir(&scratch.root)
+        .env("PG_BIN", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(env.status.code(), Some(2));
+    let env_text = stderr(&env);
+    assert!(
+        env_text.contains("PG_BIN=/nonexistent: no such folder"),
+        "{env_text}"
+    );
+    assert!(env_text.contains("unset it"), "{env_text}");
+
+    // A SQLite-only selection needs no PostgreSQL, so a bad PG_BIN does not stop it.
+    let listed = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["--list"])
+        .env("PG_BIN", "/nonexistent")
+        .output()
+        .unwrap();
+    assert!(listed.status.success());
+
+    let mut texts = vec![text, env_text];
+    if nix::unistd::geteuid().is_root() {
+        let user = scratch.harness(&["--server-user", "nosuchuser-lh", "L1"], true);
+        assert_eq!(user.status.code(), Some(2));
+        let user_text = stderr(&user);
+        assert!(
+            user_text.contains("--server-user nosuchuser-lh: no such user"),
+            "{user_text}"
+        );
+        assert!(!user_text.contains("LEDGER_PG_USER"), "{user_text}");
+        let by_env = Command::new(env!("CARGO_BIN_EXE_harness"))
+            .args(["--evidence-dir", "evidence", "L1"])
+            .current_dir(&scratch.root)
+            .env("LEDGER_PG_USER", "nosuchuser-lh")
+            .output()
+            .unwrap();
+        let env_user = stderr(&by_env);
+        assert!(
+            env_user.contains("LEDGER_PG_USER=nosuchuser-lh: no such user"),
+            "{env_user}"
+        );
+        texts.push(user_text);
+        texts.push(env_user);
+    }
+    for text in &texts {
+        for word in internal {
+            assert!(!text.contains(word), "internal word {word:?} in {text}");
+        }
+    }
+    assert!(
+        !scratch.evidence().join("runs").exists(),
+        "a usage error made an evidence folder"
+    );
+}
+
+/// `--repeat N` runs the selection N times and reports the failing runs; after each
+/// run the old records under `runs/` are pruned to the newest 20 (`KEEP_RUNS`), and the
+/// folder `latest` points at survives.
+#[test]
+fn repeat_reports_failing_runs_and_old_records_are_pruned() {
+    let scratch = Scratch::new("repeat");
+    std::fs::create_dir_all(scratch.evidence().join("snapshots/S")).unwrap();
+    let s1 = Path::new(env!("CARGO_MANIFEST_DIR")).join("../evidence/snapshots/S/S1.snap");
+    std::fs::copy(&s1, scratch.evidence().join("snapshots/S/S1.snap")).unwrap();
+    let runs = scratch.evidence().join("runs");
+    for minute in 0..25 {
+        std::fs::create_dir_all(runs.join(format!("2020-01-01T00{minute:02}00Z-999999999")))
+            .unwrap();
+    }
+
+    let passing = scratch.harness(&["--repeat", "2", "S1"], true);
+    let text = stdout(&passing);
+    assert_eq!(passing.status.code(), Some(0), "{text}");
+    assert_eq!(text.matches("SUMMARY passed=").count(), 2, "{text}");
+    assert!(text.contains("repeat 1/2: SUMMARY") && text.contains("repeat 2/2: SUMMARY"));
+    assert_eq!(
+        last_line(&text),
+        "REPEAT runs=2 passed_runs=2 failed_runs=0"
+    );
+    let kept: Vec<String> = std::fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(kept.len(), 20, "{kept:?}");
+    let latest = std::fs::canonicalize(scratch.evidence().join("latest")).unwrap();
+    assert!(latest.starts_with(std::fs::canonicalize(&runs).unwrap()));
+    assert!(latest.exists(), "latest was pruned");
+
+    // S2 has no snapshot in this scratch folder, so each run fails its snapshot check.
+    let failing = scratch.harness(&["--repeat", "2", "S1", "S2"], true);
+    let text = stdout(&failing);
+    assert_eq!(failing.status.code(), Some(1), "{text}");
+    assert!(text.contains("failed run 1: SUMMARY"), "{text}");
+    assert!(text.contains("failed run 2: SUMMARY"), "{text}");
+    assert!(text.contains("re-run: ./run.sh --seed "), "{text}");
+    assert!(text.contains("FAIL transcript matches"), "{text}");
+    assert_eq!(
+        last_line(&text),
+        "REPEAT runs=2 passed_runs=0 failed_runs=2"
+    );
+
+    let refused = scratch.harness(&["--repeat", "0", "S1"], true);
+    assert_eq!(refused.status.code(), Some(2));
+}
+
+/// README's claims table names every default case of every family, and only cases that
+/// exist.
+#[test]
+fn claims_table_names_every_default_case() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let start = readme
+        .find("## Claims and the cases that show them")
+        .expect("the claims section");
+    let section = &readme[start..];
+    let section = &section[..section[3..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 3)];
+    let rows: Vec<&str> = section
+        .lines()
+        .filter(|line| line.starts_with("| ") && !line.starts_with("| family"))
+        .collect();
+    let words: std::collections::BTreeSet<String> = rows
+        .iter()
+        .flat_map(|row| row.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')))
+        .map(str::to_owned)
+        .collect();
+    let mut ids = std::collections::BTreeSet::new();
+    for family in cases::families() {
+        for case in &family.cases {
+            ids.insert(case.id.to_string());
+            assert!(
+                words.contains(case.id.as_str()),
+                "{} is in no row of README's claims table",
+                case.id
+            );
+        }
+    }
+    for word in &words {
+        if looks_like_case_id(word) {
+            assert!(
+                ids.contains(word),
+                "the claims table names {word}, which is no case"
+            );
+        }
+    }
+}
+
+/// `L3`, `F10`, `S5`, `L-S4`: a family letter, then digits (or `-S` and digits).
+fn looks_like_case_id(word: &str) -> bool {
+    let mut chars = word.chars();
+    let Some(first) = chars.next() else {
+        return false;
+    };
+    let rest: String = chars.collect();
+    let digits = rest.strip_prefix("-S").unwrap_or(&rest);
+    matches!(first, 'L' | 'F' | 'S')
+        && !digits.is_empty()
+        && digits.chars().all(|c| c.is_ascii_digit())
+}

@@ -6,8 +6,11 @@
 //! - [`onetrip`]: the same transfer in one round trip (a server-side function), and
 //!   [`TransferMode`], which of the two a caller uses.
 //! - [`mod@reconcile`]: the invariant checks of SPEC §6 L11 in one REPEATABLE READ snapshot.
+//! - [`order_reconcile`]: the business reconciliation, orders against the debits that
+//!   carry their order id.
 //! - [`mod@repair`]: freeze, append adjustments, rewrite cached balances, re-check, unfreeze.
 //! - [`mod@transfer_between`]: transfers between two user accounts, rows locked in sorted order.
+//! - [`route_table`]: every HTTP route of the service, and its OpenAPI document.
 //! - [`retention`]: the sweep that turns expired key records into tombstones.
 //! - [`vocabulary`]: the transfer's kinds, outcomes and hook points.
 //! - [`fingerprint`]: the request fingerprint compared on replay.
@@ -18,9 +21,11 @@
 pub mod error;
 pub mod fingerprint;
 pub mod onetrip;
+pub mod order_reconcile;
 pub mod reconcile;
 pub mod repair;
 pub mod retention;
+pub mod route_table;
 pub mod schema;
 pub mod striping;
 pub mod transfer;
@@ -30,7 +35,10 @@ pub mod vocabulary;
 pub use error::LedgerError;
 pub use fingerprint::request_hash;
 pub use onetrip::{TransferMode, debit_in, grant_in, transfer_in, transfer_onetrip};
-pub use reconcile::{BalanceMismatch, Findings, RequestRef, TxnRef, UnbalancedTxn, reconcile};
+pub use order_reconcile::{Order, OrderFinding, reconcile_orders};
+pub use reconcile::{
+    BalanceMismatch, Findings, RequestRef, TxnRef, UnbalancedTxn, reconcile, reconcile_with,
+};
 pub use repair::{NoRepairHooks, RepairHooks, RepairLogLine, RepairReport, SYS_SUSPENSE, repair};
 pub use schema::{SYS_ISSUER, SYS_REDEEM, TEST_ACCOUNT_COUNT, test_account};
 pub use transfer::{

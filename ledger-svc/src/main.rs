@@ -3,7 +3,10 @@
 //! Two listeners: the public one (health, balance, debits) and the admin one (health,
 //! grants, and, with `--enable-fault-injection`, the fault routes). At start it prints one
 //! line on stdout with the bound addresses, e.g.
-//! `listening on 127.0.0.1:40123 admin 127.0.0.1:40124`; everything else goes to stderr.
+//! `listening on 127.0.0.1:40123 admin 127.0.0.1:40124`; everything else goes to stderr,
+//! first a line with the settings, among them `auth=tokens` (callers authenticate with
+//! `--auth-tokens`, see `http::auth`) or `auth=off` (`X-Client-Id` trusted as declared,
+//! the admin listener open to whoever reaches it).
 //!
 //! On SIGTERM or SIGINT it stops accepting, lets in-flight requests and transfers finish
 //! for at most `--shutdown-grace-ms`, and exits: status 0 when everything drained,
@@ -15,6 +18,7 @@ mod http;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +28,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
+use crate::http::auth::TokenTable;
 use crate::http::faults::FaultHooks;
 use crate::http::routes::{AppState, Listener, pool_wait_timeout};
 
@@ -81,8 +86,18 @@ struct Args {
     #[arg(long, default_value_t = DEFAULT_POOL_SIZE)]
     pool_size: usize,
     /// Serve the fault routes on the admin listener (otherwise they do not exist: 404).
+    /// With `--auth-tokens` they also need an admin caller's token.
     #[arg(long)]
     enable_fault_injection: bool,
+    /// Authenticate callers by bearer token: FILE lists one caller per line,
+    /// `<sha256-hex of the token> <client-id> <yes|no: may use the admin listener>`
+    /// (`#` comments and blank lines ignored). The caller's id then scopes the keys, an
+    /// `X-Client-Id` must match it (else 403), a missing or unknown token is 401, and the
+    /// admin listener needs an admin token. A line from a token:
+    /// `printf '%s %s no\n' "$(printf '%s' "$TOKEN" | sha256sum | cut -d' ' -f1)" app-a`.
+    /// Without it: no authentication (`X-Client-Id` trusted as declared).
+    #[arg(long, value_name = "FILE")]
+    auth_tokens: Option<PathBuf>,
     /// Longest wait for in-flight requests on SIGTERM/SIGINT, milliseconds.
     #[arg(long, default_value_t = DEFAULT_SHUTDOWN_GRACE_MS)]
     shutdown_grace_ms: u64,
@@ -122,6 +137,10 @@ struct Args {
     /// point exists, the others are refused with 409).
     #[arg(long, default_value = "statements")]
     transfer_mode: ledger_svc::TransferMode,
+    /// A deliberate bug, for `./run.sh explore --planted-bug` only (it proves the
+    /// explorer's checker can fail; see `http::planted`). Off by default.
+    #[arg(long, value_enum)]
+    planted_bug: Option<http::planted::PlantedBug>,
 }
 
 fn main() {
@@ -155,6 +174,16 @@ async fn run(args: Args) -> i32 {
     if args.repair {
         return run_repair(&pool).await;
     }
+    let auth = match &args.auth_tokens {
+        Some(path) => match TokenTable::load(path) {
+            Ok(table) => Some(Arc::new(table)),
+            Err(error) => {
+                eprintln!("ledger-svc: {error}");
+                return EXIT_STARTUP_FAILED;
+            }
+        },
+        None => None,
+    };
     let (public, admin) = match bind(&args).await {
         Ok(listeners) => listeners,
         Err(error) => {
@@ -177,7 +206,12 @@ async fn run(args: Args) -> i32 {
         tasks: TaskTracker::new(),
         redeem_stripes: args.redeem_stripes,
         transfer_mode: args.transfer_mode,
+        planted_bug: args.planted_bug,
+        auth,
     });
+    if let Some(bug) = args.planted_bug {
+        eprintln!("ledger-svc: PLANTED BUG {bug:?} is on (for ./run.sh explore only)");
+    }
     if args.redeem_stripes > 1 {
         let created = match state.pool.get().await {
             Ok(client) => ledger_svc::striping::create_redeem_stripes(&client, args.redeem_stripes)
@@ -200,7 +234,7 @@ async fn run(args: Args) -> i32 {
     eprintln!(
         "ledger-svc: database={database} pool_size={} redeem_stripes={} lock_timeout_ms={} \
          statement_timeout_ms={} idle_in_transaction_timeout_ms={} key_retention_ms={} \
-         transfer_mode={} fault_injection={}",
+         transfer_mode={} fault_injection={} auth={}",
         args.pool_size,
         args.redeem_stripes,
         args.lock_timeout_ms,
@@ -212,8 +246,21 @@ async fn run(args: Args) -> i32 {
             "on"
         } else {
             "off"
+        },
+        match &state.auth {
+            Some(table) => format!(
+                "tokens(callers={} admins={})",
+                table.callers(),
+                table.admins()
+            ),
+            None => "off(X-Client-Id trusted as declared, admin listener unauthenticated)".into(),
         }
     );
+    if let Some(table) = &state.auth {
+        for line in table.describe() {
+            eprintln!("ledger-svc: {line}");
+        }
+    }
     {
         let mut stdout = std::io::stdout().lock();
         let _ = writeln!(stdout, "listening on {public_addr} admin {admin_addr}");

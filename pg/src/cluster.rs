@@ -70,6 +70,9 @@ pub struct ClusterOptions {
     pub dir: Option<PathBuf>,
     /// Keep the cluster folder after stopping (for inspection).
     pub keep: bool,
+    /// The major version fetched when no folder is given (`pg_bin`, `PG_BIN`): one of
+    /// [`crate::versions::PINNED`] (default [`crate::versions::DEFAULT_MAJOR`]).
+    pub major: u32,
     /// Required major version (default 16); `None` accepts any.
     pub required_major: Option<u32>,
     /// `max_connections` of the server.
@@ -84,7 +87,8 @@ impl Default for ClusterOptions {
             server_user: DEFAULT_SERVER_USER.into(),
             dir: None,
             keep: false,
-            required_major: Some(16),
+            major: crate::versions::DEFAULT_MAJOR,
+            required_major: Some(crate::versions::DEFAULT_MAJOR),
             max_connections: 300,
         }
     }
@@ -195,7 +199,7 @@ impl Cluster {
             .cache_dir
             .clone()
             .unwrap_or_else(binaries::default_cache_dir);
-        let binaries = binaries::resolve(options.pg_bin.as_deref(), &cache_dir)?;
+        let binaries = binaries::resolve(options.pg_bin.as_deref(), &cache_dir, options.major)?;
         if let Some(required) = options.required_major
             && binaries.major != required
         {

@@ -1,4 +1,5 @@
-//! Throw-away PostgreSQL 16 clusters (SPEC §5).
+//! Throw-away PostgreSQL clusters (SPEC §5): 16 by default, 15, 17 or 18 on request
+//! ([`versions::PINNED`]).
 //!
 //! [`Cluster::start`] finds or fetches the binaries, runs `initdb`, and launches
 //! `postgres` directly (not through `pg_ctl`, which detaches the server) with a
@@ -19,6 +20,7 @@
 pub mod binaries;
 mod cluster;
 pub mod process;
+pub mod versions;
 
 pub use binaries::PgBinaries;
 pub use cluster::{
@@ -33,7 +35,7 @@ pub enum ClusterError {
     Binaries(String),
     /// The binaries are not the PostgreSQL major version required.
     #[error(
-        "PostgreSQL {found} found ({text}), {required} required; pass another PG_BIN or allow any version"
+        "PostgreSQL {found} found ({text}), {required} required; point PG_BIN (or --pg-bin) at PostgreSQL {required} binaries, or pass --any-version to accept {found}"
     )]
     WrongMajor {
         /// Major version found.

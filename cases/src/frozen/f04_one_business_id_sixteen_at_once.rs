@@ -144,12 +144,15 @@ async fn sixteen_at_once(service: &Service) -> anyhow::Result<Vec<(u16, bool, St
     let mut tasks = Vec::new();
     for _ in 0..CLIENTS {
         let request = service
-            .http()
-            .post(service.public_url("/spot/accounts/alice/orders"))
-            .header(TENANT_HEADER, DEFAULT_TENANT)
-            .header("idempotency-key", BUSINESS_ID)
-            .header(CONTENT_TYPE, "application/json")
-            .body(body.clone())
+            .authorize(
+                service
+                    .http()
+                    .post(service.public_url("/spot/accounts/alice/orders"))
+                    .header(TENANT_HEADER, DEFAULT_TENANT)
+                    .header("idempotency-key", BUSINESS_ID)
+                    .header(CONTENT_TYPE, "application/json")
+                    .body(body.clone()),
+            )
             .build()?;
         let http = service.http().clone();
         let barrier = barrier.clone();

@@ -32,7 +32,7 @@ const DEBIT: i64 = 1;
 const GRANT: i64 = 10;
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
-    let service = Service::start(ctx, ServiceOptions::default()).await?;
+    let service = Service::start(ctx, ServiceOptions::default().with_clients(&[CLIENT])).await?;
     let db = ctx.connect().await?;
     ctx.check_eq(
         "starting balance",

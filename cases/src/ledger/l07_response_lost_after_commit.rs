@@ -57,6 +57,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         ctx,
         ServiceOptions {
             fault_injection: true,
+            clients: vec![CLIENT.into()],
             ..ServiceOptions::default()
         },
     )

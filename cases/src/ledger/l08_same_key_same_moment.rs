@@ -64,6 +64,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         ServiceOptions {
             fault_injection: true,
             pool_size: POOL_SIZE,
+            clients: vec![CLIENT.into(), OTHER_CLIENT.into()],
             ..ServiceOptions::default()
         },
     )

@@ -29,7 +29,7 @@ use ledger_svc::{
 use tokio::sync::oneshot;
 
 use super::queries;
-use case_kit::{AbortOnDrop, Case, Ctx, Schedule};
+use case_kit::{AbortOnDrop, Case, Ctx};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -38,8 +38,10 @@ pub fn case() -> Case {
         "database crash: immediate stop with one debit committed and one open",
         |ctx| run(ctx).boxed(),
     )
-    // It restarts the cluster: nothing else may run meanwhile.
-    .schedule(Schedule::Exclusive)
+    // It restarts the cluster: nothing else may run meanwhile (Exclusive).
+    .restarts_server(
+        "stops the server in immediate mode (a crash) and starts it again for WAL recovery",
+    )
     .connections(5)
     // It holds a transfer open at before-commit: the statement transfer only.
     .statements_only()

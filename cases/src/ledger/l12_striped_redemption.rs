@@ -44,6 +44,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         ServiceOptions {
             extra_args: vec!["--redeem-stripes".into(), STRIPES.to_string()],
             pool_size: 16,
+            clients: vec![CLIENT.into()],
             ..ServiceOptions::default()
         },
     )

@@ -33,7 +33,7 @@ use ledger_svc::{debit_in, grant_in, reconcile};
 use tokio_postgres::Client;
 
 use super::queries;
-use case_kit::{Case, Ctx, Schedule};
+use case_kit::{Case, Ctx};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -42,8 +42,11 @@ pub fn case() -> Case {
         "synchronous_commit=off measured: acknowledged debits lost in a crash",
         |ctx| run(ctx).boxed(),
     )
-    // It restarts the cluster and changes a server setting for the time it runs.
-    .schedule(Schedule::Exclusive)
+    // It restarts the cluster and changes a server setting for the time it runs
+    // (Exclusive).
+    .restarts_server(
+        "changes a server setting with ALTER SYSTEM and crashes the server (immediate stop) twice to count lost commits",
+    )
     .connections(4)
 }
 

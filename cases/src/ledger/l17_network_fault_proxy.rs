@@ -76,6 +76,7 @@ pub async fn run_with(ctx: &mut Ctx, plan: NetworkPlan) -> anyhow::Result<()> {
         ctx,
         ServiceOptions {
             fault_injection: true,
+            clients: vec![CLIENT.into()],
             ..ServiceOptions::default()
         },
     )

@@ -304,6 +304,7 @@ async fn start_bounded(ctx: &Ctx, stripes: u32, bound_ms: u64) -> anyhow::Result
         ServiceOptions {
             pool_size: POOL_SIZE,
             extra_args,
+            clients: vec![CLIENT.into()],
             ..ServiceOptions::default()
         },
     )
@@ -557,7 +558,7 @@ async fn timed_debit(service: &Service, account: String, key: String) -> anyhow:
         .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
         .body(format!("amount={DEBIT}"));
     let started = Instant::now();
-    let response = request.send().await?;
+    let response = service.authorize(request).send().await?;
     let status = response.status().as_u16();
     let retry_after = response
         .headers()

@@ -61,6 +61,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
                 "--key-sweep-interval-ms".into(),
                 SWEEP_INTERVAL_MS.to_string(),
             ],
+            clients: vec![CLIENT.into()],
             ..ServiceOptions::default()
         },
     )

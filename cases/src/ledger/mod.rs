@@ -16,6 +16,7 @@ mod l00_template;
 pub mod modes;
 pub mod naive;
 pub mod naive_keyless;
+pub mod naive_reconcile;
 pub mod queries;
 pub mod spec_calls;
 pub mod worker;
@@ -43,6 +44,11 @@ case_kit::register_cases! {
     pub l17_network_fault_proxy,
     pub l18_stuck_transaction,
     l19_key_retention,
+    pub l20_reconciliation_during_writes,
+    pub l21_business_reconciliation,
+    pub l22_registry_in_another_database,
+    l23_mismatch_in_flight,
+    pub l24_borrowed_identity,
 }
 
 /// The template database every L case database is cloned from.

@@ -119,6 +119,41 @@ pub async fn txns_for_key(client: &Client, client_id: &str, idem_key: &str) -> a
     Ok(row.get(0))
 }
 
+/// Every recorded `idem_request` of `client_id` as `(idem_key, outcome, txn_id)`, by key.
+///
+/// Errors: database errors.
+pub async fn requests_of(
+    client: &Client,
+    client_id: &str,
+) -> anyhow::Result<Vec<(String, String, Option<i64>)>> {
+    let rows = client
+        .query(
+            "SELECT idem_key, outcome, txn_id FROM idem_request WHERE client_id = $1 \
+             ORDER BY idem_key",
+            &[&client_id],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect())
+}
+
+/// Row counts of `idem_request`, `ledger_txn` and `ledger_entry`: what a refused
+/// request must leave alone.
+///
+/// Errors: database errors.
+pub async fn recorded(client: &Client) -> anyhow::Result<(i64, i64, i64)> {
+    let row = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM idem_request), (SELECT count(*) FROM ledger_txn), \
+             (SELECT count(*) FROM ledger_entry)",
+            &[],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1), row.get(2)))
+}
+
 /// The recorded `idem_request` of `(client_id, idem_key)` as `(outcome, txn_id)`, or
 /// `None` when the key is not registered (committed).
 ///

@@ -2,7 +2,9 @@
 //! level INFO; `RUST_LOG` filters it, e.g. `RUST_LOG=ledger_svc::request=off`).
 //!
 //! Fields: `listener`, `method`, `route` (the route's template, e.g.
-//! `/accounts/{id}/debits`, or the raw path when no route matched), `client_id` and `key`
+//! `/accounts/{id}/debits`, or the raw path when no route matched), `caller` (the client
+//! id a bearer token authenticated, with `--auth-tokens`; `-` otherwise: never the token
+//! or its hash), `client_id` and `key`
 //! (`-` when the request had none or did not get that far), `status` (`none` when no
 //! response was written: a fault closed the connection, or the client went away first),
 //! `outcome` (the body's `outcome` member, `-` for bodies without one), `replayed`,
@@ -29,6 +31,7 @@ pub struct RequestLog {
     listener: Listener,
     method: String,
     route: String,
+    caller: Option<String>,
     client_id: Option<String>,
     key: Option<String>,
     started: Instant,
@@ -42,6 +45,7 @@ impl RequestLog {
             listener,
             method: method.to_string(),
             route: path.to_owned(),
+            caller: None,
             client_id: None,
             key: None,
             started: Instant::now(),
@@ -52,6 +56,11 @@ impl RequestLog {
     /// Names the route by its template (`/accounts/{id}/debits`).
     pub fn route(&mut self, template: &str) {
         self.route = template.to_owned();
+    }
+
+    /// Records the client id the request's bearer token authenticated.
+    pub fn caller(&mut self, client_id: &str) {
+        self.caller = Some(client_id.to_owned());
     }
 
     /// Records the request's client id and idempotency key.
@@ -82,6 +91,7 @@ impl RequestLog {
             listener = ?self.listener,
             method = %self.method,
             route = %self.route,
+            caller = %self.caller.as_deref().unwrap_or("-"),
             client_id = %self.client_id.as_deref().unwrap_or("-"),
             key = %self.key.as_deref().unwrap_or("-"),
             status = %status,

@@ -1,10 +1,13 @@
-//! The HTTP side of `ledger-svc` (SPEC §4): request grammar, problem bodies, routes,
+//! The HTTP side of `ledger-svc` (SPEC §4): request grammar, problem bodies, callers'
+//! bearer tokens (`auth`), routes,
 //! fault injection, and the accept loops with graceful shutdown; `spot` serves the
 //! frozen balances of SPEC §8 on the same listeners.
 
+pub mod auth;
 pub mod faults;
 pub mod grammar;
 pub mod log;
+pub mod planted;
 pub mod problem;
 pub mod routes;
 pub mod server;

@@ -84,6 +84,11 @@ pub enum ApiOutcome {
     NoOrder,
     /// Spot: a fill that does not fit its orders (422, not recorded).
     FillRejected,
+    /// No known bearer token (401, `--auth-tokens` only); nothing recorded.
+    Unauthenticated,
+    /// The token's caller may not do this: another client's `X-Client-Id`, or the admin
+    /// listener without an admin token (403, `--auth-tokens` only); nothing recorded.
+    Forbidden,
 }
 
 impl ApiOutcome {
@@ -100,6 +105,8 @@ impl ApiOutcome {
             ApiOutcome::OrderClosed => "ORDER_CLOSED",
             ApiOutcome::NoOrder => "NO_ORDER",
             ApiOutcome::FillRejected => "FILL_REJECTED",
+            ApiOutcome::Unauthenticated => "UNAUTHENTICATED",
+            ApiOutcome::Forbidden => "FORBIDDEN",
         }
     }
 }

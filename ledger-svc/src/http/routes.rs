@@ -31,6 +31,10 @@
 //! Both listeners: `/spot/...`, the frozen balances of SPEC §8 (see `super::spot`).
 //!
 //! Anything else: 404 problem; a known path with another method: 405 with `Allow`.
+//!
+//! With `--auth-tokens`, every route but `/healthz` and `/readyz` first authenticates
+//! the caller (`super::auth`): 401/403 before anything else, and the caller's id, not a
+//! declared `X-Client-Id`, scopes the keys of debits, grants and transfers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +45,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, StatusCode};
+use ledger_svc::route_table::{self, Lookup};
 use ledger_svc::schema::is_system_account;
 use ledger_svc::striping::striped_debit;
 use ledger_svc::{
@@ -52,6 +57,7 @@ use tokio_postgres::types::Type;
 use tokio_util::task::TaskTracker;
 
 use super::CloseConnection;
+use super::auth::{self, Caller, TokenTable};
 use super::faults::{FaultHooks, FaultPoint, FaultSpec};
 use super::grammar::{self, MAX_BODY_BYTES};
 use super::log::{RequestLog, Summary};
@@ -93,6 +99,12 @@ pub struct AppState {
     /// How debits and grants reach the database (`--transfer-mode`): SPEC §3's separate
     /// statements, or one statement ([`ledger_svc::transfer_onetrip`]).
     pub transfer_mode: TransferMode,
+    /// `--planted-bug`: a deliberate bug for `./run.sh explore` (`super::planted`);
+    /// `None` in normal operation.
+    pub planted_bug: Option<super::planted::PlantedBug>,
+    /// The callers of `--auth-tokens`; `None` without the flag (then `X-Client-Id` is
+    /// trusted as declared and the admin listener as reachable).
+    pub auth: Option<Arc<TokenTable>>,
 }
 
 /// Which listener a request came in on.
@@ -140,7 +152,36 @@ async fn route(
             log.route(template);
         }
     };
+    // The route table is the list of what is served: anything it does not list is 404 or
+    // 405 here, before any handler (so the OpenAPI document covers every reachable route).
+    let admin = listener == Listener::Admin;
+    match route_table::lookup(admin, state.faults.is_some(), method.as_str(), &path) {
+        // Named now, so a refusal of the authentication below logs the route template,
+        // not the raw path; the handlers name it again (the same template).
+        Lookup::Found(route) => name(log, route.template),
+        Lookup::WrongMethod(listed) => {
+            return Ok(Problem::wrong_method(&method, listed.allow).into_response());
+        }
+        Lookup::NotFound => return Ok(Problem::no_route(&path).into_response()),
+    }
+    let caller = match (&state.auth, segments.as_slice()) {
+        (_, ["healthz" | "readyz" | "openapi.json"]) | (None, _) => None,
+        (Some(table), _) => match auth::authenticate(table, listener, request.headers()) {
+            Ok(caller) => {
+                if let Some(log) = log.as_mut() {
+                    log.caller(&caller.client_id);
+                }
+                Some(caller)
+            }
+            Err(refused) => return Ok(*refused),
+        },
+    };
+    let caller = caller.as_ref();
     match (listener, segments.as_slice()) {
+        (_, ["openapi.json"]) => {
+            name(log, route_table::OPENAPI_ROUTE);
+            only(&method, Method::GET, "GET", openapi).await
+        }
         (_, ["healthz"]) => {
             name(log, "/healthz");
             only(&method, Method::GET, "GET", healthz).await
@@ -158,7 +199,7 @@ async fn route(
             name(log, "/accounts/{id}/debits");
             let account = account.to_string();
             only(&method, Method::POST, "POST", || {
-                transfer_route(state, request, Kind::Debit, account, log)
+                transfer_route(state, request, caller, Kind::Debit, account, log)
             })
             .await
         }
@@ -166,13 +207,13 @@ async fn route(
             name(log, "/accounts/{id}/grants");
             let account = account.to_string();
             only(&method, Method::POST, "POST", || {
-                transfer_route(state, request, Kind::Grant, account, log)
+                transfer_route(state, request, caller, Kind::Grant, account, log)
             })
             .await
         }
         (Listener::Admin, ["transfers"]) => {
             only(&method, Method::POST, "POST", || async {
-                Ok(super::transfers::transfers_route(state, request).await)
+                Ok(super::transfers::transfers_route(state, request, caller).await)
             })
             .await
         }
@@ -201,6 +242,18 @@ where
     } else {
         Ok(Problem::wrong_method(method, allow).into_response())
     }
+}
+
+/// The OpenAPI 3.1 document of both listeners (`ledger_svc::route_table::OPENAPI_JSON`).
+async fn openapi() -> Handled {
+    let mut response = hyper::Response::new(http_body_util::Full::new(Bytes::from_static(
+        route_table::OPENAPI_JSON.as_bytes(),
+    )));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
 }
 
 /// Liveness: the process serves requests. No database call, no wait on the pool.
@@ -350,10 +403,12 @@ struct TransferHead {
 /// is touched.
 fn parse_transfer(
     request: &Request<Incoming>,
+    caller: Option<&Caller>,
     kind: Kind,
     account: &str,
-) -> Result<TransferHead, Problem> {
-    let account = grammar::parse_account_id(account).map_err(|bad| Problem::bad_request(bad.0))?;
+) -> Result<TransferHead, Box<HttpResponse>> {
+    let account = grammar::parse_account_id(account)
+        .map_err(|bad| Box::new(Problem::bad_request(bad.0).into_response()))?;
     if is_system_account(&account) {
         return Err(Problem::new(
             StatusCode::FORBIDDEN,
@@ -368,29 +423,25 @@ fn parse_transfer(
                 }
             ),
             ApiOutcome::BadRequest,
-        ));
+        )
+        .into_response()
+        .into());
     }
     let headers = request.headers();
-    let client_id = grammar::parse_client_id(
-        headers
-            .get_all("x-client-id")
-            .iter()
-            .map(|value| value.as_bytes()),
-    )
-    .map_err(|bad| Problem::bad_request(bad.0))?;
+    let client_id = auth::client_id(caller, headers)?;
     let key = grammar::parse_idempotency_key(
         headers
             .get_all("idempotency-key")
             .iter()
             .map(|value| value.as_bytes()),
     )
-    .map_err(|bad| Problem::bad_request(bad.0))?;
+    .map_err(|bad| Box::new(Problem::bad_request(bad.0).into_response()))?;
     let mut content_types = headers.get_all(CONTENT_TYPE).iter();
     let body_type = match (content_types.next(), content_types.next()) {
         (Some(value), None) => grammar::body_type(value.as_bytes()),
         _ => None,
     }
-    .ok_or_else(Problem::unsupported_media_type)?;
+    .ok_or_else(|| Box::new(Problem::unsupported_media_type().into_response()))?;
     Ok(TransferHead {
         account,
         client_id,
@@ -402,13 +453,14 @@ fn parse_transfer(
 async fn transfer_route(
     state: &Arc<AppState>,
     request: Request<Incoming>,
+    caller: Option<&Caller>,
     kind: Kind,
     account: String,
     log: &mut Option<RequestLog>,
 ) -> Handled {
-    let head = match parse_transfer(&request, kind, &account) {
+    let head = match parse_transfer(&request, caller, kind, &account) {
         Ok(head) => head,
-        Err(problem) => return Ok(problem.into_response()),
+        Err(refused) => return Ok(*refused),
     };
     if let Some(log) = log.as_mut() {
         log.identify(&head.client_id, &head.key);
@@ -488,7 +540,11 @@ async fn run_transfer(
         Some(faults) => faults.as_ref(),
         None => &NoHooks,
     };
-    let result = transfer_in(state.transfer_mode, &mut client, transfer_request, hooks).await;
+    let mut result = transfer_in(state.transfer_mode, &mut client, transfer_request, hooks).await;
+    if state.planted_bug == Some(super::planted::PlantedBug::ReexecuteKnownKeys) {
+        result = super::planted::reexecute_known_keys(&mut client, transfer_request, hooks, result)
+            .await;
+    }
     if let Err(LedgerError::HookAborted(point)) = &result {
         eprintln!(
             "ledger-svc: fault at {point} aborted {} {}: {}; closing the connection \

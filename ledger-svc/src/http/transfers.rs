@@ -19,6 +19,7 @@ use ledger_svc::{Hooks, LedgerError, NoHooks, Outcome, between, transfer_between
 use serde::Deserialize;
 use serde_json::json;
 
+use super::auth::{self, Caller};
 use super::grammar;
 use super::problem::{ApiOutcome, HttpResponse, Problem, json_response, mark_replayed};
 use super::routes::{AppState, read_body};
@@ -32,23 +33,26 @@ struct TransferBody {
 }
 
 /// Handles one `POST /transfers`.
-pub async fn transfers_route(state: &Arc<AppState>, request: Request<Incoming>) -> HttpResponse {
+/// `caller`: the authenticated caller with `--auth-tokens` (its id scopes the key;
+/// `super::auth::client_id`), `None` without.
+pub async fn transfers_route(
+    state: &Arc<AppState>,
+    request: Request<Incoming>,
+    caller: Option<&Caller>,
+) -> HttpResponse {
     let headers = request.headers();
-    let client_id = grammar::parse_client_id(
-        headers
-            .get_all("x-client-id")
-            .iter()
-            .map(|value| value.as_bytes()),
-    );
-    let key = grammar::parse_idempotency_key(
+    let client_id = match auth::client_id(caller, headers) {
+        Ok(client_id) => client_id,
+        Err(refused) => return *refused,
+    };
+    let key = match grammar::parse_idempotency_key(
         headers
             .get_all("idempotency-key")
             .iter()
             .map(|value| value.as_bytes()),
-    );
-    let (client_id, key) = match (client_id, key) {
-        (Ok(client_id), Ok(key)) => (client_id, key),
-        (Err(bad), _) | (_, Err(bad)) => return Problem::bad_request(bad.0).into_response(),
+    ) {
+        Ok(key) => key,
+        Err(bad) => return Problem::bad_request(bad.0).into_response(),
     };
     let body = match read_body(request).await {
         Ok(body) => body,

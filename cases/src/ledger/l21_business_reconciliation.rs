@@ -1,0 +1,295 @@
+//! L21 — business reconciliation: orders against the ledger.
+//! Claim: debits carry their redemption order id (`order_id` in the debit body, part of
+//! the request and its fingerprint, stored on the debit's transaction), and a
+//! reconciliation of the business system's orders against the ledger
+//! (`ledger_svc::reconcile_orders`) names the order paid twice that L11's reconciliation
+//! cannot see. Three orders: `ord-2101` loses its response and is retried with the same
+//! key (one debit), `ord-2102` loses its response and is retried under a NEW key, as L7's
+//! naive client does (two debits, both balanced), `ord-2103` is paid plainly.
+//! Checks: the same-key retry replays; the same key with another order id is 422 and
+//! records nothing; L11's reconciliation finds nothing; the order reconciliation finds
+//! exactly "order ord-2102 has 2 debits" and nothing about the other two.
+//! Negative control: the new-key retry of `ord-2102` pays it twice, visible only to the
+//! order reconciliation (`cases/tests/business_controls.rs` runs it with a same-key retry,
+//! where the control's check must FAIL).
+//! Fails if: any check above does not hold.
+
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use ledger_svc::{HookPoint, Order, OrderFinding, reconcile, reconcile_orders};
+use reqwest::header::CONTENT_TYPE;
+use serde_json::json;
+
+use super::queries;
+use case_kit::service::{CLIENT_TIMEOUT_MS, Reply, Service, ServiceOptions};
+use case_kit::{Case, Ctx};
+
+use super::http::{LedgerCalls, LedgerReply};
+
+/// The case's registration.
+pub fn case() -> Case {
+    Case::new(
+        "L21",
+        "business reconciliation: a new-key retry pays an order twice; only the orders see it",
+        |ctx| run(ctx).boxed(),
+    )
+    // The service's pool (default size) and the case's two connections. Its data is
+    // consistent by L11's rules (that is the point), so it stays clean.
+    .connections(18)
+}
+
+/// How the client retries the order whose response was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryPlan {
+    /// Under a new key (L7's naive client): the order is paid twice. The case's plan.
+    NewKey,
+    /// Under the same key: a replay, so no order is paid twice and the control's
+    /// check must FAIL.
+    SameKey,
+}
+
+/// The anomaly the negative control's check names.
+pub const ANOMALY: &str =
+    "a retry under a new key pays order ord-2102 twice; L11 sees nothing, the orders do";
+
+/// The client's per-request timeout, milliseconds (as L7).
+const LOST_TIMEOUT_MS: u64 = 400;
+/// How long the service withholds the response after the commit, milliseconds.
+const SERVER_HOLD_MS: u64 = 1_500;
+const CLIENT: &str = "app-a";
+const START_BALANCE: i64 = 100;
+/// The orders: id, account, amount, the key of its first attempt.
+const SAME_KEY_ORDER: (&str, &str, i64, &str) = ("ord-2101", "acct-0004", 30, "k-2101");
+const NEW_KEY_ORDER: (&str, &str, i64, &str) = ("ord-2102", "acct-0005", 30, "k-2102");
+const PLAIN_ORDER: (&str, &str, i64, &str) = ("ord-2103", "acct-0006", 25, "k-2104");
+/// The naive retry's new key for `ord-2102`.
+const NEW_KEY: &str = "k-2103";
+/// An order id never placed, sent under `ord-2101`'s key.
+const OTHER_ORDER: &str = "ord-2199";
+
+/// The case under its own plan.
+async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+    run_with(ctx, RetryPlan::NewKey).await
+}
+
+/// The case with the retry of `ord-2102` made as `plan` says.
+///
+/// Errors: the service, the database or a request failed.
+pub async fn run_with(ctx: &mut Ctx, plan: RetryPlan) -> anyhow::Result<()> {
+    let service = Service::start(
+        ctx,
+        ServiceOptions {
+            fault_injection: true,
+            ..ServiceOptions::default()
+        }
+        .with_clients(&[CLIENT]),
+    )
+    .await?;
+    let db = ctx.connect().await?;
+    for (index, (_, account, _, _)) in [SAME_KEY_ORDER, NEW_KEY_ORDER, PLAIN_ORDER]
+        .iter()
+        .enumerate()
+    {
+        service
+            .grant(
+                "ops",
+                &format!("g-210{}", index + 1),
+                account,
+                START_BALANCE,
+            )
+            .await?;
+    }
+    ctx.note(format!(
+        "client_timeout_ms={LOST_TIMEOUT_MS} server_hold_ms={SERVER_HOLD_MS}"
+    ));
+
+    // ord-2101: the response is lost, the client retries with the same key.
+    let (order, account, amount, key) = SAME_KEY_ORDER;
+    lose_response(ctx, &service, order, account, amount, key).await?;
+    let retry = debit_for_order(&service, key, account, amount, order, None).await?;
+    ctx.note(format!("{order} same-key retry: {}", retry.summary()));
+    ctx.check_eq(
+        "same-key retry replays (201, Idempotent-Replayed)",
+        "201 true".to_string(),
+        format!("{} {}", retry.status, retry.replayed),
+    );
+
+    // The same key with another order id: another request, refused, nothing recorded.
+    let before = recorded(&db).await?;
+    let reused = debit_for_order(&service, key, account, amount, OTHER_ORDER, None).await?;
+    ctx.note(format!(
+        "{order}'s key with order {OTHER_ORDER}: {}",
+        reused.summary()
+    ));
+    ctx.check_eq(
+        "same key, another order id: status and outcome",
+        "422 KEY_REUSED".to_string(),
+        reused.status_outcome(),
+    );
+    ctx.check(
+        "nothing recorded by the 422",
+        recorded(&db).await? == before,
+        "rows unchanged",
+    );
+
+    // ord-2102: the response is lost, the client retries as `plan` says.
+    let (order, account, amount, key) = NEW_KEY_ORDER;
+    lose_response(ctx, &service, order, account, amount, key).await?;
+    let retry_key = match plan {
+        RetryPlan::NewKey => NEW_KEY,
+        RetryPlan::SameKey => key,
+    };
+    let retry = debit_for_order(&service, retry_key, account, amount, order, None).await?;
+    ctx.note(format!(
+        "{order} retry under key {retry_key}: {}",
+        retry.summary()
+    ));
+
+    // ord-2103: paid plainly.
+    let (order, account, amount, key) = PLAIN_ORDER;
+    let plain = debit_for_order(&service, key, account, amount, order, None).await?;
+    ctx.check_eq(
+        "ord-2103: status and outcome",
+        "201 OK".to_string(),
+        plain.status_outcome(),
+    );
+
+    // L11's reconciliation: every transaction balances, so it finds nothing.
+    let mut client = ctx.connect().await?;
+    let findings = reconcile(&mut client).await?;
+    ctx.check(
+        "L11's reconciliation finds nothing",
+        findings.is_clean(),
+        findings.summary(),
+    );
+
+    // The orders against the ledger.
+    let orders: Vec<Order> = [SAME_KEY_ORDER, NEW_KEY_ORDER, PLAIN_ORDER]
+        .iter()
+        .map(|(order_id, account_id, amount, _)| Order {
+            order_id: (*order_id).into(),
+            account_id: (*account_id).into(),
+            amount: *amount,
+        })
+        .collect();
+    let found = reconcile_orders(&db, &orders).await?;
+    ctx.note(format!(
+        "order reconciliation: {} finding(s) over {} orders",
+        found.len(),
+        orders.len()
+    ));
+    for finding in &found {
+        ctx.note(format!("finding: {}", finding.describe()));
+    }
+    let expected = OrderFinding::PaidMoreThanOnce {
+        order_id: NEW_KEY_ORDER.0.into(),
+        debits: 2,
+        keys: vec![
+            format!("{CLIENT}/{}", NEW_KEY_ORDER.3),
+            format!("{CLIENT}/{NEW_KEY}"),
+        ],
+    };
+    ctx.check(
+        "the order reconciliation names ord-2102, paid by 2 debits, and nothing else",
+        found == [expected.clone()],
+        format!("expected: {}", expected.describe()),
+    );
+    let names_other = found.iter().any(|finding| {
+        let text = finding.describe();
+        text.contains(SAME_KEY_ORDER.0) || text.contains(PLAIN_ORDER.0)
+    });
+    ctx.check(
+        "no finding about ord-2101 (same-key retry) or ord-2103 (paid once)",
+        !names_other,
+        if names_other { "named" } else { "none" },
+    );
+
+    let paid_twice = found.iter().any(|finding| {
+        matches!(finding, OrderFinding::PaidMoreThanOnce { order_id, debits: 2, .. }
+            if order_id == NEW_KEY_ORDER.0)
+    });
+    let debits = queries::count_txns(&db, NEW_KEY_ORDER.1, "DEBIT").await?;
+    let balance = queries::existing_balance(&db, NEW_KEY_ORDER.1).await?;
+    ctx.exposes(
+        ANOMALY,
+        paid_twice && debits == 2 && findings.is_clean(),
+        format!(
+            "debit_txns={debits} balance={balance} order_finding={paid_twice} l11_clean={}",
+            findings.is_clean()
+        ),
+    );
+
+    service.stop_checked(ctx).await?;
+    Ok(())
+}
+
+/// `POST /accounts/{account}/debits` with body `amount=N&order_id=ORDER` as [`CLIENT`],
+/// timing out after `timeout_ms` (default [`CLIENT_TIMEOUT_MS`]).
+///
+/// Errors: the transport's error (`is_timeout()` for a timeout).
+async fn debit_for_order(
+    service: &Service,
+    key: &str,
+    account: &str,
+    amount: i64,
+    order: &str,
+    timeout_ms: Option<u64>,
+) -> Result<Reply, reqwest::Error> {
+    let request = service
+        .http()
+        .post(service.public_url(&format!("/accounts/{account}/debits")))
+        .header("x-client-id", CLIENT)
+        .header("idempotency-key", key)
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("amount={amount}&order_id={order}"))
+        .timeout(Duration::from_millis(
+            timeout_ms.unwrap_or(CLIENT_TIMEOUT_MS),
+        ));
+    service.send(request).await
+}
+
+/// Arms `after-commit` close for one request and debits `amount` for `order` with a
+/// [`LOST_TIMEOUT_MS`] timeout: the client gives up while the service, already
+/// committed, still withholds the response (checked, as in L7).
+async fn lose_response(
+    ctx: &mut Ctx,
+    service: &Service,
+    order: &str,
+    account: &str,
+    amount: i64,
+    key: &str,
+) -> anyhow::Result<()> {
+    // Arming resets the fault's counters, so `fired` counts this request only.
+    service
+        .arm_fault(
+            HookPoint::AfterCommit,
+            json!({"action": "close", "hold_ms": SERVER_HOLD_MS, "count": 1}),
+        )
+        .await?;
+    let attempt =
+        debit_for_order(service, key, account, amount, order, Some(LOST_TIMEOUT_MS)).await;
+    let timed_out = matches!(&attempt, Err(error) if error.is_timeout());
+    let state = service.fault_state(HookPoint::AfterCommit).await?;
+    ctx.check(
+        format!("{order}: the client timed out after the service had committed"),
+        timed_out && state.fired >= 1,
+        format!(
+            "timed_out={timed_out} after_commit_fired={}",
+            state.fired >= 1
+        ),
+    );
+    Ok(())
+}
+
+/// Rows in idem_request, ledger_txn and ledger_entry.
+async fn recorded(db: &tokio_postgres::Client) -> anyhow::Result<(i64, i64, i64)> {
+    let row = db
+        .query_one(
+            "SELECT (SELECT count(*) FROM idem_request), (SELECT count(*) FROM ledger_txn), \
+             (SELECT count(*) FROM ledger_entry)",
+            &[],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1), row.get(2)))
+}

@@ -1,0 +1,113 @@
+//! The negative controls of L20–L22 can fail: each runs under a plan where its fault
+//! cannot happen, and its check `negative control exposes: <anomaly>` must report FAIL.
+//!
+//! - L20 with no writers and no forced debit between two reads: the separate
+//!   statements see one unchanging ledger and report nothing.
+//! - L21 with the lost order retried under the SAME key: a replay, no order paid twice.
+//! - L22 with the split-registry workers run to the end, not killed between their two
+//!   commits: each retry replays, one debit each, so neither control misbehaves.
+//!
+//! L21 starts the debug `ledger-svc`, L22 the debug `crash-worker`, next to the test
+//! binary (`cargo build --bins` first). One scratch PostgreSQL 16 cluster (with the ledger template) per test, one
+//! database per run, cloned from the template as `run_case` does.
+
+use std::sync::Arc;
+
+use case_kit::{Ctx, Env};
+use cases::ledger::{
+    self, l20_reconciliation_during_writes, l21_business_reconciliation,
+    l22_registry_in_another_database,
+};
+
+/// Seed of this test's environment (the controls draw no random input that matters).
+const SEED: u64 = 21;
+
+/// A context for `case_id` on a fresh clone of the template named `database`.
+async fn fresh_ctx(env: &Arc<Env>, case_id: &'static str, database: &str) -> Ctx {
+    env.test_ctx(&ledger::family(), case_id, database)
+        .await
+        .expect("clone the template")
+}
+
+/// Asserts that the check exposing `anomaly` exists and FAILED.
+fn assert_control_failed(ctx: &Ctx, anomaly: &str, plan: &str) {
+    eprint!("{} under {plan}:\n{}", ctx.case_id(), ctx.transcript());
+    let exposed = ctx
+        .exposed(Some(anomaly))
+        .unwrap_or_else(|| panic!("no check exposing {anomaly:?} in:\n{}", ctx.transcript()));
+    assert!(
+        !exposed,
+        "{} under {plan}: the control claims {anomaly:?} although its fault could not \
+         happen:\n{}",
+        ctx.case_id(),
+        ctx.transcript()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l21_same_key_retry_pays_no_order_twice() {
+    let env = Env::for_tests(SEED, &[&ledger::family()])
+        .await
+        .expect("scratch cluster and template");
+    let mut ctx = fresh_ctx(&env, "L21", "l21_same_key").await;
+    l21_business_reconciliation::run_with(
+        &mut ctx,
+        l21_business_reconciliation::RetryPlan::SameKey,
+    )
+    .await
+    .expect("L21 runs");
+    assert_control_failed(
+        &ctx,
+        l21_business_reconciliation::ANOMALY,
+        "a same-key retry",
+    );
+    // L11 still finds nothing, and now neither do the orders.
+    let failed: Vec<String> = ctx
+        .failed_checks()
+        .iter()
+        .map(|check| check.name.clone())
+        .collect();
+    assert!(
+        !failed.iter().any(|name| name.starts_with("L11's")),
+        "{failed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l20_separate_statements_find_nothing_without_writes() {
+    let env = Env::for_tests(SEED, &[&ledger::family()])
+        .await
+        .expect("scratch cluster and template");
+    let mut ctx = fresh_ctx(&env, "L20", "l20_quiet").await;
+    l20_reconciliation_during_writes::run_with(
+        &mut ctx,
+        l20_reconciliation_during_writes::LoadPlan::Quiet,
+    )
+    .await
+    .expect("L20 runs");
+    assert_control_failed(
+        &ctx,
+        l20_reconciliation_during_writes::ANOMALY,
+        "no writes between the reads",
+    );
+    // Only the control's check fails: L11 and the quiet ledger are clean.
+    assert_eq!(ctx.failed_checks().len(), 1, "{}", ctx.transcript());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l22_split_registry_without_a_kill_debits_once() {
+    use l22_registry_in_another_database::{
+        DEBIT_FIRST_ANOMALY, KEY_FIRST_ANOMALY, KillPlan, run_with,
+    };
+    let env = Env::for_tests(SEED, &[&ledger::family()])
+        .await
+        .expect("scratch cluster and template");
+    let mut ctx = fresh_ctx(&env, "L22", "l22_no_kill").await;
+    run_with(&mut ctx, KillPlan::NoKill)
+        .await
+        .expect("L22 runs");
+    assert_control_failed(&ctx, KEY_FIRST_ANOMALY, "no kill between the commits");
+    assert_control_failed(&ctx, DEBIT_FIRST_ANOMALY, "no kill between the commits");
+    // Only the two controls' checks fail; the single-database rows hold.
+    assert_eq!(ctx.failed_checks().len(), 2, "{}", ctx.transcript());
+}

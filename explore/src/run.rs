@@ -1,0 +1,467 @@
+//! One exploration run: a scratch cluster and a database of its own, one ledger-svc with
+//! fault injection, C clients and the nemesis for the duration, then the service stopped,
+//! the final state read, the checker, and the evidence.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context as _;
+use case_kit::service::ServiceOptions;
+use scratch_pg::{Cluster, ClusterOptions};
+
+use crate::checker::{self, Report};
+use crate::client::{Counters, Gateway, run_client};
+use crate::history::{self, Event, HistoryWriter};
+use crate::nemesis::{Launch, Nemesis};
+use crate::plan::{FaultKind, PlannedOp, fault_plan};
+use crate::report;
+use crate::state::{self, FinalState};
+
+/// Exit status when the checker found a violation.
+pub const EXIT_VIOLATIONS: i32 = 1;
+/// Exit status for a harness or usage error.
+pub const EXIT_ERROR: i32 = 2;
+/// Default load duration, seconds.
+pub const DEFAULT_DURATION_S: u64 = 60;
+/// Default number of concurrent clients.
+pub const DEFAULT_CLIENTS: u32 = 8;
+/// Interval between two status lines on stderr, milliseconds.
+pub const STATUS_INTERVAL_MS: u64 = 5_000;
+/// Longest wait, after the service stopped, for its database sessions to end before
+/// the final state is read, milliseconds.
+pub const SESSIONS_GONE_TIMEOUT_MS: u64 = 10_000;
+/// The run's database.
+const DATABASE: &str = "explore";
+
+/// Random workloads against ledger-svc under a seeded nemesis, checked from the history.
+#[derive(Debug, clap::Parser)]
+#[command(name = "explore")]
+pub struct Args {
+    /// Seed of the operation and fault schedules [default: from the clock; printed first].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Seconds of load.
+    #[arg(long, default_value_t = DEFAULT_DURATION_S)]
+    pub duration_s: u64,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = DEFAULT_CLIENTS, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub clients: u32,
+    /// Start the service with a planted bug (`reexecute-known-keys`: a known key is
+    /// executed again under a derived key), to see the checker catch it.
+    #[arg(long, value_parser = ["reexecute-known-keys"])]
+    pub planted_bug: Option<String>,
+    /// Where run records go (`<dir>/explore/<time>-<pid>/`, `<dir>/explore/latest`).
+    #[arg(long, default_value = "evidence")]
+    pub evidence_dir: PathBuf,
+    /// Unprivileged user for initdb and postgres when run as root.
+    #[arg(long, env = "LEDGER_PG_USER", default_value = scratch_pg::DEFAULT_SERVER_USER)]
+    pub server_user: String,
+    /// Folder holding postgres and initdb [default: PG_BIN, the cache, or npm pack].
+    #[arg(long)]
+    pub pg_bin: Option<PathBuf>,
+    /// Start the service with `--auth-tokens` (case-kit's tokens; each client an admin,
+    /// since it grants under its own id) and send every request with its client's token.
+    /// Also on with `LEDGER_HARNESS_AUTH=1`.
+    #[arg(long)]
+    pub auth: bool,
+    /// Do not run: check the history and final state saved in this run folder again.
+    #[arg(long)]
+    pub recheck: Option<PathBuf>,
+}
+
+/// Runs `args`; returns the exit status.
+///
+/// Errors: anything that stops the run itself (cluster, service, files).
+pub async fn run(args: Args) -> anyhow::Result<i32> {
+    if let Some(folder) = &args.recheck {
+        return recheck(folder);
+    }
+    let seed = args.seed.unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+    });
+    let planted = args
+        .planted_bug
+        .as_deref()
+        .map(|bug| format!(" --planted-bug {bug}"))
+        .unwrap_or_default();
+    println!(
+        "seed={seed} duration_s={} clients={}{planted} (replay: ./run.sh explore --seed {seed} --duration-s {} --clients {}{planted})",
+        args.duration_s, args.clients, args.duration_s, args.clients
+    );
+    let folder = run_folder(&args.evidence_dir)?;
+    println!("evidence: {}", folder.display());
+
+    let mut options = ClusterOptions {
+        pg_bin: args.pg_bin.clone(),
+        server_user: args.server_user.clone(),
+        ..ClusterOptions::default()
+    };
+    options.max_connections = 100;
+    let cluster = tokio::task::spawn_blocking(move || Cluster::start(options))
+        .await?
+        .context("starting the scratch cluster")?;
+    let facts = cluster.server_facts().await?;
+    println!(
+        "postgres {} (fsync={} synchronous_commit={} full_page_writes={})",
+        facts.server_version, facts.fsync, facts.synchronous_commit, facts.full_page_writes
+    );
+    cluster.create_database(DATABASE, None).await?;
+    {
+        let client = cluster.connect(DATABASE).await?;
+        ledger_svc::schema::install(&client).await?;
+        ledger_svc::schema::seed(&client).await?;
+    }
+    let pg_log = cluster.log_path().to_path_buf();
+    let config = cluster.config(DATABASE);
+    let database_url = cluster.url(DATABASE);
+    let cluster = Arc::new(Mutex::new(cluster));
+
+    let duration_ms = args.duration_s * 1_000;
+    let faults = fault_plan(seed, duration_ms);
+    write_fault_plan(&folder.join("faults.tsv"), &faults)?;
+
+    if args.auth {
+        case_kit::service::set_run_auth(true);
+    }
+    let client_ids: Vec<String> = (0..args.clients).map(crate::plan::client_id).collect();
+    let mut extra_args = Vec::new();
+    if let Some(bug) = &args.planted_bug {
+        extra_args.extend(["--planted-bug".to_owned(), bug.clone()]);
+    }
+    let launch = Launch {
+        database_url,
+        log_path: folder.join("ledger-svc.log"),
+        options: ServiceOptions {
+            fault_injection: true,
+            pool_size: (args.clients as usize * 2).max(4),
+            extra_args,
+            clients: client_ids.clone(),
+            admins: client_ids,
+            ..ServiceOptions::default()
+        },
+    };
+    let service = launch.start().await?;
+    let gateway = Arc::new(Gateway::default());
+    gateway.set(Some(&service));
+
+    let started = Instant::now();
+    let history = Arc::new(HistoryWriter::create(
+        &folder.join("history.jsonl"),
+        started,
+    )?);
+    let balances = {
+        let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+        let task = tokio::spawn(connection);
+        let balances = state::balances(&client).await?;
+        drop(client);
+        let _ = task.await;
+        balances
+    };
+    history.record(|t_us| Event::Setup {
+        t_us,
+        seed,
+        clients: args.clients,
+        duration_ms,
+        planted_bug: args.planted_bug.clone(),
+        balances,
+    });
+    let deadline = started + Duration::from_millis(duration_ms);
+    let counters = Arc::new(Counters::default());
+    let invoked: Arc<Mutex<Vec<PlannedOp>>> = Arc::default();
+    let mut clients = Vec::new();
+    for client in 0..args.clients {
+        clients.push(tokio::spawn(run_client(
+            seed,
+            client,
+            deadline,
+            gateway.clone(),
+            history.clone(),
+            counters.clone(),
+            invoked.clone(),
+        )));
+    }
+    let status = tokio::spawn(status_lines(counters.clone(), history.clone(), started));
+    let mut nemesis = Nemesis {
+        cluster: cluster.clone(),
+        launch,
+        service: Some(service),
+        gateway: gateway.clone(),
+        history: history.clone(),
+    };
+    let nemesis_result = nemesis.run(&faults, started, deadline).await;
+    for client in clients {
+        client.await?;
+    }
+    status.abort();
+    nemesis_result?;
+    nemesis.restore().await?;
+    history.record(|t_us| Event::End { t_us });
+    history.flush()?;
+    gateway.set(None);
+    if let Some(service) = nemesis.service.take() {
+        let status = service.stop().await?;
+        eprintln!("explore: ledger-svc stopped ({status})");
+    }
+    let final_state = {
+        let (mut client, connection) = config.connect(tokio_postgres::NoTls).await?;
+        let task = tokio::spawn(connection);
+        wait_for_sessions_gone(&client).await?;
+        let final_state = state::read(&mut client).await?;
+        drop(client);
+        let _ = task.await;
+        final_state
+    };
+    std::fs::write(
+        folder.join("final-state.json"),
+        serde_json::to_string_pretty(&final_state)?,
+    )?;
+    let mut ops = invoked.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    ops.sort_by_key(|op| (op.client, op.index));
+    write_operations(&folder.join("operations.tsv"), &ops)?;
+
+    let code = check_and_report(&folder, &final_state, seed, args.clients)?;
+    // The cluster goes (immediate stop, folder removed) when the last handle drops.
+    drop(nemesis);
+    let cluster = Arc::try_unwrap(cluster)
+        .ok()
+        .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()));
+    let _ = std::fs::copy(&pg_log, folder.join("postgres.log"));
+    drop(cluster);
+    write_environment(&folder, seed, &args, &facts)?;
+    let report_line = std::fs::read_to_string(folder.join("explore-line.txt"))?;
+    print!("{report_line}");
+    Ok(code)
+}
+
+/// Checks the run folder's history against `final_state`, writes the report files and
+/// prints the summary; returns the exit status. The last line is kept in
+/// `explore-line.txt` for the caller to print last.
+fn check_and_report(
+    folder: &Path,
+    final_state: &FinalState,
+    seed: u64,
+    clients: u32,
+) -> anyhow::Result<i32> {
+    let history_path = folder.join("history.jsonl");
+    let events = history::read(&history_path)?;
+    let raw: Vec<String> = std::fs::read_to_string(&history_path)?
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let report = checker::check(&events, final_state);
+    report::timeline(&folder.join("timeline.svg"), &events, clients)?;
+    std::fs::write(
+        folder.join("violations.json"),
+        serde_json::to_string_pretty(&report)?,
+    )?;
+    let table = report::summary_table(&report);
+    let violations = report::violations_text(&report, &raw);
+    let line = explore_line(seed, &report);
+    std::fs::write(
+        folder.join("report.md"),
+        format!("# Exploration seed={seed}\n\n{table}\n## Violations\n\n{violations}\n`{line}`\n"),
+    )?;
+    print!("{table}");
+    if !report.groups.is_empty() {
+        println!(
+            "violations by kind (first and smallest excerpt; full report: {}):",
+            folder.join("report.md").display()
+        );
+        print!("{violations}");
+        println!("replay: ./run.sh explore --seed {seed} (see the first line for all options)");
+    }
+    std::fs::write(folder.join("explore-line.txt"), format!("{line}\n"))?;
+    Ok(if report.violations.is_empty() {
+        0
+    } else {
+        EXIT_VIOLATIONS
+    })
+}
+
+/// `EXPLORE seed=N ops=… faults=… violations=…`.
+fn explore_line(seed: u64, report: &Report) -> String {
+    let faults: Vec<String> = FaultKind::ALL
+        .iter()
+        .map(|kind| {
+            format!(
+                "{}:{}",
+                kind.as_str(),
+                report
+                    .counts
+                    .faults
+                    .get(kind.as_str())
+                    .copied()
+                    .unwrap_or(0)
+            )
+        })
+        .collect();
+    let kinds: Vec<String> = report
+        .groups
+        .iter()
+        .map(|g| format!("{}:{}", g.kind, g.count))
+        .collect();
+    format!(
+        "EXPLORE seed={seed} ops={} faults={} ({}) violations={}{}",
+        report.counts.ops,
+        report.faults_total(),
+        faults.join(" "),
+        report.violations.len(),
+        if kinds.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", kinds.join(" "))
+        }
+    )
+}
+
+/// `explore --recheck FOLDER`.
+fn recheck(folder: &Path) -> anyhow::Result<i32> {
+    let final_state: FinalState = serde_json::from_str(
+        &std::fs::read_to_string(folder.join("final-state.json"))
+            .context("reading final-state.json")?,
+    )?;
+    let events = history::read(&folder.join("history.jsonl"))?;
+    let (seed, clients) = events
+        .iter()
+        .find_map(|(_, e)| match e {
+            Event::Setup { seed, clients, .. } => Some((*seed, *clients)),
+            _ => None,
+        })
+        .context("the history has no setup line")?;
+    let code = check_and_report(folder, &final_state, seed, clients)?;
+    print!(
+        "{}",
+        std::fs::read_to_string(folder.join("explore-line.txt"))?
+    );
+    Ok(code)
+}
+
+/// `<evidence>/explore/<UTC time>-<pid>/`, and `<evidence>/explore/latest` pointing at it.
+fn run_folder(evidence: &Path) -> anyhow::Result<PathBuf> {
+    let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
+        .to_string()
+        .replace(':', "");
+    let root = evidence.join("explore");
+    let folder = root.join(format!("{stamp}-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).with_context(|| format!("creating {}", folder.display()))?;
+    let latest = root.join("latest");
+    let _ = std::fs::remove_file(&latest);
+    let _ = std::os::unix::fs::symlink(folder.file_name().expect("named"), &latest);
+    Ok(folder)
+}
+
+fn write_fault_plan(path: &Path, faults: &[crate::plan::PlannedFault]) -> anyhow::Result<()> {
+    let mut text = String::from(
+        "# the seed's fault schedule: planned start (ms after the load starts), kind, hook point, down or hold time (ms)\nindex\tat_ms\tkind\tpoint\thold_ms\n",
+    );
+    for fault in faults {
+        text.push_str(&format!(
+            "{}\t{}\t{}\t{}\t{}\n",
+            fault.index,
+            fault.at_ms,
+            fault.kind.as_str(),
+            fault.point.as_deref().unwrap_or("-"),
+            fault.hold_ms
+        ));
+    }
+    std::fs::write(path, text)?;
+    Ok(())
+}
+
+fn write_operations(path: &Path, ops: &[PlannedOp]) -> anyhow::Result<()> {
+    let mut text = String::from(
+        "# the seed's operation schedule, as far as each client got: every operation invoked\nclient\tindex\tkey\tkind\taccount\tamount\treuse_of\tmax_attempts\tbackoff_ms\n",
+    );
+    for op in ops {
+        text.push_str(&format!(
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            op.client,
+            op.index,
+            op.key,
+            op.payload.kind.as_str(),
+            op.payload.account,
+            op.payload.amount,
+            op.reuse_of.map_or("-".to_owned(), |i| i.to_string()),
+            op.max_attempts,
+            op.backoff_ms
+        ));
+    }
+    std::fs::write(path, text)?;
+    Ok(())
+}
+
+fn write_environment(
+    folder: &Path,
+    seed: u64,
+    args: &Args,
+    facts: &scratch_pg::ServerFacts,
+) -> anyhow::Result<()> {
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned());
+    let environment = serde_json::json!({
+        "command": std::env::args().collect::<Vec<_>>(),
+        "seed": seed,
+        "duration_s": args.duration_s,
+        "clients": args.clients,
+        "planted_bug": args.planted_bug,
+        "git_commit": commit,
+        "postgres": facts,
+        "client_timeout_ms": crate::client::CLIENT_TIMEOUT_MS,
+    });
+    std::fs::write(
+        folder.join("environment.json"),
+        serde_json::to_string_pretty(&environment)?,
+    )?;
+    Ok(())
+}
+
+/// A status line on stderr every [`STATUS_INTERVAL_MS`].
+async fn status_lines(counters: Arc<Counters>, history: Arc<HistoryWriter>, started: Instant) {
+    let mut ticks = tokio::time::interval(Duration::from_millis(STATUS_INTERVAL_MS));
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let _ = history.flush();
+        eprintln!(
+            "explore: t={}s ops={} attempts={} ok={} fail={} info={}",
+            started.elapsed().as_secs(),
+            counters.ops.load(Ordering::Relaxed),
+            counters.attempts.load(Ordering::Relaxed),
+            counters.ok.load(Ordering::Relaxed),
+            counters.fail.load(Ordering::Relaxed),
+            counters.info.load(Ordering::Relaxed),
+        );
+    }
+}
+
+/// Waits until no ledger-svc session is left in `pg_stat_activity` (a killed service's
+/// backends end when they notice), at most [`SESSIONS_GONE_TIMEOUT_MS`].
+async fn wait_for_sessions_gone(client: &tokio_postgres::Client) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_millis(SESSIONS_GONE_TIMEOUT_MS);
+    loop {
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ledger-svc'",
+                &[],
+            )
+            .await?;
+        let left: i64 = row.get(0);
+        if left == 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{left} ledger-svc sessions still open {SESSIONS_GONE_TIMEOUT_MS} ms after it stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
