@@ -103,7 +103,7 @@ struct Args {
     seed: Option<u64>,
     /// How the ledger's transfers reach the database: `statements` (SPEC §3 as written)
     /// or `onetrip` (one server-side statement per transfer; the cases that need an open
-    /// transaction at a hook point, L7–L10, keep `statements`). Snapshots are the same.
+    /// transaction at a hook point, L7–L10, L22 and L23, keep `statements`). Snapshots are the same.
     #[arg(long, env = case_kit::TRANSFER_MODE_ENV, default_value = "statements")]
     transfer_mode: case_kit::TransferMode,
     /// Start every ledger-svc a case starts with `--auth-tokens` (random tokens, only

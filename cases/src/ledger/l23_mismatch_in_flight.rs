@@ -33,6 +33,8 @@ pub fn case() -> Case {
     )
     // The service's pool (default size) and the case's observer connection.
     .connections(18)
+    // It pauses the first request at registered: the statement transfer only.
+    .statements_only()
 }
 
 const ACCOUNT: &str = "acct-0003";
