@@ -42,7 +42,7 @@ use tokio_postgres::Client;
 use tokio_postgres::types::Type;
 
 use crate::error::LedgerError;
-use crate::transfer::{HookContext, Hooks, TransferRequest, TransferResult, replay};
+use crate::transfer::{Hooks, TransferRequest, TransferResult, after_commit, replay};
 use crate::vocabulary::{HookPoint, Outcome, UnknownName};
 
 /// How a transfer is sent to the database.
@@ -309,15 +309,7 @@ pub async fn transfer_onetrip(
                 balance: balance.unwrap_or(0),
                 replayed: false,
             };
-            let after = HookContext {
-                point: HookPoint::AfterCommit,
-                request: req,
-                transaction: None,
-            };
-            if hooks.at(after).await.is_err() {
-                return Err(LedgerError::HookAborted(HookPoint::AfterCommit));
-            }
-            Ok(result)
+            after_commit(hooks, req, result).await
         }
         "stored" => replay(req, &request_hash, &row),
         "orphan" => Err(LedgerError::KeyExpired {

@@ -654,6 +654,17 @@ pub(crate) async fn commit(
         return abort(tx, HookPoint::BeforeCommit).await;
     }
     tx.commit().await?;
+    after_commit(hooks, req, result).await
+}
+
+/// The `after-commit` hook of a committed transfer (no open transaction): `result`, or
+/// [`LedgerError::HookAborted`] when the hook aborts (the client then gets no answer,
+/// though the transfer is committed).
+pub(crate) async fn after_commit(
+    hooks: &dyn Hooks,
+    req: &TransferRequest,
+    result: TransferResult,
+) -> Result<TransferResult, LedgerError> {
     let after = HookContext {
         point: HookPoint::AfterCommit,
         request: req,

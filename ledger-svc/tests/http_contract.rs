@@ -801,65 +801,7 @@ async fn sigterm_shutdown_is_graceful_and_bounded() {
 /// died without the driver noticing yet.)
 #[tokio::test]
 async fn pool_replaces_dead_connections_after_restart() {
-    // Its own cluster: the restart must not disturb the other tests' databases.
-    let mut cluster = tokio::task::spawn_blocking(|| {
-        scratch_pg::Cluster::start(scratch_pg::ClusterOptions::default())
-    })
-    .await
-    .unwrap()
-    .expect("start scratch PostgreSQL");
-    cluster.create_database("h_restart", None).await.unwrap();
-    {
-        let client = cluster.connect("h_restart").await.unwrap();
-        ledger_svc::schema::install(&client).await.unwrap();
-        ledger_svc::schema::seed(&client).await.unwrap();
-    }
-    let svc = Service::start(
-        &cluster.url("h_restart"),
-        Options {
-            pool_size: Some(4),
-            ..Options::default()
-        },
-    )
-    .await;
-    assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
-    // Fill the pool with several open connections.
-    let keys: Vec<String> = (0..4).map(|i| format!("k-{i}")).collect();
-    let replies = futures_util::future::join_all(
-        keys.iter()
-            .map(|key| svc.debit("acct-0001", "app-a", key, "1")),
-    )
-    .await;
-    assert!(replies.iter().all(|r| r.status == 201));
-
-    let mut cluster =
-        tokio::task::spawn_blocking(move || cluster.restart_immediate().map(|()| cluster))
-            .await
-            .unwrap()
-            .expect("restart");
-
-    for i in 10..18 {
-        let reply = svc
-            .debit("acct-0001", "app-a", &format!("k-{i}"), "1")
-            .await;
-        assert_eq!(
-            reply.status, 201,
-            "request {i} after the restart: {}",
-            reply.raw
-        );
-    }
-    let client = cluster.connect("h_restart").await.unwrap();
-    let balance: i64 = client
-        .query_one(
-            "SELECT balance FROM account WHERE account_id = 'acct-0001'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(balance, 100 - 4 - 8);
-    drop(svc);
-    cluster.stop(scratch_pg::StopMode::Fast).unwrap();
+    common::service::restart_then_debit("h_restart", Options::default()).await;
 }
 
 /// Without a usable database every route that needs one answers 503 with outcome
