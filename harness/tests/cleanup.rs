@@ -2,7 +2,7 @@
 //! and SIGKILL of the harness in the middle of a run (SPEC §5).
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -121,41 +121,7 @@ fn sigint_records_an_interrupted_run_and_leaves_latest_alone() {
     let evidence = tempdir_for("interrupted");
     std::fs::create_dir_all(evidence.join("runs/earlier")).unwrap();
     std::os::unix::fs::symlink("runs/earlier", evidence.join("latest")).unwrap();
-    let mut harness = Command::new(env!("CARGO_BIN_EXE_harness"))
-        .args(["--evidence-dir"])
-        .arg(&evidence)
-        .args(["L1", "L18"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("harness starts");
-    let pid = harness.id();
-    let mut stdout = harness.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut stdout, &mut text).unwrap();
-        text
-    });
-    let deadline = Instant::now() + Duration::from_millis(FIRST_CASE_DEADLINE_MS);
-    let run = loop {
-        let finished = std::fs::read_dir(evidence.join("runs"))
-            .unwrap()
-            .flatten()
-            .map(|entry| entry.path())
-            .find(|dir| dir.join("L1.txt").exists());
-        if let Some(run) = finished {
-            break run;
-        }
-        assert!(Instant::now() < deadline, "L1 never finished");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let status = harness.wait().unwrap();
-    let text = reader.join().unwrap();
+    let (status, text, run) = interrupt_once_l1_finished(&evidence, &["L1", "L18"]);
     assert_eq!(status.code(), Some(130), "{text}");
     let last = text.lines().last().unwrap_or_default();
     assert!(
@@ -195,10 +161,39 @@ fn sigint_records_an_interrupted_run_and_leaves_latest_alone() {
 #[test]
 fn sigint_stops_a_repeat_after_the_run_in_progress() {
     let evidence = tempdir_for("repeat-interrupted");
+    let (status, text, run) =
+        interrupt_once_l1_finished(&evidence, &["--repeat", "3", "L1", "L18"]);
+    assert_eq!(status.code(), Some(130), "{text}");
+    assert!(
+        text.contains("repeat 1/3: INTERRUPTED signal=SIGINT"),
+        "{text}"
+    );
+    assert!(!text.contains("repeat 2/3"), "a second run started: {text}");
+    assert_eq!(
+        text.lines().last().unwrap_or_default(),
+        "REPEAT interrupted after 0 of 3 runs: passed_runs=0 failed_runs=0"
+    );
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["status"], "interrupted");
+    assert!(
+        !evidence.join("latest").exists(),
+        "latest points at an interrupted run"
+    );
+    let _ = std::fs::remove_dir_all(evidence);
+}
+
+/// Runs the harness with `args` on `evidence`, sends it SIGINT as soon as a run folder
+/// holds `L1.txt` (L1 finished), and returns its exit status, its standard output and
+/// that run folder.
+fn interrupt_once_l1_finished(
+    evidence: &Path,
+    args: &[&str],
+) -> (std::process::ExitStatus, String, PathBuf) {
     let mut harness = Command::new(env!("CARGO_BIN_EXE_harness"))
         .args(["--evidence-dir"])
-        .arg(&evidence)
-        .args(["--repeat", "3", "L1", "L18"])
+        .arg(evidence)
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -231,22 +226,5 @@ fn sigint_stops_a_repeat_after_the_run_in_progress() {
     .unwrap();
     let status = harness.wait().unwrap();
     let text = reader.join().unwrap();
-    assert_eq!(status.code(), Some(130), "{text}");
-    assert!(
-        text.contains("repeat 1/3: INTERRUPTED signal=SIGINT"),
-        "{text}"
-    );
-    assert!(!text.contains("repeat 2/3"), "a second run started: {text}");
-    assert_eq!(
-        text.lines().last().unwrap_or_default(),
-        "REPEAT interrupted after 0 of 3 runs: passed_runs=0 failed_runs=0"
-    );
-    let results: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
-    assert_eq!(results["status"], "interrupted");
-    assert!(
-        !evidence.join("latest").exists(),
-        "latest points at an interrupted run"
-    );
-    let _ = std::fs::remove_dir_all(evidence);
+    (status, text, run)
 }
