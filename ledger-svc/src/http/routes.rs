@@ -155,15 +155,13 @@ async fn route(
     // The route table is the list of what is served: anything it does not list is 404 or
     // 405 here, before any handler (so the OpenAPI document covers every reachable route).
     let admin = listener == Listener::Admin;
-    match route_table::lookup(admin, state.faults.is_some(), method.as_str(), &path) {
-        // Named now, so a refusal of the authentication below logs the route template,
-        // not the raw path; the handlers name it again (the same template).
-        Lookup::Found(route) => name(log, route.template),
+    let route = match route_table::lookup(admin, state.faults.is_some(), method.as_str(), &path) {
+        Lookup::Found(route) => route,
         Lookup::WrongMethod(listed) => {
             return Ok(Problem::wrong_method(&method, listed.allow).into_response());
         }
         Lookup::NotFound => return Ok(Problem::no_route(&path).into_response()),
-    }
+    };
     let caller = match (&state.auth, segments.as_slice()) {
         (_, ["healthz" | "readyz" | "openapi.json"]) | (None, _) => None,
         (Some(table), _) => match auth::authenticate(table, listener, request.headers()) {
@@ -173,7 +171,11 @@ async fn route(
                 }
                 Some(caller)
             }
-            Err(refused) => return Ok(*refused),
+            Err(refused) => {
+                // Refused before any handler named the route: log its template.
+                name(log, route.template);
+                return Ok(*refused);
+            }
         },
     };
     let caller = caller.as_ref();
