@@ -6,6 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use case_kit::service::{Service, ServiceOptions};
+
+use crate::cpu::{self, PerDebit};
+use crate::http_client::DebitClient;
 use case_kit::{ChaCha8Rng, seeded_rng};
 use ledger_svc::striping::{create_redeem_stripes, striped_debit};
 use ledger_svc::{
@@ -30,6 +33,12 @@ const TEMPLATE: &str = "bench_template";
 
 /// Per-request timeout of the service variant's HTTP clients, milliseconds.
 const HTTP_TIMEOUT_MS: u64 = 10_000;
+/// `--worker-threads` of the service variant's ledger-svc: one, a current-thread runtime.
+/// On a machine whose few cores PostgreSQL, the load and the service share, a second
+/// runtime thread costs more CPU per request in wakeups between threads than it gives
+/// (measured on the 2-core development machine: about 200 µs of service CPU per debit
+/// with one thread against 230 with two, at 8 clients).
+const SERVICE_WORKER_THREADS: u16 = 1;
 /// The client id of the service variant's debits (with `--auth`, the caller its token
 /// authenticates).
 const BENCH_CLIENT: &str = "bench";
@@ -41,7 +50,7 @@ const CEILING_TABLE_SQL: &str =
 const CEILING_INSERT_SQL: &str = "INSERT INTO bench_commit (worker, n) VALUES ($1, $2)";
 
 /// A measured design.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Variant {
     /// Not a debit: the smallest durable write transaction (one-row INSERT in its own
@@ -50,8 +59,10 @@ pub enum Variant {
     Ceiling,
     /// SPEC §3 transfer over database connections; every debit credits `sys-redeem`.
     Raw,
-    /// The same debits through ledger-svc over HTTP (keep-alive clients, unique keys,
-    /// a pool of as many connections as clients), still crediting `sys-redeem`.
+    /// The same debits through ledger-svc over HTTP (one keep-alive HTTP/1.1 connection
+    /// per client, unique keys; the service with a pool of as many connections as
+    /// clients and [`SERVICE_WORKER_THREADS`] runtime thread), still crediting
+    /// `sys-redeem`.
     Service,
     /// The raw transfer with the sink striped (`ledger_svc::striping`): no hot row.
     Fix,
@@ -59,6 +70,7 @@ pub enum Variant {
     OneTrip,
     /// The one-trip transfer with the striped sink.
     #[serde(rename = "onetrip+fix")]
+    #[value(name = "onetrip+fix")]
     OneTripFix,
 }
 
@@ -113,10 +125,7 @@ impl Variant {
 /// How one client issues a debit (or the ceiling's commit).
 enum Debitor {
     Sql(tokio_postgres::Client),
-    Http {
-        client: reqwest::Client,
-        service: Arc<Service>,
-    },
+    Http(DebitClient),
 }
 
 impl Debitor {
@@ -150,20 +159,11 @@ impl Debitor {
                 let done = transfer_in(variant.mode(), client, &request, &NoHooks).await?;
                 Ok(done.outcome == Outcome::Ok)
             }
-            Debitor::Http { client, service } => {
-                let request = client
-                    .post(service.public_url(&format!("/accounts/{account}/debits")))
-                    .header("x-client-id", BENCH_CLIENT)
-                    .header("idempotency-key", key)
-                    .header("content-type", "application/json")
-                    .body(format!("{{\"amount\": {amount}}}"));
-                let reply = service.send(request).await?;
-                match reply.status {
-                    201 => Ok(true),
-                    409 => Ok(false),
-                    other => anyhow::bail!("status {other}"),
-                }
-            }
+            Debitor::Http(client) => match client.debit(account, &key, amount).await? {
+                201 => Ok(true),
+                409 => Ok(false),
+                other => anyhow::bail!("status {other}"),
+            },
         }
     }
 }
@@ -194,6 +194,9 @@ pub struct Measurement {
     /// Share of sampled active client backends waiting on a heavyweight lock
     /// (`pg_stat_activity.wait_event_type = 'Lock'`), 0..1.
     pub lock_wait_share: f64,
+    /// CPU microseconds each part spent per committed debit (ceiling: per commit) in the
+    /// measured seconds ([`crate::cpu`]).
+    pub cpu: PerDebit,
     /// Whether the reconciliation afterwards found nothing (for the ceiling: whether the
     /// table holds exactly one row per acknowledged commit).
     pub reconciled_clean: bool,
@@ -262,9 +265,10 @@ impl BenchDb {
         })
     }
 
-    /// Runs `clients` clients of `variant` for `duration` on a fresh copy of the template,
-    /// then reconciles it and drops it; `repetition` only labels the result and the
-    /// random draws.
+    /// Runs `clients` clients of `variant` on a fresh copy of the template, first all
+    /// together for `warmup` unmeasured (their debits commit and are reconciled with the
+    /// rest), then for `duration` measured; then reconciles the copy and drops it.
+    /// `repetition` only labels the result and the random draws.
     ///
     /// Errors: setup, SQL or reconciliation errors (a debit's own error is counted).
     pub async fn measure(
@@ -272,7 +276,7 @@ impl BenchDb {
         variant: Variant,
         clients: usize,
         repetition: usize,
-        duration: Duration,
+        (warmup, duration): (Duration, Duration),
         seed: u64,
     ) -> anyhow::Result<Measurement> {
         let database = format!("bench_{}_{clients}", variant.key());
@@ -294,6 +298,10 @@ impl BenchDb {
                     ServiceOptions {
                         pool_size: clients,
                         clients: vec![BENCH_CLIENT.into()],
+                        extra_args: vec![
+                            "--worker-threads".into(),
+                            SERVICE_WORKER_THREADS.to_string(),
+                        ],
                         ..ServiceOptions::default()
                     },
                 )
@@ -302,54 +310,61 @@ impl BenchDb {
             _ => None,
         };
         let barrier = Arc::new(Barrier::new(clients + 1));
+        let warm_barrier = Arc::new(Barrier::new(clients + 1));
         let accounts = Arc::new(self.accounts.clone());
         let mut workers = Vec::new();
         for worker in 0..clients {
-            let mut debitor = match &service {
-                Some(service) => Debitor::Http {
-                    client: service.load_client(Duration::from_millis(HTTP_TIMEOUT_MS))?,
-                    service: service.clone(),
-                },
+            let debitor = match &service {
+                Some(service) => Debitor::Http(DebitClient::new(
+                    service.public_addr(),
+                    BENCH_CLIENT,
+                    service.token(BENCH_CLIENT),
+                    Duration::from_millis(HTTP_TIMEOUT_MS),
+                )),
                 None => Debitor::Sql(self.cluster.connect(&database).await?),
             };
-            let (barrier, accounts, stripes) = (barrier.clone(), accounts.clone(), self.stripes);
-            let mut rng: ChaCha8Rng = seeded_rng(
+            let (barrier, warm_barrier) = (barrier.clone(), warm_barrier.clone());
+            let (accounts, stripes) = (accounts.clone(), self.stripes);
+            let rng: ChaCha8Rng = seeded_rng(
                 seed,
                 &format!("{}-{clients}-{worker}-{repetition}", variant.key()),
             );
-            let worker = worker as i32;
+            let mut client = Client {
+                debitor,
+                rng,
+                accounts,
+                variant,
+                stripes,
+                worker: worker as i32,
+                n: 0,
+            };
             workers.push(tokio::spawn(async move {
                 let mut tally = Tally::default();
+                // Warm-up: every client at once, so the service's pool fills and each
+                // backend's caches are warm before the clock starts.
+                warm_barrier.wait().await;
+                client.run(&mut tally, Instant::now() + warmup, false).await;
                 barrier.wait().await;
-                let deadline = Instant::now() + duration;
-                let mut n = 0i64;
-                while Instant::now() < deadline {
-                    let account = &accounts[rng.random_range(0..accounts.len())];
-                    let amount = rng.random_range(AMOUNT_RANGE);
-                    let began = Instant::now();
-                    let result = debitor
-                        .debit(variant, stripes, (worker, n), account, amount)
-                        .await;
-                    n += 1;
-                    tally.latencies_us.push(began.elapsed().as_micros() as u32);
-                    match result {
-                        Ok(true) => tally.ok += 1,
-                        Ok(false) => tally.refused += 1,
-                        Err(_) => tally.errors += 1,
-                    }
-                }
+                client
+                    .run(&mut tally, Instant::now() + duration, true)
+                    .await;
                 tally
             }));
         }
         let sampler_client = self.cluster.connect("postgres").await?;
+        warm_barrier.wait().await;
+        let service_pid = service.as_ref().and_then(|service| service.pid());
+        let postmaster_pid = self.cluster.postmaster_pid();
         barrier.wait().await;
         let started = Instant::now();
+        let cpu_before = cpu::Sample::take(service_pid, postmaster_pid);
         let share = sample_lock_waits(&sampler_client, &database, duration).await?;
         let mut total = Tally::default();
         for worker in workers {
             total.merge(worker.await?);
         }
         let elapsed_s = started.elapsed().as_secs_f64();
+        let cpu = cpu_before.per_debit(&cpu::Sample::take(service_pid, postmaster_pid), total.ok);
         if let Some(service) = service {
             match Arc::try_unwrap(service) {
                 Ok(service) => {
@@ -366,10 +381,11 @@ impl BenchDb {
                     .query_one("SELECT count(*) FROM bench_commit", &[])
                     .await?
                     .get(0);
-                let clean = rows == total.ok as i64;
+                let acknowledged = total.warm_ok + total.ok;
+                let clean = rows == acknowledged as i64;
                 (
                     clean,
-                    format!("{rows} rows for {} acknowledged commits", total.ok),
+                    format!("{rows} rows for {acknowledged} acknowledged commits"),
                 )
             } else {
                 let findings = reconcile(&mut client).await?;
@@ -393,14 +409,63 @@ impl BenchDb {
             p50_ms: percentile_ms(&latencies, 0.50),
             p99_ms: percentile_ms(&latencies, 0.99),
             lock_wait_share: share,
+            cpu,
             reconciled_clean,
             findings,
         })
     }
 }
 
+/// One load client: its connection, its random draws, and its next key number.
+struct Client {
+    debitor: Debitor,
+    rng: ChaCha8Rng,
+    accounts: Arc<Vec<String>>,
+    variant: Variant,
+    stripes: u32,
+    worker: i32,
+    /// The next debit's number (keys and ceiling rows stay unique across warm-up and
+    /// measurement).
+    n: i64,
+}
+
+impl Client {
+    /// Debits back to back until `deadline`; counted in `tally` when `measured`, else only
+    /// as warm-up commits.
+    async fn run(&mut self, tally: &mut Tally, deadline: Instant, measured: bool) {
+        while Instant::now() < deadline {
+            let account = &self.accounts[self.rng.random_range(0..self.accounts.len())];
+            let amount = self.rng.random_range(AMOUNT_RANGE);
+            let began = Instant::now();
+            let result = self
+                .debitor
+                .debit(
+                    self.variant,
+                    self.stripes,
+                    (self.worker, self.n),
+                    account,
+                    amount,
+                )
+                .await;
+            self.n += 1;
+            if !measured {
+                tally.warm_ok += u64::from(matches!(result, Ok(true)));
+                continue;
+            }
+            tally.latencies_us.push(began.elapsed().as_micros() as u32);
+            match result {
+                Ok(true) => tally.ok += 1,
+                Ok(false) => tally.refused += 1,
+                Err(_) => tally.errors += 1,
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct Tally {
+    /// Debits (or commits) that committed OK during the warm-up (not measured).
+    warm_ok: u64,
     ok: u64,
     refused: u64,
     errors: u64,
@@ -409,6 +474,7 @@ struct Tally {
 
 impl Tally {
     fn merge(&mut self, other: Tally) {
+        self.warm_ok += other.warm_ok;
         self.ok += other.ok;
         self.refused += other.refused;
         self.errors += other.errors;

@@ -28,6 +28,8 @@
 //! against clients with the ceiling, and one last line `BENCH …` with ratios from the
 //! same run.
 
+mod cpu;
+mod http_client;
 mod load;
 mod report;
 
@@ -42,6 +44,8 @@ use crate::load::{BenchDb, Variant};
 
 /// Default load duration per (variant, clients) point and repetition, in seconds.
 const DEFAULT_DURATION_S: u64 = 5;
+/// Default warm-up before every measured point, in milliseconds.
+const DEFAULT_WARMUP_MS: u64 = 500;
 /// Default repetitions of every point (each figure is the median repetition's).
 const DEFAULT_REPEAT: u64 = 3;
 
@@ -52,12 +56,21 @@ struct Args {
     /// Seconds of load per (variant, clients) point and repetition.
     #[arg(long, default_value_t = DEFAULT_DURATION_S)]
     duration_s: u64,
+    /// Unmeasured load before each point's measured seconds, milliseconds: every client
+    /// debits at once, so connections, the service's pool and PostgreSQL's caches are warm
+    /// when the clock starts (the same for every variant).
+    #[arg(long, default_value_t = DEFAULT_WARMUP_MS)]
+    warmup_ms: u64,
     /// Repetitions of every point; each figure is the median repetition's.
     #[arg(long, default_value_t = DEFAULT_REPEAT, value_parser = clap::value_parser!(u64).range(1..=100))]
     repeat: u64,
     /// Concurrent client counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     clients: Vec<usize>,
+    /// Variants to measure, comma-separated [default: all, in report order]; a BENCH
+    /// figure whose variants were not measured reads `n/a`.
+    #[arg(long, value_delimiter = ',', value_enum)]
+    variants: Vec<Variant>,
     /// Funded accounts the load picks from at random.
     #[arg(long, default_value_t = 1000)]
     accounts: u32,
@@ -98,10 +111,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
     });
     case_kit::service::set_run_auth(args.auth);
     println!(
-        "seed={seed} duration_s={} repeat={} clients={:?} accounts={} stripes={} service_auth={}",
+        "seed={seed} duration_s={} repeat={} clients={:?} variants={} accounts={} stripes={} service_auth={}",
         args.duration_s,
         args.repeat,
         args.clients,
+        if args.variants.is_empty() {
+            "all".to_owned()
+        } else {
+            args.variants
+                .iter()
+                .map(|v| v.name())
+                .collect::<Vec<_>>()
+                .join(",")
+        },
         args.accounts,
         args.stripes,
         if case_kit::service::run_auth() {
@@ -120,18 +142,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     let db = BenchDb::prepare(cluster, args.accounts, args.stripes).await?;
     let duration = Duration::from_secs(args.duration_s);
+    let warmup = Duration::from_millis(args.warmup_ms);
     let mut results = Vec::new();
     let repeat = args.repeat as usize;
+    let variants: Vec<Variant> = Variant::ALL
+        .into_iter()
+        .filter(|v| args.variants.is_empty() || args.variants.contains(v))
+        .collect();
     // A bar on a terminal; off one (or under CI=true) an occasional status line on stderr.
     let progress = case_kit::progress::Progress::new(
         "bench",
-        (repeat * Variant::ALL.len() * args.clients.len()) as u64,
+        (repeat * variants.len() * args.clients.len()) as u64,
     );
     // Pass by pass, client count by client count: the variants compared at one count run
     // one after another, so a change in the machine's load hits them alike.
     for repetition in 0..repeat {
         for &clients in &args.clients {
-            for variant in Variant::ALL {
+            for &variant in &variants {
                 progress.start_step(&format!(
                     "pass {}/{repeat}: {} @ {clients} clients ({} s)",
                     repetition + 1,
@@ -139,7 +166,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     args.duration_s
                 ));
                 let result = db
-                    .measure(variant, clients, repetition, duration, seed)
+                    .measure(variant, clients, repetition, (warmup, duration), seed)
                     .await?;
                 progress.finish_step();
                 progress.println(&format!(

@@ -56,7 +56,7 @@ pub fn machine() -> String {
 }
 
 /// The summary table's header (Markdown; also printed on stdout).
-pub const HEADER: &str = "| variant | clients | debits/s | share of ceiling | p50 ms | p99 ms | lock-wait share | ok | errors | reconciled | debits/s of each repetition |";
+pub const HEADER: &str = "| variant | clients | debits/s | share of ceiling | p50 ms | p99 ms | lock-wait share | CPU µs per debit: load / service / PostgreSQL | ok | errors | reconciled | debits/s of each repetition |";
 
 /// One (variant, clients) point over its repetitions: the median repetition's figures.
 #[derive(Debug, Clone, Serialize)]
@@ -144,13 +144,14 @@ fn median_ratio(top: &[f64], bottom: &[f64]) -> Option<f64> {
 /// One repetition's line while the bench runs.
 pub fn progress(m: &Measurement) -> String {
     format!(
-        "{} @{}: {:.0}/s p50 {:.2} ms p99 {:.2} ms lock-wait {:.0}% ok {} errors {} {}",
+        "{} @{}: {:.0}/s p50 {:.2} ms p99 {:.2} ms lock-wait {:.0}% cpu µs/debit {} ok {} errors {} {}",
         m.variant.name(),
         m.clients,
         m.debits_per_s,
         m.p50_ms,
         m.p99_ms,
         m.lock_wait_share * 100.0,
+        cpu_cell(&m.cpu),
         m.ok,
         m.errors,
         if m.reconciled_clean {
@@ -161,11 +162,22 @@ pub fn progress(m: &Measurement) -> String {
     )
 }
 
+/// `load / service / PostgreSQL` CPU microseconds per debit, `-` where not measured.
+fn cpu_cell(cpu: &crate::cpu::PerDebit) -> String {
+    let us = |value: Option<f64>| value.map_or_else(|| "-".to_owned(), |us| format!("{us:.0}"));
+    format!(
+        "{} / {} / {}",
+        us(cpu.load_us),
+        us(cpu.service_us),
+        us(cpu.postgres_us)
+    )
+}
+
 /// One table row.
 pub fn row(p: &Point) -> String {
     let m = &p.median;
     format!(
-        "| {} | {} | {:.0} | {} | {:.2} | {:.2} | {:.0}% | {} | {} | {} | {} |",
+        "| {} | {} | {:.0} | {} | {:.2} | {:.2} | {:.0}% | {} | {} | {} | {} | {} |",
         p.variant.name(),
         p.clients,
         m.debits_per_s,
@@ -177,6 +189,7 @@ pub fn row(p: &Point) -> String {
         m.p50_ms,
         m.p99_ms,
         m.lock_wait_share * 100.0,
+        cpu_cell(&m.cpu),
         m.ok,
         m.errors,
         if p.reconciled_clean {
@@ -280,7 +293,7 @@ pub fn write(
         context.wall_time_s
     ));
     md.push_str(HEADER);
-    md.push_str("\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for p in points {
         md.push_str(&row(p));
         md.push('\n');
@@ -376,6 +389,11 @@ mod tests {
             p50_ms: rate / 100.0,
             p99_ms: rate / 10.0,
             lock_wait_share: 0.0,
+            cpu: crate::cpu::PerDebit {
+                load_us: Some(rate),
+                service_us: (variant == Variant::Service).then_some(200.0),
+                postgres_us: Some(1000.0),
+            },
             reconciled_clean: !(variant == Variant::Fix && repetition == 2),
             findings: format!("{} {clients} {repetition}", variant.name()),
         }
@@ -421,5 +439,15 @@ mod tests {
              onetrip/raw@8=2.50 onetripfix/raw@32=3.00 best_ceiling_pct@8=30"
         );
         assert!(row(&points[0]).contains("100% (the ceiling)"));
+        let service8 = points
+            .iter()
+            .find(|p| p.variant == Variant::Service && p.clients == 8)
+            .unwrap();
+        assert!(
+            row(service8).contains("| 190 / 200 / 1000 |"),
+            "{}",
+            row(service8)
+        );
+        assert!(row(raw8).contains("| 200 / - / 1000 |"), "{}", row(raw8));
     }
 }

@@ -400,6 +400,12 @@ impl Service {
         format!("http://{}{path}", self.public)
     }
 
+    /// The process id of the running service (`None` once stopped); the bench reads its
+    /// CPU time by it.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|child| child.id())
+    }
+
     /// The public listener's address (for a proxy in front of it).
     pub fn public_addr(&self) -> SocketAddr {
         self.public

@@ -85,6 +85,12 @@ struct Args {
     /// Number of pooled database connections.
     #[arg(long, default_value_t = DEFAULT_POOL_SIZE)]
     pool_size: usize,
+    /// Threads that run requests: 0 (default) one per core (tokio's multi-thread
+    /// scheduler); 1 a single-threaded runtime (tokio's current-thread scheduler: no
+    /// wakeups between threads, the cheapest per request when PostgreSQL shares the few
+    /// cores, see `./run.sh bench`); N > 1 that many.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=1024))]
+    worker_threads: u16,
     /// Serve the fault routes on the admin listener (otherwise they do not exist: 404).
     /// With `--auth-tokens` they also need an admin caller's token.
     #[arg(long)]
@@ -146,10 +152,14 @@ struct Args {
 fn main() {
     let args = Args::parse();
     http::log::init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = match args.worker_threads {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    if args.worker_threads > 1 {
+        builder.worker_threads(usize::from(args.worker_threads));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("ledger-svc: cannot start the runtime: {error}");
@@ -232,10 +242,14 @@ async fn run(args: Args) -> i32 {
         ));
     }
     eprintln!(
-        "ledger-svc: database={database} pool_size={} redeem_stripes={} lock_timeout_ms={} \
+        "ledger-svc: database={database} pool_size={} worker_threads={} redeem_stripes={} lock_timeout_ms={} \
          statement_timeout_ms={} idle_in_transaction_timeout_ms={} key_retention_ms={} \
          transfer_mode={} fault_injection={} auth={}",
         args.pool_size,
+        match args.worker_threads {
+            0 => "per-core".to_owned(),
+            n => n.to_string(),
+        },
         args.redeem_stripes,
         args.lock_timeout_ms,
         args.statement_timeout_ms,

@@ -804,6 +804,21 @@ async fn pool_replaces_dead_connections_after_restart() {
     common::service::restart_then_debit("h_restart", Options::default()).await;
 }
 
+/// The same with `--worker-threads 1` (a current-thread runtime, as the bench runs the
+/// service): concurrent debits fill the pool, and after the restart every debit succeeds
+/// once.
+#[tokio::test]
+async fn single_threaded_runtime_replaces_dead_connections_after_restart() {
+    common::service::restart_then_debit(
+        "h_restart_one_thread",
+        Options {
+            extra_args: vec!["--worker-threads".into(), "1".into()],
+            ..Options::default()
+        },
+    )
+    .await;
+}
+
 /// Without a usable database every route that needs one answers 503 with outcome
 /// `UNKNOWN`, and no driver text (such as the server's "database ... does not exist")
 /// reaches the client; requests that need no database still get their 4xx.
