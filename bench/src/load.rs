@@ -287,6 +287,10 @@ impl BenchDb {
         admin
             .batch_execute(&format!("CREATE DATABASE {database} TEMPLATE {TEMPLATE}"))
             .await?;
+        // Every point starts just after a checkpoint: none falls inside its few seconds
+        // (the next timed one is checkpoint_timeout, 5 min, away; docs, 28.5 "WAL
+        // Configuration"), and each starts with the same full-page-write state.
+        admin.batch_execute("CHECKPOINT").await?;
 
         let service = match variant {
             Variant::Service => Some(Arc::new(
@@ -348,7 +352,9 @@ impl BenchDb {
                 client
                     .run(&mut tally, Instant::now() + duration, true)
                     .await;
-                tally
+                // The client goes back open: its backend must still be there when the
+                // CPU counters are read again.
+                (tally, client)
             }));
         }
         let sampler_client = self.cluster.connect("postgres").await?;
@@ -360,11 +366,15 @@ impl BenchDb {
         let cpu_before = cpu::Sample::take(service_pid, postmaster_pid);
         let share = sample_lock_waits(&sampler_client, &database, duration).await?;
         let mut total = Tally::default();
+        let mut clients_done = Vec::with_capacity(clients);
         for worker in workers {
-            total.merge(worker.await?);
+            let (tally, client) = worker.await?;
+            total.merge(tally);
+            clients_done.push(client);
         }
         let elapsed_s = started.elapsed().as_secs_f64();
         let cpu = cpu_before.per_debit(&cpu::Sample::take(service_pid, postmaster_pid), total.ok);
+        drop(clients_done);
         if let Some(service) = service {
             match Arc::try_unwrap(service) {
                 Ok(service) => {

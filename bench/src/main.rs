@@ -111,7 +111,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     });
     case_kit::service::set_run_auth(args.auth);
     println!(
-        "seed={seed} duration_s={} repeat={} clients={:?} variants={} accounts={} stripes={} service_auth={}",
+        "seed={seed} warmup_ms={} duration_s={} repeat={} clients={:?} variants={} accounts={} stripes={} service_auth={}",
+        args.warmup_ms,
         args.duration_s,
         args.repeat,
         args.clients,
@@ -186,6 +187,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let context = report::Context {
         seed,
+        warmup_ms: args.warmup_ms,
         duration_s: args.duration_s,
         repeat,
         accounts: args.accounts,

@@ -12,6 +12,8 @@ use crate::load::{Measurement, Variant};
 pub struct Context {
     /// Seed of the random accounts and amounts.
     pub seed: u64,
+    /// Unmeasured warm-up before each point and repetition, milliseconds.
+    pub warmup_ms: u64,
     /// Load duration per point and repetition, seconds.
     pub duration_s: u64,
     /// Repetitions of every point.
@@ -274,7 +276,20 @@ pub fn write(
     );
     md.push_str("repetition's (every repetition's rate is in the last column); shares and the BENCH ratios\n");
     md.push_str("are medians of the per-repetition ratios. The repetitions ran as passes over every point,\n");
-    md.push_str("client count by client count, so the variants compared within a pass ran seconds apart.\n\n");
+    md.push_str(
+        "client count by client count, so the variants compared within a pass ran seconds apart.\n",
+    );
+    md.push_str("Every point is warmed up first (all its clients at once, unmeasured). The service runs with\n");
+    md.push_str("a pool of as many connections as clients (PostgreSQL sees the same concurrency as in `raw`)\n");
+    md.push_str(
+        "and one runtime thread (`--worker-threads 1`); each bench client keeps one HTTP/1.1\n",
+    );
+    md.push_str(
+        "connection (hyper's connection-level client). The CPU column is the median repetition's\n",
+    );
+    md.push_str("user + system time per OK debit of the load generator (this process), of ledger-svc and of\n");
+    md.push_str("all PostgreSQL processes: where the two cores went (see LIMITS.md, \"The service's overhead\n");
+    md.push_str("in the bench\").\n\n");
     md.push_str(&format!("- machine: {}\n", context.machine));
     md.push_str(&format!(
         "- PostgreSQL {} (fsync={}, synchronous_commit={}, full_page_writes={})\n",
@@ -284,8 +299,9 @@ pub fn write(
         context.postgres.full_page_writes
     ));
     md.push_str(&format!(
-        "- seed {}, {} s per point and repetition, {} repetitions, {} funded accounts, amounts 1-100 points, {} stripes for `fix` and `onetrip+fix`; wall time {:.0} s\n\n",
+        "- seed {}, {} ms warm-up and {} s measured per point and repetition, {} repetitions, {} funded accounts, amounts 1-100 points, {} stripes for `fix` and `onetrip+fix`; wall time {:.0} s\n\n",
         context.seed,
+        context.warmup_ms,
         context.duration_s,
         context.repeat,
         context.accounts,
