@@ -288,12 +288,12 @@ impl BenchDb {
             .batch_execute(&format!("CREATE DATABASE {database} TEMPLATE {TEMPLATE}"))
             .await?;
         // Every point starts just after a checkpoint: none falls inside its few seconds
-        // (the next timed one is checkpoint_timeout, 5 min, away; docs, 28.5 "WAL
+        // (the next timed one is checkpoint_timeout, 5 min, away; docs, 30.5 "WAL
         // Configuration"), and each starts with the same full-page-write state.
         admin.batch_execute("CHECKPOINT").await?;
 
         let service = match variant {
-            Variant::Service => Some(Arc::new(
+            Variant::Service => Some(
                 Service::launch(
                     &self.cluster.url(&database),
                     self.cluster
@@ -310,7 +310,7 @@ impl BenchDb {
                     },
                 )
                 .await?,
-            )),
+            ),
             _ => None,
         };
         let barrier = Arc::new(Barrier::new(clients + 1));
@@ -376,12 +376,7 @@ impl BenchDb {
         let cpu = cpu_before.per_debit(&cpu::Sample::take(service_pid, postmaster_pid), total.ok);
         drop(clients_done);
         if let Some(service) = service {
-            match Arc::try_unwrap(service) {
-                Ok(service) => {
-                    service.stop().await?;
-                }
-                Err(_) => anyhow::bail!("a client still holds the service"),
-            }
+            service.stop().await?;
         }
 
         let (reconciled_clean, findings) = {

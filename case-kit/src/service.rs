@@ -427,19 +427,6 @@ impl Service {
         &self.http
     }
 
-    /// A client for a load (the bench): like [`Service::http`], but it keeps its
-    /// connections open between requests (HTTP/1.1 keep-alive, one per request in
-    /// flight), so a debit does not pay for a new TCP connection; each request times out
-    /// after `timeout`. Build requests on it and send them with [`Service::send`].
-    ///
-    /// Errors: the HTTP client cannot be built.
-    pub fn load_client(&self, timeout: Duration) -> anyhow::Result<reqwest::Client> {
-        Ok(reqwest::Client::builder()
-            .no_proxy()
-            .timeout(timeout)
-            .build()?)
-    }
-
     /// Sends `request` (built on [`Service::http`]) through [`Service::authorize`] and
     /// reads the whole reply.
     ///
