@@ -47,7 +47,8 @@
 //! polls until every step in flight has either completed or is blocked, which it learns
 //! from PostgreSQL itself: `pg_blocking_pids(pid) && <the spec's session pids>` on a
 //! separate monitor connection (PostgreSQL docs §9.27, "System Information Functions"),
-//! never from how long a step took. A blocked step is printed as `<waiting ...>`; when
+//! never from how long a step took; a completed step counts once its backend is no
+//! longer `active` (after an error PostgreSQL answers before it releases the locks). A blocked step is printed as `<waiting ...>`; when
 //! it completes, `<... completed>` and its result follow. A step of a session that is
 //! still waiting first waits for that session (at most [`STEP_WAIT_MS`]), as when its
 //! waiting step ends in a deadlock error. Results: each row as `column=value`, `(0 rows)`
@@ -681,6 +682,20 @@ impl Play<'_> {
         Ok(row.get(0))
     }
 
+    /// Whether the backend of `session` still runs a statement (`pg_stat_activity.state`
+    /// is `active`; PostgreSQL docs §27.2.3): it turns idle only once the statement, or
+    /// the abort after its error, is over, just before the backend says it is ready.
+    async fn active(&self, session: usize) -> anyhow::Result<bool> {
+        let row = self
+            .monitor
+            .query_opt(
+                "SELECT state = 'active' FROM pg_stat_activity WHERE pid = $1::int4",
+                &[&self.sessions[session].pid],
+            )
+            .await?;
+        Ok(row.is_some_and(|row| row.get::<_, Option<bool>>(0).unwrap_or(false)))
+    }
+
     /// Polls until every step in flight has completed or is blocked (per PostgreSQL);
     /// returns the sessions whose step completed, in the order the steps were sent.
     /// Errors: a step ran (not blocked) for longer than [`STEP_WAIT_MS`].
@@ -693,6 +708,14 @@ impl Play<'_> {
                     continue;
                 };
                 if flight.handle.is_finished() {
+                    // Its result can reach us before its backend is done with the
+                    // statement: after an error PostgreSQL sends the error first, then
+                    // aborts the transaction and releases its locks (the error recovery
+                    // in PostgresMain, src/backend/tcop/postgres.c). Until the backend is
+                    // no longer active, the steps it blocks are not settled.
+                    if self.active(index).await? {
+                        quiet = false;
+                    }
                     continue;
                 }
                 if must_finish == Some(index) || !self.blocked(index).await? {
