@@ -67,6 +67,7 @@ pub enum Variant {
     /// The raw transfer with the sink striped (`ledger_svc::striping`): no hot row.
     Fix,
     /// The same transfer in one round trip (`ledger_svc::transfer_onetrip`), hot sink.
+    #[value(name = "onetrip")]
     OneTrip,
     /// The one-trip transfer with the striped sink.
     #[serde(rename = "onetrip+fix")]
