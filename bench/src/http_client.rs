@@ -52,26 +52,17 @@ impl DebitClient {
     /// Errors: connect or transport errors, a timeout after the constructor's `timeout`;
     /// the connection is dropped then and the next debit opens a new one.
     pub async fn debit(&mut self, account: &str, key: &str, amount: i64) -> anyhow::Result<u16> {
-        let outcome = tokio::time::timeout(self.timeout, self.send(account, key, amount)).await;
-        match outcome {
-            Ok(Ok(status)) => Ok(status),
-            Ok(Err(error)) => {
-                self.sender = None;
-                Err(error)
-            }
-            Err(_) => {
-                self.sender = None;
-                anyhow::bail!("no answer within {} ms", self.timeout.as_millis())
-            }
-        }
+        // `send` puts the connection back only after a complete exchange, so an error or
+        // the timeout (which drops `send` midway) leaves none behind.
+        tokio::time::timeout(self.timeout, self.send(account, key, amount))
+            .await
+            .map_err(|_| anyhow::anyhow!("no answer within {} ms", self.timeout.as_millis()))?
     }
 
     async fn send(&mut self, account: &str, key: &str, amount: i64) -> anyhow::Result<u16> {
-        if self.sender.as_ref().is_none_or(|sender| sender.is_closed()) {
-            self.sender = Some(self.connect().await?);
-        }
-        let Some(sender) = self.sender.as_mut() else {
-            unreachable!("connected just above");
+        let mut sender = match self.sender.take() {
+            Some(sender) if !sender.is_closed() => sender,
+            _ => self.connect().await?,
         };
         sender.ready().await.context("connection not ready")?;
         let mut request = Request::builder()
@@ -88,6 +79,7 @@ impl DebitClient {
         let response = sender.send_request(request).await?;
         let status = response.status().as_u16();
         response.into_body().collect().await?;
+        self.sender = Some(sender);
         Ok(status)
     }
 

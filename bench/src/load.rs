@@ -6,9 +6,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use case_kit::service::{Service, ServiceOptions};
-
-use crate::cpu::{self, PerDebit};
-use crate::http_client::DebitClient;
 use case_kit::{ChaCha8Rng, seeded_rng};
 use ledger_svc::striping::{create_redeem_stripes, striped_debit};
 use ledger_svc::{
@@ -19,6 +16,9 @@ use scratch_pg::Cluster;
 use serde::Serialize;
 use tokio::sync::Barrier;
 use tokio_postgres::types::Type;
+
+use crate::cpu::{self, PerDebit};
+use crate::http_client::DebitClient;
 
 /// Points granted to each funded account: far more than a run can debit.
 const FUNDING_POINTS: i64 = 1_000_000_000;
