@@ -8,9 +8,9 @@
 //! (`/proc/<pid>/task/<tid>/schedstat`, first field, nanoseconds; proc(5)), else
 //! `/proc/<pid>/stat` fields 14–15 (`utime` + `stime` in clock ticks, which undercount a
 //! process that runs in bursts shorter than a tick, like a backend waiting on its commit's
-//! flush); `getrusage(RUSAGE_SELF)` for this process. Elsewhere every figure reads `None`. PostgreSQL's time is summed per process: what each process
-//! present at both readings spent in between, plus all of any process started in the
-//! window. A process that exits inside the window takes its time in it along (every
+//! flush); `getrusage(RUSAGE_SELF)` (through nix) for this process. Elsewhere every
+//! figure reads `None`. PostgreSQL's time is summed per process: what each process present
+//! at both readings spent in between, plus all of any process started in the window. A process that exits inside the window takes its time in it along (every
 //! variant keeps its own connections open for the whole window; the connections that
 //! exit then are the previous point's, idle).
 
@@ -83,14 +83,11 @@ impl Sample {
 
 /// This process's user + system time.
 fn own_cpu() -> Option<Duration> {
-    // SAFETY: getrusage writes the struct it is given; a zeroed rusage is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_SELF and a valid pointer to a rusage owned by this frame.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
-        return None;
-    }
-    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    Some(time(usage.ru_utime) + time(usage.ru_stime))
+    use nix::sys::resource::{UsageWho, getrusage};
+    let usage = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+    let time =
+        |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    Some(time(usage.user_time()) + time(usage.system_time()))
 }
 
 /// `(ppid, utime + stime)` of `pid` from `/proc/<pid>/stat`.
@@ -103,12 +100,8 @@ fn stat(pid: u32) -> Option<(u32, Duration)> {
     let ppid = fields.get(1)?.parse().ok()?;
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks <= 0 {
-        return None;
-    }
-    let ticks = ticks as u64;
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+    let ticks = u64::try_from(ticks).ok().filter(|&ticks| ticks > 0)?;
     let total = utime + stime;
     Some((
         ppid,
