@@ -48,8 +48,9 @@
 //! from PostgreSQL itself: `pg_blocking_pids(pid) && <the spec's session pids>` on a
 //! separate monitor connection (PostgreSQL docs §9.27, "System Information Functions"),
 //! never from how long a step took; a completed step counts once its backend is no
-//! longer `active` (after an error PostgreSQL answers before it releases the locks). A blocked step is printed as `<waiting ...>`; when
-//! it completes, `<... completed>` and its result follow. A step of a session that is
+//! longer `active` (after an error PostgreSQL answers before it releases the locks). A
+//! blocked step is printed as `<waiting ...>`; when it completes, `<... completed>` and
+//! its result follow. A step of a session that is
 //! still waiting first waits for that session (at most [`STEP_WAIT_MS`]), as when its
 //! waiting step ends in a deadlock error. Results: each row as `column=value`, `(0 rows)`
 //! for a statement that returns rows but found none, `ERROR <SQLSTATE>: <message>` (the

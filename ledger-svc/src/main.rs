@@ -242,8 +242,8 @@ async fn run(args: Args) -> i32 {
         ));
     }
     eprintln!(
-        "ledger-svc: database={database} pool_size={} worker_threads={} redeem_stripes={} lock_timeout_ms={} \
-         statement_timeout_ms={} idle_in_transaction_timeout_ms={} key_retention_ms={} \
+        "ledger-svc: database={database} pool_size={} worker_threads={} redeem_stripes={} \
+         lock_timeout_ms={} statement_timeout_ms={} idle_in_transaction_timeout_ms={} key_retention_ms={} \
          transfer_mode={} fault_injection={} auth={}",
         args.pool_size,
         match args.worker_threads {
