@@ -119,6 +119,14 @@ struct Args {
     /// findings remain (the accounts then stay frozen).
     #[arg(long)]
     repair: bool,
+    /// The bound of one request, milliseconds (at least 1): every debit, grant, transfer
+    /// and spot event is answered within it, also when it queues behind other waiters
+    /// (for a pooled connection, for a row lock held by a waiter that waits in turn).
+    /// When it runs out, the running statement is cancelled, the transaction rolls back
+    /// and the answer is 503 `UNKNOWN` (`request-timeout`) with nothing recorded; time
+    /// held at an armed fault point does not count. See `http::bound`.
+    #[arg(long, default_value_t = http::bound::DEFAULT_REQUEST_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..=i32::MAX as u64))]
+    request_timeout_ms: u64,
     /// `lock_timeout` of the service's sessions, milliseconds (at least 1).
     #[arg(long, default_value_t = DEFAULT_LOCK_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..=i32::MAX as u64))]
     lock_timeout_ms: u64,
@@ -218,6 +226,7 @@ async fn run(args: Args) -> i32 {
         transfer_mode: args.transfer_mode,
         planted_bug: args.planted_bug,
         auth,
+        request_timeout_ms: args.request_timeout_ms,
     });
     if let Some(bug) = args.planted_bug {
         eprintln!("ledger-svc: PLANTED BUG {bug:?} is on (for ./run.sh explore only)");
@@ -243,7 +252,7 @@ async fn run(args: Args) -> i32 {
     }
     eprintln!(
         "ledger-svc: database={database} pool_size={} worker_threads={} redeem_stripes={} \
-         lock_timeout_ms={} statement_timeout_ms={} idle_in_transaction_timeout_ms={} key_retention_ms={} \
+         request_timeout_ms={} lock_timeout_ms={} statement_timeout_ms={} idle_in_transaction_timeout_ms={} key_retention_ms={} \
          transfer_mode={} fault_injection={} auth={}",
         args.pool_size,
         match args.worker_threads {
@@ -251,6 +260,7 @@ async fn run(args: Args) -> i32 {
             n => n.to_string(),
         },
         args.redeem_stripes,
+        args.request_timeout_ms,
         args.lock_timeout_ms,
         args.statement_timeout_ms,
         args.idle_in_transaction_timeout_ms,
@@ -267,7 +277,9 @@ async fn run(args: Args) -> i32 {
                 table.callers(),
                 table.admins()
             ),
-            None => "off(X-Client-Id trusted as declared, admin listener unauthenticated)".into(),
+            None => "off(X-Client-Id and X-Tenant-Id trusted as declared, admin listener \
+                     unauthenticated)"
+                .into(),
         }
     );
     if let Some(table) = &state.auth {

@@ -381,6 +381,56 @@ pub fn client_id(
     Ok(declared)
 }
 
+/// Header naming the tenant of a spot request (SPEC §8): it scopes business ids and owns
+/// accounts.
+pub const TENANT_HEADER: &str = "x-tenant-id";
+
+/// The tenant a spot request acts for, and the check of its `X-Client-Id`.
+///
+/// Without authentication (`caller` is `None`): `X-Tenant-Id`, required, trusted as
+/// declared (`X-Client-Id` is not read). With it, the tenant is who the caller is: the
+/// caller's client id. `X-Tenant-Id` may then be left out, and when present must name
+/// that id; `X-Client-Id`, when present, must name the caller (as on the ledger routes,
+/// [`client_id`]). Several tokens may name one client id, so a tenant may have several
+/// callers (one per deployment, and an admin one for deposits and fills).
+///
+/// Errors: 400 for a missing (without authentication) or malformed header; 403
+/// `FORBIDDEN` (`client-id-mismatch`, `tenant-mismatch`) for a header naming another
+/// client or tenant than the token's. Nothing has been read from the body or the database.
+pub fn tenant_id(
+    caller: Option<&Caller>,
+    headers: &HeaderMap,
+) -> Result<String, Box<HttpResponse>> {
+    let declared = || {
+        headers
+            .get_all(TENANT_HEADER)
+            .iter()
+            .map(|value| value.as_bytes())
+    };
+    let parse = || {
+        grammar::parse_header_id("X-Tenant-Id", declared())
+            .map_err(|bad| Box::new(Problem::bad_request(bad.0).into_response()))
+    };
+    let Some(caller) = caller else {
+        return parse();
+    };
+    let tenant = client_id(Some(caller), headers)?;
+    if declared().next().is_none() {
+        return Ok(tenant);
+    }
+    let declared = parse()?;
+    if declared != tenant {
+        return Err(forbidden(
+            "tenant-mismatch",
+            format!(
+                "X-Tenant-Id {declared} is not the tenant of this token's caller ({tenant}); \
+                 leave the header out or name the caller's own tenant"
+            ),
+        ));
+    }
+    Ok(tenant)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -464,6 +514,57 @@ mod tests {
             missing.headers()[WWW_AUTHENTICATE],
             "Bearer realm=\"ledger-svc\""
         );
+    }
+
+    #[test]
+    fn tenant_is_the_caller() {
+        let caller = Caller {
+            client_id: "tenant-a".into(),
+            admin: false,
+        };
+        let with = |pairs: &[(&'static str, &str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.append(*name, HeaderValue::from_str(value).unwrap());
+            }
+            map
+        };
+        let status = |result: Result<String, Box<HttpResponse>>| match result {
+            Ok(tenant) => tenant,
+            Err(response) => response.status().as_u16().to_string(),
+        };
+        assert_eq!(status(tenant_id(Some(&caller), &with(&[]))), "tenant-a");
+        assert_eq!(
+            status(tenant_id(
+                Some(&caller),
+                &with(&[(TENANT_HEADER, "tenant-a")])
+            )),
+            "tenant-a"
+        );
+        assert_eq!(
+            status(tenant_id(
+                Some(&caller),
+                &with(&[(TENANT_HEADER, "tenant-b")])
+            )),
+            "403"
+        );
+        assert_eq!(
+            status(tenant_id(
+                Some(&caller),
+                &with(&[("x-client-id", "tenant-b")])
+            )),
+            "403"
+        );
+        assert_eq!(
+            status(tenant_id(Some(&caller), &with(&[(TENANT_HEADER, "a b")]))),
+            "400"
+        );
+        // Without authentication the header is trusted as declared, and required.
+        assert_eq!(
+            status(tenant_id(None, &with(&[(TENANT_HEADER, "tenant-b")]))),
+            "tenant-b"
+        );
+        assert_eq!(status(tenant_id(None, &with(&[]))), "400");
     }
 
     #[test]

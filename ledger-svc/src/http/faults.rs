@@ -106,6 +106,15 @@ pub enum FaultAction {
     Close,
 }
 
+/// The spot events this service's routes run, and so the only ones a fault may be
+/// narrowed to (`super::spot`: placements, fills, cancels, deposits).
+pub const SERVED_EVENTS: [frozen_balances::EventKind; 4] = [
+    frozen_balances::EventKind::Place,
+    frozen_balances::EventKind::Fill,
+    frozen_balances::EventKind::Cancel,
+    frozen_balances::EventKind::Deposit,
+];
+
 /// The body of `PUT /faults/{point}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -130,10 +139,29 @@ fn one() -> u32 {
 }
 
 impl FaultSpec {
-    /// Checks the limits.
+    /// Checks the limits, and that a fault narrowed to an `event` is armed where such an
+    /// event passes: at a spot point, for one of [`SERVED_EVENTS`] (a withdrawal runs in
+    /// the withdrawal executor, never in this service; a ledger transfer has no event kind).
     ///
-    /// Errors: a text for the client naming the broken limit.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Errors: a text for the client naming the broken limit or the point and the events.
+    pub fn validate(&self, point: FaultPoint) -> Result<(), String> {
+        if let Some(event) = self.event {
+            if matches!(point, FaultPoint::Ledger(_)) {
+                return Err(format!(
+                    "event narrows a fault to one kind of spot event; {point} is passed by \
+                     ledger transfers, which have none (leave event out)"
+                ));
+            }
+            if !SERVED_EVENTS.contains(&event) {
+                let served: Vec<&str> = SERVED_EVENTS.iter().map(|e| e.as_str()).collect();
+                return Err(format!(
+                    "no route of this service runs a {} event, so the fault would never fire; \
+                     {point} is passed by {}",
+                    event.as_str(),
+                    served.join(", ")
+                ));
+            }
+        }
         if self.hold_ms.is_some_and(|hold| hold > MAX_FAULT_HOLD_MS) {
             return Err(format!("hold_ms must be at most {MAX_FAULT_HOLD_MS}"));
         }
@@ -329,6 +357,8 @@ impl FaultHooks {
         };
         Box::pin(async move {
             let _holding = Holding { hooks: self, point };
+            // Injected on purpose: the request's bound does not count it.
+            let _held = super::bound::hold_started();
             let hold = Duration::from_millis(spec.hold());
             eprintln!(
                 "ledger-svc: fault {:?} fired at {point} for {what} (hold_ms={})",
@@ -395,6 +425,25 @@ mod tests {
             business_id: "b-1",
             transaction: None,
         }
+    }
+
+    #[test]
+    fn an_event_is_accepted_only_where_it_passes() {
+        let spec = |event: &str| -> FaultSpec {
+            serde_json::from_str(&format!(r#"{{"action": "close", "event": "{event}"}}"#)).unwrap()
+        };
+        let spot = FaultPoint::Spot(frozen_balances::HookPoint::BeforeCommit);
+        let ledger = FaultPoint::Ledger(HookPoint::BeforeCommit);
+        for event in ["PLACE", "FILL", "CANCEL", "DEPOSIT"] {
+            assert_eq!(spec(event).validate(spot), Ok(()), "{event}");
+            assert!(spec(event).validate(ledger).unwrap_err().contains("ledger"));
+        }
+        for event in ["WITHDRAW", "WITHDRAW_SETTLE"] {
+            let error = spec(event).validate(spot).unwrap_err();
+            assert!(error.contains("would never fire"), "{error}");
+        }
+        let any: FaultSpec = serde_json::from_str(r#"{"action": "close"}"#).unwrap();
+        assert_eq!(any.validate(ledger), Ok(()));
     }
 
     #[tokio::test]

@@ -215,6 +215,25 @@ impl Problem {
         )
     }
 
+    /// 503 `request-timeout`, outcome `UNKNOWN`, with `Retry-After`: the request's bound
+    /// (`--request-timeout-ms`, `super::bound`) ran out before it could complete; what it
+    /// had begun was rolled back, so nothing was recorded, and a retry with the same key
+    /// executes it afresh. `bound_ms` is the bound, carried as `request_timeout_ms`.
+    pub fn bound_ran_out(bound_ms: u64) -> Problem {
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "request-timeout",
+            "Request bound ran out",
+            format!(
+                "the request could not complete within its bound of {bound_ms} ms (it waited \
+                 for a connection or a lock); it was rolled back and nothing was recorded: \
+                 retry with the same Idempotency-Key"
+            ),
+            ApiOutcome::Unknown,
+        )
+        .with("request_timeout_ms", bound_ms)
+    }
+
     /// 500, outcome `UNKNOWN`: an internal error (details only in the service's log).
     pub fn internal() -> Problem {
         Problem::new(

@@ -53,11 +53,13 @@ use ledger_svc::{
     TransferResult, transfer_in,
 };
 use serde_json::json;
+use tokio::time::Instant;
 use tokio_postgres::types::Type;
 use tokio_util::task::TaskTracker;
 
 use super::CloseConnection;
 use super::auth::{self, Caller, TokenTable};
+use super::bound;
 use super::faults::{FaultHooks, FaultPoint, FaultSpec};
 use super::grammar::{self, MAX_BODY_BYTES};
 use super::log::{RequestLog, Summary};
@@ -105,6 +107,15 @@ pub struct AppState {
     /// The callers of `--auth-tokens`; `None` without the flag (then `X-Client-Id` is
     /// trusted as declared and the admin listener as reachable).
     pub auth: Option<Arc<TokenTable>>,
+    /// The bound of one request, milliseconds (`--request-timeout-ms`, `super::bound`).
+    pub request_timeout_ms: u64,
+}
+
+impl AppState {
+    /// When a request that arrives now must be answered by (`super::bound`).
+    pub fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + Duration::from_millis(self.request_timeout_ms)
+    }
 }
 
 /// Which listener a request came in on.
@@ -130,7 +141,8 @@ pub async fn handle(
         request.method(),
         request.uri().path(),
     ));
-    let result = route(&state, listener, request, &mut log).await;
+    let deadline = state.deadline();
+    let result = route(&state, listener, request, deadline, &mut log).await;
     // A transfer that reached its task took the log line along; it logs on its own.
     if let Some(log) = log.take() {
         log.finish(result.as_ref().ok(), false);
@@ -142,6 +154,7 @@ async fn route(
     state: &Arc<AppState>,
     listener: Listener,
     request: Request<Incoming>,
+    deadline: Instant,
     log: &mut Option<RequestLog>,
 ) -> Handled {
     let path = request.uri().path().to_owned();
@@ -201,7 +214,8 @@ async fn route(
             name(log, "/accounts/{id}/debits");
             let account = account.to_string();
             only(&method, Method::POST, "POST", || {
-                transfer_route(state, request, caller, Kind::Debit, account, log)
+                let call = Call { caller, deadline };
+                transfer_route(state, request, call, Kind::Debit, account, log)
             })
             .await
         }
@@ -209,23 +223,36 @@ async fn route(
             name(log, "/accounts/{id}/grants");
             let account = account.to_string();
             only(&method, Method::POST, "POST", || {
-                transfer_route(state, request, caller, Kind::Grant, account, log)
+                let call = Call { caller, deadline };
+                transfer_route(state, request, call, Kind::Grant, account, log)
             })
             .await
         }
         (Listener::Admin, ["transfers"]) => {
             only(&method, Method::POST, "POST", || async {
-                Ok(super::transfers::transfers_route(state, request, caller).await)
+                Ok(super::transfers::transfers_route(state, request, caller, deadline).await)
             })
             .await
         }
-        (_, ["spot", rest @ ..]) => super::spot::route(state, listener, request, rest, &path).await,
+        (_, ["spot", rest @ ..]) => {
+            let call = Call { caller, deadline };
+            super::spot::route(state, listener, request, call, rest, &path).await
+        }
         (Listener::Admin, ["faults", rest @ ..]) => match &state.faults {
             Some(faults) => fault_route(faults, state.transfer_mode, request, rest, &path).await,
             None => Ok(Problem::no_route(&path).into_response()),
         },
         _ => Ok(Problem::no_route(&path).into_response()),
     }
+}
+
+/// Who sent a request and by when it must be answered.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The authenticated caller (`--auth-tokens`), `None` without authentication.
+    pub caller: Option<&'a Caller>,
+    /// When the request must be answered by (`super::bound`).
+    pub deadline: Instant,
 }
 
 /// Runs `handler` if `method` is `allowed`, else answers 405.
@@ -455,12 +482,12 @@ fn parse_transfer(
 async fn transfer_route(
     state: &Arc<AppState>,
     request: Request<Incoming>,
-    caller: Option<&Caller>,
+    call: Call<'_>,
     kind: Kind,
     account: String,
     log: &mut Option<RequestLog>,
 ) -> Handled {
-    let head = match parse_transfer(&request, caller, kind, &account) {
+    let head = match parse_transfer(&request, call.caller, kind, &account) {
         Ok(head) => head,
         Err(refused) => return Ok(*refused),
     };
@@ -507,10 +534,11 @@ async fn transfer_route(
     // task still writes the request's log line.
     let task_state = state.clone();
     let task_log = log.take();
+    let deadline = call.deadline;
     let (answer, answered) = tokio::sync::oneshot::channel::<Handled>();
     state.tasks.spawn(async move {
-        let outcome = run_transfer(&task_state, &transfer_request).await;
-        let handled = transfer_response(kind, &account, amount, outcome);
+        let outcome = run_transfer(&task_state, deadline, transfer_request).await;
+        let handled = transfer_response(&task_state, kind, &account, amount, outcome);
         let logged = match &handled {
             Ok(response) => Some(Summary::of(response)),
             Err(CloseConnection) => None,
@@ -529,38 +557,45 @@ async fn transfer_route(
     }
 }
 
-/// Takes a pooled connection and runs the transfer with the armed faults (if any).
+/// Runs the transfer on a pooled connection with the armed faults (if any), within the
+/// request's bound (`super::bound`).
 async fn run_transfer(
     state: &AppState,
-    transfer_request: &TransferRequest,
+    deadline: Instant,
+    transfer_request: TransferRequest,
 ) -> Result<TransferResult, Failure> {
-    let mut client = match state.pool.get().await {
-        Ok(client) => client,
-        Err(error) => return Err(Failure::NoConnection(error.to_string())),
-    };
-    let hooks: &dyn Hooks = match &state.faults {
-        Some(faults) => faults.as_ref(),
-        None => &NoHooks,
-    };
-    let mut result = transfer_in(state.transfer_mode, &mut client, transfer_request, hooks).await;
-    if state.planted_bug == Some(super::planted::PlantedBug::ReexecuteKnownKeys) {
-        result = super::planted::reexecute_known_keys(&mut client, transfer_request, hooks, result)
-            .await;
-    }
-    if let Err(LedgerError::HookAborted(point)) = &result {
-        eprintln!(
-            "ledger-svc: fault at {point} aborted {} {}: {}; closing the connection \
-             without a response",
-            transfer_request.kind.as_str(),
-            transfer_request.idem_key,
-            if *point == HookPoint::AfterCommit {
-                "the transfer is committed"
-            } else {
-                "the transfer was rolled back"
+    let (mode, planted_bug, faults) =
+        (state.transfer_mode, state.planted_bug, state.faults.clone());
+    let ran = bound::run(&state.pool, deadline, move |client| {
+        Box::pin(async move {
+            let hooks: &dyn Hooks = match &faults {
+                Some(faults) => faults.as_ref(),
+                None => &NoHooks,
+            };
+            let mut result = transfer_in(mode, client, &transfer_request, hooks).await;
+            if planted_bug == Some(super::planted::PlantedBug::ReexecuteKnownKeys) {
+                result =
+                    super::planted::reexecute_known_keys(client, &transfer_request, hooks, result)
+                        .await;
             }
-        );
-    }
-    result.map_err(Failure::Ledger)
+            if let Err(LedgerError::HookAborted(point)) = &result {
+                eprintln!(
+                    "ledger-svc: fault at {point} aborted {} {}: {}; closing the connection \
+                     without a response",
+                    transfer_request.kind.as_str(),
+                    transfer_request.idem_key,
+                    if *point == HookPoint::AfterCommit {
+                        "the transfer is committed"
+                    } else {
+                        "the transfer was rolled back"
+                    }
+                );
+            }
+            result
+        })
+    })
+    .await;
+    bound::settle(ran, |error| matches!(error, LedgerError::HookAborted(_)))
 }
 
 /// Whether a database error may pass by itself (see [`TRANSIENT_SQLSTATES`]); no
@@ -576,6 +611,7 @@ fn transient(error: &LedgerError) -> bool {
 
 /// The answer to a transfer's outcome (SPEC §4 table, plus the failures).
 fn transfer_response(
+    state: &AppState,
     kind: Kind,
     account: &str,
     amount: i64,
@@ -583,8 +619,8 @@ fn transfer_response(
 ) -> Handled {
     match outcome {
         Ok(result) => Ok(result_response(kind, account, amount, &result)),
-        Err(Failure::Ledger(LedgerError::HookAborted(_))) => Err(CloseConnection),
-        Err(Failure::Ledger(LedgerError::KeyReused { .. })) => Ok(Problem::new(
+        Err(Failure::Failed(LedgerError::HookAborted(_))) => Err(CloseConnection),
+        Err(Failure::Failed(LedgerError::KeyReused { .. })) => Ok(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "key-reused",
             "Idempotency key reused",
@@ -595,7 +631,7 @@ fn transfer_response(
         .into_response()),
         // The key's record expired or was removed: never executed again, and the answer
         // names the transaction the key once executed (null: it executed none).
-        Err(Failure::Ledger(LedgerError::KeyExpired { txn_id, tombstone })) => {
+        Err(Failure::Failed(LedgerError::KeyExpired { txn_id, tombstone })) => {
             eprintln!(
                 "ledger-svc: key expired (txn_id={txn_id:?}, {}); nothing executed",
                 if tombstone {
@@ -616,10 +652,10 @@ fn transfer_response(
             .with("txn_id", txn_id)
             .into_response())
         }
-        Err(Failure::Ledger(LedgerError::CreditAccountMissing(missing))) if kind == Kind::Grant => {
+        Err(Failure::Failed(LedgerError::CreditAccountMissing(missing))) if kind == Kind::Grant => {
             Ok(no_account(&missing, Some(amount)).into_response())
         }
-        Err(Failure::Ledger(LedgerError::AccountFrozen(frozen))) => Ok(Problem::new(
+        Err(Failure::Failed(LedgerError::AccountFrozen(frozen))) => Ok(Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "account-frozen",
             "Account frozen for repair",
@@ -628,12 +664,12 @@ fn transfer_response(
         )
         .with("account_id", frozen)
         .into_response()),
-        Err(Failure::Ledger(LedgerError::InvalidAmount(_))) => {
+        Err(Failure::Failed(LedgerError::InvalidAmount(_))) => {
             Ok(Problem::bad_request("amount must be a positive integer").into_response())
         }
         // Our own balance arithmetic overflowed bigint (decided in the library by where the
         // SQLSTATE 22003 came from): the amount cannot be done; nothing was recorded.
-        Err(Failure::Ledger(error @ LedgerError::OutOfRange { .. })) => {
+        Err(Failure::Failed(error @ LedgerError::OutOfRange { .. })) => {
             eprintln!("ledger-svc: transfer refused: {error}");
             Ok(Problem::bad_request(
                 "amount would take a balance outside the 64-bit range of points; nothing was recorded",
@@ -642,15 +678,18 @@ fn transfer_response(
         }
         // A wait ran out (lock_timeout, statement_timeout, idle bound), the connection
         // failed, a deadlock: rolled back, nothing recorded; the same key may be retried.
-        Err(Failure::Ledger(error @ LedgerError::Db { .. })) if transient(&error) => {
+        Err(Failure::Failed(error @ LedgerError::Db { .. })) if transient(&error) => {
             eprintln!("ledger-svc: transfer failed: {error}");
             Ok(Problem::unavailable().into_response())
         }
         // Any other database error (a trigger's 22003, a violated constraint) is the
         // server's fault, not the client's amount; rolled back, nothing recorded.
-        Err(Failure::Ledger(error)) => {
+        Err(Failure::Failed(error)) => {
             eprintln!("ledger-svc: transfer failed: {error}");
             Ok(Problem::internal().into_response())
+        }
+        Err(Failure::RanOut) => {
+            Ok(Problem::bound_ran_out(state.request_timeout_ms).into_response())
         }
         Err(Failure::NoConnection(error)) => {
             eprintln!("ledger-svc: no database connection: {error}");
@@ -659,10 +698,7 @@ fn transfer_response(
     }
 }
 
-enum Failure {
-    NoConnection(String),
-    Ledger(LedgerError),
-}
+type Failure = bound::Failure<LedgerError>;
 
 /// The response of an executed or replayed transfer (SPEC §4 table): 201 JSON for OK,
 /// 409 `INSUFFICIENT` and 404 `NO_ACCOUNT` problems, each with `Idempotent-Replayed:
@@ -751,7 +787,7 @@ async fn fault_route(
                             .into_response());
                         }
                     };
-                    if let Err(text) = spec.validate() {
+                    if let Err(text) = spec.validate(point) {
                         return Ok(Problem::bad_request(text).into_response());
                     }
                     if let FaultPoint::Ledger(ledger_point) = point

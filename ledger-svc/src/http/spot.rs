@@ -40,14 +40,15 @@ use hyper::body::Incoming;
 use hyper::header::CONTENT_TYPE;
 use hyper::{Method, Request, StatusCode};
 use serde_json::{Map, Value, json};
+use tokio::time::Instant;
 
 use super::CloseConnection;
+use super::auth;
+use super::bound;
 use super::grammar::{self, BodyType};
 use super::problem::{ApiOutcome, HttpResponse, Problem, json_response, mark_replayed};
-use super::routes::{AppState, Handled, Listener, only, read_body};
+use super::routes::{AppState, Call, Handled, Listener, only, read_body};
 
-/// Header naming the tenant that scopes business ids and owns accounts.
-pub const TENANT_HEADER: &str = "x-tenant-id";
 /// SQLSTATE numeric_value_out_of_range.
 const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";
 
@@ -56,41 +57,53 @@ pub async fn route(
     state: &Arc<AppState>,
     listener: Listener,
     request: Request<Incoming>,
+    call: Call<'_>,
     rest: &[&str],
     path: &str,
 ) -> Handled {
     let method = request.method().clone();
+    let tenant_id = match auth::tenant_id(call.caller, request.headers()) {
+        Ok(tenant_id) => tenant_id,
+        Err(refused) => return Ok(*refused),
+    };
+    let scope = Scope {
+        tenant_id,
+        deadline: call.deadline,
+    };
     match (listener, rest) {
         (Listener::Public, ["accounts", account, "orders"]) => {
             let account = account.to_string();
             only(&method, Method::POST, "POST", || {
-                place_route(state, request, account)
+                place_route(state, request, scope, account)
             })
             .await
         }
         (Listener::Public, ["accounts", account, "orders", order, "cancel"]) => {
             let (account, order) = (account.to_string(), order.to_string());
             only(&method, Method::POST, "POST", || {
-                cancel_route(state, request, account, order)
+                cancel_route(state, request, scope, account, order)
             })
             .await
         }
         (Listener::Public, ["accounts", account, "balances"]) => {
             let account = account.to_string();
             only(&method, Method::GET, "GET", || {
-                balances_route(state, request, account)
+                balances_route(state, scope, account)
             })
             .await
         }
         (Listener::Admin, ["accounts", account, "deposits"]) => {
             let account = account.to_string();
             only(&method, Method::POST, "POST", || {
-                deposit_route(state, request, account)
+                deposit_route(state, request, scope, account)
             })
             .await
         }
         (Listener::Admin, ["fills"]) => {
-            only(&method, Method::POST, "POST", || fill_route(state, request)).await
+            only(&method, Method::POST, "POST", || {
+                fill_route(state, request, scope)
+            })
+            .await
         }
         _ => Ok(Problem::no_route(path).into_response()),
     }
@@ -100,17 +113,10 @@ fn bad(text: impl Into<String>) -> Problem {
     Problem::bad_request(text)
 }
 
-/// The tenant header.
-fn tenant(request: &Request<Incoming>) -> Result<String, Problem> {
-    grammar::parse_header_id(
-        "X-Tenant-Id",
-        request
-            .headers()
-            .get_all(TENANT_HEADER)
-            .iter()
-            .map(|v| v.as_bytes()),
-    )
-    .map_err(|m| bad(m.0))
+/// The tenant a request acts for ([`auth::tenant_id`]) and when it must be answered by.
+struct Scope {
+    tenant_id: String,
+    deadline: Instant,
 }
 
 /// The business id (`Idempotency-Key`).
@@ -261,8 +267,14 @@ fn parse_asset(text: &str) -> Result<Asset, Problem> {
 }
 
 /// Runs `event` on a pooled connection in a tracked task (a client that goes away cannot
-/// cancel the transaction half-way; shutdown waits for it), with the fault hooks.
-async fn run_event<R, F>(state: &Arc<AppState>, label: String, event: F) -> Result<R, Failure>
+/// cancel the transaction half-way; shutdown waits for it), with the fault hooks, within
+/// the request's bound (`super::bound`).
+async fn run_event<R, F>(
+    state: &Arc<AppState>,
+    deadline: Instant,
+    label: String,
+    event: F,
+) -> Result<R, Failure>
 where
     R: Send + 'static,
     F: for<'c> FnOnce(
@@ -274,52 +286,55 @@ where
 {
     let task_state = state.clone();
     let task = state.tasks.spawn(async move {
-        let mut client = match task_state.pool.get().await {
-            Ok(client) => client,
-            Err(error) => return Err(Failure::NoConnection(error.to_string())),
-        };
-        let hooks: &dyn Hooks = match &task_state.faults {
-            Some(faults) => faults.as_ref(),
-            None => &NoHooks,
-        };
-        let result = event(&mut client, hooks).await;
-        if let Err(FrozenError::HookAborted(point)) = &result {
-            eprintln!(
-                "ledger-svc: fault at spot-{point} aborted {label}: {}; closing the \
-                 connection without a response",
-                if *point == frozen_balances::HookPoint::AfterCommit {
-                    "the event is committed"
-                } else {
-                    "the event was rolled back"
+        let faults = task_state.faults.clone();
+        let ran = bound::run(&task_state.pool, deadline, move |client| {
+            Box::pin(async move {
+                let hooks: &dyn Hooks = match &faults {
+                    Some(faults) => faults.as_ref(),
+                    None => &NoHooks,
+                };
+                let result = event(client, hooks).await;
+                if let Err(FrozenError::HookAborted(point)) = &result {
+                    eprintln!(
+                        "ledger-svc: fault at spot-{point} aborted {label}: {}; closing the \
+                         connection without a response",
+                        if *point == frozen_balances::HookPoint::AfterCommit {
+                            "the event is committed"
+                        } else {
+                            "the event was rolled back"
+                        }
+                    );
                 }
-            );
-        }
-        result.map_err(Failure::Event)
+                result
+            })
+        })
+        .await;
+        bound::settle(ran, |error| matches!(error, FrozenError::HookAborted(_)))
     });
     match task.await {
         Ok(result) => result,
-        Err(join_error) => Err(Failure::Task(join_error.to_string())),
+        Err(join_error) => {
+            eprintln!("ledger-svc: spot task failed: {join_error}");
+            Err(Failure::NoConnection(format!(
+                "spot task failed: {join_error}"
+            )))
+        }
     }
 }
 
-enum Failure {
-    NoConnection(String),
-    Task(String),
-    Event(FrozenError),
-}
+type Failure = bound::Failure<FrozenError>;
 
 /// The answer to a failed event.
-fn failure_response(failure: Failure) -> Handled {
+fn failure_response(state: &AppState, failure: Failure) -> Handled {
     let error = match failure {
         Failure::NoConnection(error) => {
             eprintln!("ledger-svc: no database connection: {error}");
             return Ok(Problem::unavailable().into_response());
         }
-        Failure::Task(error) => {
-            eprintln!("ledger-svc: spot task failed: {error}");
-            return Ok(Problem::internal().into_response());
+        Failure::RanOut => {
+            return Ok(Problem::bound_ran_out(state.request_timeout_ms).into_response());
         }
-        Failure::Event(error) => error,
+        Failure::Failed(error) => error,
     };
     match error {
         FrozenError::HookAborted(_) => Err(CloseConnection),
@@ -379,11 +394,15 @@ fn replayed(mut response: HttpResponse, replayed: bool) -> HttpResponse {
 async fn place_route(
     state: &Arc<AppState>,
     request: Request<Incoming>,
+    scope: Scope,
     account: String,
 ) -> Handled {
+    let Scope {
+        tenant_id,
+        deadline,
+    } = scope;
     let parsed = async {
         let account = trader(&account)?;
-        let tenant_id = tenant(&request)?;
         let business_id = business_id(&request)?;
         let object = json_object(request, &["market", "side", "quantity", "price"]).await?;
         let market = parse_market(string_member(&object, "market")?)?;
@@ -415,13 +434,13 @@ async fn place_route(
     };
     let label = format!("PLACE {}/{}", req.tenant_id, req.business_id);
     let task_req = req.clone();
-    let result = run_event(state, label, move |client, hooks| {
+    let result = run_event(state, deadline, label, move |client, hooks| {
         Box::pin(async move { frozen_balances::place(client, &task_req, hooks).await })
     })
     .await;
     match result {
         Ok(result) => Ok(place_response(&req, &result)),
-        Err(failure) => failure_response(failure),
+        Err(failure) => failure_response(state, failure),
     }
 }
 
@@ -470,13 +489,17 @@ fn place_response(req: &PlaceRequest, result: &PlaceResult) -> HttpResponse {
 async fn cancel_route(
     state: &Arc<AppState>,
     request: Request<Incoming>,
+    scope: Scope,
     account: String,
     order: String,
 ) -> Handled {
+    let Scope {
+        tenant_id,
+        deadline,
+    } = scope;
     let parsed = async {
         let account = trader(&account)?;
         let order_id = order_id_segment(&order)?;
-        let tenant_id = tenant(&request)?;
         let business_id = business_id(&request)?;
         let body = read_body(request).await?;
         if !body.is_empty() {
@@ -496,13 +519,13 @@ async fn cancel_route(
     };
     let label = format!("CANCEL {}/{}", req.tenant_id, req.business_id);
     let task_req = req.clone();
-    let result = run_event(state, label, move |client, hooks| {
+    let result = run_event(state, deadline, label, move |client, hooks| {
         Box::pin(async move { frozen_balances::cancel(client, &task_req, hooks).await })
     })
     .await;
     match result {
         Ok(result) => Ok(cancel_response(&result)),
-        Err(failure) => failure_response(failure),
+        Err(failure) => failure_response(state, failure),
     }
 }
 
@@ -537,19 +560,14 @@ fn order_closed(order_id: i64, status: frozen_balances::OrderStatus) -> HttpResp
     .into_response()
 }
 
-async fn balances_route(
-    state: &Arc<AppState>,
-    request: Request<Incoming>,
-    account: String,
-) -> Handled {
-    let parsed = (|| {
-        let account = grammar::parse_account_id(&account).map_err(|m| bad(m.0))?;
-        Ok::<_, Problem>((account, tenant(&request)?))
-    })();
-    let (account, tenant_id) = match parsed {
-        Ok(parsed) => parsed,
+async fn balances_route(state: &Arc<AppState>, scope: Scope, account: String) -> Handled {
+    // A system account's balances (`sys-deposit`: a tenant's total deposits) are the
+    // exchange's books, not a trader's: not served here.
+    let account = match trader(&account) {
+        Ok(account) => account,
         Err(problem) => return Ok(problem.into_response()),
     };
+    let Scope { tenant_id, .. } = scope;
     let client = match state.pool.get().await {
         Ok(client) => client,
         Err(error) => {
@@ -593,11 +611,15 @@ async fn balances_route(
 async fn deposit_route(
     state: &Arc<AppState>,
     request: Request<Incoming>,
+    scope: Scope,
     account: String,
 ) -> Handled {
+    let Scope {
+        tenant_id,
+        deadline,
+    } = scope;
     let parsed = async {
         let account = trader(&account)?;
-        let tenant_id = tenant(&request)?;
         let business_id = business_id(&request)?;
         let object = json_object(request, &["asset", "amount"]).await?;
         let asset = parse_asset(string_member(&object, "asset")?)?;
@@ -618,13 +640,13 @@ async fn deposit_route(
     };
     let label = format!("DEPOSIT {}/{}", req.tenant_id, req.business_id);
     let task_req = req.clone();
-    let result = run_event(state, label, move |client, hooks| {
+    let result = run_event(state, deadline, label, move |client, hooks| {
         Box::pin(async move { frozen_balances::deposit(client, &task_req, hooks).await })
     })
     .await;
     match result {
         Ok(result) => Ok(deposit_response(&req, &result)),
-        Err(failure) => failure_response(failure),
+        Err(failure) => failure_response(state, failure),
     }
 }
 
@@ -644,9 +666,12 @@ fn deposit_response(req: &DepositRequest, result: &DepositResult) -> HttpRespons
     replayed(response, result.replayed)
 }
 
-async fn fill_route(state: &Arc<AppState>, request: Request<Incoming>) -> Handled {
+async fn fill_route(state: &Arc<AppState>, request: Request<Incoming>, scope: Scope) -> Handled {
+    let Scope {
+        tenant_id,
+        deadline,
+    } = scope;
     let parsed = async {
-        let tenant_id = tenant(&request)?;
         let fill_id = business_id(&request)?;
         let object = json_object(
             request,
@@ -679,13 +704,13 @@ async fn fill_route(state: &Arc<AppState>, request: Request<Incoming>) -> Handle
     };
     let label = format!("FILL {}/{}", req.tenant_id, req.fill_id);
     let task_req = req.clone();
-    let result = run_event(state, label, move |client, hooks| {
+    let result = run_event(state, deadline, label, move |client, hooks| {
         Box::pin(async move { frozen_balances::fill(client, &task_req, hooks).await })
     })
     .await;
     match result {
         Ok(result) => Ok(fill_response(&req, &result)),
-        Err(failure) => failure_response(failure),
+        Err(failure) => failure_response(state, failure),
     }
 }
 

@@ -18,8 +18,10 @@ use ledger_svc::schema::is_system_account;
 use ledger_svc::{Hooks, LedgerError, NoHooks, Outcome, between, transfer_between};
 use serde::Deserialize;
 use serde_json::json;
+use tokio::time::Instant;
 
 use super::auth::{self, Caller};
+use super::bound::{self, Failure};
 use super::grammar;
 use super::problem::{ApiOutcome, HttpResponse, Problem, json_response, mark_replayed};
 use super::routes::{AppState, read_body};
@@ -34,11 +36,13 @@ struct TransferBody {
 
 /// Handles one `POST /transfers`.
 /// `caller`: the authenticated caller with `--auth-tokens` (its id scopes the key;
-/// `super::auth::client_id`), `None` without.
+/// `super::auth::client_id`), `None` without; `deadline`: when it must be answered by
+/// (`super::bound`).
 pub async fn transfers_route(
     state: &Arc<AppState>,
     request: Request<Incoming>,
     caller: Option<&Caller>,
+    deadline: Instant,
 ) -> HttpResponse {
     let headers = request.headers();
     let client_id = match auth::client_id(caller, headers) {
@@ -81,22 +85,29 @@ pub async fn transfers_route(
     let req = between(client_id, key, from.clone(), to.clone(), body.amount);
     let task_state = state.clone();
     let task = state.tasks.spawn(async move {
-        let mut client = match task_state.pool.get().await {
-            Ok(client) => client,
-            Err(error) => {
-                eprintln!("ledger-svc: no database connection: {error}");
-                return None;
-            }
-        };
-        let hooks: &dyn Hooks = match &task_state.faults {
-            Some(faults) => faults.as_ref(),
-            None => &NoHooks,
-        };
-        Some(transfer_between(&mut client, &req, hooks).await)
+        let faults = task_state.faults.clone();
+        let ran = bound::run(&task_state.pool, deadline, move |client| {
+            Box::pin(async move {
+                let hooks: &dyn Hooks = match &faults {
+                    Some(faults) => faults.as_ref(),
+                    None => &NoHooks,
+                };
+                transfer_between(client, &req, hooks).await
+            })
+        })
+        .await;
+        bound::settle(ran, |error| matches!(error, LedgerError::HookAborted(_)))
     });
     let result = match task.await {
-        Ok(Some(result)) => result,
-        Ok(None) => return Problem::unavailable().into_response(),
+        Ok(Ok(result)) => Ok(result),
+        Ok(Err(Failure::Failed(error))) => Err(error),
+        Ok(Err(Failure::RanOut)) => {
+            return Problem::bound_ran_out(state.request_timeout_ms).into_response();
+        }
+        Ok(Err(Failure::NoConnection(error))) => {
+            eprintln!("ledger-svc: no database connection: {error}");
+            return Problem::unavailable().into_response();
+        }
         Err(error) => {
             eprintln!("ledger-svc: transfer task failed: {error}");
             return Problem::internal().into_response();
