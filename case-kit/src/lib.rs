@@ -14,6 +14,8 @@
 //! - [`redact`] and [`snapshot`]: the one redaction layer and the snapshot files.
 //! - [`spec`]: cases as data, interleaving specs of sessions, steps and permutations,
 //!   with lock waits read from PostgreSQL (`pg_blocking_pids`).
+//! - [`locks`]: how many sessions wait for a lock at one moment, so a case proves a race
+//!   by the queue it forced behind a lock it holds, not by a clock.
 //! - [`proxy`]: an HTTP/1.1 TCP proxy that cuts answers and retries on its own.
 //! - [`service`] and [`worker`]: the `ledger-svc` and `crash-worker` child processes,
 //!   tied to the harness's life; under `--auth` the service gets kit-made bearer tokens
@@ -25,6 +27,7 @@
 mod case;
 mod ctx;
 mod env;
+pub mod locks;
 mod mode;
 pub mod process;
 pub mod progress;

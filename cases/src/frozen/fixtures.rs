@@ -5,7 +5,7 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use case_kit::Ctx;
 use frozen_balances::amount::{parse_price, parse_quantity};
@@ -19,8 +19,6 @@ use tokio::sync::Notify;
 
 /// The tenant every F case uses.
 pub const T: &str = DEFAULT_TENANT;
-/// How often [`wait_for_lock_waiters`] looks at `pg_stat_activity`, milliseconds.
-pub const LOCK_POLL_MS: u64 = 2;
 /// How long [`wait_for_lock_waiters`] looks before it gives up, milliseconds.
 pub const LOCK_WAIT_MAX_MS: u64 = 10_000;
 
@@ -245,31 +243,19 @@ impl Hooks for CountAttempts {
 }
 
 /// Waits until at least `n` backends of this database wait for a lock
-/// (`pg_stat_activity.wait_event_type = 'Lock'`, PostgreSQL docs §27.2.3): the moment a
-/// second event is known to be blocked behind one a gate holds. Looks every
-/// [`LOCK_POLL_MS`], at most [`LOCK_WAIT_MAX_MS`].
+/// ([`case_kit::locks::wait_for_lock_waiters`]): the moment a second event is known to be
+/// blocked behind one a gate holds. Looks at most [`LOCK_WAIT_MAX_MS`].
 ///
 /// Errors: database errors; nobody blocked in time.
 pub async fn wait_for_lock_waiters(db: &tokio_postgres::Client, n: i64) -> anyhow::Result<()> {
-    let began = Instant::now();
-    loop {
-        let waiting: i64 = db
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                &[],
-            )
-            .await?
-            .get(0);
-        if waiting >= n {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            began.elapsed() < Duration::from_millis(LOCK_WAIT_MAX_MS),
-            "fewer than {n} backends blocked on a lock after {LOCK_WAIT_MAX_MS} ms"
-        );
-        tokio::time::sleep(Duration::from_millis(LOCK_POLL_MS)).await;
-    }
+    let waiting =
+        case_kit::locks::wait_for_lock_waiters(db, n, Duration::from_millis(LOCK_WAIT_MAX_MS))
+            .await?;
+    anyhow::ensure!(
+        waiting >= n,
+        "fewer than {n} backends blocked on a lock after {LOCK_WAIT_MAX_MS} ms (at most {waiting})"
+    );
+    Ok(())
 }
 
 /// Name of the invariant check.
