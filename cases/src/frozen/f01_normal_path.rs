@@ -15,7 +15,7 @@ use case_kit::{Case, Ctx};
 use frozen_balances::{Asset, DEFAULT_TENANT, SYS_FEE};
 use futures_util::FutureExt;
 
-use super::spot::{SpotCalls, SpotReply, asset_sums, balance_line, place};
+use super::spot::{spot_service, SpotCalls, SpotReply, asset_sums, balance_line, place};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -30,10 +30,10 @@ const POOL_SIZE: usize = 2;
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let service = Service::start(
         ctx,
-        ServiceOptions {
+        spot_service(ServiceOptions {
             pool_size: POOL_SIZE,
             ..ServiceOptions::default()
-        },
+        }),
     )
     .await?;
     let db = ctx.connect().await?;

@@ -32,7 +32,7 @@ use serde_json::json;
 use super::fixtures::{
     Gate, T, cancel, deposit, fill, fill_request, invariant, order, placed, wait_for_lock_waiters,
 };
-use super::spot::{SpotCalls, SpotReply, balance_line};
+use super::spot::{spot_service, SpotCalls, SpotReply, balance_line};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -93,11 +93,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 
     let service = Service::start(
         ctx,
-        ServiceOptions {
+        spot_service(ServiceOptions {
             fault_injection: true,
             pool_size: POOL_SIZE,
             ..ServiceOptions::default()
-        },
+        }),
     )
     .await?;
     for (tag, held, expected) in [

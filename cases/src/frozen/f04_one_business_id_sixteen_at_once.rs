@@ -20,7 +20,7 @@ use futures_util::FutureExt;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::json;
 
-use super::spot::{SpotCalls, SpotReply, TENANT_HEADER, balance_line, place, recorded};
+use super::spot::{spot_service, AsTenant, OTHER_TENANT, SpotCalls, SpotReply, balance_line, place, recorded};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -34,15 +34,14 @@ pub fn case() -> Case {
 
 const CLIENTS: usize = 16;
 const BUSINESS_ID: &str = "place-0401";
-const OTHER_TENANT: &str = "tenant-b";
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let service = Service::start(
         ctx,
-        ServiceOptions {
+        spot_service(ServiceOptions {
             pool_size: CLIENTS,
             ..ServiceOptions::default()
-        },
+        }),
     )
     .await?;
     let db = ctx.connect().await?;
@@ -148,7 +147,7 @@ async fn sixteen_at_once(service: &Service) -> anyhow::Result<Vec<(u16, bool, St
                 service
                     .http()
                     .post(service.public_url("/spot/accounts/alice/orders"))
-                    .header(TENANT_HEADER, DEFAULT_TENANT)
+                    .as_tenant(DEFAULT_TENANT)
                     .header("idempotency-key", BUSINESS_ID)
                     .header(CONTENT_TYPE, "application/json")
                     .body(body.clone()),

@@ -22,7 +22,7 @@ use futures_util::FutureExt;
 use serde_json::json;
 
 use super::fixtures::Plan;
-use super::spot::{SpotCalls, SpotReply, balance_line};
+use super::spot::{spot_service, SpotCalls, SpotReply, balance_line};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -48,11 +48,11 @@ const FAULT_POINT: &str = "spot-after-commit";
 pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     let service = Service::start(
         ctx,
-        ServiceOptions {
+        spot_service(ServiceOptions {
             fault_injection: true,
             pool_size: POOL_SIZE,
             ..ServiceOptions::default()
-        },
+        }),
     )
     .await?;
     let db = ctx.connect().await?;

@@ -25,7 +25,7 @@ use futures_util::FutureExt;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::json;
 
-use super::spot::{SpotCalls, SpotReply, TENANT_HEADER, asset_sums, balance_line, place, recorded};
+use super::spot::{spot_service, SpotCalls, SpotReply, AsTenant, asset_sums, balance_line, place, recorded};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -59,10 +59,10 @@ const REFUSED_ORDERS: [(&str, &str, &str); 12] = [
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let service = Service::start(
         ctx,
-        ServiceOptions {
+        spot_service(ServiceOptions {
             pool_size: POOL_SIZE,
             ..ServiceOptions::default()
-        },
+        }),
     )
     .await?;
     let db = ctx.connect().await?;
@@ -91,7 +91,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
                 service
                     .http()
                     .post(service.admin_url("/spot/accounts/alice/deposits"))
-                    .header(TENANT_HEADER, t)
+                    .as_tenant(t)
                     .header("idempotency-key", "dep-1103")
                     .header(CONTENT_TYPE, "application/json")
                     .body(json!({"asset": asset, "amount": amount}).to_string()),

@@ -36,6 +36,7 @@ case_kit::register_cases! {
     f17_one_account_two_markets,
     pub f18_release_at_the_current_price,
     pub f19_order_id_as_business_id,
+    pub f20_borrowed_tenant,
 }
 
 /// The template database every F case database is cloned from.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use case_kit::service::{CLIENT_TIMEOUT_MS, Reply, Service};
+use case_kit::service::{CLIENT_TIMEOUT_MS, Reply, Service, ServiceOptions};
 use frozen_balances::amount::format_units;
 use frozen_balances::{Asset, DEFAULT_TENANT};
 use reqwest::header::CONTENT_TYPE;
@@ -11,6 +11,36 @@ use serde_json::{Value, json};
 
 /// The tenant header.
 pub const TENANT_HEADER: &str = "x-tenant-id";
+/// The second tenant the cases trade in (F4: one business id in two tenants).
+pub const OTHER_TENANT: &str = "tenant-b";
+/// Every tenant the cases trade in.
+pub const TENANTS: [&str; 2] = [DEFAULT_TENANT, OTHER_TENANT];
+
+/// `options` for a service the spot cases call: with authentication the tenant is the
+/// caller (`ledger-svc`'s `http::auth::tenant_id`), so each tenant of [`TENANTS`] is a
+/// client of its own, admin too (its deposits and fills).
+pub fn spot_service(options: ServiceOptions) -> ServiceOptions {
+    let mut options = options.with_clients(&TENANTS);
+    options
+        .admins
+        .extend(TENANTS.iter().map(|tenant| tenant.to_string()));
+    options
+}
+
+/// A spot request on behalf of a tenant: `X-Tenant-Id` and, so that an authenticating
+/// service's token is the tenant's own ([`Service::authorize`] picks it by
+/// `X-Client-Id`), `X-Client-Id` naming the same id.
+pub trait AsTenant {
+    /// The request with both headers naming `tenant`.
+    fn as_tenant(self, tenant: &str) -> Self;
+}
+
+impl AsTenant for reqwest::RequestBuilder {
+    fn as_tenant(self, tenant: &str) -> Self {
+        self.header(TENANT_HEADER, tenant)
+            .header("x-client-id", tenant)
+    }
+}
 
 /// The spot routes on [`Service`]; every call names its tenant and business id.
 pub trait SpotCalls {
@@ -90,7 +120,7 @@ impl SpotCalls for Service {
         self.send(
             self.http()
                 .post(self.public_url(&format!("/spot/accounts/{account}/orders")))
-                .header(TENANT_HEADER, tenant)
+                .as_tenant(tenant)
                 .header("idempotency-key", business_id)
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.to_string())
@@ -109,7 +139,7 @@ impl SpotCalls for Service {
         self.send(
             self.http()
                 .post(self.public_url(&format!("/spot/accounts/{account}/orders/{order}/cancel")))
-                .header(TENANT_HEADER, tenant)
+                .as_tenant(tenant)
                 .header("idempotency-key", business_id)
                 .timeout(Duration::from_millis(CLIENT_TIMEOUT_MS)),
         )
@@ -128,7 +158,7 @@ impl SpotCalls for Service {
             .send(
                 self.http()
                     .post(self.admin_url(&format!("/spot/accounts/{account}/deposits")))
-                    .header(TENANT_HEADER, tenant)
+                    .as_tenant(tenant)
                     .header("idempotency-key", business_id)
                     .header(CONTENT_TYPE, "application/json")
                     .body(json!({"asset": asset, "amount": amount}).to_string()),
@@ -155,7 +185,7 @@ impl SpotCalls for Service {
         self.send(
             self.http()
                 .post(self.admin_url("/spot/fills"))
-                .header(TENANT_HEADER, DEFAULT_TENANT)
+                .as_tenant(DEFAULT_TENANT)
                 .header("idempotency-key", fill_id)
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.to_string()),
@@ -167,7 +197,7 @@ impl SpotCalls for Service {
         self.send(
             self.http()
                 .get(self.public_url(&format!("/spot/accounts/{account}/balances")))
-                .header(TENANT_HEADER, tenant),
+                .as_tenant(tenant),
         )
         .await
     }
