@@ -20,7 +20,7 @@ use futures_util::FutureExt;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::json;
 
-use super::spot::{spot_service, AsTenant, OTHER_TENANT, SpotCalls, SpotReply, balance_line, place, recorded};
+use super::spot::{spot_service, ForTenant, OTHER_TENANT, SpotCalls, SpotReply, balance_line, place, recorded};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -147,7 +147,7 @@ async fn sixteen_at_once(service: &Service) -> anyhow::Result<Vec<(u16, bool, St
                 service
                     .http()
                     .post(service.public_url("/spot/accounts/alice/orders"))
-                    .as_tenant(DEFAULT_TENANT)
+                    .for_tenant(DEFAULT_TENANT)
                     .header("idempotency-key", BUSINESS_ID)
                     .header(CONTENT_TYPE, "application/json")
                     .body(body.clone()),

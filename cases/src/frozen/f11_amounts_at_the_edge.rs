@@ -25,7 +25,7 @@ use futures_util::FutureExt;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::json;
 
-use super::spot::{spot_service, SpotCalls, SpotReply, AsTenant, asset_sums, balance_line, place, recorded};
+use super::spot::{spot_service, SpotCalls, SpotReply, ForTenant, asset_sums, balance_line, place, recorded};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -91,7 +91,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
                 service
                     .http()
                     .post(service.admin_url("/spot/accounts/alice/deposits"))
-                    .as_tenant(t)
+                    .for_tenant(t)
                     .header("idempotency-key", "dep-1103")
                     .header(CONTENT_TYPE, "application/json")
                     .body(json!({"asset": asset, "amount": amount}).to_string()),

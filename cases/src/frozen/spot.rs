@@ -30,13 +30,13 @@ pub fn spot_service(options: ServiceOptions) -> ServiceOptions {
 /// A spot request on behalf of a tenant: `X-Tenant-Id` and, so that an authenticating
 /// service's token is the tenant's own ([`Service::authorize`] picks it by
 /// `X-Client-Id`), `X-Client-Id` naming the same id.
-pub trait AsTenant {
+pub trait ForTenant {
     /// The request with both headers naming `tenant`.
-    fn as_tenant(self, tenant: &str) -> Self;
+    fn for_tenant(self, tenant: &str) -> Self;
 }
 
-impl AsTenant for reqwest::RequestBuilder {
-    fn as_tenant(self, tenant: &str) -> Self {
+impl ForTenant for reqwest::RequestBuilder {
+    fn for_tenant(self, tenant: &str) -> Self {
         self.header(TENANT_HEADER, tenant)
             .header("x-client-id", tenant)
     }
@@ -120,7 +120,7 @@ impl SpotCalls for Service {
         self.send(
             self.http()
                 .post(self.public_url(&format!("/spot/accounts/{account}/orders")))
-                .as_tenant(tenant)
+                .for_tenant(tenant)
                 .header("idempotency-key", business_id)
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.to_string())
@@ -139,7 +139,7 @@ impl SpotCalls for Service {
         self.send(
             self.http()
                 .post(self.public_url(&format!("/spot/accounts/{account}/orders/{order}/cancel")))
-                .as_tenant(tenant)
+                .for_tenant(tenant)
                 .header("idempotency-key", business_id)
                 .timeout(Duration::from_millis(CLIENT_TIMEOUT_MS)),
         )
@@ -158,7 +158,7 @@ impl SpotCalls for Service {
             .send(
                 self.http()
                     .post(self.admin_url(&format!("/spot/accounts/{account}/deposits")))
-                    .as_tenant(tenant)
+                    .for_tenant(tenant)
                     .header("idempotency-key", business_id)
                     .header(CONTENT_TYPE, "application/json")
                     .body(json!({"asset": asset, "amount": amount}).to_string()),
@@ -185,7 +185,7 @@ impl SpotCalls for Service {
         self.send(
             self.http()
                 .post(self.admin_url("/spot/fills"))
-                .as_tenant(DEFAULT_TENANT)
+                .for_tenant(DEFAULT_TENANT)
                 .header("idempotency-key", fill_id)
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.to_string()),
@@ -197,7 +197,7 @@ impl SpotCalls for Service {
         self.send(
             self.http()
                 .get(self.public_url(&format!("/spot/accounts/{account}/balances")))
-                .as_tenant(tenant),
+                .for_tenant(tenant),
         )
         .await
     }
