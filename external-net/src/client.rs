@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::wire::{
-    Broadcast, BroadcastAnswer, ControlRequest, ControlState, DepositState, QueryRecord,
+    Action, Broadcast, BroadcastAnswer, ControlRequest, ControlState, DepositState, QueryRecord,
     StatusAnswer, TransferRecord,
 };
 
@@ -162,6 +162,18 @@ impl NetClient {
     /// Errors: transport errors, another status.
     pub async fn control(&self, request: &ControlRequest) -> anyhow::Result<()> {
         self.put("/control", serde_json::to_string(request)?).await
+    }
+
+    /// `PUT /control` with `release`: ends every answer a `delay` holds now.
+    ///
+    /// Errors: transport errors, another status.
+    pub async fn release_held(&self) -> anyhow::Result<()> {
+        self.control(&ControlRequest {
+            action: Action::Release,
+            delay_ms: 0,
+            count: 1,
+        })
+        .await
     }
 
     /// `GET /control`.

@@ -5,9 +5,10 @@
 //!   process with its own durable store (an SQLite file, `synchronous=FULL`). It accepts
 //!   a broadcast by withdrawal id, idempotently (the same id twice is one transfer),
 //!   answers a status query by id, lists its transfers (the evidence "one transfer out"
-//!   seen from outside our database), and can be told to delay its next answers, drop
-//!   them after accepting, or refuse. It also reports incoming deposits with a number of
-//!   confirmations, and can drop one (a reorganisation). See [`wire`] for the routes.
+//!   seen from outside our database), and can be told to delay its next answers (until
+//!   released), drop them after accepting, or refuse. It also reports incoming deposits
+//!   with a number of confirmations, and can drop one (a reorganisation). See [`wire`]
+//!   for the routes.
 //! - `withdrawal-executor` (binary; its own process, not a task of `ledger-svc`): takes
 //!   the outbox events of `frozen_balances::withdraw`, broadcasts with the withdrawal id,
 //!   records `BROADCAST`, `FAILED` or `UNKNOWN`, and settles by a status query by id

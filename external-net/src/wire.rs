@@ -6,7 +6,7 @@
 //! | `GET /transfers/{id}` | — | 200 [`StatusAnswer`]; 404 `NOT_FOUND` |
 //! | `GET /transfers` | — | 200 `{"transfers": [`[`TransferRecord`]`…]}` in arrival order |
 //! | `GET /queries` | — | 200 `{"queries": [`[`QueryRecord`]`…]}`: every status query, in order |
-//! | `PUT /control` | [`ControlRequest`] | 200: queues an action for the next `count` broadcasts |
+//! | `PUT /control` | [`ControlRequest`] | 200: queues an action for the next `count` broadcasts; `release` is not queued: it ends the delays under way (`{"released": N}`) |
 //! | `GET /control` | — | 200 [`ControlState`] |
 //! | `PUT /deposits/{tx}` | [`DepositState`] | 200: the network now reports this incoming transfer so |
 //! | `GET /deposits` | — | 200 `{"deposits": [`[`DepositState`]`…]}` in tx id order |
@@ -96,6 +96,10 @@ pub enum Action {
     Drop,
     /// Store the transfer as `REJECTED` and answer 422.
     Refuse,
+    /// Not queued: ends every answer a `delay` holds right now, so a case can hold an
+    /// answer for as long as it needs (a long `delay` is then only a safety bound) and
+    /// let it go at a moment it chooses. `count` must still be at least 1.
+    Release,
 }
 
 /// `PUT /control`.

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use external_net::client::{Answer, NetClient};
-use external_net::wire::{Action, Broadcast, ControlRequest};
+use external_net::wire::{Action, Broadcast, ControlRequest, MAX_DELAY_MS};
 
 /// Bound of one request in these tests.
 const REQUEST_TIMEOUT_MS: u64 = 5_000;
@@ -93,6 +93,42 @@ async fn broadcasts_are_idempotent_and_survive_a_lost_answer_and_a_restart() {
     let transfers = net.client.transfers().await.unwrap();
     let ids: Vec<&str> = transfers.iter().map(|t| t.id.as_str()).collect();
     assert_eq!(ids, ["w-1", "w-2"], "one transfer per id: {transfers:?}");
+    drop(net);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A delay far longer than the test: `release` ends it, and the answer arrives before
+/// the client's timeout (half the delay) could run out.
+#[tokio::test]
+async fn a_release_ends_a_held_answer_at_once() {
+    let dir = std::env::temp_dir().join(format!("net-standin-release-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let net = StandIn::start(&dir.join("net.sqlite"));
+    net.client
+        .control(&ControlRequest {
+            action: Action::Delay,
+            delay_ms: MAX_DELAY_MS,
+            count: 1,
+        })
+        .await
+        .unwrap();
+    let client = net.client.clone();
+    let held = tokio::spawn(async move {
+        client
+            .broadcast(&broadcast("w-3"), Duration::from_millis(MAX_DELAY_MS / 2))
+            .await
+    });
+    while net.client.control_state().await.unwrap().holding == 0 {
+        assert!(!held.is_finished(), "answered before it was held");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    net.client.release_held().await.unwrap();
+    let answer = held.await.unwrap();
+    assert!(
+        matches!(answer, Answer::Accepted { new: true }),
+        "{answer:?}"
+    );
+    assert_eq!(net.client.control_state().await.unwrap().holding, 0);
     drop(net);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -9,7 +9,7 @@
 //! The store is an SQLite file (WAL, `synchronous=FULL`): a transfer is stored before
 //! any answer is sent, so a dropped or delayed answer never loses it, and a restarted
 //! stand-in on the same file knows every id it accepted. The control queue (delay, drop,
-//! refuse) is in memory. It stops on SIGTERM or SIGKILL; the cases start it tied to the
+//! refuse) is in memory; `release` ends the delays under way at once. It stops on SIGTERM or SIGKILL; the cases start it tied to the
 //! harness (parent-death signal), so it never outlives a run.
 
 use std::collections::VecDeque;
@@ -36,6 +36,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 
 /// Largest request body accepted, bytes.
 const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -79,6 +80,8 @@ struct State {
     store: Mutex<Connection>,
     queue: Mutex<VecDeque<ControlRequest>>,
     holding: AtomicU32,
+    /// Wakes every answer held by a `delay` (the `release` control).
+    release: Notify,
 }
 
 /// The error that makes hyper close the connection without an answer (`drop`).
@@ -204,8 +207,16 @@ async fn broadcast(state: Arc<State>, request: Request<Incoming>) -> Reply {
     };
     match action {
         Some((Action::Delay, delay_ms)) => {
+            // Registered before the hold is counted: a `release` that sees this answer
+            // held always ends it.
+            let released = state.release.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
             state.holding.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(delay_ms)) => {}
+                () = released => {}
+            }
             state.holding.fetch_sub(1, Ordering::SeqCst);
         }
         Some((Action::Drop, _)) => return Err(DroppedAnswer),
@@ -321,6 +332,11 @@ async fn handle(state: Arc<State>, request: Request<Incoming>) -> Reply {
                     format!("count must be at least 1 and delay_ms at most {MAX_DELAY_MS}"),
                 );
             }
+            if control.action == Action::Release {
+                let released = state.holding.load(Ordering::SeqCst);
+                state.release.notify_waiters();
+                return json_reply(StatusCode::OK, json!({ "released": released }));
+            }
             state
                 .queue
                 .lock()
@@ -398,6 +414,7 @@ async fn main() -> anyhow::Result<()> {
         store: Mutex::new(open_store(&args.store)?),
         queue: Mutex::new(VecDeque::new()),
         holding: AtomicU32::new(0),
+        release: Notify::new(),
     });
     let listener = TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
