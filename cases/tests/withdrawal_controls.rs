@@ -4,8 +4,8 @@
 //!
 //! - F14's naive executor (retry under a new id) with the network answering normally:
 //!   no answer is lost, so it never retries, and only one transfer goes out.
-//! - F15's call inside the freezing transaction with no hold on the network's answer:
-//!   the lock is held only for a moment, so the placement does not wait.
+//! - F15's call inside the freezing transaction with the network answering at once and
+//!   the placement started only after the naive transaction ended: it cannot be blocked.
 //!
 //! One scratch PostgreSQL 16 cluster with the F template, one database per run, a fresh
 //! `net-standin` per run; the binaries are the debug ones (`cargo build --bins`).
@@ -13,6 +13,7 @@
 use std::sync::Arc;
 
 use case_kit::{Ctx, Env};
+use cases::frozen::fixtures::Plan;
 use cases::frozen::network::StandIn;
 use cases::frozen::{
     self, f14_lost_answer_and_a_crash as f14, f15_no_external_call_under_a_lock as f15,
@@ -71,16 +72,16 @@ async fn withdrawal_controls_fail_without_the_fault_and_pass_with_it() {
     assert!(exposes_passed(&ctx, f14::ANOMALY));
     drop(net);
 
-    // F15 without a hold: the lock is short, so the control must FAIL.
+    // F15 without a hold, the placement after the naive transaction: the control must FAIL.
     let mut ctx = fresh_ctx(&env, "F15", "f15_no_hold").await;
     let net = StandIn::start(&ctx).await.expect("stand-in");
-    f15::run_control(&mut ctx, &net, 0)
+    f15::run_control(&mut ctx, &net, Plan::Harmless)
         .await
         .expect("F15 control runs");
     eprint!("F15 control, no hold:\n{}", ctx.transcript());
     assert!(
         !exposes_passed(&ctx, f15::ANOMALY),
-        "the F15 control claims a wait although the network answered at once:\n{}",
+        "the F15 control claims a blocked placement although the naive transaction had ended:\n{}",
         ctx.transcript()
     );
     drop(net);
@@ -88,7 +89,7 @@ async fn withdrawal_controls_fail_without_the_fault_and_pass_with_it() {
     // F15 with the hold: every check holds.
     let mut ctx = fresh_ctx(&env, "F15", "f15_hold").await;
     let net = StandIn::start(&ctx).await.expect("stand-in");
-    f15::run_control(&mut ctx, &net, f15::HOLD_MS)
+    f15::run_control(&mut ctx, &net, Plan::Forced)
         .await
         .expect("F15 control runs");
     eprint!("F15 control, hold:\n{}", ctx.transcript());
