@@ -19,6 +19,8 @@
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, ffi, params};
@@ -180,6 +182,33 @@ impl Store {
     /// cases that tamper with the file behind the store's back.
     pub fn connection(&self) -> &Connection {
         &self.connection
+    }
+
+    /// Replaces this connection's busy handler (its busy timeout) by one that counts its
+    /// calls and never waits, and returns the counter. SQLite calls a busy handler only
+    /// where waiting could help (SQLite docs, `sqlite3_busy_handler`; LIMITS.md, "Why the
+    /// busy handler is not called for S6's forced control"), so a failed write during
+    /// which the count stayed 0 failed without waiting, whatever the handler and however
+    /// loaded the machine: an event, not a duration. [`Store::restore_busy_timeout`]
+    /// puts the busy timeout back.
+    ///
+    /// Errors: SQLite refused the handler.
+    pub fn count_busy_handler_calls(&mut self) -> rusqlite::Result<Arc<AtomicU32>> {
+        let calls = Arc::new(AtomicU32::new(0));
+        let counter = calls.clone();
+        self.connection.busy_handler(Some(move |_retries: i32| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            false
+        }))?;
+        Ok(calls)
+    }
+
+    /// Gives the connection its busy timeout ([`BUSY_TIMEOUT_MS`]) back.
+    ///
+    /// Errors: SQLite refused it.
+    pub fn restore_busy_timeout(&self) -> rusqlite::Result<()> {
+        self.connection
+            .busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))
     }
 
     /// Adds `item` with `units` in stock, recording `units` as its opening figure for
