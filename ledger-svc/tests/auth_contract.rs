@@ -2,7 +2,8 @@
 //! PostgreSQL 16: 401 with `WWW-Authenticate` for a missing, unknown or other-scheme
 //! token, recording nothing; 403 for another client's `X-Client-Id`, recording nothing;
 //! the token's caller scoping the keys; the admin listener and the fault routes only for
-//! an admin token; the probes open; a bad token file refusing the start; and neither the
+//! an admin token; on the spot routes the same, and the tenant is the caller (another
+//! tenant in `X-Tenant-Id` is 403, records nothing); the probes open; a bad token file refusing the start; and neither the
 //! token file nor the service's log holding a token.
 
 mod common;
@@ -19,15 +20,18 @@ use common::service::{Options, Reply, Service};
 const FORM: (&str, &[u8]) = ("content-type", b"application/x-www-form-urlencoded");
 const JSON: (&str, &[u8]) = ("content-type", b"application/json");
 
-/// The callers of these tests: (token, client id, admin).
-const CALLERS: [(&str, &str, bool); 3] = [
+/// The callers of these tests: (token, client id, admin). `app-a` has a second, admin
+/// token (its back office: spot deposits and fills in its own tenant).
+const CALLERS: [(&str, &str, bool); 4] = [
     ("tok-a-3b1f0e2c9d8a7f6e5d4c3b2a1908f7e6", "app-a", false),
     ("tok-b-8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f", "app-b", false),
     ("tok-ops-5e4d3c2b1a09f8e7d6c5b4a392817061", "ops", true),
+    ("tok-a-admin-7a6b5c4d3e2f1a0b9c8d7e6f5a4b", "app-a", true),
 ];
 const TOKEN_A: &str = CALLERS[0].0;
 const TOKEN_B: &str = CALLERS[1].0;
 const TOKEN_OPS: &str = CALLERS[2].0;
+const TOKEN_A_ADMIN: &str = CALLERS[3].0;
 /// A well-formed token that is in no file.
 const UNKNOWN_TOKEN: &str = "tok-unknown-0f1e2d3c4b5a69788796a5b4c3d2e1f0";
 
@@ -438,7 +442,7 @@ async fn tokens_are_neither_on_disk_nor_in_the_log() {
     let log = svc.log_lines("");
     let text = log.join("\n");
 
-    for (token, client, _) in CALLERS {
+    for (token, client, admin) in CALLERS {
         assert!(
             !on_disk.contains(token),
             "the token file holds {client}'s token"
@@ -451,7 +455,7 @@ async fn tokens_are_neither_on_disk_nor_in_the_log() {
         assert!(
             text.contains(&format!(
                 "caller client_id={client} admin={} token_sha256={}",
-                if client == "ops" { "yes" } else { "no" },
+                if admin { "yes" } else { "no" },
                 &sha256_hex(token)[..12]
             )),
             "no start-up line for {client}:\n{text}"
@@ -462,7 +466,7 @@ async fn tokens_are_neither_on_disk_nor_in_the_log() {
         "the log holds the unknown token"
     );
     assert!(!text.contains(&sha256_hex(UNKNOWN_TOKEN)[..12]));
-    assert!(text.contains("auth=tokens(callers=3 admins=1)"), "{text}");
+    assert!(text.contains("auth=tokens(callers=4 admins=2)"), "{text}");
     // The request lines name the authenticated caller.
     let debit_a = svc.log_lines("key=k-1 ");
     assert!(
@@ -531,4 +535,281 @@ fn a_bad_token_file_refuses_the_start() {
         assert!(stderr.contains(wanted), "{name}: {stderr}");
         assert!(output.stdout.is_empty(), "{name}: it listened");
     }
+}
+
+/// A spot request with the given token (if any) and headers; `body` empty for a GET.
+async fn spot(
+    svc: &Service,
+    admin: bool,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<serde_json::Value>,
+) -> Reply {
+    let base = if admin { &svc.admin } else { &svc.public };
+    let url = format!("{base}{path}");
+    let mut request = match &body {
+        Some(body) => svc
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body.to_string()),
+        None if path.ends_with("/cancel") => svc.http.post(url),
+        None => svc.http.get(url),
+    };
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    svc.send(request).await.expect("spot request")
+}
+
+/// Spot operations, movements, orders and balance rows, each with its tenant.
+async fn spot_recorded(db: &TestDb) -> String {
+    db.client
+        .query_one(
+            "SELECT (SELECT count(*) FROM balance_operation)::text || '/' ||
+                    (SELECT count(*) FROM balance_movement)::text || '/' ||
+                    (SELECT count(*) FROM spot_order)::text || '/' ||
+                    (SELECT string_agg(tenant_id || account_id || asset || available || ':'
+                        || frozen, ',' ORDER BY tenant_id, account_id, asset) FROM balance)",
+            &[],
+        )
+        .await
+        .expect("read the spot tables")
+        .get(0)
+}
+
+/// The spot routes authenticate like the ledger's (401 without a token, 403 for another
+/// client's `X-Client-Id` or a non-admin on the admin listener) and take the tenant from
+/// the caller: another tenant in `X-Tenant-Id` is 403; none of these records anything;
+/// a caller's business ids, orders and accounts are its own tenant's.
+#[tokio::test]
+async fn spot_routes_authenticate_and_the_tenant_is_the_caller() {
+    let db = TestDb::new("a_spot").await;
+    frozen_balances::schema::install_and_seed(&db.client)
+        .await
+        .expect("spot schema");
+    let (_dir, tokens) = token_file();
+    let svc = start(&db, &tokens, false).await;
+    let order = json!({"market": "BTC-USDT", "side": "BUY", "quantity": "1.0", "price": "5000"});
+    let usdt = json!({"asset": "USDT", "amount": "10000"});
+    let orders = "/spot/accounts/alice/orders";
+    let deposits = "/spot/accounts/alice/deposits";
+    let alice = "/spot/accounts/alice/balances";
+    let key = ("idempotency-key", "k-1");
+    let before = spot_recorded(&db).await;
+    for (what, admin, path, token, headers, body, status, outcome) in [
+        (
+            "placement without a token",
+            false,
+            orders,
+            None,
+            vec![key],
+            Some(&order),
+            401,
+            "UNAUTHENTICATED",
+        ),
+        (
+            "balances without a token",
+            false,
+            alice,
+            None,
+            vec![],
+            None,
+            401,
+            "UNAUTHENTICATED",
+        ),
+        (
+            "deposit without a token",
+            true,
+            deposits,
+            None,
+            vec![key],
+            Some(&usdt),
+            401,
+            "UNAUTHENTICATED",
+        ),
+        (
+            "placement, another client id",
+            false,
+            orders,
+            Some(TOKEN_A),
+            vec![key, ("x-client-id", "app-b")],
+            Some(&order),
+            403,
+            "FORBIDDEN",
+        ),
+        (
+            "balances, another client id",
+            false,
+            alice,
+            Some(TOKEN_A),
+            vec![("x-client-id", "app-b")],
+            None,
+            403,
+            "FORBIDDEN",
+        ),
+        (
+            "deposit, another client id",
+            true,
+            deposits,
+            Some(TOKEN_OPS),
+            vec![key, ("x-client-id", "app-a")],
+            Some(&usdt),
+            403,
+            "FORBIDDEN",
+        ),
+        (
+            "placement, another tenant",
+            false,
+            orders,
+            Some(TOKEN_A),
+            vec![key, ("x-tenant-id", "app-b")],
+            Some(&order),
+            403,
+            "FORBIDDEN",
+        ),
+        (
+            "balances, another tenant",
+            false,
+            alice,
+            Some(TOKEN_A),
+            vec![("x-tenant-id", "app-b")],
+            None,
+            403,
+            "FORBIDDEN",
+        ),
+        (
+            "deposit, another tenant",
+            true,
+            deposits,
+            Some(TOKEN_A_ADMIN),
+            vec![key, ("x-tenant-id", "app-b")],
+            Some(&usdt),
+            403,
+            "FORBIDDEN",
+        ),
+        (
+            "deposit by a non-admin",
+            true,
+            deposits,
+            Some(TOKEN_A),
+            vec![key],
+            Some(&usdt),
+            403,
+            "FORBIDDEN",
+        ),
+        (
+            "a system account's balances",
+            false,
+            "/spot/accounts/sys-deposit/balances",
+            Some(TOKEN_A),
+            vec![],
+            None,
+            403,
+            "BAD_REQUEST",
+        ),
+    ] {
+        let reply = spot(&svc, admin, path, token, &headers, body.cloned()).await;
+        assert_refused(&reply, status, outcome, what);
+        assert!(
+            reply.body.get("order_id").is_none() && reply.body.get("balances").is_none(),
+            "{what}: {}",
+            reply.raw
+        );
+    }
+    assert_eq!(
+        spot_recorded(&db).await,
+        before,
+        "a refused spot request recorded something"
+    );
+
+    // A's admin token deposits into A's tenant; A's token places there (the header may
+    // name the caller's own tenant, or be left out).
+    let funded = spot(
+        &svc,
+        true,
+        deposits,
+        Some(TOKEN_A_ADMIN),
+        &[("idempotency-key", "d-1")],
+        Some(usdt.clone()),
+    )
+    .await;
+    assert_eq!(
+        (funded.status, funded.body["tenant_id"].as_str()),
+        (201, Some("app-a")),
+        "{}",
+        funded.raw
+    );
+    let placed = spot(
+        &svc,
+        false,
+        orders,
+        Some(TOKEN_A),
+        &[key, ("x-tenant-id", "app-a")],
+        Some(order.clone()),
+    )
+    .await;
+    assert_eq!(
+        (placed.status, placed.body["tenant_id"].as_str()),
+        (201, Some("app-a")),
+        "{}",
+        placed.raw
+    );
+    let order_id = placed.body["order_id"].as_i64().expect("order id");
+
+    // B's token, A's business id and body: B's own tenant, where alice has nothing; A's
+    // order and A's account are not there.
+    let other = spot(
+        &svc,
+        false,
+        orders,
+        Some(TOKEN_B),
+        &[key],
+        Some(order.clone()),
+    )
+    .await;
+    assert_eq!(other.status, 409, "B's placement is its own: {}", other.raw);
+    assert!(
+        !other.body.to_string().contains(&order_id.to_string())
+            || other.body.get("order_id").is_none()
+    );
+    let cancel = format!("/spot/accounts/alice/orders/{order_id}/cancel");
+    let foreign = spot(
+        &svc,
+        false,
+        &cancel,
+        Some(TOKEN_B),
+        &[("idempotency-key", "c-1")],
+        None,
+    )
+    .await;
+    assert_refused(
+        &foreign,
+        404,
+        "NO_ORDER",
+        "B cancelling A's order id in its own tenant",
+    );
+    let mine = spot(&svc, false, alice, Some(TOKEN_A), &[], None).await;
+    assert_eq!(mine.status, 200, "{}", mine.raw);
+    assert_eq!(mine.body["tenant_id"], "app-a");
+    let tenants: Vec<String> = db
+        .client
+        .query(
+            "SELECT DISTINCT tenant_id FROM balance_operation ORDER BY 1",
+            &[],
+        )
+        .await
+        .expect("read operations")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        tenants,
+        ["app-a", "app-b"],
+        "each caller's operations in its own tenant"
+    );
 }

@@ -1,7 +1,9 @@
 //! The HTTP contract of the spot routes (SPEC §8 served by `ledger-svc`), against the real
 //! binary and a real PostgreSQL 16: every route and outcome with its replay, tenants,
 //! listeners, every class of malformed input (400/403/413/415, nothing recorded, the
-//! same business id then succeeds), and the spot fault points.
+//! same business id then succeeds), the spot fault points (an event kind only where it
+//! passes), and no system account's balances. Authentication and the tenant rule:
+//! `auth_contract.rs`.
 
 mod common;
 
@@ -925,6 +927,26 @@ async fn spot_fault_points() {
     let retry = place(&svc, "default", "p-1", "alice", "BUY", "1.0", "5000").await;
     assert_eq!(retry.status, 201);
     assert!(retry.replayed());
+    // A fault narrowed to an event kind is armed only where such an event passes: no
+    // route of the service runs a withdrawal, and ledger points see no event kind.
+    for (point, event) in [
+        ("spot-before-commit", "WITHDRAW"),
+        ("before-commit", "FILL"),
+    ] {
+        let refused = svc
+            .send(
+                svc.http
+                    .put(format!("{}/faults/{point}", svc.admin))
+                    .header("content-type", "application/json")
+                    .body(json!({"action": "close", "event": event}).to_string()),
+            )
+            .await
+            .expect("arm request");
+        assert_problem(&refused, 400, "BAD_REQUEST", &format!("{event} at {point}"));
+    }
+    // A system account's balances are the exchange's books: not served.
+    let books = balances(&svc, "default", "sys-deposit").await;
+    assert_problem(&books, 403, "BAD_REQUEST", "sys-deposit balances");
     // A ledger fault point does not fire inside a spot event.
     svc.arm("after-commit", json!({"action": "close"})).await;
     assert_eq!(
