@@ -32,7 +32,9 @@
 //! characters outside RFC 6750's b64token) → 400 with `error="invalid_request"`. On the
 //! admin listener the caller must be an admin (else 403 `FORBIDDEN`). The caller's id
 //! then scopes the idempotency keys: `X-Client-Id` may be left out, and when present must
-//! equal it (else 403 `FORBIDDEN`). None of these records anything.
+//! equal it (else 403 `FORBIDDEN`). On the spot routes the caller's id is also the tenant
+//! ([`tenant_id`]): `X-Tenant-Id` may be left out, and when present must name it (else
+//! 403). None of these records anything.
 //!
 //! The presented token is hashed with SHA-256 and the hash compared with every listed
 //! hash by `subtle`'s constant-time equality, all entries each time, so neither how much

@@ -34,7 +34,11 @@
 //!
 //! With `--auth-tokens`, every route but `/healthz` and `/readyz` first authenticates
 //! the caller (`super::auth`): 401/403 before anything else, and the caller's id, not a
-//! declared `X-Client-Id`, scopes the keys of debits, grants and transfers.
+//! declared `X-Client-Id`, scopes the keys of debits, grants and transfers, and is the
+//! tenant of the spot routes.
+//!
+//! Debits, grants, transfers and spot events are answered within one bound per request
+//! (`--request-timeout-ms`, `super::bound`), counted from the request's arrival.
 
 use std::sync::Arc;
 use std::time::Duration;

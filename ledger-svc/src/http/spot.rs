@@ -1,9 +1,11 @@
 //! The frozen balances of SPEC §8 over HTTP, on the service's own listeners, pool,
 //! problem bodies, key grammar, task tracker (graceful shutdown) and fault hooks.
 //!
-//! Every route takes the tenant in `X-Tenant-Id` (the grammar of `X-Client-Id`); every
-//! event takes its business id in `Idempotency-Key` (the ledger's key grammar), scoped by
-//! the tenant. Bodies are `application/json` objects whose amounts, quantities and
+//! Every route takes the tenant in `X-Tenant-Id` (the grammar of `X-Client-Id`); with
+//! `--auth-tokens` the tenant is the authenticated caller and the header may only repeat
+//! it (`super::auth::tenant_id`). Every event takes its business id in `Idempotency-Key`
+//! (the ledger's key grammar), scoped by the tenant, and is answered within the request's
+//! bound (`super::bound`). Bodies are `application/json` objects whose amounts, quantities and
 //! prices are decimal **strings** (`"0.4000"`), never JSON numbers, so no float ever
 //! touches an amount; order ids are JSON integers.
 //!
@@ -13,7 +15,8 @@
 //!   → 201 OK with `order_id` and the freeze; 409 `INSUFFICIENT` (recorded, replayed).
 //! - `POST /spot/accounts/{account}/orders/{order_id}/cancel`, no body → 201 OK with the
 //!   released remainder; 409 `ORDER_CLOSED` (recorded, replayed); 404 `NO_ORDER`.
-//! - `GET /spot/accounts/{account}/balances` → 200 with each asset's available and frozen.
+//! - `GET /spot/accounts/{account}/balances` → 200 with each asset's available and frozen;
+//!   403 for a system account (the tenant's books, not a trader's).
 //!
 //! Admin listener:
 //! - `POST /spot/accounts/{account}/deposits`, body `{"asset": "USDT", "amount": "10000"}`.
