@@ -10,9 +10,10 @@
 //!
 //! The window is made certain: the case sets `wal_writer_delay = 10s` (its maximum) with
 //! `ALTER SYSTEM` before its first restart, so a freshly started WAL writer next wakes 10 s
-//! after it starts; the asynchronous debits and the second crash happen within 8 s of its
-//! start (`pg_stat_activity.backend_start`, checked on the server's clock; a CHECKPOINT
-//! first keeps recovery short), no other commit runs meanwhile (the case is Exclusive and
+//! after it starts; the asynchronous debits and the second crash come right after its
+//! start (how long after, on the server's clock from `pg_stat_activity.backend_start`, is
+//! a note and the run record, not a verdict; a CHECKPOINT first keeps recovery short),
+//! no other commit runs meanwhile (the case is Exclusive and
 //! commits nothing synchronously after them), they start on a fresh WAL segment
 //! (`pg_switch_wal`) and their WAL fits on one WAL page (checked: PostgreSQL wakes the WAL
 //! writer early only for a completed page or out of hibernation; `XLogSetAsyncXactLSN` in
@@ -22,9 +23,9 @@
 //! The setting is reset (`ALTER SYSTEM RESET`, reload) before the case ends, also on
 //! failure.
 //!
-//! Fails if: an acknowledged debit is lost with `on`; none is lost with `off`; the WAL
-//! window was not certain; the ledger does not reconcile; the retry replays; or the
-//! server setting is not restored.
+//! Fails if: an acknowledged debit is lost with `on`; none is lost with `off`; any of the
+//! asynchronous debits' WAL was written before the crash or did not fit on one page; the
+//! ledger does not reconcile; the retry replays; or the server setting is not restored.
 
 use std::time::{Duration, Instant};
 
@@ -60,9 +61,11 @@ const ON_ACCOUNT: &str = "acct-0001";
 const OFF_ACCOUNT: &str = "acct-0002";
 /// `wal_writer_delay` while the case runs, milliseconds (the server's maximum, 10 s).
 pub const WAL_WRITER_DELAY_MS: u64 = 10_000;
-/// The asynchronous debits and the crash must happen within this much of the WAL
+/// The asynchronous debits and the crash are expected within this much of the WAL
 /// writer's start (`pg_stat_activity.backend_start`), milliseconds: well inside
-/// [`WAL_WRITER_DELAY_MS`].
+/// [`WAL_WRITER_DELAY_MS`]. Recorded (`wal_writer_window` in the run record), not checked:
+/// a clock reading decides nothing; the WAL write position checked just before the crash
+/// and the count of lost debits do.
 pub const WINDOW_BUDGET_MS: u64 = 8_000;
 /// Longest time spent reconnecting after a restart, milliseconds.
 const RECONNECT_LIMIT_MS: u64 = 15_000;
@@ -210,10 +213,13 @@ async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
         unwritten,
         format!("unwritten={unwritten}"),
     );
-    ctx.check(
-        format!("off: debits and crash within {WINDOW_BUDGET_MS} ms of the WAL writer's start"),
-        in_window,
-        format!("in_window={in_window}"),
+    ctx.record(
+        "wal_writer_window",
+        serde_json::json!({
+            "since_wal_writer_start_ms": since_start_ms,
+            "budget_ms": WINDOW_BUDGET_MS,
+            "in_window": in_window,
+        }),
     );
     ctx.restart_cluster_immediate().await?;
     let mut recovered = reconnect(ctx).await?;
