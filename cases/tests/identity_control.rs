@@ -8,91 +8,79 @@
 //! per run; the `ledger-svc` binary must be built (`cargo build --bins`).
 
 use case_kit::service::Auth;
+use case_kit::{Ctx, Family};
 use cases::frozen::{self, f20_borrowed_tenant};
 use cases::ledger::{self, l24_borrowed_identity};
+use futures_util::future::BoxFuture;
 
-/// Seed of this test's environment (the control uses no random input).
+/// Seed of this test's environment (the controls use no random input).
 const SEED: u64 = 24;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn borrowed_identity_control_fails_when_callers_authenticate() {
-    let env = case_kit::Env::for_tests(SEED, &[&ledger::family()])
+/// A control's body: the case's `run_control`, with or without tokens.
+type Control = for<'c> fn(&'c mut Ctx, Auth) -> BoxFuture<'c, anyhow::Result<()>>;
+
+/// Runs `control` of case `id` with tokens (its `negative control exposes: anomaly` must
+/// FAIL) and without (every check passes, the anomaly exposed), each on a fresh database.
+async fn control_fails_when_callers_authenticate(
+    family: Family,
+    id: &'static str,
+    control: Control,
+    anomaly: &str,
+) {
+    let env = case_kit::Env::for_tests(SEED, &[&family])
         .await
         .expect("scratch cluster and template");
-
+    let database = |auth: &str| format!("{}_{auth}", id.to_lowercase());
     let mut ctx = env
-        .test_ctx(&ledger::family(), "L24", "l24_with_tokens")
+        .test_ctx(&family, id, &database("with_tokens"))
         .await
         .expect("clone the template");
-    l24_borrowed_identity::run_control(&mut ctx, Auth::On)
-        .await
-        .expect("L24's control runs");
-    eprint!("L24's control with tokens:\n{}", ctx.transcript());
+    control(&mut ctx, Auth::On).await.expect("the control runs");
+    eprint!("{id}'s control with tokens:\n{}", ctx.transcript());
     assert_eq!(
-        ctx.exposed(Some(l24_borrowed_identity::ANOMALY)),
+        ctx.exposed(Some(anomaly)),
         Some(false),
         "the control claims the leak although B had to use its own token:\n{}",
         ctx.transcript()
     );
 
     let mut ctx = env
-        .test_ctx(&ledger::family(), "L24", "l24_without_tokens")
+        .test_ctx(&family, id, &database("without_tokens"))
         .await
         .expect("clone the template");
-    l24_borrowed_identity::run_control(&mut ctx, Auth::Off)
+    control(&mut ctx, Auth::Off)
         .await
-        .expect("L24's control runs");
+        .expect("the control runs");
     eprint!(
-        "L24's control without authentication:\n{}",
+        "{id}'s control without authentication:\n{}",
         ctx.transcript()
     );
     assert!(
         ctx.failed_checks().is_empty(),
-        "L24's control without authentication has a failed check:\n{}",
+        "{id}'s control without authentication has a failed check:\n{}",
         ctx.transcript()
     );
-    assert_eq!(
-        ctx.exposed(Some(l24_borrowed_identity::ANOMALY)),
-        Some(true)
-    );
+    assert_eq!(ctx.exposed(Some(anomaly)), Some(true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn borrowed_identity_control_fails_when_callers_authenticate() {
+    control_fails_when_callers_authenticate(
+        ledger::family(),
+        "L24",
+        |ctx, auth| Box::pin(l24_borrowed_identity::run_control(ctx, auth)),
+        l24_borrowed_identity::ANOMALY,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn borrowed_tenant_control_fails_when_callers_authenticate() {
-    let env = case_kit::Env::for_tests(SEED, &[&frozen::family()])
-        .await
-        .expect("scratch cluster and template");
-
-    let mut ctx = env
-        .test_ctx(&frozen::family(), "F20", "f20_with_tokens")
-        .await
-        .expect("clone the template");
-    f20_borrowed_tenant::run_control(&mut ctx, Auth::On)
-        .await
-        .expect("F20's control runs");
-    eprint!("F20's control with tokens:\n{}", ctx.transcript());
-    assert_eq!(
-        ctx.exposed(Some(f20_borrowed_tenant::ANOMALY)),
-        Some(false),
-        "the control claims the leak although B had to use its own token:\n{}",
-        ctx.transcript()
-    );
-
-    let mut ctx = env
-        .test_ctx(&frozen::family(), "F20", "f20_without_tokens")
-        .await
-        .expect("clone the template");
-    f20_borrowed_tenant::run_control(&mut ctx, Auth::Off)
-        .await
-        .expect("F20's control runs");
-    eprint!(
-        "F20's control without authentication:\n{}",
-        ctx.transcript()
-    );
-    assert!(
-        ctx.failed_checks().is_empty(),
-        "F20's control without authentication has a failed check:\n{}",
-        ctx.transcript()
-    );
-    assert_eq!(ctx.exposed(Some(f20_borrowed_tenant::ANOMALY)), Some(true));
+    control_fails_when_callers_authenticate(
+        frozen::family(),
+        "F20",
+        |ctx, auth| Box::pin(f20_borrowed_tenant::run_control(ctx, auth)),
+        f20_borrowed_tenant::ANOMALY,
+    )
+    .await;
 }

@@ -106,6 +106,24 @@ pub enum FaultAction {
     Close,
 }
 
+/// The ledger hooks a transfer runs with: the armed faults, or none without
+/// `--enable-fault-injection`.
+pub fn ledger_hooks(faults: Option<&FaultHooks>) -> &dyn Hooks {
+    match faults {
+        Some(faults) => faults,
+        None => &ledger_svc::NoHooks,
+    }
+}
+
+/// The spot hooks an event runs with: the armed faults, or none without
+/// `--enable-fault-injection`.
+pub fn spot_hooks(faults: Option<&FaultHooks>) -> &dyn frozen_balances::Hooks {
+    match faults {
+        Some(faults) => faults,
+        None => &frozen_balances::NoHooks,
+    }
+}
+
 /// The spot events this service's routes run, and so the only ones a fault may be
 /// narrowed to (`super::spot`: placements, fills, cancels, deposits).
 pub const SERVED_EVENTS: [frozen_balances::EventKind; 4] = [

@@ -53,8 +53,8 @@ use ledger_svc::route_table::{self, Lookup};
 use ledger_svc::schema::is_system_account;
 use ledger_svc::striping::striped_debit;
 use ledger_svc::{
-    HookPoint, Hooks, Kind, LedgerError, NoHooks, Outcome, TransferMode, TransferRequest,
-    TransferResult, transfer_in,
+    HookPoint, Kind, LedgerError, Outcome, TransferMode, TransferRequest, TransferResult,
+    transfer_in,
 };
 use serde_json::json;
 use tokio::time::Instant;
@@ -572,10 +572,7 @@ async fn run_transfer(
         (state.transfer_mode, state.planted_bug, state.faults.clone());
     let ran = bound::run(&state.pool, deadline, move |client| {
         Box::pin(async move {
-            let hooks: &dyn Hooks = match &faults {
-                Some(faults) => faults.as_ref(),
-                None => &NoHooks,
-            };
+            let hooks = super::faults::ledger_hooks(faults.as_deref());
             let mut result = transfer_in(mode, client, &transfer_request, hooks).await;
             if planted_bug == Some(super::planted::PlantedBug::ReexecuteKnownKeys) {
                 result =

@@ -37,7 +37,7 @@ use frozen_balances::amount::{
 use frozen_balances::schema::is_system_account;
 use frozen_balances::{
     Asset, CancelRequest, CancelResult, DepositRequest, DepositResult, FillRequest, FillResult,
-    FrozenError, Hooks, Market, NoHooks, Outcome, PlaceRequest, PlaceResult, Side,
+    FrozenError, Hooks, Market, Outcome, PlaceRequest, PlaceResult, Side,
 };
 use hyper::body::Incoming;
 use hyper::header::CONTENT_TYPE;
@@ -292,10 +292,7 @@ where
         let faults = task_state.faults.clone();
         let ran = bound::run(&task_state.pool, deadline, move |client| {
             Box::pin(async move {
-                let hooks: &dyn Hooks = match &faults {
-                    Some(faults) => faults.as_ref(),
-                    None => &NoHooks,
-                };
+                let hooks = super::faults::spot_hooks(faults.as_deref());
                 let result = event(client, hooks).await;
                 if let Err(FrozenError::HookAborted(point)) = &result {
                     eprintln!(

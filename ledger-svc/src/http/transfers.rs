@@ -15,7 +15,7 @@ use std::sync::Arc;
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use ledger_svc::schema::is_system_account;
-use ledger_svc::{Hooks, LedgerError, NoHooks, Outcome, between, transfer_between};
+use ledger_svc::{LedgerError, Outcome, between, transfer_between};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::time::Instant;
@@ -88,10 +88,7 @@ pub async fn transfers_route(
         let faults = task_state.faults.clone();
         let ran = bound::run(&task_state.pool, deadline, move |client| {
             Box::pin(async move {
-                let hooks: &dyn Hooks = match &faults {
-                    Some(faults) => faults.as_ref(),
-                    None => &NoHooks,
-                };
+                let hooks = super::faults::ledger_hooks(faults.as_deref());
                 transfer_between(client, &req, hooks).await
             })
         })
