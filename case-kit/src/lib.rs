@@ -16,6 +16,8 @@
 //!   with lock waits read from PostgreSQL (`pg_blocking_pids`).
 //! - [`locks`]: how many sessions wait for a lock at one moment, so a case proves a race
 //!   by the queue it forced behind a lock it holds, not by a clock.
+//! - [`lost`]: a lost response forced by events: the client gives up once the service is
+//!   seen holding the committed answer at a fault point.
 //! - [`proxy`]: an HTTP/1.1 TCP proxy that cuts answers and retries on its own.
 //! - [`service`] and [`worker`]: the `ledger-svc` and `crash-worker` child processes,
 //!   tied to the harness's life; under `--auth` the service gets kit-made bearer tokens
@@ -28,6 +30,7 @@ mod case;
 mod ctx;
 mod env;
 pub mod locks;
+pub mod lost;
 mod mode;
 pub mod process;
 pub mod progress;
