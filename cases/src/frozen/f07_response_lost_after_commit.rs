@@ -3,9 +3,11 @@
 //! with the business id it created when it decided to order replays the committed
 //! placement instead of freezing again.
 //! Setup: alice deposits 10 000 USDT, carol 20 000 (room for two freezes). The service
-//! commits the placement, then (fault `spot-after-commit`, action `close`, the same fault L7 uses) withholds the
-//! response for 1500 ms and closes the connection; the client gives up after 400 ms.
-//! Checks: the client timed out; by then alice's 5005 is already frozen; the same-id
+//! commits the placement, then (fault `spot-after-commit`, action `pause`, as L7) withholds
+//! the response; the client gives up the moment the service is seen holding it
+//! (`case_kit::lost`: an event, not a client timer racing a server timer), and only then
+//! is the pause released, into a closed connection.
+//! Checks: the client got no response; by then alice's 5005 is already frozen; the same-id
 //! retry is 201 with `Idempotent-Replayed: true` and the order id of the one order the
 //! first attempt created; frozen once.
 //! Negative control: carol loses the same response and retries under a NEW business id
@@ -15,6 +17,7 @@
 
 use std::time::Duration;
 
+use case_kit::lost::give_up_once_held;
 use case_kit::service::{Service, ServiceOptions};
 use case_kit::{Case, Ctx};
 use frozen_balances::{Asset, DEFAULT_TENANT};
@@ -22,7 +25,7 @@ use futures_util::FutureExt;
 use serde_json::json;
 
 use super::fixtures::Plan;
-use super::spot::{spot_service, SpotCalls, SpotReply, balance_line};
+use super::spot::{SpotCalls, SpotReply, balance_line, spot_service};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -35,10 +38,11 @@ pub fn case() -> Case {
 }
 
 const POOL_SIZE: usize = 4;
-/// The client's per-request timeout, milliseconds (as L7).
-const CLIENT_TIMEOUT_MS: u64 = 400;
-/// How long the service withholds the response after the commit, milliseconds.
-const SERVER_HOLD_MS: u64 = 1_500;
+/// Longest wait for the service to hold the committed response, milliseconds: it only
+/// stops a hang.
+const HELD_WAIT_MS: u64 = 10_000;
+/// Safety bound of the after-commit pause should the case never release it, ms.
+const PAUSE_BOUND_MS: u64 = 30_000;
 const FAULT_POINT: &str = "spot-after-commit";
 
 /// The case body; under [`Plan::Harmless`] carol's response is not lost, so her client
@@ -63,9 +67,9 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     service
         .deposit(t, "dep-0702", "carol", "USDT", "20000")
         .await?;
-    ctx.note(format!(
-        "client_timeout_ms={CLIENT_TIMEOUT_MS} server_hold_ms={SERVER_HOLD_MS}"
-    ));
+    ctx.note(
+        "the service pauses after the commit; the client gives up once it sees the response held",
+    );
 
     // The positive path: lose the response, retry with the same business id.
     let still_held = lose_response(ctx, &service, "alice", "place-0701").await?;
@@ -164,9 +168,10 @@ async fn orders_of(db: &tokio_postgres::Client, account: &str) -> anyhow::Result
         .get(0))
 }
 
-/// Arms the after-commit close for one event, places with a 400 ms timeout, checks the
-/// client timed out and that the service had already committed; returns whether the
-/// response was still being withheld at that moment.
+/// Arms an after-commit pause for one event, places and gives up the moment the service
+/// holds the committed response ([`give_up_once_held`]); checks that the client had no
+/// response and that the service had already committed; releases the pause. Returns
+/// whether the response was being withheld at that moment.
 async fn lose_response(
     ctx: &mut Ctx,
     service: &Service,
@@ -176,30 +181,37 @@ async fn lose_response(
     service
         .arm_fault(
             FAULT_POINT,
-            json!({"action": "close", "hold_ms": SERVER_HOLD_MS, "count": 1}),
+            json!({"action": "pause", "hold_ms": PAUSE_BOUND_MS, "count": 1}),
         )
         .await?;
     let attempt = buy(
         service,
         account,
         business_id,
-        Duration::from_millis(CLIENT_TIMEOUT_MS),
+        Duration::from_millis(PAUSE_BOUND_MS),
+    );
+    let gave_up = give_up_once_held(
+        service,
+        FAULT_POINT,
+        attempt,
+        Duration::from_millis(HELD_WAIT_MS),
     )
-    .await;
+    .await?;
     ctx.check(
-        format!("{business_id}: the client timed out without a response"),
-        matches!(&attempt, Err(error) if error.is_timeout()),
-        match &attempt {
-            Ok(reply) => format!("got {}", reply.summary()),
-            Err(error) if error.is_timeout() => "timeout".to_string(),
-            Err(_) => "another transport error".to_string(),
+        format!("{business_id}: the client gave up without a response"),
+        gave_up.answered.is_none(),
+        match &gave_up.answered {
+            None => "gave up".to_string(),
+            Some(Ok(reply)) => format!("got {}", reply.summary()),
+            Some(Err(_)) => "a transport error first".to_string(),
         },
     );
-    let state = service.fault_state(FAULT_POINT).await?;
+    let state = gave_up.state;
     ctx.check(
         format!("{business_id}: the service had committed before the client gave up"),
         state.fired >= 1,
         format!("after_commit_fired={}", state.fired >= 1),
     );
+    service.release_fault(FAULT_POINT).await?;
     Ok(state.holding >= 1)
 }

@@ -3,9 +3,10 @@
 //! the key it created when it decided to act replays the committed result instead of
 //! debiting again.
 //! Setup: balance 100. The service commits the debit of 30, then (fault `after-commit`,
-//! action `close`) withholds the response for 1500 ms and closes the connection; the
-//! client gives up after 400 ms.
-//! Checks: the client timed out; by then the balance is already 70; the same-key retry
+//! action `pause`) withholds the response; the client gives up the moment the service is
+//! seen holding it (`case_kit::lost`: an event, not a client timer racing a server
+//! timer), and only then is the pause released, into a closed connection.
+//! Checks: the client got no response; by then the balance is already 70; the same-key retry
 //! is 201 with `Idempotent-Replayed: true` and the first attempt's txn id and balance;
 //! exactly one transaction for the key.
 //! Negative control: the same lost response followed by a retry under a NEW key debits
@@ -20,6 +21,7 @@ use ledger_svc::{HookPoint, reconcile};
 use serde_json::json;
 
 use super::queries;
+use case_kit::lost::give_up_once_held;
 use case_kit::service::{Service, ServiceOptions};
 use case_kit::{Case, Ctx};
 
@@ -37,10 +39,11 @@ pub fn case() -> Case {
     .statements_only()
 }
 
-/// The client's per-request timeout, milliseconds (SPEC §6 L7).
-const CLIENT_TIMEOUT_MS: u64 = 400;
-/// How long the service withholds the response after the commit, milliseconds.
-const SERVER_HOLD_MS: u64 = 1_500;
+/// Longest wait for the service to hold the committed response, milliseconds: it only
+/// stops a hang.
+const HELD_WAIT_MS: u64 = 10_000;
+/// Safety bound of the after-commit pause should the case never release it, ms.
+const PAUSE_BOUND_MS: u64 = 30_000;
 const CLIENT: &str = "app-a";
 const START_BALANCE: i64 = 100;
 const DEBIT: i64 = 30;
@@ -69,14 +72,16 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     service
         .grant("ops", "g-0702", NAIVE_ACCOUNT, START_BALANCE)
         .await?;
-    ctx.note(format!(
-        "client_timeout_ms={CLIENT_TIMEOUT_MS} server_hold_ms={SERVER_HOLD_MS}"
-    ));
+    ctx.note(
+        "the service pauses after the commit; the client gives up once it sees the response held",
+    );
 
     // The positive path: lose the response, retry with the same key.
     let lost = lose_response(ctx, &service, ACCOUNT, KEY).await?;
     let balance_at_timeout = queries::existing_balance(&db, ACCOUNT).await?;
-    ctx.note(format!("after the timeout: balance={balance_at_timeout}"));
+    ctx.note(format!(
+        "after the client gave up: balance={balance_at_timeout}"
+    ));
     ctx.check_eq(
         "balance already debited when the client gave up",
         START_BALANCE - DEBIT,
@@ -157,9 +162,10 @@ struct Lost {
     still_held: bool,
 }
 
-/// Arms `after-commit` close for one request, debits 30 with a 400 ms timeout, checks
-/// the client timed out and that, at that moment, the service had already committed
-/// (the fault fired) and was still withholding the response.
+/// Arms an `after-commit` pause for one request, debits 30 and gives up the moment the
+/// service holds the committed response ([`give_up_once_held`]); checks that the client
+/// had no response and that, at that moment, the service had committed (the fault fired)
+/// and was withholding the response; then releases the pause.
 async fn lose_response(
     ctx: &mut Ctx,
     service: &Service,
@@ -169,36 +175,39 @@ async fn lose_response(
     service
         .arm_fault(
             HookPoint::AfterCommit,
-            json!({"action": "close", "hold_ms": SERVER_HOLD_MS, "count": 1}),
+            json!({"action": "pause", "hold_ms": PAUSE_BOUND_MS, "count": 1}),
         )
         .await?;
-    let attempt = service
-        .debit(
-            CLIENT,
-            key,
-            account,
-            DEBIT,
-            Duration::from_millis(CLIENT_TIMEOUT_MS),
-        )
-        .await;
-    let timed_out = matches!(&attempt, Err(error) if error.is_timeout());
+    let attempt = service.debit(
+        CLIENT,
+        key,
+        account,
+        DEBIT,
+        Duration::from_millis(PAUSE_BOUND_MS),
+    );
+    let gave_up = give_up_once_held(
+        service,
+        HookPoint::AfterCommit,
+        attempt,
+        Duration::from_millis(HELD_WAIT_MS),
+    )
+    .await?;
     ctx.check(
-        format!("{key}: the client timed out without a response"),
-        timed_out,
-        match &attempt {
-            Ok(reply) => format!("got {}", reply.summary()),
-            Err(error) if error.is_timeout() => "timeout".to_string(),
-            Err(_) => "another transport error".to_string(),
+        format!("{key}: the client gave up without a response"),
+        gave_up.answered.is_none(),
+        match &gave_up.answered {
+            None => "gave up".to_string(),
+            Some(Ok(reply)) => format!("got {}", reply.summary()),
+            Some(Err(_)) => "a transport error first".to_string(),
         },
     );
-    // Read at the moment the client gave up, without waiting: the commit must already
-    // have happened (the after-commit fault fired) and the response still be withheld.
-    let state = service.fault_state(HookPoint::AfterCommit).await?;
+    let state = gave_up.state;
     ctx.check(
         format!("{key}: the service had committed before the client gave up"),
         state.fired >= 1,
         format!("after_commit_fired={}", state.fired >= 1),
     );
+    service.release_fault(HookPoint::AfterCommit).await?;
     Ok(Lost {
         still_held: state.holding >= 1,
     })

@@ -22,6 +22,7 @@ use reqwest::header::CONTENT_TYPE;
 use serde_json::json;
 
 use super::queries;
+use case_kit::lost::give_up_once_held;
 use case_kit::service::{CLIENT_TIMEOUT_MS, Reply, Service, ServiceOptions};
 use case_kit::{Case, Ctx};
 
@@ -53,10 +54,11 @@ pub enum RetryPlan {
 pub const ANOMALY: &str =
     "a retry under a new key pays order ord-2102 twice; L11 sees nothing, the orders do";
 
-/// The client's per-request timeout, milliseconds (as L7).
-const LOST_TIMEOUT_MS: u64 = 400;
-/// How long the service withholds the response after the commit, milliseconds.
-const SERVER_HOLD_MS: u64 = 1_500;
+/// Longest wait for the service to hold the committed response, milliseconds: it only
+/// stops a hang.
+const HELD_WAIT_MS: u64 = 10_000;
+/// Safety bound of the after-commit pause should the case never release it, ms.
+const PAUSE_BOUND_MS: u64 = 30_000;
 const CLIENT: &str = "app-a";
 const START_BALANCE: i64 = 100;
 /// The orders: id, account, amount, the key of its first attempt.
@@ -100,9 +102,9 @@ pub async fn run_with(ctx: &mut Ctx, plan: RetryPlan) -> anyhow::Result<()> {
             )
             .await?;
     }
-    ctx.note(format!(
-        "client_timeout_ms={LOST_TIMEOUT_MS} server_hold_ms={SERVER_HOLD_MS}"
-    ));
+    ctx.note(
+        "a lost response: the service pauses after the commit; the client gives up once it sees the response held",
+    );
 
     // ord-2101: the response is lost, the client retries with the same key.
     let (order, account, amount, key) = SAME_KEY_ORDER;
@@ -225,7 +227,7 @@ pub async fn run_with(ctx: &mut Ctx, plan: RetryPlan) -> anyhow::Result<()> {
 }
 
 /// `POST /accounts/{account}/debits` with body `amount=N&order_id=ORDER` as [`CLIENT`],
-/// timing out after `timeout_ms` (default [`CLIENT_TIMEOUT_MS`]).
+/// timing out after `timeout_ms` (default [`CLIENT_TIMEOUT_MS`]; a bound against a hang).
 ///
 /// Errors: the transport's error (`is_timeout()` for a timeout).
 async fn debit_for_order(
@@ -249,9 +251,9 @@ async fn debit_for_order(
     service.send(request).await
 }
 
-/// Arms `after-commit` close for one request and debits `amount` for `order` with a
-/// [`LOST_TIMEOUT_MS`] timeout: the client gives up while the service, already
-/// committed, still withholds the response (checked, as in L7).
+/// Arms an `after-commit` pause for one request, debits `amount` for `order` and gives up
+/// the moment the service holds the committed response ([`give_up_once_held`], as L7):
+/// checks the client had no response and the service had committed; releases the pause.
 async fn lose_response(
     ctx: &mut Ctx,
     service: &Service,
@@ -264,21 +266,28 @@ async fn lose_response(
     service
         .arm_fault(
             HookPoint::AfterCommit,
-            json!({"action": "close", "hold_ms": SERVER_HOLD_MS, "count": 1}),
+            json!({"action": "pause", "hold_ms": PAUSE_BOUND_MS, "count": 1}),
         )
         .await?;
-    let attempt =
-        debit_for_order(service, key, account, amount, order, Some(LOST_TIMEOUT_MS)).await;
-    let timed_out = matches!(&attempt, Err(error) if error.is_timeout());
-    let state = service.fault_state(HookPoint::AfterCommit).await?;
+    let attempt = debit_for_order(service, key, account, amount, order, Some(PAUSE_BOUND_MS));
+    let gave_up = give_up_once_held(
+        service,
+        HookPoint::AfterCommit,
+        attempt,
+        Duration::from_millis(HELD_WAIT_MS),
+    )
+    .await?;
+    let gave_up_first = gave_up.answered.is_none();
+    let state = gave_up.state;
     ctx.check(
-        format!("{order}: the client timed out after the service had committed"),
-        timed_out && state.fired >= 1,
+        format!("{order}: the client gave up without a response after the service had committed"),
+        gave_up_first && state.fired >= 1,
         format!(
-            "timed_out={timed_out} after_commit_fired={}",
+            "gave_up={gave_up_first} after_commit_fired={}",
             state.fired >= 1
         ),
     );
+    service.release_fault(HookPoint::AfterCommit).await?;
     Ok(())
 }
 
