@@ -15,7 +15,7 @@ use case_kit::{Case, Ctx};
 use frozen_balances::{Asset, DEFAULT_TENANT, SYS_FEE};
 use futures_util::FutureExt;
 
-use super::spot::{spot_service, SpotCalls, SpotReply, asset_sums, balance_line, place};
+use super::spot::{SpotCalls, SpotReply, asset_sums, balance_line, place, spot_service};
 
 /// The case's registration.
 pub fn case() -> Case {

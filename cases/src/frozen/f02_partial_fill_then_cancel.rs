@@ -13,7 +13,7 @@ use case_kit::{Case, Ctx};
 use frozen_balances::{Asset, DEFAULT_TENANT};
 use futures_util::FutureExt;
 
-use super::spot::{spot_service, SpotCalls, SpotReply, asset_sums, balance_line, place, recorded};
+use super::spot::{SpotCalls, SpotReply, asset_sums, balance_line, place, recorded, spot_service};
 
 /// The case's registration.
 pub fn case() -> Case {

@@ -32,7 +32,7 @@ use serde_json::json;
 use super::fixtures::{
     Gate, T, cancel, deposit, fill, fill_request, invariant, order, placed, wait_for_lock_waiters,
 };
-use super::spot::{spot_service, SpotCalls, SpotReply, balance_line};
+use super::spot::{SpotCalls, SpotReply, balance_line, spot_service};
 
 /// The case's registration.
 pub fn case() -> Case {

@@ -20,7 +20,9 @@ use futures_util::FutureExt;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::json;
 
-use super::spot::{spot_service, ForTenant, OTHER_TENANT, SpotCalls, SpotReply, balance_line, place, recorded};
+use super::spot::{
+    ForTenant, OTHER_TENANT, SpotCalls, SpotReply, balance_line, place, recorded, spot_service,
+};
 
 /// The case's registration.
 pub fn case() -> Case {

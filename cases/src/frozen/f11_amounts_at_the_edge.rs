@@ -25,7 +25,9 @@ use futures_util::FutureExt;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::json;
 
-use super::spot::{spot_service, SpotCalls, SpotReply, ForTenant, asset_sums, balance_line, place, recorded};
+use super::spot::{
+    ForTenant, SpotCalls, SpotReply, asset_sums, balance_line, place, recorded, spot_service,
+};
 
 /// The case's registration.
 pub fn case() -> Case {

@@ -17,9 +17,7 @@ use futures_util::FutureExt;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use serde_json::json;
 
-use super::spot::{
-    OTHER_TENANT, SpotCalls, SpotReply, TENANT_HEADER, recorded, spot_service,
-};
+use super::spot::{OTHER_TENANT, SpotCalls, SpotReply, TENANT_HEADER, recorded, spot_service};
 use case_kit::service::{Auth, Reply, Service, ServiceOptions};
 use case_kit::{Case, Ctx};
 use frozen_balances::{Asset, DEFAULT_TENANT};
@@ -138,10 +136,18 @@ async fn run_authenticated(ctx: &mut Ctx) -> anyhow::Result<()> {
     let as_b = Borrower::new(&service, Some(TENANT_A));
     for (label, reply) in [
         ("A's business id and body", as_b.place("place-2002").await?),
-        ("a cancel of A's order", as_b.cancel(order, "cancel-2002").await?),
+        (
+            "a cancel of A's order",
+            as_b.cancel(order, "cancel-2002").await?,
+        ),
         ("a read of A's balances", as_b.balances().await?),
     ] {
-        refused(ctx, &format!("B's token, X-Tenant-Id {TENANT_A}: {label}"), &reply, 403);
+        refused(
+            ctx,
+            &format!("B's token, X-Tenant-Id {TENANT_A}: {label}"),
+            &reply,
+            403,
+        );
     }
     let borrowed_client = service
         .send(
@@ -151,14 +157,27 @@ async fn run_authenticated(ctx: &mut Ctx) -> anyhow::Result<()> {
                 .bearer_auth(token(&service, TENANT_B)?),
         )
         .await?;
-    refused(ctx, &format!("B's token, X-Client-Id {TENANT_A}: a read of A's balances"), &borrowed_client, 403);
-    for (label, token) in [("no token", None), ("an unknown token", Some(UNKNOWN_TOKEN))] {
+    refused(
+        ctx,
+        &format!("B's token, X-Client-Id {TENANT_A}: a read of A's balances"),
+        &borrowed_client,
+        403,
+    );
+    for (label, token) in [
+        ("no token", None),
+        ("an unknown token", Some(UNKNOWN_TOKEN)),
+    ] {
         let mut request = Borrower::new(&service, Some(TENANT_A)).place_request("place-2002");
         if let Some(token) = token {
             request = request.header(AUTHORIZATION, format!("Bearer {token}"));
         }
         let reply = service.send_as_is(request).await?;
-        refused(ctx, &format!("{label}, X-Tenant-Id {TENANT_A}: A's business id and body"), &reply, 401);
+        refused(
+            ctx,
+            &format!("{label}, X-Tenant-Id {TENANT_A}: A's business id and body"),
+            &reply,
+            401,
+        );
     }
     let after = recorded(&db).await?;
     ctx.check(
@@ -199,11 +218,7 @@ async fn run_authenticated(ctx: &mut Ctx) -> anyhow::Result<()> {
 /// Checks that `reply` is the refusal `status` and shows nothing of A's.
 fn refused(ctx: &mut Ctx, label: &str, reply: &Reply, status: u16) {
     ctx.note(format!("{label}: {}", reply.summary()));
-    ctx.check_eq(
-        format!("{label}: refused"),
-        status,
-        reply.status,
-    );
+    ctx.check_eq(format!("{label}: refused"), status, reply.status);
     ctx.check(
         format!("{label}: shows no order id, balance or replay"),
         reply.order_id().is_none() && reply.body.get("balances").is_none() && !reply.replayed,
@@ -245,7 +260,10 @@ impl<'a> Borrower<'a> {
         self.headers(
             self.service
                 .http()
-                .post(self.service.public_url(&format!("/spot/accounts/{ACCOUNT}/orders")))
+                .post(
+                    self.service
+                        .public_url(&format!("/spot/accounts/{ACCOUNT}/orders")),
+                )
                 .header("idempotency-key", business_id)
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.to_string()),
@@ -273,7 +291,10 @@ impl<'a> Borrower<'a> {
     }
 
     async fn balances(&self) -> anyhow::Result<Reply> {
-        Ok(self.service.send(self.headers(self.balances_request())).await?)
+        Ok(self
+            .service
+            .send(self.headers(self.balances_request()))
+            .await?)
     }
 }
 

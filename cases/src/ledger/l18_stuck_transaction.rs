@@ -570,7 +570,10 @@ fn check_hold(
     prompt: &[&Answer],
 ) {
     ctx.check(
-        format!("{mode}: the {} debits needing {held} were seen queued on a lock at one moment", waited.len()),
+        format!(
+            "{mode}: the {} debits needing {held} were seen queued on a lock at one moment",
+            waited.len()
+        ),
         hold.queued >= waited.len() as i64,
         if hold.queued >= waited.len() as i64 {
             "all".to_string()
