@@ -6,7 +6,9 @@
 //! the balance alone; an expired refusal names no transaction; reconciliation stays
 //! clean (the tombstone still pairs the transaction with its request record).
 //! Setup: ledger-svc with a window of 1500 ms and a sweep every 100 ms; balance 100.
-//! Steps: a debit of 30 (201), its immediate retry (replayed), a refused debit of 1000
+//! Steps: a debit of 30 (201), its retry while the case holds the record `FOR SHARE` (the
+//! sweep skips locked records, so the retry is inside the window by construction, not by
+//! timing) (replayed), a refused debit of 1000
 //! (409); wait until the sweep turned both into tombstones; retry both keys; then the
 //! same debit under a new key.
 //! Fails if: the retry inside the window does not replay, a tombstone lost its
@@ -75,14 +77,31 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         .await?;
 
     let first = service.debit_once(CLIENT, KEY, ACCOUNT, DEBIT).await?;
-    let first_at = Instant::now();
+    // Keep the record inside its window while the retry runs, whatever the machine's
+    // load: the sweep skips locked records (FOR UPDATE SKIP LOCKED), and a replay takes no
+    // lock on it. The record must still be live when locked: a database fact, no clock.
+    let keeper = ctx.connect().await?;
+    keeper.batch_execute("BEGIN").await?;
+    let live_when_locked: bool = keeper
+        .query_one(
+            "SELECT outcome <> 'EXPIRED' FROM idem_request \
+             WHERE client_id = $1 AND idem_key = $2 FOR SHARE",
+            &[&CLIENT, &KEY],
+        )
+        .await?
+        .get(0);
     let inside = service.debit_once(CLIENT, KEY, ACCOUNT, DEBIT).await?;
-    let inside_ms = first_at.elapsed().as_millis() as u64;
+    keeper.batch_execute("COMMIT").await?;
     ctx.note(format!("debit: {}", first.summary()));
     ctx.note(format!(
-        "retry inside the window: {} (after_ms={inside_ms})",
+        "retry inside the window (its record held FOR SHARE, so no sweep expires it): {}",
         inside.summary()
     ));
+    ctx.check(
+        "the record was still inside its window when held",
+        live_when_locked,
+        live_when_locked,
+    );
     ctx.check_eq(
         "the retry inside the window replays the first answer",
         "201 OK balance=70 replayed=true".to_string(),
