@@ -2,8 +2,8 @@
 //! binary and a real PostgreSQL 16: every route and outcome with its replay, tenants,
 //! listeners, every class of malformed input (400/403/413/415, nothing recorded, the
 //! same business id then succeeds), the spot fault points (an event kind only where it
-//! passes), and no system account's balances. Authentication and the tenant rule:
-//! `auth_contract.rs`.
+//! passes), no system account's balances, and with `--auth-tokens` 401/403 on every spot
+//! route and the tenant rule (the tenant is the caller).
 
 mod common;
 
@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use common::TestDb;
 use common::service::{Options, Reply, Service};
+use common::tokens::{TOKEN_A, TOKEN_A_ADMIN, TOKEN_B, TOKEN_OPS, token_file};
 
 const JSON: (&str, &[u8]) = ("content-type", b"application/json");
 const TENANT: (&str, &[u8]) = ("x-tenant-id", b"default");
@@ -987,4 +988,294 @@ async fn spot_fault_points() {
             .unwrap()
             .is_clean()
     );
+}
+
+/// A spot request with the given token (if any) and headers; `body` empty for a GET.
+async fn spot(
+    svc: &Service,
+    admin: bool,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<serde_json::Value>,
+) -> Reply {
+    let base = if admin { &svc.admin } else { &svc.public };
+    let url = format!("{base}{path}");
+    let mut request = match &body {
+        Some(body) => svc
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body.to_string()),
+        None if path.ends_with("/cancel") => svc.http.post(url),
+        None => svc.http.get(url),
+    };
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    svc.send(request).await.expect("spot request")
+}
+
+/// Spot operations, movements, orders and balance rows, each with its tenant.
+async fn spot_recorded(db: &TestDb) -> String {
+    db.client
+        .query_one(
+            "SELECT (SELECT count(*) FROM balance_operation)::text || '/' ||
+                    (SELECT count(*) FROM balance_movement)::text || '/' ||
+                    (SELECT count(*) FROM spot_order)::text || '/' ||
+                    (SELECT string_agg(tenant_id || account_id || asset || available || ':'
+                        || frozen, ',' ORDER BY tenant_id, account_id, asset) FROM balance)",
+            &[],
+        )
+        .await
+        .expect("read the spot tables")
+        .get(0)
+}
+
+/// The spot routes authenticate like the ledger's (401 without a token, 403 for another
+/// client's `X-Client-Id` or a non-admin on the admin listener) and take the tenant from
+/// the caller: another tenant in `X-Tenant-Id` is 403; none of these records anything;
+/// a caller's business ids, orders and accounts are its own tenant's.
+#[tokio::test]
+async fn spot_routes_authenticate_and_the_tenant_is_the_caller() {
+    let db = TestDb::new("a_spot").await;
+    frozen_balances::schema::install_and_seed(&db.client)
+        .await
+        .expect("spot schema");
+    let (_dir, tokens) = token_file();
+    let svc = Service::start(
+        &db.url(),
+        Options {
+            extra_args: vec!["--auth-tokens".into(), tokens.display().to_string()],
+            ..Options::default()
+        },
+    )
+    .await;
+    let order = json!({"market": "BTC-USDT", "side": "BUY", "quantity": "1.0", "price": "5000"});
+    let usdt = json!({"asset": "USDT", "amount": "10000"});
+    let orders = "/spot/accounts/alice/orders";
+    let deposits = "/spot/accounts/alice/deposits";
+    let alice = "/spot/accounts/alice/balances";
+    let key = ("idempotency-key", "k-1");
+    let before = spot_recorded(&db).await;
+    for (what, admin, path, token, headers, body, status, outcome) in [
+        (
+            "placement without a token",
+            false,
+            orders,
+            None,
+            vec![key],
+            Some(&order),
+            401,
+            "UNAUTHENTICATED",
+        ),
+        (
+            "balances without a token",
+            false,
+            alice,
+            None,
+            vec![],
+            None,
+            401,
+            "UNAUTHENTICATED",
+        ),
+        (
+            "deposit without a token",
+            true,
+            deposits,
+            None,
+            vec![key],
+            Some(&usdt),
+            401,
+            "UNAUTHENTICATED",
+        ),
+        (
+            "placement, another client id",
+            false,
+            orders,
+            Some(TOKEN_A),
+            vec![key, ("x-client-id", "app-b")],
+            Some(&order),
+            403,
+            "FORBIDDEN",
+        ),
+        (
+            "balances, another client id",
+            false,
+            alice,
+            Some(TOKEN_A),
+            vec![("x-client-id", "app-b")],
+            None,
+            403,
+            "FORBIDDEN",
+        ),
+        (
+            "deposit, another client id",
+            true,
+            deposits,
+            Some(TOKEN_OPS),
+            vec![key, ("x-client-id", "app-a")],
+            Some(&usdt),
+            403,
+            "FORBIDDEN",
+        ),
+        (
+            "placement, another tenant",
+            false,
+            orders,
+            Some(TOKEN_A),
+            vec![key, ("x-tenant-id", "app-b")],
+            Some(&order),
+            403,
+            "FORBIDDEN",
+        ),
+        (
+            "balances, another tenant",
+            false,
+            alice,
+            Some(TOKEN_A),
+            vec![("x-tenant-id", "app-b")],
+            None,
+            403,
+            "FORBIDDEN",
+        ),
+        (
+            "deposit, another tenant",
+            true,
+            deposits,
+            Some(TOKEN_A_ADMIN),
+            vec![key, ("x-tenant-id", "app-b")],
+            Some(&usdt),
+            403,
+            "FORBIDDEN",
+        ),
+        (
+            "deposit by a non-admin",
+            true,
+            deposits,
+            Some(TOKEN_A),
+            vec![key],
+            Some(&usdt),
+            403,
+            "FORBIDDEN",
+        ),
+        (
+            "a system account's balances",
+            false,
+            "/spot/accounts/sys-deposit/balances",
+            Some(TOKEN_A),
+            vec![],
+            None,
+            403,
+            "BAD_REQUEST",
+        ),
+    ] {
+        let reply = spot(&svc, admin, path, token, &headers, body.cloned()).await;
+        assert_refused_spot(&reply, status, outcome, what);
+        assert!(
+            reply.body.get("order_id").is_none() && reply.body.get("balances").is_none(),
+            "{what}: {}",
+            reply.raw
+        );
+    }
+    assert_eq!(
+        spot_recorded(&db).await,
+        before,
+        "a refused spot request recorded something"
+    );
+
+    // A's admin token deposits into A's tenant; A's token places there (the header may
+    // name the caller's own tenant, or be left out).
+    let funded = spot(
+        &svc,
+        true,
+        deposits,
+        Some(TOKEN_A_ADMIN),
+        &[("idempotency-key", "d-1")],
+        Some(usdt.clone()),
+    )
+    .await;
+    assert_eq!(
+        (funded.status, funded.body["tenant_id"].as_str()),
+        (201, Some("app-a")),
+        "{}",
+        funded.raw
+    );
+    let placed = spot(
+        &svc,
+        false,
+        orders,
+        Some(TOKEN_A),
+        &[key, ("x-tenant-id", "app-a")],
+        Some(order.clone()),
+    )
+    .await;
+    assert_eq!(
+        (placed.status, placed.body["tenant_id"].as_str()),
+        (201, Some("app-a")),
+        "{}",
+        placed.raw
+    );
+    let order_id = placed.body["order_id"].as_i64().expect("order id");
+
+    // B's token, A's business id and body: B's own tenant, where alice has nothing; A's
+    // order and A's account are not there.
+    let other = spot(
+        &svc,
+        false,
+        orders,
+        Some(TOKEN_B),
+        &[key],
+        Some(order.clone()),
+    )
+    .await;
+    assert_eq!(other.status, 409, "B's placement is its own: {}", other.raw);
+    assert!(
+        !other.body.to_string().contains(&order_id.to_string())
+            || other.body.get("order_id").is_none()
+    );
+    let cancel = format!("/spot/accounts/alice/orders/{order_id}/cancel");
+    let foreign = spot(
+        &svc,
+        false,
+        &cancel,
+        Some(TOKEN_B),
+        &[("idempotency-key", "c-1")],
+        None,
+    )
+    .await;
+    assert_refused_spot(
+        &foreign,
+        404,
+        "NO_ORDER",
+        "B cancelling A's order id in its own tenant",
+    );
+    let mine = spot(&svc, false, alice, Some(TOKEN_A), &[], None).await;
+    assert_eq!(mine.status, 200, "{}", mine.raw);
+    assert_eq!(mine.body["tenant_id"], "app-a");
+    let tenants: Vec<String> = db
+        .client
+        .query(
+            "SELECT DISTINCT tenant_id FROM balance_operation ORDER BY 1",
+            &[],
+        )
+        .await
+        .expect("read operations")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        tenants,
+        ["app-a", "app-b"],
+        "each caller's operations in its own tenant"
+    );
+}
+
+/// A refusal with a problem body and the given outcome (`assert_problem`, any status).
+fn assert_refused_spot(reply: &Reply, status: u16, outcome: &str, what: &str) {
+    assert_eq!(reply.body["status"], status, "{what}: {}", reply.raw);
+    assert_problem(reply, status, outcome, what);
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod service;
+pub mod tokens;
 
 use std::sync::{Arc, Mutex, Weak};
 
