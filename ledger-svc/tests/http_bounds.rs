@@ -153,6 +153,153 @@ async fn one_bound_per_request_over_every_wait() {
     assert!(ledger_svc::reconcile(&mut client).await.unwrap().is_clean());
 }
 
+/// The service's own database sessions (`application_name` `ledger-svc`) in the test's
+/// database (the cluster is shared with the binary's other tests).
+async fn service_backends(db: &TestDb) -> Vec<i32> {
+    db.client
+        .query(
+            "SELECT pid FROM pg_stat_activity \
+             WHERE application_name = 'ledger-svc' AND datname = current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// Sends `signal` to each of `pids` (server processes of the test's own cluster); one
+/// that has ended since it was listed (a connection closed meanwhile) is passed over.
+fn signal_all(pids: &[i32], signal: libc::c_int) {
+    for pid in pids {
+        // SAFETY: kill(2) with a pid the cluster reported and a valid signal number.
+        let sent = unsafe { libc::kill(*pid, signal) };
+        let gone = std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        assert!(sent == 0 || gone, "kill({pid}, {signal})");
+    }
+}
+
+/// A database session that stops answering (its server process stopped with SIGSTOP, as
+/// a frozen host or a half-open connection would leave it) cannot hold a request past its
+/// bound: a request whose pooled connection must first be verified (idle for a second)
+/// is answered 503 `request-timeout` within the bound and runs nothing; a request whose
+/// transaction stops mid-way is answered 503 `UNKNOWN` (`unavailable`: outcome unknown)
+/// once the cancel grace has passed. Resumed, the cancelled transaction rolls back, and
+/// the same key then executes once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_stops_answering_cannot_hold_a_request() {
+    const BOUND_MS: u64 = 1_000;
+    const GRACE_MS: u64 = 1_000; // ledger-svc's CANCEL_GRACE_MS
+    const SLACK_MS: u64 = 1_000;
+    let db = TestDb::new("b_stopped").await;
+    let mut options = with_args(&["--request-timeout-ms", "1000"]);
+    options.pool_size = Some(1);
+    let svc = Service::start(&db.url(), options).await;
+    assert_eq!(svc.grant("acct-0001", "g-1", 100).await.status, 201);
+    let before = db.recorded().await;
+
+    // The pooled connection sits idle past the verification threshold; every session of
+    // the service is stopped.
+    let backends = service_backends(&db).await;
+    assert!(!backends.is_empty(), "no session of the service");
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    signal_all(&backends, libc::SIGSTOP);
+    let refused = svc.debit("acct-0001", "app-a", "k-1", "10").await;
+    signal_all(&backends, libc::SIGCONT);
+    assert_problem(
+        &refused,
+        503,
+        "UNKNOWN",
+        "verification of a stopped session",
+    );
+    assert_eq!(
+        refused.body["type"], "urn:ledger:problem:request-timeout",
+        "{}",
+        refused.raw
+    );
+    let took = service_ms(&svc, " key=k-1 ", 1).await;
+    assert!(
+        (BOUND_MS..BOUND_MS + SLACK_MS).contains(&took),
+        "answered after {took} ms on the service's clock"
+    );
+    assert_eq!(db.recorded().await, before, "nothing ran");
+
+    // A transaction that stops while it waits on a lock.
+    let holder = db.connect().await;
+    holder
+        .batch_execute(
+            "BEGIN; UPDATE account SET balance = balance WHERE account_id = 'sys-redeem'",
+        )
+        .await
+        .unwrap();
+    let pending = tokio::spawn({
+        let request = svc.post(
+            &svc.public,
+            "/accounts/acct-0001/debits",
+            &[("x-client-id", b"app-a"), ("idempotency-key", b"k-2"), FORM],
+            "amount=10",
+        );
+        let http = svc.http.clone();
+        async move { http.execute(request.build().unwrap()).await }
+    });
+    let waiting = loop {
+        let rows = db
+            .client
+            .query(
+                "SELECT pid FROM pg_stat_activity \
+                 WHERE application_name = 'ledger-svc' AND datname = current_database() \
+                 AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap();
+        if let Some(row) = rows.first() {
+            break vec![row.get::<_, i32>(0)];
+        }
+        assert!(
+            !pending.is_finished(),
+            "the debit was answered before it waited"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    signal_all(&waiting, libc::SIGSTOP);
+    let unknown = pending.await.unwrap().expect("an answer");
+    signal_all(&waiting, libc::SIGCONT);
+    assert_eq!(unknown.status().as_u16(), 503);
+    let body: serde_json::Value = serde_json::from_slice(&unknown.bytes().await.unwrap()).unwrap();
+    assert_eq!(body["type"], "urn:ledger:problem:unavailable", "{body}");
+    assert_eq!(body["outcome"], "UNKNOWN", "{body}");
+    let took = service_ms(&svc, " key=k-2 ", 1).await;
+    assert!(
+        (BOUND_MS + GRACE_MS..BOUND_MS + GRACE_MS + SLACK_MS).contains(&took),
+        "answered after {took} ms on the service's clock"
+    );
+    // Resumed, the stopped session takes its pending cancel: rolled back, nothing of k-2.
+    holder.batch_execute("COMMIT").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !service_backends(&db)
+        .await
+        .iter()
+        .all(|pid| !waiting.contains(pid))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled session never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        db.recorded().await,
+        before,
+        "the cancelled transaction rolled back"
+    );
+    let executed = svc.debit("acct-0001", "app-a", "k-2", "10").await;
+    assert_eq!(executed.status, 201, "{}", executed.raw);
+    assert!(!executed.replayed());
+    assert_eq!(db.balance("acct-0001").await, 90);
+}
+
 /// A session outside the service holds the `sys-redeem` row lock: a debit waits at most
 /// the lock bound, is answered 503 `UNKNOWN` with `Retry-After`, records nothing; the
 /// liveness route answers at once meanwhile; after the holder commits, the same key
@@ -573,6 +720,20 @@ async fn expired_and_removed_keys_answer_422_key_expired() {
     assert_eq!(first.status, 201);
     let refused = svc.debit("acct-0001", "app-a", "k-2", "1000").await;
     assert_eq!(refused.status, 409);
+    let transfer = || {
+        svc.send(svc.post(
+            &svc.admin,
+            "/transfers",
+            &[
+                ("x-client-id", b"ops"),
+                ("idempotency-key", b"t-1"),
+                ("content-type", b"application/json"),
+            ],
+            json!({"from": "acct-0001", "to": "acct-0002", "amount": 5}).to_string(),
+        ))
+    };
+    let moved = transfer().await.unwrap();
+    assert_eq!(moved.status, 201, "{}", moved.raw);
     let deadline = Instant::now() + Duration::from_secs(10);
     while db
         .scalar("SELECT count(*) FROM idem_request WHERE outcome <> 'EXPIRED'")
@@ -608,8 +769,17 @@ async fn expired_and_removed_keys_answer_422_key_expired() {
     let expired_refusal = svc.debit("acct-0001", "app-a", "k-2", "1000").await;
     assert_problem(&expired_refusal, 422, "KEY_EXPIRED", "expired refusal");
     assert_eq!(expired_refusal.body["txn_id"], serde_json::Value::Null);
+    // A transfer's expired key is the same 422, naming its transaction (not a 500).
+    let expired_transfer = transfer().await.unwrap();
+    assert_problem(
+        &expired_transfer,
+        422,
+        "KEY_EXPIRED",
+        "expired transfer key",
+    );
+    assert_eq!(expired_transfer.body["txn_id"], moved.body["txn_id"]);
     assert_eq!(db.recorded().await, before, "nothing recorded");
-    assert_eq!(db.balance("acct-0001").await, 70);
+    assert_eq!(db.balance("acct-0001").await, 65);
     let mut client = db.connect().await;
     let findings = ledger_svc::reconcile(&mut client).await.unwrap();
     assert!(findings.is_clean(), "{}", findings.summary());

@@ -25,8 +25,9 @@
 //!
 //! # What a request must carry
 //!
-//! With the file given, every route except `GET /healthz` and `GET /readyz` (the probes)
-//! needs `Authorization: Bearer <token>` (RFC 6750 §2.1): missing, or another scheme →
+//! With the file given, every route except `GET /healthz`, `GET /readyz` (the probes)
+//! and `GET /openapi.json` (the public contract) needs `Authorization: Bearer <token>`
+//! (RFC 6750 §2.1): missing, or another scheme →
 //! 401 `UNAUTHENTICATED` with `WWW-Authenticate: Bearer realm="ledger-svc"`; a token not
 //! in the file → 401 with `error="invalid_token"`; a malformed header (repeated, empty,
 //! characters outside RFC 6750's b64token) → 400 with `error="invalid_request"`. On the

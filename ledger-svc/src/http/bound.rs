@@ -10,15 +10,23 @@
 //! request itself, from its arrival:
 //!
 //! 1. the wait for a pooled connection is bounded by what is left of the request's time;
-//! 2. when the time runs out while the transaction is still running, the service asks the
-//!    server to cancel the running statement (the protocol's CancelRequest, PostgreSQL
-//!    docs 55.2.8 "Canceling Requests in Progress"), again every
-//!    [`CANCEL_INTERVAL_MS`] until the transaction has ended (a cancel that reaches the
-//!    session between two statements is ignored by the server);
+//! 2. the transaction runs in a task of its own; when the time runs out while it is still
+//!    running, the service asks the server to cancel the running statement (the
+//!    protocol's CancelRequest, PostgreSQL docs 55.2.8 "Canceling Requests in
+//!    Progress"), again after [`CANCEL_INTERVAL_MS`], doubling up to
+//!    [`CANCEL_INTERVAL_MAX_MS`], until the transaction has ended (a cancel that reaches
+//!    the session between two statements is ignored by the server);
 //! 3. the answer is what really happened: a statement cancelled before `COMMIT` took
 //!    effect rolls the transaction back (SQLSTATE 57014 `query_canceled`), and the
 //!    client gets 503 `UNKNOWN` naming the bound, with nothing recorded; a transaction
-//!    that committed before the cancel arrived is answered as committed.
+//!    that committed before the cancel arrived is answered as committed;
+//! 4. a transaction that has not ended [`CANCEL_GRACE_MS`] after the bound (its session
+//!    does not answer: a stopped server process, a half-open connection) is answered 503
+//!    `UNKNOWN` without its outcome, and goes on in its task until it ends on its own; a
+//!    retry with the same key learns what happened.
+//!
+//! The bound counts from when the request has arrived whole (its head and body have
+//! bounds of their own: a slow body is 408).
 //!
 //! A connection that was sent a cancel is closed, never handed back to the pool, so a
 //! late cancel cannot reach another request's statement.
@@ -27,73 +35,83 @@
 //! stall injected on purpose and does not count against the bound: the deadline moves by
 //! the hold. Everything else does: the pool, every lock wait, every statement.
 
-use std::cell::Cell;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool, PoolError, Timeouts};
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 /// Default bound of one request, milliseconds (`--request-timeout-ms`).
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 5_000;
-/// Interval between two cancel requests for one request past its bound, milliseconds.
+/// First interval between two cancel requests for a request past its bound,
+/// milliseconds; each next one doubles, up to [`CANCEL_INTERVAL_MAX_MS`].
 pub const CANCEL_INTERVAL_MS: u64 = 20;
+/// Longest interval between two cancel requests, milliseconds.
+pub const CANCEL_INTERVAL_MAX_MS: u64 = 320;
+/// How long past its bound a request waits for its cancelled transaction to end,
+/// milliseconds; then it is answered 503 `UNKNOWN` without knowing the outcome (a
+/// database session that does not answer at all), and the transaction ends on its own.
+pub const CANCEL_GRACE_MS: u64 = 1_000;
 
 tokio::task_local! {
-    /// Fault holds of the request running in this task.
-    static HELD: Holds;
+    /// Fault holds of the request whose transaction runs in this task.
+    static HELD: Arc<Holds>;
 }
 
 /// Fault holds of one request: their finished total and the start of one under way.
+#[derive(Default)]
 struct Holds {
-    total: Cell<Duration>,
-    since: Cell<Option<Instant>>,
+    state: Mutex<(Duration, Option<Instant>)>,
 }
 
 impl Holds {
     /// How far the request's deadline has moved at `now`, and whether a hold is under way.
     fn extension(&self, now: Instant) -> (Duration, bool) {
-        let running = self.since.get().map(|since| now.duration_since(since));
-        (
-            self.total.get() + running.unwrap_or_default(),
-            running.is_some(),
-        )
+        let (total, since) = *self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let running = since.map(|since| now.duration_since(since));
+        (total + running.unwrap_or_default(), running.is_some())
     }
 }
 
 /// A fault hold under way; dropped when it ends, which adds its length to the request's
 /// holds. Outside a bounded request (a library call, a test) it does nothing.
 pub struct HoldGuard {
-    started: Option<Instant>,
+    holds: Option<(Arc<Holds>, Instant)>,
 }
 
 /// Marks the start of a fault hold of the request running in this task.
 pub fn hold_started() -> HoldGuard {
     let now = Instant::now();
-    let started = HELD.try_with(|holds| holds.since.set(Some(now))).ok();
+    let holds = HELD.try_with(Arc::clone).ok();
+    if let Some(holds) = &holds {
+        holds.state.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(now);
+    }
     HoldGuard {
-        started: started.map(|()| now),
+        holds: holds.map(|holds| (holds, now)),
     }
 }
 
 impl Drop for HoldGuard {
     fn drop(&mut self) {
-        if let Some(started) = self.started {
-            let _ = HELD.try_with(|holds| {
-                holds.total.set(holds.total.get() + started.elapsed());
-                holds.since.set(None);
-            });
+        if let Some((holds, started)) = &self.holds {
+            let mut state = holds.state.lock().unwrap_or_else(|p| p.into_inner());
+            *state = (state.0 + started.elapsed(), None);
         }
     }
 }
 
-/// Why a bounded request did not run.
+/// Why a bounded request did not run, or was not answered by its transaction.
 #[derive(Debug)]
 pub enum NotRun {
-    /// No pooled connection within the time left: nothing ran.
+    /// No pooled connection within the bound: nothing ran.
     NoConnectionInTime,
     /// The pool could not make a connection (the database is down): nothing ran.
     NoConnection(String),
+    /// The bound ran out, and the cancelled transaction had not ended
+    /// [`CANCEL_GRACE_MS`] later (its session does not answer): the outcome is unknown.
+    Unanswered,
 }
 
 /// What a bounded request's work returned, and whether the bound ran out while it ran
@@ -106,68 +124,100 @@ pub struct Ran<T> {
     pub bound_ran_out: bool,
 }
 
-/// Runs `work` on a pooled connection of `pool`, answered by `deadline` (plus the time
-/// held at fault points): see the module docs.
-///
-/// Errors: [`NotRun`] when no connection could be had in time; then `work` never ran.
-pub async fn run<T, W>(pool: &Pool, deadline: Instant, work: W) -> Result<Ran<T>, NotRun>
-where
-    W: for<'c> FnOnce(&'c mut tokio_postgres::Client) -> BoxFuture<'c, T>,
-{
-    let holds = Holds {
-        total: Cell::new(Duration::ZERO),
-        since: Cell::new(None),
-    };
-    HELD.scope(holds, run_within(pool, deadline, work)).await
+/// Where a bounded transaction is: the waiter and the task that runs it agree on it under
+/// a lock, so a cancel is only ever sent to a connection that will not be pooled again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    Cancelling,
+    Done,
 }
 
-async fn run_within<T, W>(pool: &Pool, deadline: Instant, work: W) -> Result<Ran<T>, NotRun>
+/// Runs `work` on a pooled connection of `pool` in a task of `tasks`, answered within
+/// `bound` from now (plus the time held at fault points): see the module docs.
+///
+/// Errors: [`NotRun`] when no connection could be had in time (then `work` never ran), or
+/// when the cancelled transaction did not end within [`CANCEL_GRACE_MS`] (then it goes on
+/// in its task and ends on its own).
+pub async fn run<T, W>(
+    pool: &Pool,
+    tasks: &TaskTracker,
+    bound: Duration,
+    work: W,
+) -> Result<Ran<T>, NotRun>
 where
-    W: for<'c> FnOnce(&'c mut tokio_postgres::Client) -> BoxFuture<'c, T>,
+    T: Send + 'static,
+    W: for<'c> FnOnce(&'c mut tokio_postgres::Client) -> BoxFuture<'c, T> + Send + 'static,
 {
-    let mut client = connection(pool, deadline).await?;
+    let deadline = Instant::now() + bound;
+    let client = connection(pool, deadline).await?;
     let cancel = client.cancel_token();
+    let holds = Arc::new(Holds::default());
+    let phase = Arc::new(Mutex::new(Phase::Running));
+    let (answer, mut answered) = tokio::sync::oneshot::channel();
+    let task_phase = phase.clone();
+    tasks.spawn(HELD.scope(holds.clone(), async move {
+        let mut client = client;
+        let output = work(&mut client).await;
+        let cancelled = {
+            let mut phase = task_phase.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::replace(&mut *phase, Phase::Done) == Phase::Cancelling
+        };
+        if cancelled {
+            // A cancel may still be on its way to this session: never pool it again.
+            drop(Object::take(client));
+        }
+        let _ = answer.send(output);
+    }));
+    let mut wake = deadline;
+    let mut interval = Duration::from_millis(CANCEL_INTERVAL_MS);
     let mut cancels = 0_u32;
-    let output = {
-        let mut work = std::pin::pin!(work(&mut client));
-        let mut wake = deadline;
-        loop {
-            tokio::select! {
-                biased;
-                output = &mut work => break output,
-                () = tokio::time::sleep_until(wake) => {
-                    let now = Instant::now();
-                    let (moved, holding) = HELD.with(|holds| holds.extension(now));
-                    let interval = Duration::from_millis(CANCEL_INTERVAL_MS);
-                    if holding {
-                        wake = now + interval;
-                    } else if now < deadline + moved {
-                        wake = deadline + moved;
-                    } else {
-                        cancels += 1;
-                        if let Err(error) = cancel.cancel_query(tokio_postgres::NoTls).await {
-                            eprintln!("ledger-svc: cancel request failed: {error}");
-                        }
-                        wake = Instant::now() + interval;
-                    }
+    loop {
+        tokio::select! {
+            biased;
+            output = &mut answered => {
+                let Ok(output) = output else {
+                    return Err(NotRun::NoConnection("the transaction's task ended".into()));
+                };
+                return Ok(Ran { output, bound_ran_out: cancels > 0 });
+            }
+            () = tokio::time::sleep_until(wake) => {
+                let now = Instant::now();
+                let (moved, holding) = holds.extension(now);
+                let due = deadline + moved;
+                if holding || now < due {
+                    wake = if holding { now + interval } else { due };
+                    continue;
                 }
+                if now >= due + Duration::from_millis(CANCEL_GRACE_MS) {
+                    eprintln!(
+                        "ledger-svc: request bound ran out and its transaction did not end \
+                         after {cancels} cancel request(s); answering without its outcome"
+                    );
+                    return Err(NotRun::Unanswered);
+                }
+                {
+                    let mut phase = phase.lock().unwrap_or_else(|p| p.into_inner());
+                    if *phase == Phase::Done {
+                        wake = now + interval;
+                        continue;
+                    }
+                    *phase = Phase::Cancelling;
+                }
+                cancels += 1;
+                if let Err(error) = cancel.cancel_query(tokio_postgres::NoTls).await {
+                    eprintln!("ledger-svc: cancel request failed: {error}");
+                }
+                wake = Instant::now() + interval;
+                interval = (interval * 2).min(Duration::from_millis(CANCEL_INTERVAL_MAX_MS));
             }
         }
-    };
-    if cancels > 0 {
-        eprintln!(
-            "ledger-svc: request bound ran out; {cancels} cancel request(s) sent, connection \
-             closed"
-        );
-        drop(Object::take(client));
     }
-    Ok(Ran {
-        output,
-        bound_ran_out: cancels > 0,
-    })
 }
 
-/// A pooled connection within the time left before `deadline`.
+/// A pooled connection before `deadline`: the pool's wait, a new connection and the
+/// pool's check of an idle one (`verify_idle` in `main.rs`, which deadpool runs outside
+/// its own recycle timeout) all within the time left; none once the deadline has passed.
 async fn connection(pool: &Pool, deadline: Instant) -> Result<Object, NotRun> {
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
@@ -180,10 +230,11 @@ async fn connection(pool: &Pool, deadline: Instant) -> Result<Object, NotRun> {
         create: within(configured.create),
         recycle: within(configured.recycle),
     };
-    match pool.timeout_get(&timeouts).await {
-        Ok(client) => Ok(client),
-        Err(PoolError::Timeout(_)) => Err(NotRun::NoConnectionInTime),
-        Err(error) => Err(NotRun::NoConnection(error.to_string())),
+    let got = tokio::time::timeout_at(deadline, pool.timeout_get(&timeouts)).await;
+    match got {
+        Ok(Ok(client)) if Instant::now() < deadline => Ok(client),
+        Ok(Ok(_)) | Ok(Err(PoolError::Timeout(_))) | Err(_) => Err(NotRun::NoConnectionInTime),
+        Ok(Err(error)) => Err(NotRun::NoConnection(error.to_string())),
     }
 }
 
@@ -197,6 +248,9 @@ pub enum Failure<E> {
     RanOut,
     /// No connection could be made: nothing ran.
     NoConnection(String),
+    /// The bound ran out and the transaction did not end after its cancel: it may or may
+    /// not take effect (a retry with the same key learns which).
+    Unknown,
 }
 
 /// The result of a bounded transaction: its own result; [`Failure::RanOut`] for any error
@@ -218,5 +272,6 @@ pub fn settle<T, E: std::fmt::Display>(
         Ok(Ran { output, .. }) => output.map_err(Failure::Failed),
         Err(NotRun::NoConnectionInTime) => Err(Failure::RanOut),
         Err(NotRun::NoConnection(error)) => Err(Failure::NoConnection(error)),
+        Err(NotRun::Unanswered) => Err(Failure::Unknown),
     }
 }

@@ -57,7 +57,6 @@ use ledger_svc::{
     transfer_in,
 };
 use serde_json::json;
-use tokio::time::Instant;
 use tokio_postgres::types::Type;
 use tokio_util::task::TaskTracker;
 
@@ -116,9 +115,9 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// When a request that arrives now must be answered by (`super::bound`).
-    pub fn deadline(&self) -> tokio::time::Instant {
-        tokio::time::Instant::now() + Duration::from_millis(self.request_timeout_ms)
+    /// The bound of one request (`--request-timeout-ms`, `super::bound`).
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
     }
 }
 
@@ -145,8 +144,7 @@ pub async fn handle(
         request.method(),
         request.uri().path(),
     ));
-    let deadline = state.deadline();
-    let result = route(&state, listener, request, deadline, &mut log).await;
+    let result = route(&state, listener, request, &mut log).await;
     // A transfer that reached its task took the log line along; it logs on its own.
     if let Some(log) = log.take() {
         log.finish(result.as_ref().ok(), false);
@@ -158,7 +156,6 @@ async fn route(
     state: &Arc<AppState>,
     listener: Listener,
     request: Request<Incoming>,
-    deadline: Instant,
     log: &mut Option<RequestLog>,
 ) -> Handled {
     let path = request.uri().path().to_owned();
@@ -218,7 +215,7 @@ async fn route(
             name(log, "/accounts/{id}/debits");
             let account = account.to_string();
             only(&method, Method::POST, "POST", || {
-                let call = Call { caller, deadline };
+                let call = Call { caller };
                 transfer_route(state, request, call, Kind::Debit, account, log)
             })
             .await
@@ -227,19 +224,19 @@ async fn route(
             name(log, "/accounts/{id}/grants");
             let account = account.to_string();
             only(&method, Method::POST, "POST", || {
-                let call = Call { caller, deadline };
+                let call = Call { caller };
                 transfer_route(state, request, call, Kind::Grant, account, log)
             })
             .await
         }
         (Listener::Admin, ["transfers"]) => {
             only(&method, Method::POST, "POST", || async {
-                Ok(super::transfers::transfers_route(state, request, caller, deadline).await)
+                Ok(super::transfers::transfers_route(state, request, caller).await)
             })
             .await
         }
         (_, ["spot", rest @ ..]) => {
-            let call = Call { caller, deadline };
+            let call = Call { caller };
             super::spot::route(state, listener, request, call, rest, &path).await
         }
         (Listener::Admin, ["faults", rest @ ..]) => match &state.faults {
@@ -250,13 +247,11 @@ async fn route(
     }
 }
 
-/// Who sent a request and by when it must be answered.
+/// Who sent a request.
 #[derive(Debug, Clone, Copy)]
 pub struct Call<'a> {
     /// The authenticated caller (`--auth-tokens`), `None` without authentication.
     pub caller: Option<&'a Caller>,
-    /// When the request must be answered by (`super::bound`).
-    pub deadline: Instant,
 }
 
 /// Runs `handler` if `method` is `allowed`, else answers 405.
@@ -538,10 +533,9 @@ async fn transfer_route(
     // task still writes the request's log line.
     let task_state = state.clone();
     let task_log = log.take();
-    let deadline = call.deadline;
     let (answer, answered) = tokio::sync::oneshot::channel::<Handled>();
     state.tasks.spawn(async move {
-        let outcome = run_transfer(&task_state, deadline, transfer_request).await;
+        let outcome = run_transfer(&task_state, transfer_request).await;
         let handled = transfer_response(&task_state, kind, &account, amount, outcome);
         let logged = match &handled {
             Ok(response) => Some(Summary::of(response)),
@@ -565,43 +559,74 @@ async fn transfer_route(
 /// request's bound (`super::bound`).
 async fn run_transfer(
     state: &AppState,
-    deadline: Instant,
     transfer_request: TransferRequest,
 ) -> Result<TransferResult, Failure> {
     let (mode, planted_bug, faults) =
         (state.transfer_mode, state.planted_bug, state.faults.clone());
-    let ran = bound::run(&state.pool, deadline, move |client| {
-        Box::pin(async move {
-            let hooks = super::faults::ledger_hooks(faults.as_deref());
-            let mut result = transfer_in(mode, client, &transfer_request, hooks).await;
-            if planted_bug == Some(super::planted::PlantedBug::ReexecuteKnownKeys) {
-                result =
-                    super::planted::reexecute_known_keys(client, &transfer_request, hooks, result)
-                        .await;
-            }
-            if let Err(LedgerError::HookAborted(point)) = &result {
-                eprintln!(
-                    "ledger-svc: fault at {point} aborted {} {}: {}; closing the connection \
+    let ran = bound::run(
+        &state.pool,
+        &state.tasks,
+        state.request_timeout(),
+        move |client| {
+            Box::pin(async move {
+                let hooks = super::faults::ledger_hooks(faults.as_deref());
+                let mut result = transfer_in(mode, client, &transfer_request, hooks).await;
+                if planted_bug == Some(super::planted::PlantedBug::ReexecuteKnownKeys) {
+                    result = super::planted::reexecute_known_keys(
+                        client,
+                        &transfer_request,
+                        hooks,
+                        result,
+                    )
+                    .await;
+                }
+                if let Err(LedgerError::HookAborted(point)) = &result {
+                    eprintln!(
+                        "ledger-svc: fault at {point} aborted {} {}: {}; closing the connection \
                      without a response",
-                    transfer_request.kind.as_str(),
-                    transfer_request.idem_key,
-                    if *point == HookPoint::AfterCommit {
-                        "the transfer is committed"
-                    } else {
-                        "the transfer was rolled back"
-                    }
-                );
-            }
-            result
-        })
-    })
+                        transfer_request.kind.as_str(),
+                        transfer_request.idem_key,
+                        if *point == HookPoint::AfterCommit {
+                            "the transfer is committed"
+                        } else {
+                            "the transfer was rolled back"
+                        }
+                    );
+                }
+                result
+            })
+        },
+    )
     .await;
     bound::settle(ran, |error| matches!(error, LedgerError::HookAborted(_)))
 }
 
+/// 422 `KEY_EXPIRED`: the key's record expired or was removed; nothing executed again, and
+/// `txn_id` names what the key once executed (`None`: nothing). Logs which of the two.
+pub(super) fn key_expired(txn_id: Option<i64>, tombstone: bool) -> Problem {
+    eprintln!(
+        "ledger-svc: key expired (txn_id={txn_id:?}, {}); nothing executed",
+        if tombstone {
+            "tombstone"
+        } else {
+            "record missing, transaction present"
+        }
+    );
+    Problem::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "key-expired",
+        "Idempotency key expired",
+        "this Idempotency-Key is no longer remembered with its response; the request \
+         was not executed again (txn_id names what the key executed, if anything); \
+         a new operation needs a new key",
+        ApiOutcome::KeyExpired,
+    )
+    .with("txn_id", txn_id)
+}
+
 /// Whether a database error may pass by itself (see [`TRANSIENT_SQLSTATES`]); no
 /// SQLSTATE at all means the connection failed.
-fn transient(error: &LedgerError) -> bool {
+pub(super) fn transient(error: &LedgerError) -> bool {
     match error.sqlstate() {
         None => true,
         Some(code) => TRANSIENT_SQLSTATES.iter().any(|transient| {
@@ -633,25 +658,7 @@ fn transfer_response(
         // The key's record expired or was removed: never executed again, and the answer
         // names the transaction the key once executed (null: it executed none).
         Err(Failure::Failed(LedgerError::KeyExpired { txn_id, tombstone })) => {
-            eprintln!(
-                "ledger-svc: key expired (txn_id={txn_id:?}, {}); nothing executed",
-                if tombstone {
-                    "tombstone"
-                } else {
-                    "record missing, transaction present"
-                }
-            );
-            Ok(Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "key-expired",
-                "Idempotency key expired",
-                "this Idempotency-Key is no longer remembered with its response; the request \
-                 was not executed again (txn_id names what the key executed, if anything); \
-                 a new operation needs a new key",
-                ApiOutcome::KeyExpired,
-            )
-            .with("txn_id", txn_id)
-            .into_response())
+            Ok(key_expired(txn_id, tombstone).into_response())
         }
         Err(Failure::Failed(LedgerError::CreditAccountMissing(missing))) if kind == Kind::Grant => {
             Ok(no_account(&missing, Some(amount)).into_response())
@@ -689,6 +696,7 @@ fn transfer_response(
             eprintln!("ledger-svc: transfer failed: {error}");
             Ok(Problem::internal().into_response())
         }
+        Err(Failure::Unknown) => Ok(Problem::unavailable().into_response()),
         Err(Failure::RanOut) => {
             Ok(Problem::bound_ran_out(state.request_timeout_ms).into_response())
         }

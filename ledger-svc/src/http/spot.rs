@@ -43,7 +43,6 @@ use hyper::body::Incoming;
 use hyper::header::CONTENT_TYPE;
 use hyper::{Method, Request, StatusCode};
 use serde_json::{Map, Value, json};
-use tokio::time::Instant;
 
 use super::CloseConnection;
 use super::auth;
@@ -69,10 +68,7 @@ pub async fn route(
         Ok(tenant_id) => tenant_id,
         Err(refused) => return Ok(*refused),
     };
-    let scope = Scope {
-        tenant_id,
-        deadline: call.deadline,
-    };
+    let scope = Scope { tenant_id };
     match (listener, rest) {
         (Listener::Public, ["accounts", account, "orders"]) => {
             let account = account.to_string();
@@ -116,10 +112,9 @@ fn bad(text: impl Into<String>) -> Problem {
     Problem::bad_request(text)
 }
 
-/// The tenant a request acts for ([`auth::tenant_id`]) and when it must be answered by.
+/// The tenant a request acts for ([`auth::tenant_id`]).
 struct Scope {
     tenant_id: String,
-    deadline: Instant,
 }
 
 /// The business id (`Idempotency-Key`).
@@ -272,12 +267,7 @@ fn parse_asset(text: &str) -> Result<Asset, Problem> {
 /// Runs `event` on a pooled connection in a tracked task (a client that goes away cannot
 /// cancel the transaction half-way; shutdown waits for it), with the fault hooks, within
 /// the request's bound (`super::bound`).
-async fn run_event<R, F>(
-    state: &Arc<AppState>,
-    deadline: Instant,
-    label: String,
-    event: F,
-) -> Result<R, Failure>
+async fn run_event<R, F>(state: &Arc<AppState>, label: String, event: F) -> Result<R, Failure>
 where
     R: Send + 'static,
     F: for<'c> FnOnce(
@@ -290,24 +280,29 @@ where
     let task_state = state.clone();
     let task = state.tasks.spawn(async move {
         let faults = task_state.faults.clone();
-        let ran = bound::run(&task_state.pool, deadline, move |client| {
-            Box::pin(async move {
-                let hooks = super::faults::spot_hooks(faults.as_deref());
-                let result = event(client, hooks).await;
-                if let Err(FrozenError::HookAborted(point)) = &result {
-                    eprintln!(
-                        "ledger-svc: fault at spot-{point} aborted {label}: {}; closing the \
+        let ran = bound::run(
+            &task_state.pool,
+            &task_state.tasks,
+            task_state.request_timeout(),
+            move |client| {
+                Box::pin(async move {
+                    let hooks = super::faults::spot_hooks(faults.as_deref());
+                    let result = event(client, hooks).await;
+                    if let Err(FrozenError::HookAborted(point)) = &result {
+                        eprintln!(
+                            "ledger-svc: fault at spot-{point} aborted {label}: {}; closing the \
                          connection without a response",
-                        if *point == frozen_balances::HookPoint::AfterCommit {
-                            "the event is committed"
-                        } else {
-                            "the event was rolled back"
-                        }
-                    );
-                }
-                result
-            })
-        })
+                            if *point == frozen_balances::HookPoint::AfterCommit {
+                                "the event is committed"
+                            } else {
+                                "the event was rolled back"
+                            }
+                        );
+                    }
+                    result
+                })
+            },
+        )
         .await;
         bound::settle(ran, |error| matches!(error, FrozenError::HookAborted(_)))
     });
@@ -331,6 +326,7 @@ fn failure_response(state: &AppState, failure: Failure) -> Handled {
             eprintln!("ledger-svc: no database connection: {error}");
             return Ok(Problem::unavailable().into_response());
         }
+        Failure::Unknown => return Ok(Problem::unavailable().into_response()),
         Failure::RanOut => {
             return Ok(Problem::bound_ran_out(state.request_timeout_ms).into_response());
         }
@@ -397,10 +393,7 @@ async fn place_route(
     scope: Scope,
     account: String,
 ) -> Handled {
-    let Scope {
-        tenant_id,
-        deadline,
-    } = scope;
+    let Scope { tenant_id } = scope;
     let parsed = async {
         let account = trader(&account)?;
         let business_id = business_id(&request)?;
@@ -434,7 +427,7 @@ async fn place_route(
     };
     let label = format!("PLACE {}/{}", req.tenant_id, req.business_id);
     let task_req = req.clone();
-    let result = run_event(state, deadline, label, move |client, hooks| {
+    let result = run_event(state, label, move |client, hooks| {
         Box::pin(async move { frozen_balances::place(client, &task_req, hooks).await })
     })
     .await;
@@ -493,10 +486,7 @@ async fn cancel_route(
     account: String,
     order: String,
 ) -> Handled {
-    let Scope {
-        tenant_id,
-        deadline,
-    } = scope;
+    let Scope { tenant_id } = scope;
     let parsed = async {
         let account = trader(&account)?;
         let order_id = order_id_segment(&order)?;
@@ -519,7 +509,7 @@ async fn cancel_route(
     };
     let label = format!("CANCEL {}/{}", req.tenant_id, req.business_id);
     let task_req = req.clone();
-    let result = run_event(state, deadline, label, move |client, hooks| {
+    let result = run_event(state, label, move |client, hooks| {
         Box::pin(async move { frozen_balances::cancel(client, &task_req, hooks).await })
     })
     .await;
@@ -567,7 +557,7 @@ async fn balances_route(state: &Arc<AppState>, scope: Scope, account: String) ->
         Ok(account) => account,
         Err(problem) => return Ok(problem.into_response()),
     };
-    let Scope { tenant_id, .. } = scope;
+    let Scope { tenant_id } = scope;
     let client = match state.pool.get().await {
         Ok(client) => client,
         Err(error) => {
@@ -614,10 +604,7 @@ async fn deposit_route(
     scope: Scope,
     account: String,
 ) -> Handled {
-    let Scope {
-        tenant_id,
-        deadline,
-    } = scope;
+    let Scope { tenant_id } = scope;
     let parsed = async {
         let account = trader(&account)?;
         let business_id = business_id(&request)?;
@@ -640,7 +627,7 @@ async fn deposit_route(
     };
     let label = format!("DEPOSIT {}/{}", req.tenant_id, req.business_id);
     let task_req = req.clone();
-    let result = run_event(state, deadline, label, move |client, hooks| {
+    let result = run_event(state, label, move |client, hooks| {
         Box::pin(async move { frozen_balances::deposit(client, &task_req, hooks).await })
     })
     .await;
@@ -667,10 +654,7 @@ fn deposit_response(req: &DepositRequest, result: &DepositResult) -> HttpRespons
 }
 
 async fn fill_route(state: &Arc<AppState>, request: Request<Incoming>, scope: Scope) -> Handled {
-    let Scope {
-        tenant_id,
-        deadline,
-    } = scope;
+    let Scope { tenant_id } = scope;
     let parsed = async {
         let fill_id = business_id(&request)?;
         let object = json_object(
@@ -704,7 +688,7 @@ async fn fill_route(state: &Arc<AppState>, request: Request<Incoming>, scope: Sc
     };
     let label = format!("FILL {}/{}", req.tenant_id, req.fill_id);
     let task_req = req.clone();
-    let result = run_event(state, deadline, label, move |client, hooks| {
+    let result = run_event(state, label, move |client, hooks| {
         Box::pin(async move { frozen_balances::fill(client, &task_req, hooks).await })
     })
     .await;

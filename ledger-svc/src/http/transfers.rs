@@ -18,7 +18,6 @@ use ledger_svc::schema::is_system_account;
 use ledger_svc::{LedgerError, Outcome, between, transfer_between};
 use serde::Deserialize;
 use serde_json::json;
-use tokio::time::Instant;
 
 use super::auth::{self, Caller};
 use super::bound::{self, Failure};
@@ -36,13 +35,12 @@ struct TransferBody {
 
 /// Handles one `POST /transfers`.
 /// `caller`: the authenticated caller with `--auth-tokens` (its id scopes the key;
-/// `super::auth::client_id`), `None` without; `deadline`: when it must be answered by
+/// `super::auth::client_id`), `None` without. Answered within the request's bound
 /// (`super::bound`).
 pub async fn transfers_route(
     state: &Arc<AppState>,
     request: Request<Incoming>,
     caller: Option<&Caller>,
-    deadline: Instant,
 ) -> HttpResponse {
     let headers = request.headers();
     let client_id = match auth::client_id(caller, headers) {
@@ -86,12 +84,17 @@ pub async fn transfers_route(
     let task_state = state.clone();
     let task = state.tasks.spawn(async move {
         let faults = task_state.faults.clone();
-        let ran = bound::run(&task_state.pool, deadline, move |client| {
-            Box::pin(async move {
-                let hooks = super::faults::ledger_hooks(faults.as_deref());
-                transfer_between(client, &req, hooks).await
-            })
-        })
+        let ran = bound::run(
+            &task_state.pool,
+            &task_state.tasks,
+            task_state.request_timeout(),
+            move |client| {
+                Box::pin(async move {
+                    let hooks = super::faults::ledger_hooks(faults.as_deref());
+                    transfer_between(client, &req, hooks).await
+                })
+            },
+        )
         .await;
         bound::settle(ran, |error| matches!(error, LedgerError::HookAborted(_)))
     });
@@ -101,6 +104,7 @@ pub async fn transfers_route(
         Ok(Err(Failure::RanOut)) => {
             return Problem::bound_ran_out(state.request_timeout_ms).into_response();
         }
+        Ok(Err(Failure::Unknown)) => return Problem::unavailable().into_response(),
         Ok(Err(Failure::NoConnection(error))) => {
             eprintln!("ledger-svc: no database connection: {error}");
             return Problem::unavailable().into_response();
@@ -157,7 +161,12 @@ pub async fn transfers_route(
             ApiOutcome::Unknown,
         )
         .into_response(),
-        Err(error @ LedgerError::Db { .. }) => {
+        Err(LedgerError::KeyExpired { txn_id, tombstone }) => {
+            super::routes::key_expired(txn_id, tombstone).into_response()
+        }
+        // As for debits: a wait that ran out, a lost connection or a deadlock may pass
+        // (503, retry); any other database error is the server's (500). Rolled back.
+        Err(error @ LedgerError::Db { .. }) if super::routes::transient(&error) => {
             eprintln!("ledger-svc: transfer failed: {error}");
             Problem::unavailable().into_response()
         }
