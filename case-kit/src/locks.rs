@@ -47,3 +47,20 @@ pub async fn wait_for_lock_waiters(
         tokio::time::sleep(Duration::from_millis(LOCK_POLL_MS)).await;
     }
 }
+
+/// Waits like [`wait_for_lock_waiters`] until at least `at_least` backends of `db`'s
+/// database wait for a lock, then rolls back `holder` (the transaction that holds the
+/// contested row), whatever was seen, so the waiters go on either way. Returns the count
+/// seen, for the caller's check.
+///
+/// Errors: database errors (of the look or of the rollback).
+pub async fn release_once_queued(
+    db: &tokio_postgres::Client,
+    holder: tokio_postgres::Transaction<'_>,
+    at_least: i64,
+    limit: Duration,
+) -> anyhow::Result<i64> {
+    let waiting = wait_for_lock_waiters(db, at_least, limit).await;
+    holder.rollback().await?;
+    waiting
+}

@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use case_kit::locks::wait_for_lock_waiters;
+use case_kit::locks::release_once_queued;
 use case_kit::{Case, Ctx};
 use frozen_balances::amount::{parse_price, parse_quantity};
 use frozen_balances::{
@@ -81,18 +81,9 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             .map(|r| r.outcome)
             .map_err(|e| e.to_string())
     });
-    let watcher = &db;
-    let release = async {
-        let waiting = wait_for_lock_waiters(
-            watcher,
-            THREADS as i64,
-            Duration::from_millis(QUEUE_WAIT_MS),
-        )
-        .await;
-        // Let go whatever was seen, so that the racers end either way.
-        hold.rollback().await?;
-        waiting
-    };
+    // Let go of the row once all are seen queued on it (or the bound stopped a hang).
+    let limit = Duration::from_millis(QUEUE_WAIT_MS);
+    let release = release_once_queued(&db, hold, THREADS as i64, limit);
     let (outcomes, waiting) = tokio::join!(racing, release);
     let outcomes: Vec<Result<Outcome, String>> = outcomes?;
     let waiting = waiting?;

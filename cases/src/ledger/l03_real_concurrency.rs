@@ -17,7 +17,7 @@ use futures_util::FutureExt;
 use ledger_svc::{Outcome, debit_in, grant_in};
 
 use super::queries;
-use case_kit::locks::wait_for_lock_waiters;
+use case_kit::locks::release_once_queued;
 use case_kit::{Case, Ctx};
 
 /// The case's registration.
@@ -61,18 +61,9 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             .map(|result| result.outcome)
             .map_err(|error| error.to_string())
     });
-    let watcher = &db;
-    let release = async {
-        let waiting = wait_for_lock_waiters(
-            watcher,
-            THREADS as i64,
-            Duration::from_millis(QUEUE_WAIT_MS),
-        )
-        .await;
-        // Let go whatever was seen, so that the racers end either way.
-        hold.rollback().await?;
-        waiting
-    };
+    // Let go of the row once all are seen queued on it (or the bound stopped a hang).
+    let limit = Duration::from_millis(QUEUE_WAIT_MS);
+    let release = release_once_queued(&db, hold, THREADS as i64, limit);
     let (outcomes, waiting) = tokio::join!(racing, release);
     let outcomes: Vec<Result<Outcome, String>> = outcomes?;
     let waiting = waiting?;
