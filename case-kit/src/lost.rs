@@ -5,7 +5,7 @@
 
 use std::fmt::Display;
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::service::{FaultState, Service};
 
@@ -36,14 +36,20 @@ pub async fn give_up_once_held<T>(
     limit: Duration,
 ) -> anyhow::Result<GaveUp<T>> {
     let point = point.to_string();
-    let began = Instant::now();
     let held = async {
-        loop {
-            let state = service.fault_state(&point).await?;
-            if state.holding >= 1 || began.elapsed() >= limit {
-                return anyhow::Ok(state);
+        let look = async {
+            loop {
+                let state = service.fault_state(&point).await?;
+                if state.holding >= 1 {
+                    return anyhow::Ok(state);
+                }
+                tokio::time::sleep(Duration::from_millis(HELD_POLL_MS)).await;
             }
-            tokio::time::sleep(Duration::from_millis(HELD_POLL_MS)).await;
+        };
+        // `limit` only stops a hang: then the state as it is (`holding` 0).
+        match tokio::time::timeout(limit, look).await {
+            Ok(state) => state,
+            Err(_) => service.fault_state(&point).await,
         }
     };
     tokio::select! {

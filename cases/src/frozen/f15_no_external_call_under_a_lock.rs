@@ -208,22 +208,23 @@ async fn seen_blocked(
     holder: i32,
     finished: &AtomicBool,
 ) -> anyhow::Result<bool> {
-    let began = Instant::now();
-    loop {
-        // Read before the look: a waiter finished before it cannot be blocked in it.
-        let over = finished.load(Ordering::SeqCst);
-        let blocked: bool = watcher
-            .query_one("SELECT $2 = ANY(pg_blocking_pids($1))", &[&waiter, &holder])
-            .await?
-            .get(0);
-        if blocked {
-            return Ok(true);
+    let look = async {
+        loop {
+            // Read before the look: a waiter finished before it cannot be blocked in it.
+            let over = finished.load(Ordering::SeqCst);
+            let blocked: bool = watcher
+                .query_one("SELECT $2 = ANY(pg_blocking_pids($1))", &[&waiter, &holder])
+                .await?
+                .get(0);
+            if blocked || over {
+                return anyhow::Ok(blocked);
+            }
+            tokio::time::sleep(Duration::from_millis(BLOCKED_POLL_MS)).await;
         }
-        if over || began.elapsed() >= Duration::from_millis(BLOCKED_WAIT_MS) {
-            return Ok(false);
-        }
-        tokio::time::sleep(Duration::from_millis(BLOCKED_POLL_MS)).await;
-    }
+    };
+    // The limit only stops a hang: not seen blocked by then is `false`.
+    let limit = Duration::from_millis(BLOCKED_WAIT_MS);
+    tokio::time::timeout(limit, look).await.unwrap_or(Ok(false))
 }
 
 // The naive withdrawal's freeze: the same conditional update as the product's, inside a
