@@ -1,0 +1,401 @@
+//! The house rules, checked over every Rust file of the workspace (docs/HOUSE.md):
+//!
+//! - no import circle between the files of a crate (a file's imports are the `crate::`,
+//!   `super::` and `self::` paths it names, resolved to the module file they land in);
+//! - no function over 100 lines outside tests, and none over 70 without a comment line
+//!   `// Long: <reason>` just above it (among its attributes) or first in its body;
+//! - every `SPEC §N` citation names a section of `docs/SPEC.md`, and no text points
+//!   outside the repository (the issue tracker, the team's shared folder).
+//!
+//! A function's length runs from its `fn` keyword to its closing brace. Test code is
+//! what lives under a crate's `tests/`, in a `#[cfg(test)]` module, or carries a
+//! `#[test]`-like attribute. `cargo test -p harness --test house -- --nocapture` prints
+//! the counts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use syn::spanned::Spanned;
+use syn::visit::Visit;
+
+/// The longest a function may be outside tests, in lines.
+const HARD_LIMIT: usize = 100;
+/// Past this many lines a function names its reason in a `// Long:` comment.
+const REASON_LIMIT: usize = 70;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Every file under `dir` whose name ends with `ext`, skipping build output and git.
+fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if path.is_dir() {
+            if !matches!(name.as_str(), "target" | ".git" | "node_modules" | "runs") {
+                files(&path, ext, out);
+            }
+        } else if name.ends_with(ext) {
+            out.push(path);
+        }
+    }
+}
+
+/// The crate roots of the workspace: each `src/lib.rs`, `src/main.rs` and `src/bin/*.rs`.
+fn crate_roots() -> Vec<PathBuf> {
+    let mut all = Vec::new();
+    files(&root(), ".rs", &mut all);
+    all.into_iter()
+        .filter(|p| {
+            let s = p.to_string_lossy();
+            s.ends_with("/src/lib.rs") || s.ends_with("/src/main.rs") || s.contains("/src/bin/")
+        })
+        .collect()
+}
+
+fn parse(path: &Path) -> syn::File {
+    let text = std::fs::read_to_string(path).unwrap();
+    syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn is_test_attr(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        let path = a.path();
+        let last = path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+        if last == "test" {
+            return true;
+        }
+        if path.is_ident("cfg") {
+            let tokens = a.meta.require_list().map(|l| l.tokens.to_string()).unwrap_or_default();
+            return tokens.split(|c: char| !c.is_alphanumeric() && c != '_').any(|t| t == "test");
+        }
+        false
+    })
+}
+
+// ----- modules: which file holds which module path -----
+
+/// A crate's module tree: module path (`["http", "routes"]`) to the file holding it.
+fn module_files(root_file: &Path) -> BTreeMap<Vec<String>, PathBuf> {
+    let mut out = BTreeMap::new();
+    walk_modules(root_file, &[], true, &mut out);
+    out
+}
+
+fn walk_modules(
+    file: &Path,
+    path: &[String],
+    owns_dir: bool,
+    out: &mut BTreeMap<Vec<String>, PathBuf>,
+) {
+    out.insert(path.to_vec(), file.to_path_buf());
+    let dir = if owns_dir {
+        file.parent().unwrap().to_path_buf()
+    } else {
+        file.with_extension("")
+    };
+    let ast = parse(file);
+    for item in &ast.items {
+        let syn::Item::Mod(m) = item else { continue };
+        if m.content.is_some() || is_test_attr(&m.attrs) {
+            continue;
+        }
+        let name = m.ident.to_string();
+        let mut child = path.to_vec();
+        child.push(name.clone());
+        let flat = dir.join(format!("{name}.rs"));
+        if flat.exists() {
+            walk_modules(&flat, &child, false, out);
+        } else {
+            walk_modules(&dir.join(&name).join("mod.rs"), &child, true, out);
+        }
+    }
+}
+
+/// Collects the module paths a file names through `crate::`, `super::` and `self::`.
+struct Imports<'a> {
+    here: &'a [String],
+    /// Whether the file is a `mod.rs`/root, so that `self::` stays in its folder.
+    found: BTreeSet<Vec<String>>,
+}
+
+impl Imports<'_> {
+    fn absolute(&self, segments: &[String]) -> Option<Vec<String>> {
+        let (first, rest) = segments.split_first()?;
+        let mut base: Vec<String> = match first.as_str() {
+            "crate" => Vec::new(),
+            "self" => self.here.to_vec(),
+            "super" => {
+                let mut b = self.here.to_vec();
+                b.pop();
+                let mut rest = rest;
+                while rest.first().map(String::as_str) == Some("super") {
+                    b.pop();
+                    rest = &rest[1..];
+                }
+                b.extend(rest.iter().cloned());
+                return Some(b);
+            }
+            _ => return None,
+        };
+        base.extend(rest.iter().cloned());
+        Some(base)
+    }
+
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.use_tree(prefix, &p.tree);
+                prefix.pop();
+            }
+            syn::UseTree::Name(n) => {
+                prefix.push(n.ident.to_string());
+                self.record(prefix);
+                prefix.pop();
+            }
+            syn::UseTree::Rename(r) => {
+                prefix.push(r.ident.to_string());
+                self.record(prefix);
+                prefix.pop();
+            }
+            syn::UseTree::Glob(_) => self.record(prefix),
+            syn::UseTree::Group(g) => g.items.iter().for_each(|t| self.use_tree(prefix, t)),
+        }
+    }
+
+    fn record(&mut self, segments: &[String]) {
+        if let Some(abs) = self.absolute(segments) {
+            self.found.insert(abs);
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for Imports<'_> {
+    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        self.use_tree(&mut Vec::new(), &u.tree);
+    }
+    fn visit_path(&mut self, p: &'ast syn::Path) {
+        let segments: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
+        self.record(&segments);
+        syn::visit::visit_path(self, p);
+    }
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        // An inline module (tests, say) is part of this file but its `super` is the file.
+        if m.content.is_none() || is_test_attr(&m.attrs) {
+            return;
+        }
+        syn::visit::visit_item_mod(self, m);
+    }
+}
+
+/// The import graph of one crate: file to the files it imports from.
+fn import_graph(root_file: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
+    let modules = module_files(root_file);
+    let mut graph = BTreeMap::new();
+    for (path, file) in &modules {
+        let mut imports = Imports { here: path, found: BTreeSet::new() };
+        imports.visit_file(&parse(file));
+        let mut targets = BTreeSet::new();
+        for named in imports.found {
+            // The longest prefix of the named path that is a module file.
+            let target = (0..=named.len())
+                .rev()
+                .find_map(|n| modules.get(&named[..n]).cloned());
+            if let Some(t) = target
+                && &t != file
+                // A parent naming its own child module (`mod x; use x::y`) is no import back.
+                && !(named.len() > path.len() && named.starts_with(path))
+            {
+                targets.insert(t);
+            }
+        }
+        graph.insert(file.clone(), targets);
+    }
+    graph
+}
+
+/// Strongly connected components with more than one file (Tarjan's algorithm).
+fn circles(graph: &BTreeMap<PathBuf, BTreeSet<PathBuf>>) -> Vec<Vec<PathBuf>> {
+    struct State<'g> {
+        graph: &'g BTreeMap<PathBuf, BTreeSet<PathBuf>>,
+        index: BTreeMap<&'g PathBuf, usize>,
+        low: BTreeMap<&'g PathBuf, usize>,
+        stack: Vec<&'g PathBuf>,
+        on_stack: BTreeSet<&'g PathBuf>,
+        out: Vec<Vec<PathBuf>>,
+    }
+    fn connect<'g>(s: &mut State<'g>, v: &'g PathBuf) {
+        let i = s.index.len();
+        s.index.insert(v, i);
+        s.low.insert(v, i);
+        s.stack.push(v);
+        s.on_stack.insert(v);
+        for w in s.graph.get(v).into_iter().flatten() {
+            if !s.graph.contains_key(w) {
+                continue;
+            }
+            if !s.index.contains_key(w) {
+                connect(s, w);
+                let lw = s.low[w];
+                let lv = s.low.get_mut(v).unwrap();
+                *lv = (*lv).min(lw);
+            } else if s.on_stack.contains(w) {
+                let iw = s.index[w];
+                let lv = s.low.get_mut(v).unwrap();
+                *lv = (*lv).min(iw);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut component = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                s.on_stack.remove(w);
+                component.push(w.clone());
+                if w == v {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                component.sort();
+                s.out.push(component);
+            }
+        }
+    }
+    let mut s = State {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        out: Vec::new(),
+    };
+    for v in graph.keys() {
+        if !s.index.contains_key(v) {
+            connect(&mut s, v);
+        }
+    }
+    s.out
+}
+
+fn relative(p: &Path) -> String {
+    p.strip_prefix(root()).unwrap_or(p).display().to_string()
+}
+
+#[test]
+fn no_import_circle_between_files() {
+    let mut found = Vec::new();
+    for root_file in crate_roots() {
+        for circle in circles(&import_graph(&root_file)) {
+            found.push(circle.iter().map(|p| relative(p)).collect::<Vec<_>>().join(" ↔ "));
+        }
+    }
+    found.sort();
+    found.dedup();
+    println!("import circles: {}", found.len());
+    for c in &found {
+        println!("  {c}");
+    }
+    assert!(found.is_empty(), "import circles between files:\n{}", found.join("\n"));
+}
+
+// ----- function lengths -----
+
+/// One function outside tests: where, how long, and whether a `// Long:` reason is given.
+struct Length {
+    at: String,
+    lines: usize,
+    reasoned: bool,
+}
+
+struct Functions<'a> {
+    file: &'a Path,
+    source: Vec<&'a str>,
+    out: Vec<Length>,
+}
+
+impl Functions<'_> {
+    fn record(&mut self, attrs: &[syn::Attribute], item_start: usize, sig: &syn::Signature, body: &syn::Block) {
+        if is_test_attr(attrs) {
+            return;
+        }
+        let start = sig.fn_token.span().start().line;
+        let end = body.brace_token.span.close().end().line;
+        let lines = end + 1 - start;
+        let body_first = body.brace_token.span.open().start().line;
+        // `// Long:` among the attributes and doc lines above, or first in the body.
+        let reasoned = (item_start.saturating_sub(1)..=body_first.min(self.source.len()))
+            .filter_map(|l| self.source.get(l.saturating_sub(1)))
+            .chain(self.source.get(body_first))
+            .any(|line| line.trim_start().starts_with("// Long:"));
+        self.out.push(Length {
+            at: format!("{}:{start} {}", relative(self.file), sig.ident),
+            lines,
+            reasoned,
+        });
+    }
+}
+
+impl<'ast> Visit<'ast> for Functions<'_> {
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        self.record(&f.attrs, f.span().start().line, &f.sig, &f.block);
+        syn::visit::visit_item_fn(self, f);
+    }
+    fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+        self.record(&f.attrs, f.span().start().line, &f.sig, &f.block);
+        syn::visit::visit_impl_item_fn(self, f);
+    }
+    fn visit_trait_item_fn(&mut self, f: &'ast syn::TraitItemFn) {
+        if let Some(body) = &f.default {
+            self.record(&f.attrs, f.span().start().line, &f.sig, body);
+        }
+        syn::visit::visit_trait_item_fn(self, f);
+    }
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        if !is_test_attr(&m.attrs) {
+            syn::visit::visit_item_mod(self, m);
+        }
+    }
+}
+
+/// Every Rust file of the workspace that is not test code by its place.
+fn non_test_files() -> Vec<PathBuf> {
+    let mut all = Vec::new();
+    files(&root(), ".rs", &mut all);
+    all.retain(|p| {
+        let s = relative(p);
+        !s.contains("/tests/") && !s.contains("/benches/") && !s.starts_with("tests/")
+    });
+    all.sort();
+    all
+}
+
+#[test]
+fn functions_a_reader_can_hold() {
+    let mut lengths = Vec::new();
+    for file in non_test_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let ast = syn::parse_file(&text).unwrap();
+        let mut visitor = Functions { file: &file, source: text.lines().collect(), out: Vec::new() };
+        visitor.visit_file(&ast);
+        lengths.extend(visitor.out);
+    }
+    lengths.sort_by_key(|l| std::cmp::Reverse(l.lines));
+    let over_hard: Vec<&Length> = lengths.iter().filter(|l| l.lines > HARD_LIMIT).collect();
+    let over_reason: Vec<&Length> = lengths.iter().filter(|l| l.lines > REASON_LIMIT).collect();
+    let unreasoned: Vec<&Length> = over_reason.iter().copied().filter(|l| !l.reasoned).collect();
+    println!(
+        "functions outside tests: {}; over {REASON_LIMIT} lines: {}; over {HARD_LIMIT}: {}; over {REASON_LIMIT} without a reason: {}",
+        lengths.len(),
+        over_reason.len(),
+        over_hard.len(),
+        unreasoned.len()
+    );
+    for l in &over_reason {
+        println!("  {:4} {}{}", l.lines, l.at, if l.reasoned { " (reason given)" } else { "" });
+    }
+    let show = |ls: &[&Length]| ls.iter().map(|l| format!("{} {}", l.lines, l.at)).collect::<Vec<_>>().join("\n");
+    assert!(over_hard.is_empty(), "functions over {HARD_LIMIT} lines:\n{}", show(&over_hard));
+    assert!(unreasoned.is_empty(), "functions over {REASON_LIMIT} lines without a `// Long:` reason:\n{}", show(&unreasoned));
+}
