@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use case_kit::service::{Service, ServiceOptions};
 use case_kit::{ChaCha8Rng, seeded_rng};
-use ledger_svc::striping::{create_redeem_stripes, striped_debit};
-use ledger_svc::{
+use points_ledger::striping::{create_redeem_stripes, striped_debit};
+use points_ledger::{
     NoHooks, Outcome, TransferMode, TransferRequest, reconcile, transfer, transfer_in,
 };
 use rand::RngExt;
@@ -64,9 +64,9 @@ pub enum Variant {
     /// clients and [`SERVICE_WORKER_THREADS`] runtime thread), still crediting
     /// `sys-redeem`.
     Service,
-    /// The raw transfer with the sink striped (`ledger_svc::striping`): no hot row.
+    /// The raw transfer with the sink striped (`points_ledger::striping`): no hot row.
     Fix,
-    /// The same transfer in one round trip (`ledger_svc::transfer_onetrip`), hot sink.
+    /// The same transfer in one round trip (`points_ledger::transfer_onetrip`), hot sink.
     #[value(name = "onetrip")]
     OneTrip,
     /// The one-trip transfer with the striped sink.
@@ -222,8 +222,8 @@ impl BenchDb {
         let names: Vec<String> = (1..=accounts).map(|n| format!("bench-{n:04}")).collect();
         {
             let client = cluster.connect(TEMPLATE).await?;
-            ledger_svc::schema::install(&client).await?;
-            ledger_svc::schema::seed(&client).await?;
+            points_ledger::schema::install(&client).await?;
+            points_ledger::schema::seed(&client).await?;
             create_redeem_stripes(&client, stripes).await?;
             client.batch_execute(CEILING_TABLE_SQL).await?;
             client

@@ -11,8 +11,8 @@
 //! - `service`: the same debits through ledger-svc over HTTP from N keep-alive clients
 //!   (unique idempotency keys; the service's pool has N connections);
 //! - `fix`: the raw transfer with the redemption sink striped over K sub-accounts
-//!   (`ledger_svc::striping`), so debits of different accounts lock different rows;
-//! - `onetrip`: the same transfer in one round trip (`ledger_svc::transfer_onetrip`, a
+//!   (`points_ledger::striping`), so debits of different accounts lock different rows;
+//! - `onetrip`: the same transfer in one round trip (`points_ledger::transfer_onetrip`, a
 //!   server-side function called as one statement), hot sink;
 //! - `onetrip+fix`: the one-trip transfer with the striped sink;
 //! - and the `ceiling`, which is not a debit: the smallest durable write transaction (a

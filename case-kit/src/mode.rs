@@ -1,6 +1,6 @@
 //! How the run's ledger transfers reach the database (`./run.sh --transfer-mode`): the
 //! SPEC §3 transaction of separate statements, or the same work in one server-side
-//! statement (`ledger_svc::transfer_onetrip`). A run has one mode; a case that needs an
+//! statement (`points_ledger::transfer_onetrip`). A run has one mode; a case that needs an
 //! open transaction at a hook point declares [`crate::Case::statements_only`] and keeps
 //! the statement mode whatever the run's. The mode never shows in a transcript, so the
 //! snapshots of both modes are the same files.
@@ -16,7 +16,7 @@ use serde::Serialize;
 /// [`Env::for_tests`]: crate::Env::for_tests
 pub const TRANSFER_MODE_ENV: &str = "LEDGER_TRANSFER_MODE";
 
-/// The transfer mode of a run (mirrors `ledger_svc::TransferMode`, whose names it uses;
+/// The transfer mode of a run (mirrors `points_ledger::TransferMode`, whose names it uses;
 /// the kit does not depend on the ledger).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -1,4 +1,4 @@
-//! `crash-worker`: runs one ledger transfer (`ledger_svc::transfer`, SPEC §3) and stops
+//! `crash-worker`: runs one ledger transfer (`points_ledger::transfer`, SPEC §3) and stops
 //! inside it at a named hook point, so that a parent process can kill it there with a real
 //! signal (SPEC §6, L9).
 //!
@@ -35,7 +35,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use futures_util::future::BoxFuture;
-use ledger_svc::{
+use points_ledger::{
     HookAbort, HookContext, HookPoint, Hooks, Kind, LedgerError, TransferRequest, transfer,
 };
 

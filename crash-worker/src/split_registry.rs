@@ -106,7 +106,7 @@ pub(crate) async fn run(args: &SplitArgs<'_>) -> anyhow::Result<i32> {
     let (mut registry, _) = connect(args.registry_url).await?;
     registry.batch_execute(REGISTRY_SCHEMA_SQL).await?;
     let request =
-        ledger_svc::TransferRequest::debit(args.client_id, args.key, args.account, args.amount);
+        points_ledger::TransferRequest::debit(args.client_id, args.key, args.account, args.amount);
     let request_hash = request.request_hash();
 
     let keys = registry

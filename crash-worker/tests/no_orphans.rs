@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use case_kit::worker::{CrashWorker, EXIT_PAUSE_LIMIT, WorkerEnd};
 use case_kit::{Ctx, Env, Family, Resource};
 use cases::ledger::worker::WorkerSpec;
-use ledger_svc::HookPoint;
+use points_ledger::HookPoint;
 
 /// The binary cargo built for these tests.
 const WORKER: &str = env!("CARGO_BIN_EXE_crash-worker");
@@ -119,7 +119,7 @@ async fn worker_stops_at_each_point_and_gives_up_on_its_own() {
     let db = fresh_database(&env, "worker_points").await;
     let url = env.url(&db).unwrap();
     let mut client = env.connect(&db).await.unwrap();
-    ledger_svc::grant(&mut client, "ops", "g-1", "acct-0001", 1000)
+    points_ledger::grant(&mut client, "ops", "g-1", "acct-0001", 1000)
         .await
         .unwrap();
 
@@ -192,7 +192,7 @@ async fn dropping_the_handle_kills_the_worker() {
     let db = fresh_database(&env, "worker_drop").await;
     let url = env.url(&db).unwrap();
     let mut client = env.connect(&db).await.unwrap();
-    ledger_svc::grant(&mut client, "ops", "g-1", "acct-0001", 100)
+    points_ledger::grant(&mut client, "ops", "g-1", "acct-0001", 100)
         .await
         .unwrap();
 

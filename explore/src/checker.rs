@@ -1,7 +1,7 @@
 //! The checker: reads the history (the file) and the final database
 //! ([`crate::state::FinalState`], read with its own queries) and reports every violation
 //! of the properties below, grouped by kind. It shares no code path with the service:
-//! it never calls `ledger_svc` and recomputes everything from raw rows.
+//! it never calls `points_ledger` and recomputes everything from raw rows.
 //!
 //! An operation is a key and a payload, tried in one or more attempts. It is
 //! *acknowledged* when an attempt got 201, *refused* when one got a recorded refusal

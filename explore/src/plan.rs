@@ -8,7 +8,7 @@ use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
 /// User accounts the clients pick from (the seeded `acct-0001` … `acct-0010`).
-pub const ACCOUNTS: u32 = ledger_svc::TEST_ACCOUNT_COUNT;
+pub const ACCOUNTS: u32 = points_ledger::TEST_ACCOUNT_COUNT;
 /// Share of operations that are grants (the rest are debits), percent.
 pub const GRANT_PERCENT: u32 = 35;
 /// Debit amounts are drawn from 1 to this, points.
@@ -138,7 +138,7 @@ impl ClientPlan {
     }
 
     fn payload(&mut self) -> Payload {
-        let account = ledger_svc::test_account(self.rng.random_range(1..=ACCOUNTS));
+        let account = points_ledger::test_account(self.rng.random_range(1..=ACCOUNTS));
         if self.rng.random_range(0..100) < GRANT_PERCENT {
             Payload {
                 kind: Kind::Grant,

@@ -113,8 +113,8 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     cluster.create_database(DATABASE, None).await?;
     {
         let client = cluster.connect(DATABASE).await?;
-        ledger_svc::schema::install(&client).await?;
-        ledger_svc::schema::seed(&client).await?;
+        points_ledger::schema::install(&client).await?;
+        points_ledger::schema::seed(&client).await?;
     }
     let pg_log = cluster.log_path().to_path_buf();
     let config = cluster.config(DATABASE);

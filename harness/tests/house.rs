@@ -24,12 +24,17 @@ const HARD_LIMIT: usize = 100;
 const REASON_LIMIT: usize = 70;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Every file under `dir` whose name ends with `ext`, skipping build output and git.
 fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -63,13 +68,23 @@ fn parse(path: &Path) -> syn::File {
 fn is_test_attr(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|a| {
         let path = a.path();
-        let last = path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+        let last = path
+            .segments
+            .last()
+            .map(|s| s.ident.to_string())
+            .unwrap_or_default();
         if last == "test" {
             return true;
         }
         if path.is_ident("cfg") {
-            let tokens = a.meta.require_list().map(|l| l.tokens.to_string()).unwrap_or_default();
-            return tokens.split(|c: char| !c.is_alphanumeric() && c != '_').any(|t| t == "test");
+            let tokens = a
+                .meta
+                .require_list()
+                .map(|l| l.tokens.to_string())
+                .unwrap_or_default();
+            return tokens
+                .split(|c: char| !c.is_alphanumeric() && c != '_')
+                .any(|t| t == "test");
         }
         false
     })
@@ -196,7 +211,10 @@ fn import_graph(root_file: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
     let modules = module_files(root_file);
     let mut graph = BTreeMap::new();
     for (path, file) in &modules {
-        let mut imports = Imports { here: path, found: BTreeSet::new() };
+        let mut imports = Imports {
+            here: path,
+            found: BTreeSet::new(),
+        };
         imports.visit_file(&parse(file));
         let mut targets = BTreeSet::new();
         for named in imports.found {
@@ -288,7 +306,13 @@ fn no_import_circle_between_files() {
     let mut found = Vec::new();
     for root_file in crate_roots() {
         for circle in circles(&import_graph(&root_file)) {
-            found.push(circle.iter().map(|p| relative(p)).collect::<Vec<_>>().join(" ↔ "));
+            found.push(
+                circle
+                    .iter()
+                    .map(|p| relative(p))
+                    .collect::<Vec<_>>()
+                    .join(" ↔ "),
+            );
         }
     }
     found.sort();
@@ -297,7 +321,11 @@ fn no_import_circle_between_files() {
     for c in &found {
         println!("  {c}");
     }
-    assert!(found.is_empty(), "import circles between files:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "import circles between files:\n{}",
+        found.join("\n")
+    );
 }
 
 // ----- function lengths -----
@@ -316,7 +344,13 @@ struct Functions<'a> {
 }
 
 impl Functions<'_> {
-    fn record(&mut self, attrs: &[syn::Attribute], item_start: usize, sig: &syn::Signature, body: &syn::Block) {
+    fn record(
+        &mut self,
+        attrs: &[syn::Attribute],
+        item_start: usize,
+        sig: &syn::Signature,
+        body: &syn::Block,
+    ) {
         if is_test_attr(attrs) {
             return;
         }
@@ -377,14 +411,22 @@ fn functions_a_reader_can_hold() {
     for file in non_test_files() {
         let text = std::fs::read_to_string(&file).unwrap();
         let ast = syn::parse_file(&text).unwrap();
-        let mut visitor = Functions { file: &file, source: text.lines().collect(), out: Vec::new() };
+        let mut visitor = Functions {
+            file: &file,
+            source: text.lines().collect(),
+            out: Vec::new(),
+        };
         visitor.visit_file(&ast);
         lengths.extend(visitor.out);
     }
     lengths.sort_by_key(|l| std::cmp::Reverse(l.lines));
     let over_hard: Vec<&Length> = lengths.iter().filter(|l| l.lines > HARD_LIMIT).collect();
     let over_reason: Vec<&Length> = lengths.iter().filter(|l| l.lines > REASON_LIMIT).collect();
-    let unreasoned: Vec<&Length> = over_reason.iter().copied().filter(|l| !l.reasoned).collect();
+    let unreasoned: Vec<&Length> = over_reason
+        .iter()
+        .copied()
+        .filter(|l| !l.reasoned)
+        .collect();
     println!(
         "functions outside tests: {}; over {REASON_LIMIT} lines: {}; over {HARD_LIMIT}: {}; over {REASON_LIMIT} without a reason: {}",
         lengths.len(),
@@ -393,9 +435,27 @@ fn functions_a_reader_can_hold() {
         unreasoned.len()
     );
     for l in &over_reason {
-        println!("  {:4} {}{}", l.lines, l.at, if l.reasoned { " (reason given)" } else { "" });
+        println!(
+            "  {:4} {}{}",
+            l.lines,
+            l.at,
+            if l.reasoned { " (reason given)" } else { "" }
+        );
     }
-    let show = |ls: &[&Length]| ls.iter().map(|l| format!("{} {}", l.lines, l.at)).collect::<Vec<_>>().join("\n");
-    assert!(over_hard.is_empty(), "functions over {HARD_LIMIT} lines:\n{}", show(&over_hard));
-    assert!(unreasoned.is_empty(), "functions over {REASON_LIMIT} lines without a `// Long:` reason:\n{}", show(&unreasoned));
+    let show = |ls: &[&Length]| {
+        ls.iter()
+            .map(|l| format!("{} {}", l.lines, l.at))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        over_hard.is_empty(),
+        "functions over {HARD_LIMIT} lines:\n{}",
+        show(&over_hard)
+    );
+    assert!(
+        unreasoned.is_empty(),
+        "functions over {REASON_LIMIT} lines without a `// Long:` reason:\n{}",
+        show(&unreasoned)
+    );
 }

@@ -110,11 +110,11 @@ struct Args {
     /// Credit debits to K redemption stripes `sys-redeem-NN` instead of the one
     /// `sys-redeem` row (0 or 1: the SPEC §3 design). Created at start if missing. Keep K
     /// fixed for a database: the stripe is part of a request's fingerprint.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=ledger_svc::striping::MAX_REDEEM_STRIPES as i64))]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=points_ledger::striping::MAX_REDEEM_STRIPES as i64))]
     redeem_stripes: u32,
     /// Do not serve: run the repair once on the database (freeze the accounts the
     /// findings name, append adjustments, rewrite cached balances from the entries,
-    /// re-check, unfreeze when clean; `ledger_svc::repair`), print its report as JSON on
+    /// re-check, unfreeze when clean; `points_ledger::repair`), print its report as JSON on
     /// stdout and exit: 0 when the ledger ends clean, [`EXIT_REPAIR_UNRESOLVED`] when
     /// findings remain (the accounts then stay frozen).
     #[arg(long)]
@@ -147,10 +147,10 @@ struct Args {
     key_sweep_interval_ms: u64,
     /// How debits and grants reach the database: `statements` (SPEC §3 as written: one
     /// transaction of separate statements, every hook point) or `onetrip` (the same work
-    /// in one statement, `ledger_svc::transfer_onetrip`; only the `after-commit` fault
+    /// in one statement, `points_ledger::transfer_onetrip`; only the `after-commit` fault
     /// point exists, the others are refused with 409).
     #[arg(long, default_value = "statements")]
-    transfer_mode: ledger_svc::TransferMode,
+    transfer_mode: points_ledger::TransferMode,
     /// A deliberate bug, for `./run.sh explore --planted-bug` only (it proves the
     /// explorer's checker can fail; see `http::planted`). Off by default.
     #[arg(long, value_enum)]
@@ -233,9 +233,11 @@ async fn run(args: Args) -> i32 {
     }
     if args.redeem_stripes > 1 {
         let created = match state.pool.get().await {
-            Ok(client) => ledger_svc::striping::create_redeem_stripes(&client, args.redeem_stripes)
-                .await
-                .map_err(|error| error.to_string()),
+            Ok(client) => {
+                points_ledger::striping::create_redeem_stripes(&client, args.redeem_stripes)
+                    .await
+                    .map_err(|error| error.to_string())
+            }
             Err(error) => Err(error.to_string()),
         };
         if let Err(error) = created {
@@ -327,7 +329,7 @@ async fn run_repair(pool: &Pool) -> i32 {
             return EXIT_STARTUP_FAILED;
         }
     };
-    match ledger_svc::repair(&mut client, &ledger_svc::NoRepairHooks).await {
+    match points_ledger::repair(&mut client, &points_ledger::NoRepairHooks).await {
         Ok(report) => {
             println!(
                 "{}",
@@ -424,7 +426,7 @@ async fn verify_idle(
 }
 
 /// Every `interval`, turns the records older than `window_ms` into tombstones
-/// (`ledger_svc::retention::sweep`). Runs until the process ends; a failed sweep is
+/// (`points_ledger::retention::sweep`). Runs until the process ends; a failed sweep is
 /// logged and tried again at the next interval.
 async fn sweep_keys(pool: Pool, window_ms: u64, interval: Duration) {
     let mut ticks = tokio::time::interval(interval);
@@ -432,7 +434,7 @@ async fn sweep_keys(pool: Pool, window_ms: u64, interval: Duration) {
     loop {
         ticks.tick().await;
         let swept = match pool.get().await {
-            Ok(client) => ledger_svc::retention::sweep(&client, window_ms)
+            Ok(client) => points_ledger::retention::sweep(&client, window_ms)
                 .await
                 .map_err(|error| error.to_string()),
             Err(error) => Err(error.to_string()),
@@ -440,10 +442,10 @@ async fn sweep_keys(pool: Pool, window_ms: u64, interval: Duration) {
         match swept {
             Ok(0) => {}
             Ok(count) => {
-                tracing::info!(target: "ledger_svc::retention", expired = count, "key sweep")
+                tracing::info!(target: "points_ledger::retention", expired = count, "key sweep")
             }
             Err(error) => {
-                tracing::warn!(target: "ledger_svc::retention", %error, "key sweep failed")
+                tracing::warn!(target: "points_ledger::retention", %error, "key sweep failed")
             }
         }
     }

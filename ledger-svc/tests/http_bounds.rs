@@ -150,7 +150,12 @@ async fn one_bound_per_request_over_every_wait() {
         assert!(!executed.replayed(), "{key}: executed now, once");
     }
     let mut client = db.connect().await;
-    assert!(ledger_svc::reconcile(&mut client).await.unwrap().is_clean());
+    assert!(
+        points_ledger::reconcile(&mut client)
+            .await
+            .unwrap()
+            .is_clean()
+    );
 }
 
 /// The service's own database sessions (`application_name` `ledger-svc`) in the test's
@@ -353,7 +358,12 @@ async fn lock_wait_is_bounded_and_the_same_key_executes_once_later() {
     );
     assert_eq!(db.balance("acct-0001").await, 90);
     let mut client = db.connect().await;
-    assert!(ledger_svc::reconcile(&mut client).await.unwrap().is_clean());
+    assert!(
+        points_ledger::reconcile(&mut client)
+            .await
+            .unwrap()
+            .is_clean()
+    );
 }
 
 /// A statement that runs past the statement bound (here a trigger that sleeps) is
@@ -574,8 +584,8 @@ async fn readiness_follows_the_database_liveness_does_not() {
     cluster.create_database("b_ready", None).await.unwrap();
     {
         let client = cluster.connect("b_ready").await.unwrap();
-        ledger_svc::schema::install(&client).await.unwrap();
-        ledger_svc::schema::seed(&client).await.unwrap();
+        points_ledger::schema::install(&client).await.unwrap();
+        points_ledger::schema::seed(&client).await.unwrap();
     }
     let svc = Service::start(&cluster.url("b_ready"), Options::default()).await;
     let ready = get(&svc, &svc.admin, "/readyz").await;
@@ -671,7 +681,7 @@ async fn a_log_line_per_request_also_when_the_client_went_away() {
     let quiet = Service::start(
         &db.url(),
         Options {
-            env: vec![("RUST_LOG".into(), "ledger_svc::request=off".into())],
+            env: vec![("RUST_LOG".into(), "points_ledger::request=off".into())],
             ..Options::default()
         },
     )
@@ -781,7 +791,7 @@ async fn expired_and_removed_keys_answer_422_key_expired() {
     assert_eq!(db.recorded().await, before, "nothing recorded");
     assert_eq!(db.balance("acct-0001").await, 65);
     let mut client = db.connect().await;
-    let findings = ledger_svc::reconcile(&mut client).await.unwrap();
+    let findings = points_ledger::reconcile(&mut client).await.unwrap();
     assert!(findings.is_clean(), "{}", findings.summary());
 
     // Retention off: a record removed by hand.
@@ -801,6 +811,6 @@ async fn expired_and_removed_keys_answer_422_key_expired() {
     assert_eq!(db.balance("acct-0001").await, 70);
     // Reconciliation reports the hand-made hole: a transaction without its record.
     let mut client = db.connect().await;
-    let findings = ledger_svc::reconcile(&mut client).await.unwrap();
+    let findings = points_ledger::reconcile(&mut client).await.unwrap();
     assert_eq!(findings.txns_without_request.len(), 1);
 }

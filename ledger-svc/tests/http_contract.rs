@@ -149,7 +149,12 @@ async fn status_table_rows_and_replays() {
     );
     assert_eq!(db.recorded().await, before);
     let mut client = db.connect().await;
-    assert!(ledger_svc::reconcile(&mut client).await.unwrap().is_clean());
+    assert!(
+        points_ledger::reconcile(&mut client)
+            .await
+            .unwrap()
+            .is_clean()
+    );
 }
 
 /// A request of each malformed class gets its 4xx problem (outcome BAD_REQUEST), and
@@ -682,7 +687,12 @@ async fn fault_injection() {
     let after_clear = svc.debit("acct-0001", "app-a", "k-3", "5").await;
     assert_eq!(after_clear.status, 201);
     let mut client = db.connect().await;
-    assert!(ledger_svc::reconcile(&mut client).await.unwrap().is_clean());
+    assert!(
+        points_ledger::reconcile(&mut client)
+            .await
+            .unwrap()
+            .is_clean()
+    );
 }
 
 /// `pause` holds a transfer at its hook point until released from the admin listener.

@@ -96,7 +96,7 @@ async fn repair_command_fixes_a_tampered_balance() {
     let db = TestDb::new("h_repair").await;
     let client = db.connect().await;
     let mut client_mut = db.connect().await;
-    ledger_svc::grant(&mut client_mut, "ops", "g-1", "acct-0001", 50)
+    points_ledger::grant(&mut client_mut, "ops", "g-1", "acct-0001", 50)
         .await
         .expect("grant");
     client

@@ -6,7 +6,7 @@
 //! asserts that it fails.
 
 use futures_util::FutureExt;
-use ledger_svc::{Outcome, debit, grant};
+use points_ledger::{Outcome, debit, grant};
 
 use super::queries;
 use case_kit::{Case, Ctx};

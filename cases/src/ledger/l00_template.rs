@@ -15,7 +15,7 @@
 //! them inside a check (as below) or print them as `name=value` for the redaction layer.
 
 use futures_util::FutureExt;
-use ledger_svc::{Outcome, debit_in, grant_in};
+use points_ledger::{Outcome, debit_in, grant_in};
 use rand::RngExt;
 
 use super::queries;

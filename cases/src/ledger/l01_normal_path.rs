@@ -4,7 +4,7 @@
 //! Fails if: an outcome is not OK, the balance is not 700, or the entries differ.
 
 use futures_util::FutureExt;
-use ledger_svc::{Outcome, SYS_REDEEM, debit_in, grant_in};
+use points_ledger::{Outcome, SYS_REDEEM, debit_in, grant_in};
 
 use super::queries;
 use case_kit::{Case, Ctx};

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use ledger_svc::{Outcome, debit_in, grant_in};
+use points_ledger::{Outcome, debit_in, grant_in};
 
 use super::queries;
 use case_kit::locks::release_once_queued;

@@ -8,7 +8,7 @@
 //! reconciliation findings differ.
 
 use futures_util::FutureExt;
-use ledger_svc::{grant_in, reconcile};
+use points_ledger::{grant_in, reconcile};
 
 use super::naive::{self, BalanceWrite, NaiveDebit, RacePlan, Tally};
 use super::queries;

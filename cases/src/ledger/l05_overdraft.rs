@@ -8,7 +8,7 @@
 //! figures differ.
 
 use futures_util::FutureExt;
-use ledger_svc::grant_in;
+use points_ledger::grant_in;
 
 use super::naive::{self, BalanceWrite, NaiveDebit, RacePlan, Tally};
 use super::queries;

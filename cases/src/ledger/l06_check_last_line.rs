@@ -10,7 +10,7 @@
 //! not executed twice, or the figures differ.
 
 use futures_util::FutureExt;
-use ledger_svc::{Outcome, debit_in, grant_in};
+use points_ledger::{Outcome, debit_in, grant_in};
 
 use super::naive::{self, BalanceWrite, NaiveDebit, RacePlan, Tally};
 use super::queries;

@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use ledger_svc::{HookPoint, reconcile};
+use points_ledger::{HookPoint, reconcile};
 use serde_json::json;
 
 use super::queries;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use futures_util::future::join_all;
-use ledger_svc::HookPoint;
+use points_ledger::HookPoint;
 use serde_json::json;
 
 use super::queries;

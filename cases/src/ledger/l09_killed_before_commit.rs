@@ -22,7 +22,7 @@
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use ledger_svc::{HookPoint, debit, grant};
+use points_ledger::{HookPoint, debit, grant};
 
 use super::queries;
 use case_kit::worker::CrashWorker;

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
-use ledger_svc::{
+use points_ledger::{
     HookAbort, HookContext, HookPoint, Hooks, TransferRequest, debit, grant, transfer,
 };
 use tokio::sync::oneshot;

@@ -7,7 +7,7 @@
 //! reported with other figures.
 
 use futures_util::FutureExt;
-use ledger_svc::{Findings, debit_in, grant_in, reconcile};
+use points_ledger::{Findings, debit_in, grant_in, reconcile};
 
 use case_kit::{Case, Ctx, Schedule};
 

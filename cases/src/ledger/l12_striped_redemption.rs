@@ -11,8 +11,8 @@
 use std::collections::BTreeSet;
 
 use futures_util::FutureExt;
-use ledger_svc::SYS_REDEEM;
-use ledger_svc::striping::{redeem_account_for, total_redeemed};
+use points_ledger::SYS_REDEEM;
+use points_ledger::striping::{redeem_account_for, total_redeemed};
 
 use super::queries;
 use case_kit::service::{Service, ServiceOptions};
@@ -50,7 +50,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     )
     .await?;
     let db = ctx.connect().await?;
-    let accounts: Vec<String> = (1..=ACCOUNTS).map(ledger_svc::test_account).collect();
+    let accounts: Vec<String> = (1..=ACCOUNTS).map(points_ledger::test_account).collect();
     for account in &accounts {
         service
             .grant("ops", &format!("g-12-{account}"), account, GRANT)
@@ -164,7 +164,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     }
 
     let mut client = ctx.connect().await?;
-    let findings = ledger_svc::reconcile(&mut client).await?;
+    let findings = points_ledger::reconcile(&mut client).await?;
     ctx.check(
         "reconciliation: no findings",
         findings.is_clean(),

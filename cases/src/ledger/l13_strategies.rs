@@ -12,7 +12,7 @@
 //! over its bound; the no-retry design shows no 40001; or balances and entries disagree.
 
 use futures_util::FutureExt;
-use ledger_svc::{
+use points_ledger::{
     LedgerError, Outcome, TransferRequest, debit_in, grant_in, reconcile, record_transfer,
 };
 use tokio_postgres::error::SqlState;
@@ -43,7 +43,7 @@ pub const SERIALIZABLE_MAX_ATTEMPTS: u32 = 32;
 /// One design of the debit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Strategy {
-    /// `ledger_svc::debit`: `UPDATE … WHERE balance >= amount` under READ COMMITTED.
+    /// `points_ledger::debit`: `UPDATE … WHERE balance >= amount` under READ COMMITTED.
     ConditionalUpdate,
     /// READ COMMITTED: `SELECT balance … FOR UPDATE`, check in the application, update.
     ForUpdate,
@@ -259,7 +259,7 @@ pub async fn run_with(ctx: &mut Ctx, interleaving: Interleaving) -> anyhow::Resu
 /// One participant's debit of [`DEBIT`] from `account` by `strategy`; meets the others at
 /// `barrier` (after taking its snapshot where the strategy has one).
 async fn debit_by(
-    mode: ledger_svc::TransferMode,
+    mode: points_ledger::TransferMode,
     strategy: Strategy,
     client: &mut Client,
     barrier: &tokio::sync::Barrier,

@@ -2,7 +2,7 @@
 //! deadlock can form; locked in request order, opposite transfers deadlock (40P01).
 //! Claim, in three parts:
 //! 1. 200 transfers from 32 connections, both directions between acct-0001 and
-//!    acct-0002, through `ledger_svc::transfer_between` (sorted lock order): no 40P01,
+//!    acct-0002, through `points_ledger::transfer_between` (sorted lock order): no 40P01,
 //!    all 200 OK, balances conserved and equal to what the requests add up to.
 //! 2. Negative control: the same transaction locking `from` then `to` (request order),
 //!    four pairs of opposite transfers (acct-0003↔0004, 0005↔0006, 0007↔0008,
@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use futures_util::FutureExt;
-use ledger_svc::{
+use points_ledger::{
     LedgerError, NoHooks, Outcome, TransferRequest, between, grant_in, reconcile, record_transfer,
     transfer_between,
 };

@@ -30,7 +30,7 @@
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use ledger_svc::{debit_in, grant_in, reconcile};
+use points_ledger::{debit_in, grant_in, reconcile};
 use tokio_postgres::Client;
 
 use super::queries;
@@ -275,7 +275,7 @@ async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
 /// [`DEBITS`] debits of [`DEBIT`] from `account` on `client`, keys `<prefix>-<n>`; returns
 /// how many were answered OK.
 async fn acknowledged_debits(
-    mode: ledger_svc::TransferMode,
+    mode: points_ledger::TransferMode,
     client: &mut Client,
     prefix: &str,
     account: &str,
@@ -291,7 +291,7 @@ async fn acknowledged_debits(
             DEBIT,
         )
         .await?;
-        if result.outcome == ledger_svc::Outcome::Ok {
+        if result.outcome == points_ledger::Outcome::Ok {
             acknowledged += 1;
         }
     }

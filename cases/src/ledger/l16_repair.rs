@@ -1,5 +1,5 @@
 //! L16 — repair as code: freeze, append adjustments, rewrite cached balances from the
-//! entries, re-check, unfreeze (`ledger_svc::repair`).
+//! entries, re-check, unfreeze (`points_ledger::repair`).
 //! Setup: L11's tamper (acct-0001's balance +5 behind the ledger's back) and a planted
 //! single-entry transaction (a debit of 10 from acct-0002 whose credit half to
 //! sys-redeem is missing: one entry of -10, balance lowered, registration OK).
@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
-use ledger_svc::{
+use points_ledger::{
     LedgerError, RepairHooks, RepairReport, SYS_SUSPENSE, debit_in, grant_in, reconcile, repair,
 };
 use tokio_postgres::Client;
@@ -220,7 +220,7 @@ fn print_report(ctx: &mut Ctx, report: &RepairReport) {
 
 /// Debits attempted while the repair holds the accounts frozen (in the case's mode).
 struct DuringRepair {
-    mode: ledger_svc::TransferMode,
+    mode: points_ledger::TransferMode,
     client: tokio::sync::Mutex<Client>,
     /// `(key, account, what happened)`.
     seen: Mutex<Vec<(String, String, String)>>,

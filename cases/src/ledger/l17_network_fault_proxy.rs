@@ -16,7 +16,7 @@
 use serde_json::json;
 
 use futures_util::FutureExt;
-use ledger_svc::{HookPoint, grant, reconcile};
+use points_ledger::{HookPoint, grant, reconcile};
 use reqwest::header::CONTENT_TYPE;
 
 use super::naive_keyless::KeylessEndpoint;

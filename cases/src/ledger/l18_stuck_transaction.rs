@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use futures_util::future::join_all;
-use ledger_svc::striping::redeem_account_for;
-use ledger_svc::{SYS_REDEEM, test_account};
+use points_ledger::striping::redeem_account_for;
+use points_ledger::{SYS_REDEEM, test_account};
 use reqwest::header::CONTENT_TYPE;
 
 use super::queries;
@@ -185,7 +185,7 @@ pub async fn run_with(ctx: &mut Ctx, plan: ControlPlan) -> anyhow::Result<()> {
     );
 
     let mut client = ctx.connect().await?;
-    let findings = ledger_svc::reconcile(&mut client).await?;
+    let findings = points_ledger::reconcile(&mut client).await?;
     ctx.check(
         "reconciliation: no findings",
         findings.is_clean(),

@@ -221,7 +221,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     );
 
     let mut client = ctx.connect().await?;
-    let findings = ledger_svc::reconcile(&mut client).await?;
+    let findings = points_ledger::reconcile(&mut client).await?;
     ctx.check(
         "reconciliation with tombstones: no findings",
         findings.is_clean(),

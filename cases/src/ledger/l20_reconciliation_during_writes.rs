@@ -1,5 +1,5 @@
 //! L20 — reconciliation during writes.
-//! Claim: L11's reconciliation (`ledger_svc::reconcile`: four queries in one REPEATABLE
+//! Claim: L11's reconciliation (`points_ledger::reconcile`: four queries in one REPEATABLE
 //! READ snapshot) run 20 times while 32 clients debit and grant never reports a finding,
 //! even when, in every round, a debit commits between its first and second query: the
 //! snapshot of 13.2.2 "Repeatable Read Isolation Level" (PostgreSQL docs) does not see it.
@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use ledger_svc::{Findings, TransferMode, debit_in, grant_in, reconcile, reconcile_with};
+use points_ledger::{Findings, TransferMode, debit_in, grant_in, reconcile, reconcile_with};
 use tokio::sync::Mutex;
 use tokio_postgres::Client;
 
@@ -110,7 +110,7 @@ pub async fn run_with(ctx: &mut Ctx, plan: LoadPlan) -> anyhow::Result<()> {
     let mode = super::modes::mode(ctx);
     let mut reconciler = ctx.connect().await?;
     for n in 1..=LOAD_ACCOUNTS {
-        let account = ledger_svc::test_account(n);
+        let account = points_ledger::test_account(n);
         grant_in(
             mode,
             &mut reconciler,
@@ -238,7 +238,7 @@ async fn write_load(
     stop: &AtomicBool,
     committed: &AtomicU64,
 ) -> (u64, u64) {
-    let account = ledger_svc::test_account(racer.index as u32 % LOAD_ACCOUNTS + 1);
+    let account = points_ledger::test_account(racer.index as u32 % LOAD_ACCOUNTS + 1);
     let deadline = Instant::now() + Duration::from_millis(LOAD_LIMIT_MS);
     let (mut ok, mut failed) = (0u64, 0u64);
     let mut n = 0u64;
@@ -266,7 +266,7 @@ async fn write_load(
             .await,
         ] {
             match result {
-                Ok(result) if result.outcome == ledger_svc::Outcome::Ok => {
+                Ok(result) if result.outcome == points_ledger::Outcome::Ok => {
                     ok += 1;
                     committed.fetch_add(1, Ordering::SeqCst);
                 }
@@ -360,7 +360,7 @@ impl Forcing<'_> {
             FORCED_DEBIT,
         )
         .await
-            && result.outcome == ledger_svc::Outcome::Ok
+            && result.outcome == points_ledger::Outcome::Ok
         {
             self.forced_ok.fetch_add(1, Ordering::SeqCst);
         }

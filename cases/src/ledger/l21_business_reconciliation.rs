@@ -2,7 +2,7 @@
 //! Claim: debits carry their redemption order id (`order_id` in the debit body, part of
 //! the request and its fingerprint, stored on the debit's transaction), and a
 //! reconciliation of the business system's orders against the ledger
-//! (`ledger_svc::reconcile_orders`) names the order paid twice that L11's reconciliation
+//! (`points_ledger::reconcile_orders`) names the order paid twice that L11's reconciliation
 //! cannot see. Three orders: `ord-2101` loses its response and is retried with the same
 //! key (one debit), `ord-2102` loses its response and is retried under a NEW key, as L7's
 //! naive client does (two debits, both balanced), `ord-2103` is paid plainly.
@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use ledger_svc::{HookPoint, Order, OrderFinding, reconcile, reconcile_orders};
+use points_ledger::{HookPoint, Order, OrderFinding, reconcile, reconcile_orders};
 use reqwest::header::CONTENT_TYPE;
 use serde_json::json;
 

@@ -7,14 +7,14 @@
 //!   (a lost debit: the client was told it paid);
 //! - debit committed first: the retry finds no key and debits again (a double debit).
 //!
-//! The single-database design (today's `ledger_svc::transfer`, key and debit in one
+//! The single-database design (today's `points_ledger::transfer`, key and debit in one
 //! transaction) survives the same kill points with one debit: killed before its one
 //! commit, the retry executes it once; killed after it, the retry replays it.
 //! Setup: a debit of 40 from 100 per row. The split design's ledger and registry are two
 //! extra databases of the case (`<db>_split`, `<db>_keys`), so the case's own database
 //! holds only the single-database runs and stays clean for L11. Each retry is the same
 //! design run again with the same key, to completion (the crash-worker without its stop
-//! for the split design, `ledger_svc::debit` for the single one).
+//! for the split design, `points_ledger::debit` for the single one).
 //! Negative controls: the two split rows; `cases/tests/reconciliation_controls.rs` runs
 //! them without the kill, where both controls' checks must FAIL.
 //! Fails if: a worker does not stop, or does not end by SIGKILL; a split row does not
@@ -23,7 +23,7 @@
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use ledger_svc::{HookPoint, debit, grant};
+use points_ledger::{HookPoint, debit, grant};
 
 use super::queries;
 use super::worker::WorkerSpec;
@@ -291,7 +291,7 @@ async fn split_row(
     })
 }
 
-/// A single-database row: the crash-worker's default path (`ledger_svc::transfer`)
+/// A single-database row: the crash-worker's default path (`points_ledger::transfer`)
 /// stopped at `stop_at` and SIGKILLed, then the same-key retry in this process.
 async fn one_db_row(
     ctx: &mut Ctx,

@@ -4,7 +4,7 @@
 //! claim and checks, and add its module name as one line to [`register_cases!`] below.
 //! Then `./run.sh --accept LNN` writes its snapshot `evidence/snapshots/L/LNN.snap` for
 //! review; commit both. A case that writes the ledger's tables with its own SQL (another
-//! locking strategy, say) records each transfer with [`ledger_svc::record_transfer`] so
+//! locking strategy, say) records each transfer with [`points_ledger::record_transfer`] so
 //! that L11 still finds its database clean.
 
 use case_kit::{Engine, Family, PgTemplate};
@@ -71,7 +71,7 @@ pub fn family() -> Family {
 
 /// The ledger's schema and seeded accounts (SPEC §2, §6).
 async fn install(client: &tokio_postgres::Client) -> anyhow::Result<()> {
-    ledger_svc::schema::install(client).await?;
-    ledger_svc::schema::seed(client).await?;
+    points_ledger::schema::install(client).await?;
+    points_ledger::schema::seed(client).await?;
     Ok(())
 }

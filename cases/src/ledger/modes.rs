@@ -1,10 +1,10 @@
 //! The case's transfer mode as the ledger spells it: [`case_kit::Ctx::transfer_mode`]
 //! (the run's `--transfer-mode`, or `statements` for a case declared
-//! [`case_kit::Case::statements_only`]) mapped to [`ledger_svc::TransferMode`], for
-//! [`ledger_svc::transfer_in`], [`ledger_svc::debit_in`] and [`ledger_svc::grant_in`].
+//! [`case_kit::Case::statements_only`]) mapped to [`points_ledger::TransferMode`], for
+//! [`points_ledger::transfer_in`], [`points_ledger::debit_in`] and [`points_ledger::grant_in`].
 
 use case_kit::Ctx;
-use ledger_svc::TransferMode;
+use points_ledger::TransferMode;
 
 /// The ledger's transfer mode for this case.
 pub fn mode(ctx: &Ctx) -> TransferMode {

@@ -217,7 +217,10 @@ pub async fn naive_debit(
             }
         };
         transaction
-            .execute(CREDIT_REDEEM_SQL, &[&ledger_svc::SYS_REDEEM, &req.amount])
+            .execute(
+                CREDIT_REDEEM_SQL,
+                &[&points_ledger::SYS_REDEEM, &req.amount],
+            )
             .await?;
         let txn_id: i64 = transaction
             .query_one(INSERT_TXN_SQL, &[&req.client_id, &req.idem_key])
@@ -226,7 +229,12 @@ pub async fn naive_debit(
         transaction
             .execute(
                 INSERT_ENTRIES_SQL,
-                &[&txn_id, &req.account, &ledger_svc::SYS_REDEEM, &req.amount],
+                &[
+                    &txn_id,
+                    &req.account,
+                    &points_ledger::SYS_REDEEM,
+                    &req.amount,
+                ],
             )
             .await?;
         transaction.commit().await

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use case_kit::AbortOnDrop;
 use case_kit::proxy::read_request;
-use ledger_svc::{TransferRequest, record_transfer};
+use points_ledger::{TransferRequest, record_transfer};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ledger_svc::{BalanceMismatch, Findings, RequestRef, TxnRef, UnbalancedTxn};
+use points_ledger::{BalanceMismatch, Findings, RequestRef, TxnRef, UnbalancedTxn};
 use tokio_postgres::Client;
 
 /// Number of statements [`naive_reconcile`] runs; its pause comes after each but the last.

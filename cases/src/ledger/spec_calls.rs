@@ -2,7 +2,7 @@
 //! L family's spec files live: `cases/src/ledger/specs/sN_<what>.spec`, each a case
 //! `L-SN` found on disk at start-up (no registration line; see `case_kit::spec`).
 //!
-//! Operations, each one `ledger_svc::transfer` (its own READ COMMITTED transaction, SPEC
+//! Operations, each one `points_ledger::transfer` (its own READ COMMITTED transaction, SPEC
 //! §3) on the session's connection:
 //! - `debit account=ID amount=N key=K [client=C]`: a DEBIT of N points into `sys-redeem`;
 //! - `grant account=ID amount=N key=K [client=C]`: a GRANT of N points from `sys-issuer`.
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use case_kit::spec::{self, Call, Calls};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
-use ledger_svc::{NoHooks, TransferMode, TransferRequest, transfer_in};
+use points_ledger::{NoHooks, TransferMode, TransferRequest, transfer_in};
 use tokio_postgres::Client;
 
 /// The client id of a call that names none.
@@ -85,7 +85,7 @@ impl Calls for LedgerCalls {
                     }
                     Ok(text)
                 }
-                Err(ledger_svc::LedgerError::Db { code, source }) => {
+                Err(points_ledger::LedgerError::Db { code, source }) => {
                     Err(match (code, source.as_db_error()) {
                         (Some(code), Some(db)) => format!("{code}: {}", db.message()),
                         _ => format!("(no SQLSTATE): {source}"),

@@ -2,7 +2,7 @@
 //! hook point (`crash-worker --help`). Launch it with
 //! `case_kit::worker::CrashWorker::launch(spec.args())`.
 
-use ledger_svc::HookPoint;
+use points_ledger::HookPoint;
 
 /// One DEBIT of `amount` points from `account`, stopping at `stop_at`.
 #[derive(Debug, Clone, PartialEq, Eq)]

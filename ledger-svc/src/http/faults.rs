@@ -26,7 +26,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use ledger_svc::{HookAbort, HookContext, HookPoint, Hooks};
+use points_ledger::{HookAbort, HookContext, HookPoint, Hooks};
 use serde::{Deserialize, Serialize, Serializer};
 use tokio::sync::watch;
 
@@ -111,7 +111,7 @@ pub enum FaultAction {
 pub fn ledger_hooks(faults: Option<&FaultHooks>) -> &dyn Hooks {
     match faults {
         Some(faults) => faults,
-        None => &ledger_svc::NoHooks,
+        None => &points_ledger::NoHooks,
     }
 }
 

@@ -3,7 +3,7 @@
 //! catches what it claims (an explorer that never finds anything proves nothing). Never
 //! used by a case and never meant for a real deployment.
 
-use ledger_svc::{Hooks, LedgerError, TransferRequest, TransferResult, transfer};
+use points_ledger::{Hooks, LedgerError, TransferRequest, TransferResult, transfer};
 
 /// A bug the service can be started with (`--planted-bug NAME`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -50,9 +50,9 @@ use hyper::body::Incoming;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, StatusCode};
 use ledger_svc::route_table::{self, Lookup};
-use ledger_svc::schema::is_system_account;
-use ledger_svc::striping::striped_debit;
-use ledger_svc::{
+use points_ledger::schema::is_system_account;
+use points_ledger::striping::striped_debit;
+use points_ledger::{
     HookPoint, Kind, LedgerError, Outcome, TransferMode, TransferRequest, TransferResult,
     transfer_in,
 };
@@ -99,10 +99,10 @@ pub struct AppState {
     pub tasks: TaskTracker,
     /// Redemption stripes for debits (`--redeem-stripes`): 0 or 1 credits the one
     /// `sys-redeem` row (SPEC §3); K > 1 credits `sys-redeem-NN` chosen from the account
-    /// (`ledger_svc::striping`), which removes the hot row.
+    /// (`points_ledger::striping`), which removes the hot row.
     pub redeem_stripes: u32,
     /// How debits and grants reach the database (`--transfer-mode`): SPEC §3's separate
-    /// statements, or one statement ([`ledger_svc::transfer_onetrip`]).
+    /// statements, or one statement ([`points_ledger::transfer_onetrip`]).
     pub transfer_mode: TransferMode,
     /// `--planted-bug`: a deliberate bug for `./run.sh explore` (`super::planted`);
     /// `None` in normal operation.

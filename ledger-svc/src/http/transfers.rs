@@ -1,5 +1,5 @@
 //! `POST /transfers` on the admin listener: a transfer between two user accounts
-//! (`ledger_svc::transfer_between`, rows locked in sorted order), like a grant an
+//! (`points_ledger::transfer_between`, rows locked in sorted order), like a grant an
 //! internal operation, never reachable from the public listener.
 //!
 //! Headers `X-Client-Id` and `Idempotency-Key` as for a debit; body JSON
@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
-use ledger_svc::schema::is_system_account;
-use ledger_svc::{LedgerError, Outcome, between, transfer_between};
+use points_ledger::schema::is_system_account;
+use points_ledger::{LedgerError, Outcome, between, transfer_between};
 use serde::Deserialize;
 use serde_json::json;
 

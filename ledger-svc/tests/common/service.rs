@@ -310,8 +310,8 @@ pub async fn restart_then_debit(database: &str, options: Options) {
     cluster.create_database(database, None).await.unwrap();
     {
         let client = cluster.connect(database).await.unwrap();
-        ledger_svc::schema::install(&client).await.unwrap();
-        ledger_svc::schema::seed(&client).await.unwrap();
+        points_ledger::schema::install(&client).await.unwrap();
+        points_ledger::schema::seed(&client).await.unwrap();
     }
     let svc = Service::start(
         &cluster.url(database),

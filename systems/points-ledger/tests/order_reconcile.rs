@@ -3,7 +3,7 @@
 
 mod common;
 
-use ledger_svc::{
+use points_ledger::{
     NoHooks, Order, OrderFinding, TransferRequest, grant, reconcile_orders, transfer,
 };
 

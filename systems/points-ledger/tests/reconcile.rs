@@ -2,7 +2,7 @@
 
 mod common;
 
-use ledger_svc::{
+use points_ledger::{
     BalanceMismatch, Findings, RequestRef, TxnRef, UnbalancedTxn, debit, grant, reconcile,
 };
 
@@ -195,7 +195,7 @@ async fn broken_registrations() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, ledger_svc::LedgerError::KeyReused { .. }),
+        matches!(err, points_ledger::LedgerError::KeyReused { .. }),
         "hash 'h' differs: {err:?}"
     );
 }
@@ -211,7 +211,7 @@ async fn own_strategy_recorded_the_ledgers_way_reconciles_clean() {
         .await
         .unwrap();
     let own_debit =
-        |key: &'static str| ledger_svc::TransferRequest::debit("app-own", key, "acct-0003", 30);
+        |key: &'static str| points_ledger::TransferRequest::debit("app-own", key, "acct-0003", 30);
     for (key, record) in [("k-own-1", true), ("k-own-2", false)] {
         let tx = db.client.transaction().await.unwrap();
         let balance: i64 = tx
@@ -230,13 +230,13 @@ async fn own_strategy_recorded_the_ledgers_way_reconciles_clean() {
         .await
         .unwrap();
         if record {
-            let txn_id = ledger_svc::record_transfer(&tx, &own_debit(key), balance - 30)
+            let txn_id = points_ledger::record_transfer(&tx, &own_debit(key), balance - 30)
                 .await
                 .unwrap();
             assert!(txn_id > 0);
             assert!(matches!(
-                ledger_svc::record_transfer(&tx, &own_debit(key), balance - 30).await,
-                Err(ledger_svc::LedgerError::KeyReused { .. })
+                points_ledger::record_transfer(&tx, &own_debit(key), balance - 30).await,
+                Err(points_ledger::LedgerError::KeyReused { .. })
             ));
         }
         tx.commit().await.unwrap();
@@ -252,11 +252,15 @@ async fn own_strategy_recorded_the_ledgers_way_reconciles_clean() {
 async fn tombstones_reconcile_clean() {
     let mut db = TestDb::new("r_tombstones").await;
     traffic(&mut db).await;
-    let swept = ledger_svc::retention::sweep(&db.client, 0).await.unwrap();
+    let swept = points_ledger::retention::sweep(&db.client, 0)
+        .await
+        .unwrap();
     assert_eq!(swept, 5, "every committed record of the traffic expired");
     let findings = reconcile(&mut db.client).await.unwrap();
     assert!(findings.is_clean(), "{}", findings.summary());
-    let again = ledger_svc::retention::sweep(&db.client, 0).await.unwrap();
+    let again = points_ledger::retention::sweep(&db.client, 0)
+        .await
+        .unwrap();
     assert_eq!(again, 0, "a tombstone is not swept twice");
     let err = debit(&mut db.client, "app-a", "k-1", "acct-0001", 300)
         .await
@@ -264,7 +268,7 @@ async fn tombstones_reconcile_clean() {
     assert!(
         matches!(
             err,
-            ledger_svc::LedgerError::KeyExpired {
+            points_ledger::LedgerError::KeyExpired {
                 txn_id: Some(_),
                 tombstone: true
             }

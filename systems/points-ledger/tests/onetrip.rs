@@ -1,4 +1,4 @@
-//! The one-trip transfer (`ledger_svc::onetrip`) against the statement transfer: one
+//! The one-trip transfer (`points_ledger::onetrip`) against the statement transfer: one
 //! script of requests run in both modes on two fresh databases gives the same results and
 //! the same rows; plus the cases that only the one-trip mode has (its hook point, its
 //! isolation check, its own SQLSTATEs) and the races that must behave the same.
@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
-use ledger_svc::{
+use points_ledger::{
     HookAbort, HookContext, HookPoint, Hooks, LedgerError, NoHooks, Outcome, TransferMode,
     TransferRequest, reconcile, transfer_in, transfer_onetrip,
 };
@@ -105,7 +105,7 @@ fn script() -> Vec<Step> {
 
 /// A result as compared between the modes: the error's variant and fields (txn ids are
 /// the same in both databases: the same sequence of statements draws the same numbers).
-fn shown(result: &Result<ledger_svc::TransferResult, LedgerError>) -> String {
+fn shown(result: &Result<points_ledger::TransferResult, LedgerError>) -> String {
     match result {
         Ok(done) => format!("{done:?}"),
         Err(LedgerError::Db { code, .. }) => format!("Db({code:?})"),
@@ -258,7 +258,7 @@ async fn refuses_other_isolation_levels() {
         .unwrap_err();
     assert_eq!(
         error.sqlstate(),
-        Some(ledger_svc::onetrip::SQLSTATE_NOT_READ_COMMITTED)
+        Some(points_ledger::onetrip::SQLSTATE_NOT_READ_COMMITTED)
     );
     db.client
         .batch_execute("RESET default_transaction_isolation")

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::{BoxFuture, join_all};
-use ledger_svc::{
+use points_ledger::{
     HookAbort, HookContext, HookPoint, Hooks, LedgerError, NoHooks, Outcome, SYS_ISSUER,
     SYS_REDEEM, TransferRequest, debit, grant, reconcile, transfer,
 };

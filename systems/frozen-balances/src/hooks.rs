@@ -1,6 +1,6 @@
 //! Named hook points inside every event's transaction, for fault injection.
 //!
-//! The shape follows the points ledger's `ledger_svc::Hooks` (an async call per point that
+//! The shape follows the points ledger's `points_ledger::Hooks` (an async call per point that
 //! may hold or abort), but with this system's own points and context: the ledger's
 //! context carries a `TransferRequest`, which an exchange event does not have, and this
 //! crate must not depend on the service that serves it.
