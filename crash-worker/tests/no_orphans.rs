@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use case_kit::worker::{CrashWorker, EXIT_PAUSE_LIMIT, WorkerEnd};
 use case_kit::{Ctx, Env, Family, Resource};
-use cases::ledger::worker::WorkerSpec;
+use cases_ledger::worker::WorkerSpec;
 use points_ledger::HookPoint;
 
 /// The binary cargo built for these tests.
@@ -53,7 +53,7 @@ async fn fresh_database(env: &Env, name: &str) -> String {
     admin
         .batch_execute(&format!(
             "CREATE DATABASE {name} TEMPLATE {}",
-            cases::ledger::TEMPLATE_DATABASE
+            cases_ledger::TEMPLATE_DATABASE
         ))
         .await
         .expect("create");
@@ -90,7 +90,7 @@ fn shut_down(env: Arc<Env>) {
 
 /// The ledger family, whose template the tests clone.
 fn ledger() -> Family {
-    cases::ledger::family()
+    cases_ledger::family()
 }
 
 /// A test environment with the ledger's template.

@@ -127,7 +127,7 @@ fn main() {
     if let Some(run_dir) = &args.janitor_for {
         janitor::run(run_dir);
     }
-    let families = cases::families();
+    let families = harness::families();
     if let Err(message) = selection::check_unique_ids(&families) {
         eprintln!("harness: {message}");
         std::process::exit(EXIT_HARNESS_ERROR);

@@ -241,6 +241,6 @@ mod tests {
 
     #[test]
     fn the_registered_families_have_unique_ids() {
-        check_unique_ids(&cases::families()).unwrap();
+        check_unique_ids(&harness::families()).unwrap();
     }
 }

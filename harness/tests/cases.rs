@@ -1,7 +1,7 @@
 //! The cases as cargo tests (libtest-mimic, so `cargo test` and nextest list and filter
 //! them by id): `cargo test -p harness --test cases -- --list`, `... -- --exact L3`.
 //!
-//! - every registered case of every family (`cases::families()`) is a test that fails
+//! - every registered case of every family (`harness::families()`) is a test that fails
 //!   when the case has a failed check; its transcript is the failure message;
 //! - the template `L0` runs too, so the file engineers copy keeps compiling and passing;
 //! - `CANARY` passes only when the canary case FAILS, exactly on its deliberately false
@@ -66,7 +66,7 @@ fn env() -> Result<Arc<Env>, Failed> {
 }
 
 fn families() -> &'static [Family] {
-    FAMILIES.get_or_init(cases::families)
+    FAMILIES.get_or_init(harness::families)
 }
 
 fn run(family: &'static Family, case: &'static Case) -> Result<CaseReport, Failed> {
@@ -108,12 +108,12 @@ fn expect_canary_failure(family: &'static Family, case: &'static Case) -> Result
             _ => None,
         })
         .collect();
-    if failed == [cases::CANARY_CHECK] && report.failed == 1 && report.passed >= 1 {
+    if failed == [harness::CANARY_CHECK] && report.failed == 1 && report.passed >= 1 {
         Ok(())
     } else {
         Err(Failed::from(format!(
             "the canary must fail on exactly {:?}; it failed on {failed:?}\n{}",
-            cases::CANARY_CHECK,
+            harness::CANARY_CHECK,
             report.transcript()
         )))
     }
@@ -129,7 +129,7 @@ fn main() {
             }));
         }
         for case in &family.extras {
-            if case.id == cases::CANARY_ID {
+            if case.id == harness::CANARY_ID {
                 trials.push(Trial::test(case.id.as_str(), move || {
                     expect_canary_failure(family, case)
                 }));

@@ -76,7 +76,7 @@ fn list_and_usage_errors() {
     let listed = scratch.harness(&["--list"], true);
     assert!(listed.status.success());
     let text = stdout(&listed);
-    for family in cases::families() {
+    for family in harness::families() {
         assert!(
             text.contains(&format!("family {} :: {}", family.prefix, family.title)),
             "{text}"
@@ -107,7 +107,7 @@ fn canary_fails_the_run() {
     let text = stdout(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
     assert!(
-        text.contains(&format!("  FAIL {}", cases::CANARY_CHECK)),
+        text.contains(&format!("  FAIL {}", harness::CANARY_CHECK)),
         "{text}"
     );
     assert!(
@@ -206,7 +206,7 @@ fn snapshot_mismatch_diff_and_modes() {
 /// would be a harness error, exit 2), says so, and records no server.
 #[test]
 fn a_family_without_postgres_starts_no_postgres() {
-    let family = cases::families()
+    let family = harness::families()
         .into_iter()
         .find(|family| !family.engine.needs_postgres())
         .expect("a registered family needs no PostgreSQL");
@@ -386,7 +386,7 @@ fn claims_table_names_every_default_case() {
         .map(str::to_owned)
         .collect();
     let mut ids = std::collections::BTreeSet::new();
-    for family in cases::families() {
+    for family in harness::families() {
         for case in &family.cases {
             ids.insert(case.id.to_string());
             assert!(

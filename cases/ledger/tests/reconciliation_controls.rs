@@ -14,8 +14,8 @@
 use std::sync::Arc;
 
 use case_kit::{Ctx, Env};
-use cases::ledger::{
-    self, l20_reconciliation_during_writes, l21_business_reconciliation,
+use cases_ledger::{
+    self as ledger, l20_reconciliation_during_writes, l21_business_reconciliation,
     l22_registry_in_another_database,
 };
 

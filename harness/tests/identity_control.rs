@@ -9,8 +9,8 @@
 
 use case_kit::service::Auth;
 use case_kit::{Ctx, Family};
-use cases::frozen::{self, f20_borrowed_tenant};
-use cases::ledger::{self, l24_borrowed_identity};
+use cases_frozen::{self as frozen, f20_borrowed_tenant};
+use cases_ledger::{self as ledger, l24_borrowed_identity};
 use futures_util::future::BoxFuture;
 
 /// Seed of this test's environment (the controls use no random input).

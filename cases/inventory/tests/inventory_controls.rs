@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use case_kit::{Ctx, Env, Resource};
-use cases::inventory::s06_many_writers::{self, ControlSchedule};
-use cases::inventory::s08_insert_or_replace::{self, Registration};
-use cases::inventory::s09_integer_affinity;
-use cases::inventory::{self, ITEM, START_UNITS};
+use cases_inventory::s06_many_writers::{self, ControlSchedule};
+use cases_inventory::s08_insert_or_replace::{self, Registration};
+use cases_inventory::s09_integer_affinity;
+use cases_inventory::{self as inventory, ITEM, START_UNITS};
 use inventory_store::Schema;
 
 /// Seed of this test's environment (the controls use no random input).

@@ -16,13 +16,14 @@ use std::sync::Arc;
 use case_kit::snapshot::{Mode, Snapshots, Verdict};
 use case_kit::spec::{self, Spec};
 use case_kit::{CaseReport, Env, Family};
-use cases::ledger::{self, spec_calls};
+use cases_ledger::{self as ledger, spec_calls};
 
 const SEED: u64 = 20;
 
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
+        .ancestors()
+        .nth(2)
         .expect("the workspace")
         .to_path_buf()
 }

@@ -5,7 +5,7 @@
 //! binary (`cargo build --bins` first).
 
 use case_kit::{Env, Line};
-use cases::ledger::{self, l18_stuck_transaction};
+use cases_ledger::{self as ledger, l18_stuck_transaction};
 
 /// Seed of this test's environment (the case draws no random input).
 const SEED: u64 = 18;

@@ -13,10 +13,10 @@
 use std::sync::Arc;
 
 use case_kit::{Ctx, Env};
-use cases::frozen::fixtures::Plan;
-use cases::frozen::network::StandIn;
-use cases::frozen::{
-    self, f14_lost_answer_and_a_crash as f14, f15_no_external_call_under_a_lock as f15,
+use cases_frozen::fixtures::Plan;
+use cases_frozen::network::StandIn;
+use cases_frozen::{
+    self as frozen, f14_lost_answer_and_a_crash as f14, f15_no_external_call_under_a_lock as f15,
 };
 
 /// Seed of this test's environment (the controls use no random input).

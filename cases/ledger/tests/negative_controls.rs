@@ -13,8 +13,8 @@
 use std::sync::Arc;
 
 use case_kit::{Ctx, Env};
-use cases::ledger::naive::{RACE_PARTICIPANTS, RacePlan};
-use cases::ledger::{self, l04_lost_update, l05_overdraft, l06_check_last_line};
+use cases_ledger::naive::{RACE_PARTICIPANTS, RacePlan};
+use cases_ledger::{self as ledger, l04_lost_update, l05_overdraft, l06_check_last_line};
 
 /// Seed of this test's environment (the controls use no random input).
 const SEED: u64 = 4;
@@ -132,7 +132,7 @@ async fn negative_controls_fail_without_a_race_and_pass_with_one() {
 /// answer), must report FAIL; under the case's own plan they pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadlock_and_keyless_retry_controls_fail_without_their_fault() {
-    use cases::ledger::{l13_strategies, l14_any_to_any, l17_network_fault_proxy};
+    use cases_ledger::{l13_strategies, l14_any_to_any, l17_network_fault_proxy};
     let env = Env::for_tests(SEED, &[&ledger::family()])
         .await
         .expect("scratch cluster and template");

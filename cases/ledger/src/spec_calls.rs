@@ -24,7 +24,7 @@ use tokio_postgres::Client;
 pub const DEFAULT_CLIENT: &str = "spec";
 
 /// Where the L family's spec files are (read when the family is built).
-pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/ledger/specs");
+pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
 
 /// The ledger's operations, in a transfer mode (a spec case runs them in its
 /// [`case_kit::Ctx::transfer_mode`], through [`Calls::in_mode`]).

@@ -21,7 +21,7 @@ async fn a_race_with_unconnectable_racers_fails_fast_and_runs_no_body() {
         max_connections: MAX_CONNECTIONS,
         ..ClusterOptions::default()
     };
-    let env = Env::for_tests_with(options, 1, &[&cases::ledger::family()])
+    let env = Env::for_tests_with(options, 1, &[&cases_ledger::family()])
         .await
         .expect("small cluster starts");
     let ctx = Ctx::new(

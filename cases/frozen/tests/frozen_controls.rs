@@ -10,11 +10,12 @@
 use std::sync::Arc;
 
 use case_kit::{Ctx, Env, Line};
-use cases::frozen::fixtures::Plan;
-use cases::frozen::{
-    self, f06_failure_between_update_and_movement as f06, f07_response_lost_after_commit as f07,
-    f08_lock_released_before_commit as f08, f09_deadlocks_between_opposite_trades as f09,
-    f18_release_at_the_current_price as f18, f19_order_id_as_business_id as f19,
+use cases_frozen::fixtures::Plan;
+use cases_frozen::{
+    self as frozen, f06_failure_between_update_and_movement as f06,
+    f07_response_lost_after_commit as f07, f08_lock_released_before_commit as f08,
+    f09_deadlocks_between_opposite_trades as f09, f18_release_at_the_current_price as f18,
+    f19_order_id_as_business_id as f19,
 };
 
 /// Seed of this test's environment (the controls use no random input).
