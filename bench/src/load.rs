@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use case_kit::service::{Service, ServiceOptions};
 use case_kit::{ChaCha8Rng, seeded_rng};
+use launch::service::{Service, ServiceOptions};
 use points_ledger::striping::{create_redeem_stripes, striped_debit};
 use points_ledger::{
     NoHooks, Outcome, TransferMode, TransferRequest, reconcile, transfer, transfer_in,

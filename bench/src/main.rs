@@ -84,8 +84,8 @@ struct Args {
     #[arg(long, default_value = "evidence/bench")]
     out: PathBuf,
     /// Start the service variant's ledger-svc with `--auth-tokens` (its debits then carry
-    /// a bearer token; `case_kit::service`).
-    #[arg(long, env = case_kit::service::AUTH_ENV, value_parser = clap::builder::BoolishValueParser::new())]
+    /// a bearer token; `launch::service`).
+    #[arg(long, env = launch::service::AUTH_ENV, value_parser = clap::builder::BoolishValueParser::new())]
     auth: bool,
 }
 
@@ -109,7 +109,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1)
     });
-    case_kit::service::set_run_auth(args.auth);
+    launch::service::set_run_auth(args.auth);
     println!(
         "seed={seed} warmup_ms={} duration_s={} repeat={} clients={:?} variants={} accounts={} stripes={} service_auth={}",
         args.warmup_ms,
@@ -127,7 +127,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         },
         args.accounts,
         args.stripes,
-        if case_kit::service::run_auth() {
+        if launch::service::run_auth() {
             "tokens"
         } else {
             "off"

@@ -9,21 +9,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use serde::Serialize;
 
 use crate::ctx::Ctx;
-
-/// When a case may run relative to the others.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Schedule {
-    /// Alongside other cases (it touches only its own database or file).
-    Concurrent,
-    /// Alone: it restarts the cluster or kills processes that others would notice.
-    Exclusive,
-    /// After every other case of the run (it inspects the clean databases or files of
-    /// its family: the family's reconciliation).
-    Last,
-}
+use crate::engine::Engine;
+use crate::options::Choices;
+use crate::schedule::Schedule;
 
 /// The async body of a case: borrows the context for as long as it runs.
 pub type CaseBody = dyn for<'a> Fn(&'a mut Ctx) -> BoxFuture<'a, anyhow::Result<()>> + Send + Sync;
@@ -49,10 +39,9 @@ pub struct Case {
     /// participants, the pool of a service it starts, a crash-worker's. The runner never
     /// lets concurrent cases declare more together than the cluster accepts.
     pub connections: u32,
-    /// Whether it needs an open transaction at a hook point (a pause at `registered`, a
-    /// kill at `before-commit`): it then runs its transfers as separate statements in
-    /// every run, whatever the run's [`crate::TransferMode`] ([`Case::statements_only`]).
-    pub statements_only: bool,
+    /// Choices this case keeps whatever the run's ([`Case::pin`]): a ledger case that
+    /// needs an open transaction at a hook point pins the statement transfer mode.
+    pub pinned: Choices,
     /// Why the case crashes or restarts the PostgreSQL server, when it does
     /// ([`Case::restarts_server`]); `None` for a case that leaves the server running. A
     /// run against an existing server (`--database-url`) lists such cases as not run
@@ -75,7 +64,7 @@ impl Case {
             schedule: Schedule::Concurrent,
             clean: true,
             connections: DEFAULT_CONNECTIONS,
-            statements_only: false,
+            pinned: Choices::default(),
             restarts_server: None,
             body: Arc::new(body),
         }
@@ -114,11 +103,13 @@ impl Case {
 }
 
 impl Case {
-    /// Declares that it needs an open transaction at a hook point, which exists only when
-    /// transfers run as separate statements: its [`Ctx::transfer_mode`] is always
-    /// [`crate::TransferMode::Statements`].
-    pub fn statements_only(mut self) -> Case {
-        self.statements_only = true;
+    /// Keeps the choice of type `T` at `value` for this case whatever the run's (see
+    /// [`crate::options`]); `name` is its name in the run record.
+    pub fn pin<T>(mut self, name: &'static str, value: T) -> Case
+    where
+        T: std::any::Any + Send + Sync + Copy + fmt::Display,
+    {
+        self.pinned.set(name, value);
         self
     }
 }
@@ -131,52 +122,9 @@ impl fmt::Debug for Case {
             .field("schedule", &self.schedule)
             .field("clean", &self.clean)
             .field("connections", &self.connections)
-            .field("statements_only", &self.statements_only)
+            .field("pinned", &self.pinned)
             .field("restarts_server", &self.restarts_server)
             .finish()
-    }
-}
-
-/// Installs a family's schema and seed data into its template database.
-pub type InstallFn = for<'a> fn(&'a tokio_postgres::Client) -> BoxFuture<'a, anyhow::Result<()>>;
-
-/// A PostgreSQL family's template: every case database of the family is cloned from it
-/// (`CREATE DATABASE … TEMPLATE`, PostgreSQL docs §23.3 "Template Databases").
-#[derive(Clone, Copy)]
-pub struct PgTemplate {
-    /// Name of the template database, e.g. `ledger_template`.
-    pub template: &'static str,
-    /// Installs the schema and seeds into it (called once per run, on a connection to
-    /// the new template database).
-    pub install: InstallFn,
-}
-
-impl fmt::Debug for PgTemplate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PgTemplate")
-            .field("template", &self.template)
-            .finish()
-    }
-}
-
-/// What each case of a family gets to work on.
-#[derive(Debug, Clone, Copy)]
-pub enum Engine {
-    /// Nothing: the case brings its own system. A run of such families boots no
-    /// PostgreSQL.
-    None,
-    /// Its own PostgreSQL database (`case_<id>`), cloned from the family's template on
-    /// the run's scratch cluster.
-    Postgres(PgTemplate),
-    /// Its own SQLite database file in the run's folder (`sqlite/<id>.db`, not yet
-    /// created when the case starts; removed with the run). No PostgreSQL.
-    SqliteFile,
-}
-
-impl Engine {
-    /// Whether the engine needs the scratch PostgreSQL cluster.
-    pub fn needs_postgres(&self) -> bool {
-        matches!(self, Engine::Postgres(_))
     }
 }
 

@@ -13,31 +13,11 @@ use std::sync::Arc;
 use rand_chacha::ChaCha8Rng;
 
 use crate::env::Env;
+use crate::options::Choices;
 use crate::race::{Racer, race};
 use crate::report::{Check, Line};
+use crate::resource::Resource;
 use crate::rng::seeded_rng;
-
-/// What a case works on (from its family's [`crate::Engine`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resource {
-    /// Nothing of its own.
-    None,
-    /// Its own PostgreSQL database, by name.
-    Database(String),
-    /// Its own SQLite file, by path (not yet created when the case starts).
-    SqliteFile(PathBuf),
-}
-
-impl Resource {
-    /// The name shown in reports: the database name, the file name, or `none`.
-    pub fn name(&self) -> String {
-        match self {
-            Resource::None => "none".into(),
-            Resource::Database(name) => name.clone(),
-            Resource::SqliteFile(path) => path.display().to_string(),
-        }
-    }
-}
 
 /// The context a case runs in.
 pub struct Ctx {
@@ -47,7 +27,7 @@ pub struct Ctx {
     resource: Resource,
     lines: Vec<Line>,
     details: BTreeMap<String, serde_json::Value>,
-    statements_only: bool,
+    pinned: Choices,
     may_restart_server: bool,
 }
 
@@ -67,27 +47,29 @@ impl Ctx {
             resource,
             lines: Vec::new(),
             details: BTreeMap::new(),
-            statements_only: false,
+            pinned: Choices::default(),
             may_restart_server: true,
         }
     }
 
-    /// Keeps this context's transfers in the statement mode whatever the run's (the
-    /// runner calls it for a case declared [`crate::Case::statements_only`]).
-    pub fn pin_statements(&mut self) {
-        self.statements_only = true;
+    /// Keeps these choices whatever the run's (the runner passes a case's
+    /// [`crate::Case::pinned`]).
+    pub fn pin(&mut self, pinned: &Choices) {
+        self.pinned = self.pinned.overlaid(pinned);
     }
 
-    /// How this case's ledger transfers reach the database: the run's
-    /// [`crate::TransferMode`], or [`crate::TransferMode::Statements`] for a case that
-    /// needs an open transaction at a hook point. Never print it: the transcripts of both
-    /// modes are one snapshot.
-    pub fn transfer_mode(&self) -> crate::TransferMode {
-        if self.statements_only {
-            crate::TransferMode::Statements
-        } else {
-            self.env.transfer_mode()
-        }
+    /// The run's choice of type `T` for this case ([`crate::options`]): the case's
+    /// pinned value, else the run's, else `None` (a test environment sets none). A
+    /// choice that never shows in a transcript keeps one snapshot for every value.
+    pub fn choice<T: std::any::Any + Copy>(&self) -> Option<T> {
+        self.pinned
+            .get::<T>()
+            .or_else(|| self.env.choices().get::<T>())
+    }
+
+    /// Every choice in force for this case, pinned ones in place of the run's.
+    pub fn choices(&self) -> Choices {
+        self.env.choices().overlaid(&self.pinned)
     }
 
     /// Whether [`Ctx::restart_cluster_immediate`] is allowed (a context from
@@ -182,7 +164,7 @@ impl Ctx {
             .template_of(&self.family)
             .ok_or_else(|| anyhow::anyhow!("family {} has no template in this run", self.family))?;
         let name = format!("{}_{suffix}", self.database());
-        crate::runner::clone_database(&self.env, template, &name).await?;
+        self.env.clone_database(template, &name).await?;
         Ok(name)
     }
 

@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::Context as _;
-use scratch_pg::{Cluster, ClusterOptions};
+use scratch_pg::Cluster;
 use tokio::sync::Semaphore;
 
-use crate::case::{Engine, Family};
+use crate::engine::Engine;
+use crate::options::Choices;
 use crate::server::{ExternalServer, Server};
 
 /// Connections the runner keeps out of the case budget: its own connections (cloning
@@ -30,9 +31,9 @@ pub struct EnvOptions {
     /// Folder for the SQLite files of [`Engine::SqliteFile`] families (created on
     /// demand; the caller removes it with the run).
     pub files_dir: PathBuf,
-    /// How the ledger's transfers reach the database in this run (see
-    /// [`crate::TransferMode`]).
-    pub transfer_mode: crate::TransferMode,
+    /// The run's choices for the systems under test (the ledger's transfer mode, say;
+    /// see [`crate::options`]), each recorded per case in the run record.
+    pub choices: Choices,
 }
 
 /// The run's server as the cases share it.
@@ -54,35 +55,19 @@ pub struct Env {
 }
 
 impl Env {
-    /// Prepares what `families` need: for each [`Engine::Postgres`] family, its template
-    /// database on `cluster` (schema and seeds installed by the family, then
-    /// `IS_TEMPLATE true ALLOW_CONNECTIONS false` so no session lingers in it). The
-    /// connection budget is the server's `max_connections` less [`CONNECTION_HEADROOM`].
+    /// Prepares what the families of a run need, each given as its id prefix and
+    /// [`Engine`]: for each [`Engine::Postgres`], its template database (schema and seeds
+    /// installed by the family, then `IS_TEMPLATE true ALLOW_CONNECTIONS false` so no
+    /// session lingers in it). The connection budget is the server's `max_connections`
+    /// (on an existing server: what [`ExternalServer::connection_budget`] finds free)
+    /// less [`CONNECTION_HEADROOM`]. On an existing server each template is
+    /// `<prefix><template>`; the caller drops those databases at the end
+    /// ([`ExternalServer::drop_databases`]). [`Env::prepare`] takes the families.
     ///
-    /// Errors: a PostgreSQL family but no cluster; SQL errors while making a template.
-    pub async fn prepare(
-        cluster: Option<Cluster>,
-        families: &[&Family],
-        options: EnvOptions,
-    ) -> anyhow::Result<Env> {
-        Env::prepare_on(
-            cluster.map(|cluster| Server::Scratch(Box::new(cluster))),
-            families,
-            options,
-        )
-        .await
-    }
-
-    /// [`Env::prepare`] on either kind of [`Server`]. On an existing server each
-    /// template is `<prefix><template>` (made by [`ExternalServer::create_database`]) and
-    /// the connection budget is what [`ExternalServer::connection_budget`] finds free,
-    /// less [`CONNECTION_HEADROOM`]. The caller drops the external databases at the end
-    /// ([`ExternalServer::drop_databases`]).
-    ///
-    /// Errors: as [`Env::prepare`].
-    pub async fn prepare_on(
+    /// Errors: a PostgreSQL family but no server; SQL errors while making a template.
+    pub async fn prepare_engines(
         server: Option<Server>,
-        families: &[&Family],
+        engines: &[(&'static str, Engine)],
         options: EnvOptions,
     ) -> anyhow::Result<Env> {
         let backend = server.map(|server| match server {
@@ -99,11 +84,8 @@ impl Env {
             owned_dir: None,
         };
         if env.backend.is_none() {
-            if let Some(family) = families.iter().find(|f| f.engine.needs_postgres()) {
-                anyhow::bail!(
-                    "family {} needs PostgreSQL, but no cluster was started",
-                    family.prefix
-                );
+            if let Some((prefix, _)) = engines.iter().find(|(_, e)| e.needs_postgres()) {
+                anyhow::bail!("family {prefix} needs PostgreSQL, but no cluster was started");
             }
             return Ok(env);
         }
@@ -122,8 +104,8 @@ impl Env {
             }
         };
         env.connections = Arc::new(Semaphore::new(env.connection_budget as usize));
-        for family in families {
-            let Engine::Postgres(template) = family.engine else {
+        for (prefix, engine) in engines {
+            let Engine::Postgres(template) = engine else {
                 continue;
             };
             let name = format!("{}{}", env.prefix(), template.template);
@@ -139,14 +121,14 @@ impl Env {
                 let client = env.connect(&name).await?;
                 (template.install)(&client)
                     .await
-                    .with_context(|| format!("installing family {} into {name}", family.prefix))?;
+                    .with_context(|| format!("installing family {prefix} into {name}"))?;
             }
             admin
                 .batch_execute(&format!(
                     "ALTER DATABASE \"{name}\" WITH IS_TEMPLATE true ALLOW_CONNECTIONS false"
                 ))
                 .await?;
-            env.templates.insert(family.prefix.to_string(), name);
+            env.templates.insert(prefix.to_string(), name);
         }
         Ok(env)
     }
@@ -174,89 +156,35 @@ impl Env {
         matches!(self.backend, Some(Backend::External(_)))
     }
 
-    /// The run's transfer mode ([`EnvOptions::transfer_mode`]).
-    pub fn transfer_mode(&self) -> crate::TransferMode {
-        self.options.transfer_mode
+    /// The run's choices ([`EnvOptions::choices`]).
+    pub fn choices(&self) -> &Choices {
+        &self.options.choices
     }
 
-    /// For tests: a fresh cluster with default options (PG 16, fetched if needed) when a
-    /// family needs one, prepared templates, and a temporary folder for logs and files
-    /// that is removed when the `Env` is dropped. Blocks ~1 s while a cluster starts.
+    /// Drops `database` (ending its connections) and clones it from `template`.
     ///
-    /// Errors: the cluster did not start, or a template could not be made.
-    pub async fn for_tests(seed: u64, families: &[&Family]) -> anyhow::Result<Arc<Env>> {
-        Env::for_tests_with(ClusterOptions::default(), seed, families).await
+    /// Errors: connection or SQL errors.
+    pub async fn clone_database(&self, template: &str, database: &str) -> anyhow::Result<()> {
+        let admin = self.connect(self.admin_database()).await?;
+        // Two statements: DROP/CREATE DATABASE cannot run inside a transaction block, which
+        // a multi-statement batch would be.
+        admin
+            .batch_execute(&format!(
+                "DROP DATABASE IF EXISTS \"{database}\" WITH (FORCE)"
+            ))
+            .await?;
+        admin
+            .batch_execute(&format!(
+                "CREATE DATABASE \"{database}\" TEMPLATE \"{template}\""
+            ))
+            .await?;
+        Ok(())
     }
 
-    /// [`Env::for_tests`] with the cluster's options chosen by the test (a small
-    /// `max_connections`, say).
-    ///
-    /// Errors: as [`Env::for_tests`].
-    pub async fn for_tests_with(
-        cluster_options: ClusterOptions,
-        seed: u64,
-        families: &[&Family],
-    ) -> anyhow::Result<Arc<Env>> {
-        let cluster = if families.iter().any(|f| f.engine.needs_postgres()) {
-            Some(tokio::task::spawn_blocking(move || Cluster::start(cluster_options)).await??)
-        } else {
-            None
-        };
-        let dir = std::env::temp_dir().join(format!(
-            "case-kit-{}-{}",
-            std::process::id(),
-            TEST_ENVS.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-        ));
-        std::fs::create_dir_all(&dir)?;
-        let options = EnvOptions {
-            seed,
-            logs_dir: dir.join("logs"),
-            files_dir: dir.join("files"),
-            transfer_mode: crate::TransferMode::from_env()?,
-        };
-        let mut env = Env::prepare(cluster, families, options).await?;
-        env.owned_dir = Some(dir);
-        Ok(Arc::new(env))
-    }
-
-    /// For tests that run a case's body under another plan: a context for `case_id` of
-    /// `family` on a fresh resource named `name` — a database cloned from the family's
-    /// template, or the file `<name>.db` in [`Env::files_dir`] — so several runs of one
-    /// case can sit side by side.
-    ///
-    /// Errors: the database cannot be created (it exists already, say).
-    pub async fn test_ctx(
-        self: &Arc<Env>,
-        family: &Family,
-        case_id: &str,
-        name: &str,
-    ) -> anyhow::Result<crate::Ctx> {
-        let resource = match family.engine {
-            Engine::None => crate::Resource::None,
-            Engine::SqliteFile => {
-                std::fs::create_dir_all(self.files_dir())?;
-                crate::Resource::SqliteFile(self.files_dir().join(format!("{name}.db")))
-            }
-            Engine::Postgres(_) => {
-                let template = self.template_of(family.prefix).ok_or_else(|| {
-                    anyhow::anyhow!("family {} has no template in this run", family.prefix)
-                })?;
-                let admin = self.connect(self.admin_database()).await?;
-                let name = format!("{}{name}", self.prefix());
-                admin
-                    .batch_execute(&format!(
-                        "CREATE DATABASE \"{name}\" TEMPLATE \"{template}\""
-                    ))
-                    .await?;
-                crate::Resource::Database(name)
-            }
-        };
-        Ok(crate::Ctx::new(
-            self.clone(),
-            family.prefix,
-            case_id,
-            resource,
-        ))
+    /// Hands the temporary folder of a test environment to this `Env`, which removes it
+    /// on drop.
+    pub(crate) fn own_folder(&mut self, dir: PathBuf) {
+        self.owned_dir = Some(dir);
     }
 
     /// The temporary folder a test environment made itself (removed on drop), for a test
@@ -389,9 +317,6 @@ impl Env {
         names
     }
 }
-
-/// Numbers the folders of test environments within one process.
-static TEST_ENVS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl Drop for Env {
     fn drop(&mut self) {

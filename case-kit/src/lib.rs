@@ -16,44 +16,43 @@
 //!   with lock waits read from PostgreSQL (`pg_blocking_pids`).
 //! - [`locks`]: how many sessions wait for a lock at one moment, so a case proves a race
 //!   by the queue it forced behind a lock it holds, not by a clock.
-//! - [`lost`]: a lost response forced by events: the client gives up once the service is
-//!   seen holding the committed answer at a fault point.
-//! - [`proxy`]: an HTTP/1.1 TCP proxy that cuts answers and retries on its own.
-//! - [`service`] and [`worker`]: the `ledger-svc` and `crash-worker` child processes,
-//!   tied to the harness's life; under `--auth` the service gets kit-made bearer tokens
-//!   and [`service::Service`] attaches the right one to each request.
+//! - [`options`]: the run's choices for a system (the ledger's transfer mode), carried
+//!   as their own types without the kit knowing them.
+//! - [`process`]: child processes tied to the harness's life, and finding binaries.
 //!
-//! The kit knows no case and no system under test: the families live in the `cases`
-//! crate, the systems in their own crates.
+//! The kit knows no case and no system under test: the families live in the crates under
+//! `cases/`, the systems under `systems/`, and the launching of the systems' processes
+//! (ledger-svc, crash-worker, the fault proxy) in `launch/`.
 
 mod case;
 mod ctx;
+mod engine;
 mod env;
 pub mod locks;
-pub mod lost;
-mod mode;
+pub mod options;
 pub mod process;
 pub mod progress;
-pub mod proxy;
 mod race;
 pub mod redact;
 mod report;
+mod resource;
 mod rng;
 mod runner;
+mod schedule;
 pub mod server;
-pub mod service;
+mod setup;
 pub mod snapshot;
 pub mod spec;
-pub mod worker;
 
-pub use case::{
-    Case, CaseBody, DEFAULT_CONNECTIONS, Engine, Family, InstallFn, PgTemplate, Schedule,
-};
-pub use ctx::{Ctx, Resource};
+pub use case::{Case, CaseBody, DEFAULT_CONNECTIONS, Family};
+pub use ctx::Ctx;
+pub use engine::{Engine, InstallFn, PgTemplate};
 pub use env::{CONNECTION_HEADROOM, Env, EnvOptions};
-pub use mode::{TRANSFER_MODE_ENV, TransferMode};
+pub use options::Choices;
 pub use race::{AbortOnDrop, Racer, connect_with, race};
 pub use rand_chacha::ChaCha8Rng;
 pub use report::{CaseReport, Check, Line};
+pub use resource::Resource;
 pub use rng::seeded_rng;
 pub use runner::{CASE_TIMEOUT_MS, run_case};
+pub use schedule::Schedule;

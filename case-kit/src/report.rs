@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::case::Schedule;
+use crate::schedule::Schedule;
 
 /// One check's result, as written to the transcript and the result file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 
-use crate::case::{Case, Engine, Family};
-use crate::ctx::{Ctx, Resource};
+use crate::case::{Case, Family};
+use crate::ctx::Ctx;
 use crate::env::Env;
 use crate::report::{CaseReport, Check, Line};
+use crate::resource::{Resource, fresh_resource};
 
 /// Longest a case may run before it is failed (override: `LEDGER_CASE_TIMEOUT_MS`).
 pub const CASE_TIMEOUT_MS: u64 = 120_000;
@@ -23,59 +24,6 @@ fn case_timeout() -> Duration {
         .and_then(|v| v.parse().ok())
         .unwrap_or(CASE_TIMEOUT_MS);
     Duration::from_millis(ms)
-}
-
-/// Makes the case's resource afresh: its database dropped and cloned from the family's
-/// template, or its SQLite file (and WAL and shared-memory files) removed.
-async fn fresh_resource(env: &Env, family: &Family, case: &Case) -> anyhow::Result<Resource> {
-    match family.engine {
-        Engine::None => Ok(Resource::None),
-        Engine::SqliteFile => {
-            std::fs::create_dir_all(env.files_dir())?;
-            let path = env.files_dir().join(format!("{}.db", case.id));
-            for suffix in ["", "-wal", "-shm", "-journal"] {
-                let mut file = path.clone().into_os_string();
-                file.push(suffix);
-                match std::fs::remove_file(&file) {
-                    Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
-                        return Err(error.into());
-                    }
-                    _ => {}
-                }
-            }
-            Ok(Resource::SqliteFile(path))
-        }
-        Engine::Postgres(_) => {
-            let template = env.template_of(family.prefix).ok_or_else(|| {
-                anyhow::anyhow!("family {} has no template in this run", family.prefix)
-            })?;
-            let database = env.database_name(&case.id);
-            clone_database(env, template, &database).await?;
-            Ok(Resource::Database(database))
-        }
-    }
-}
-
-/// Drops `database` (ending its connections) and clones it from `template`.
-pub(crate) async fn clone_database(
-    env: &Env,
-    template: &str,
-    database: &str,
-) -> anyhow::Result<()> {
-    let admin = env.connect(env.admin_database()).await?;
-    // Two statements: DROP/CREATE DATABASE cannot run inside a transaction block, which a
-    // multi-statement batch would be.
-    admin
-        .batch_execute(&format!(
-            "DROP DATABASE IF EXISTS \"{database}\" WITH (FORCE)"
-        ))
-        .await?;
-    admin
-        .batch_execute(&format!(
-            "CREATE DATABASE \"{database}\" TEMPLATE \"{template}\""
-        ))
-        .await?;
-    Ok(())
 }
 
 /// Runs `case` of `family` on its own resource. In PostgreSQL families it first takes
@@ -96,7 +44,9 @@ pub async fn run_case(env: Arc<Env>, family: &Family, case: &Case) -> CaseReport
     };
     let mut lines = Vec::new();
     let mut details = Default::default();
-    let resource = match fresh_resource(&env, family, case).await {
+    let database = env.database_name(&case.id);
+    let made = fresh_resource(&env, family.prefix, &family.engine, &case.id, &database).await;
+    let resource = match made {
         Err(error) => {
             lines.push(Line::Check(Check::failure(
                 "case resource made afresh (database cloned from the template, or file removed)",
@@ -112,10 +62,10 @@ pub async fn run_case(env: Arc<Env>, family: &Family, case: &Case) -> CaseReport
                 resource.clone(),
             );
             ctx.set_may_restart_server(case.restarts_server.is_some());
-            if case.statements_only {
-                ctx.pin_statements();
+            ctx.pin(&case.pinned);
+            for (name, shown) in ctx.choices().shown() {
+                ctx.record(name, shown.into());
             }
-            ctx.record("transfer_mode", ctx.transfer_mode().as_str().into());
             let timeout = case_timeout();
             let outcome = tokio::time::timeout(
                 timeout,

@@ -449,10 +449,10 @@ pub trait Calls: Send + Sync {
         call: &'a Call,
     ) -> BoxFuture<'a, Result<String, String>>;
 
-    /// These operations as the case's [`crate::TransferMode`] runs them, when that
+    /// These operations as the case's choices run them ([`Ctx::choice`]), when that
     /// matters to the family (the ledger's one-trip transfer); `None` (the default):
-    /// the same operations in every mode.
-    fn in_mode(&self, _mode: crate::TransferMode) -> Option<Arc<dyn Calls>> {
+    /// the same operations whatever the run chose.
+    fn for_case(&self, _ctx: &Ctx) -> Option<Arc<dyn Calls>> {
         None
     }
 }
@@ -852,7 +852,7 @@ pub async fn run(
     spec: &Spec,
     calls: Arc<dyn Calls>,
 ) -> anyhow::Result<()> {
-    let calls = calls.in_mode(ctx.transfer_mode()).unwrap_or(calls);
+    let calls = calls.for_case(ctx).unwrap_or(calls);
     let orders = spec.orders();
     let steps: usize = spec.sessions.iter().map(|s| s.steps.len()).sum();
     let how = if spec.permutations.is_empty() {

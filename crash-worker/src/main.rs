@@ -2,7 +2,7 @@
 //! inside it at a named hook point, so that a parent process can kill it there with a real
 //! signal (SPEC §6, L9).
 //!
-//! Protocol with the parent (`cases_ledger::worker` and `case_kit::worker` is the other side):
+//! Protocol with the parent (`launch::worker` is the other side):
 //!
 //! - At the stop point the worker prints exactly one line, `PAUSED_IN_TX backend_pid=<pid>`
 //!   (the PostgreSQL backend serving its connection), flushes stdout and waits. Before

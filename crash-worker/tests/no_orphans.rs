@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use case_kit::worker::{CrashWorker, EXIT_PAUSE_LIMIT, WorkerEnd};
 use case_kit::{Ctx, Env, Family, Resource};
 use cases_ledger::worker::WorkerSpec;
+use launch::worker::{CrashWorker, EXIT_PAUSE_LIMIT, WorkerEnd};
 use points_ledger::HookPoint;
 
 /// The binary cargo built for these tests.

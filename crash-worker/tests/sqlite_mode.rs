@@ -109,7 +109,7 @@ fn not_killed_it_gives_up_after_its_pause_limit_and_rolls_back() {
     ]);
     assert!(worker.next_line().unwrap().starts_with("PAUSED_IN_TX"));
     let status = worker.child.wait().unwrap();
-    assert_eq!(status.code(), Some(case_kit::worker::EXIT_PAUSE_LIMIT));
+    assert_eq!(status.code(), Some(launch::worker::EXIT_PAUSE_LIMIT));
     let store = Store::open(&path).unwrap();
     assert_eq!(store.units(ITEM).unwrap(), Some(100));
     assert_eq!(store.change_count().unwrap(), 0);

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use case_kit::service::{Reply, Service};
+use launch::service::{Reply, Service};
 use reqwest::header::CONTENT_TYPE;
 
 use crate::history::{Completion, Event, HistoryWriter};
@@ -83,7 +83,7 @@ impl Gateway {
         if let Some(token) = endpoint.tokens.get(&op.client_id) {
             request = request.bearer_auth(token);
         }
-        case_kit::service::read_reply(request).await
+        launch::service::read_reply(request).await
     }
 }
 

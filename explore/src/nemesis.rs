@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use case_kit::service::{Service, ServiceOptions};
+use launch::service::{Service, ServiceOptions};
 use scratch_pg::{Cluster, StopMode};
 use serde_json::json;
 

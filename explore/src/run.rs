@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
-use case_kit::service::ServiceOptions;
+use launch::service::ServiceOptions;
 use scratch_pg::{Cluster, ClusterOptions};
 
 use crate::checker::{self, Report};
@@ -126,7 +126,7 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     write_fault_plan(&folder.join("faults.tsv"), &faults)?;
 
     if args.auth {
-        case_kit::service::set_run_auth(true);
+        launch::service::set_run_auth(true);
     }
     let client_ids: Vec<String> = (0..args.clients).map(crate::plan::client_id).collect();
     let mut extra_args = Vec::new();

@@ -104,11 +104,11 @@ struct Args {
     /// How the ledger's transfers reach the database: `statements` (SPEC §3 as written)
     /// or `onetrip` (one server-side statement per transfer; the cases that need an open
     /// transaction at a hook point, L7–L10, L22 and L23, keep `statements`). Snapshots are the same.
-    #[arg(long, env = case_kit::TRANSFER_MODE_ENV, default_value = "statements")]
-    transfer_mode: case_kit::TransferMode,
+    #[arg(long, env = points_ledger::TRANSFER_MODE_ENV, default_value = "statements")]
+    transfer_mode: points_ledger::TransferMode,
     /// Start every ledger-svc a case starts with `--auth-tokens` (random tokens, only
-    /// their hashes on disk; `case_kit::service`), except where a case fixes the mode.
-    #[arg(long, env = case_kit::service::AUTH_ENV, value_parser = clap::builder::BoolishValueParser::new())]
+    /// their hashes on disk; `launch::service`), except where a case fixes the mode.
+    #[arg(long, env = launch::service::AUTH_ENV, value_parser = clap::builder::BoolishValueParser::new())]
     auth: bool,
     /// Run the selection N times, each a full run with its own seed (unless --seed),
     /// cluster and record; report the runs that failed (exit 1 if any did).
@@ -252,8 +252,8 @@ async fn run(args: &Args, selection: &Selection<'_>, snapshot_mode: Mode) -> any
     });
     println!("seed={seed} (replay with --seed {seed})");
     println!("transfer_mode={}", args.transfer_mode);
-    case_kit::service::set_run_auth(args.auth);
-    if case_kit::service::run_auth() {
+    launch::service::set_run_auth(args.auth);
+    if launch::service::run_auth() {
         eprintln!("harness: --auth: every ledger-svc a case starts authenticates its callers");
     }
 
@@ -423,7 +423,8 @@ async fn run_in(
         seed: start.seed,
         logs_dir: std::env::current_dir()?.join(folder.logs_dir()),
         files_dir: run_dir.join("files"),
-        transfer_mode: args.transfer_mode,
+        choices: case_kit::Choices::default()
+            .with(points_ledger::TransferMode::RECORD_NAME, args.transfer_mode),
     };
     let env = Arc::new(
         Env::prepare_on(server, &selection.families(), options)
@@ -626,9 +627,9 @@ fn compare_snapshots(
 }
 
 /// `./run.sh …` with `--transfer-mode` added when the run's mode is not the default.
-fn with_mode(command: String, mode: case_kit::TransferMode) -> String {
+fn with_mode(command: String, mode: points_ledger::TransferMode) -> String {
     match command.strip_prefix("./run.sh ") {
-        Some(rest) if mode != case_kit::TransferMode::default() => {
+        Some(rest) if mode != points_ledger::TransferMode::default() => {
             format!("./run.sh --transfer-mode {mode} {rest}")
         }
         _ => command,

@@ -7,11 +7,11 @@
 //! One scratch PostgreSQL 16 cluster (with both templates) for the binary, one database
 //! per run; the `ledger-svc` binary must be built (`cargo build --bins`).
 
-use case_kit::service::Auth;
 use case_kit::{Ctx, Family};
 use cases_frozen::{self as frozen, f20_borrowed_tenant};
 use cases_ledger::{self as ledger, l24_borrowed_identity};
 use futures_util::future::BoxFuture;
+use launch::service::Auth;
 
 /// Seed of this test's environment (the controls use no random input).
 const SEED: u64 = 24;

@@ -426,7 +426,7 @@ async fn verify_idle(
 }
 
 /// Every `interval`, turns the records older than `window_ms` into tombstones
-/// (`points_ledger::retention::sweep`). Runs until the process ends; a failed sweep is
+/// (`ledger_svc::retention::sweep`). Runs until the process ends; a failed sweep is
 /// logged and tried again at the next interval.
 async fn sweep_keys(pool: Pool, window_ms: u64, interval: Duration) {
     let mut ticks = tokio::time::interval(interval);
@@ -434,7 +434,7 @@ async fn sweep_keys(pool: Pool, window_ms: u64, interval: Duration) {
     loop {
         ticks.tick().await;
         let swept = match pool.get().await {
-            Ok(client) => points_ledger::retention::sweep(&client, window_ms)
+            Ok(client) => ledger_svc::retention::sweep(&client, window_ms)
                 .await
                 .map_err(|error| error.to_string()),
             Err(error) => Err(error.to_string()),
@@ -442,10 +442,10 @@ async fn sweep_keys(pool: Pool, window_ms: u64, interval: Duration) {
         match swept {
             Ok(0) => {}
             Ok(count) => {
-                tracing::info!(target: "points_ledger::retention", expired = count, "key sweep")
+                tracing::info!(target: "ledger_svc::retention", expired = count, "key sweep")
             }
             Err(error) => {
-                tracing::warn!(target: "points_ledger::retention", %error, "key sweep failed")
+                tracing::warn!(target: "ledger_svc::retention", %error, "key sweep failed")
             }
         }
     }

@@ -681,7 +681,7 @@ async fn a_log_line_per_request_also_when_the_client_went_away() {
     let quiet = Service::start(
         &db.url(),
         Options {
-            env: vec![("RUST_LOG".into(), "points_ledger::request=off".into())],
+            env: vec![("RUST_LOG".into(), "ledger_svc::request=off".into())],
             ..Options::default()
         },
     )

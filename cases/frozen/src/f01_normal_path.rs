@@ -10,10 +10,10 @@
 //! per-asset sums 0.
 //! Fails if: any figure differs or any asset does not sum to 0.
 
-use case_kit::service::{Service, ServiceOptions};
 use case_kit::{Case, Ctx};
 use frozen_balances::{Asset, DEFAULT_TENANT, SYS_FEE};
 use futures_util::FutureExt;
+use launch::service::{Service, ServiceOptions};
 
 use super::spot::{SpotCalls, SpotReply, asset_sums, balance_line, place, spot_service};
 

@@ -8,10 +8,10 @@
 //! 7998, BTC 0.4; the repeated cancel is replayed with the same body and nothing moves.
 //! Fails if: any figure differs, the second cancel is not a replay, or anything moves.
 
-use case_kit::service::{Service, ServiceOptions};
 use case_kit::{Case, Ctx};
 use frozen_balances::{Asset, DEFAULT_TENANT};
 use futures_util::FutureExt;
+use launch::service::{Service, ServiceOptions};
 
 use super::spot::{SpotCalls, SpotReply, asset_sums, balance_line, place, recorded, spot_service};
 

@@ -22,11 +22,11 @@
 
 use std::time::{Duration, Instant};
 
-use case_kit::service::{Reply, Service, ServiceOptions};
 use case_kit::{Case, Ctx};
 use frozen_balances::amount::format_units;
 use frozen_balances::{Asset, EventKind, HookPoint, Hooks, Market, NoHooks, Outcome, Side};
 use futures_util::FutureExt;
+use launch::service::{Reply, Service, ServiceOptions};
 use serde_json::json;
 
 use super::fixtures::{

@@ -13,10 +13,10 @@
 
 use std::sync::Arc;
 
-use case_kit::service::{Service, ServiceOptions};
 use case_kit::{Case, Ctx};
 use frozen_balances::{Asset, DEFAULT_TENANT};
 use futures_util::FutureExt;
+use launch::service::{Service, ServiceOptions};
 use reqwest::header::CONTENT_TYPE;
 use serde_json::json;
 
@@ -101,7 +101,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     service
         .deposit(OTHER_TENANT, "dep-0401", "alice", "USDT", "10000")
         .await?;
-    let timeout = std::time::Duration::from_millis(case_kit::service::CLIENT_TIMEOUT_MS);
+    let timeout = std::time::Duration::from_millis(launch::service::CLIENT_TIMEOUT_MS);
     let elsewhere = service
         .place(
             OTHER_TENANT,

@@ -5,7 +5,7 @@
 //! Setup: alice deposits 10 000 USDT, carol 20 000 (room for two freezes). The service
 //! commits the placement, then (fault `spot-after-commit`, action `pause`, as L7) withholds
 //! the response; the client gives up the moment the service is seen holding it
-//! (`case_kit::lost`: an event, not a client timer racing a server timer), and only then
+//! (`launch::lost`: an event, not a client timer racing a server timer), and only then
 //! is the pause released, into a closed connection.
 //! Checks: the client got no response; by then alice's 5005 is already frozen; the same-id
 //! retry is 201 with `Idempotent-Replayed: true` and the order id of the one order the
@@ -17,11 +17,11 @@
 
 use std::time::Duration;
 
-use case_kit::lost::give_up_once_held;
-use case_kit::service::{Service, ServiceOptions};
 use case_kit::{Case, Ctx};
 use frozen_balances::{Asset, DEFAULT_TENANT};
 use futures_util::FutureExt;
+use launch::lost::give_up_once_held;
+use launch::service::{Service, ServiceOptions};
 use serde_json::json;
 
 use super::fixtures::Plan;
@@ -144,7 +144,7 @@ async fn buy(
     account: &str,
     business_id: &str,
     timeout: Duration,
-) -> Result<case_kit::service::Reply, reqwest::Error> {
+) -> Result<launch::service::Reply, reqwest::Error> {
     service
         .place(
             DEFAULT_TENANT,

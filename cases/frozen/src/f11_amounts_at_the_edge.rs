@@ -18,10 +18,10 @@
 //! the rest; alice frozen 0; per-asset sums 0.
 //! Fails if: any input is accepted or recorded, or a figure differs.
 
-use case_kit::service::{Reply, Service, ServiceOptions};
 use case_kit::{Case, Ctx};
 use frozen_balances::{Asset, DEFAULT_TENANT};
 use futures_util::FutureExt;
+use launch::service::{Reply, Service, ServiceOptions};
 use reqwest::header::CONTENT_TYPE;
 use serde_json::json;
 

@@ -13,10 +13,10 @@
 
 use std::time::{Duration, Instant};
 
-use case_kit::worker::CrashWorker;
 use case_kit::{Case, Ctx};
 use frozen_balances::{Asset, HookPoint, Market, Side};
 use futures_util::FutureExt;
+use launch::worker::CrashWorker;
 
 use super::fixtures::{T, deposit, invariant, order, place};
 use super::spot::balance_line;

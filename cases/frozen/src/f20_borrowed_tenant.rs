@@ -18,9 +18,9 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use serde_json::json;
 
 use super::spot::{OTHER_TENANT, SpotCalls, SpotReply, TENANT_HEADER, recorded, spot_service};
-use case_kit::service::{Auth, Reply, Service, ServiceOptions};
 use case_kit::{Case, Ctx};
 use frozen_balances::{Asset, DEFAULT_TENANT};
+use launch::service::{Auth, Reply, Service, ServiceOptions};
 
 /// The case's registration.
 pub fn case() -> Case {

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
 use case_kit::Ctx;
-use case_kit::worker::{CrashWorker, WorkerEnd};
 use external_net::client::NetClient;
 use frozen_balances::amount::format_units;
 use frozen_balances::{Asset, NoHooks};
+use launch::worker::{CrashWorker, WorkerEnd};
 
 /// Environment variable naming the `net-standin` binary.
 pub const STANDIN_BIN_ENV: &str = "LEDGER_NET_STANDIN_BIN";

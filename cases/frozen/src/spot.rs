@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use case_kit::service::{CLIENT_TIMEOUT_MS, Reply, Service, ServiceOptions};
 use frozen_balances::amount::format_units;
 use frozen_balances::{Asset, DEFAULT_TENANT};
+use launch::service::{CLIENT_TIMEOUT_MS, Reply, Service, ServiceOptions};
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
 

@@ -19,8 +19,8 @@
 use futures_util::FutureExt;
 use inventory_store::{ChangePoint, Store};
 
-use case_kit::worker::CrashWorker;
 use case_kit::{Case, Ctx};
+use launch::worker::CrashWorker;
 
 use super::{
     ITEM, START_UNITS, open_with_item, outcome_kind, remove_database_files, rows_for, units_of,

@@ -29,8 +29,8 @@ use futures_util::FutureExt;
 use inventory_store::naive::DeferredReadThenWrite;
 use inventory_store::{BUSY_TIMEOUT_MS, Store, code_name, is_busy, reconcile};
 
-use case_kit::worker::CrashWorker;
 use case_kit::{Case, Ctx};
+use launch::worker::CrashWorker;
 
 use super::{ITEM, outcome_kind, remove_database_files, seeded_store, units_of};
 

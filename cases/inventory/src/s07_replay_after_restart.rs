@@ -14,8 +14,8 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use inventory_store::{Change, Store};
 
-use case_kit::worker::CrashWorker;
 use case_kit::{Case, Ctx};
+use launch::worker::CrashWorker;
 
 use super::{ITEM, START_UNITS, outcome_kind, seeded_store, units_of};
 

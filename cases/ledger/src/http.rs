@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use case_kit::service::{CLIENT_TIMEOUT_MS, Reply, Service};
+use launch::service::{CLIENT_TIMEOUT_MS, Reply, Service};
 use reqwest::header::CONTENT_TYPE;
 
 /// The ledger's routes on [`Service`].

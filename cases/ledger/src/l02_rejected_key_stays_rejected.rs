@@ -9,8 +9,8 @@
 use futures_util::FutureExt;
 
 use super::queries;
-use case_kit::service::{Service, ServiceOptions};
 use case_kit::{Case, Ctx};
+use launch::service::{Service, ServiceOptions};
 
 use super::http::{LedgerCalls, LedgerReply};
 

@@ -4,7 +4,7 @@
 //! debiting again.
 //! Setup: balance 100. The service commits the debit of 30, then (fault `after-commit`,
 //! action `pause`) withholds the response; the client gives up the moment the service is
-//! seen holding it (`case_kit::lost`: an event, not a client timer racing a server
+//! seen holding it (`launch::lost`: an event, not a client timer racing a server
 //! timer), and only then is the pause released, into a closed connection.
 //! Checks: the client got no response; by then the balance is already 70; the same-key retry
 //! is 201 with `Idempotent-Replayed: true` and the first attempt's txn id and balance;
@@ -20,10 +20,11 @@ use futures_util::FutureExt;
 use points_ledger::{HookPoint, reconcile};
 use serde_json::json;
 
+use super::modes::StatementsOnly;
 use super::queries;
-use case_kit::lost::give_up_once_held;
-use case_kit::service::{Service, ServiceOptions};
 use case_kit::{Case, Ctx};
+use launch::lost::give_up_once_held;
+use launch::service::{Service, ServiceOptions};
 
 use super::http::{LedgerCalls, LedgerReply};
 

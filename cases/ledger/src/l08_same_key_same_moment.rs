@@ -18,9 +18,10 @@ use futures_util::future::join_all;
 use points_ledger::HookPoint;
 use serde_json::json;
 
+use super::modes::StatementsOnly;
 use super::queries;
-use case_kit::service::{Reply, Service, ServiceOptions};
 use case_kit::{Case, Ctx};
+use launch::service::{Reply, Service, ServiceOptions};
 
 use super::http::{LedgerCalls, LedgerReply};
 

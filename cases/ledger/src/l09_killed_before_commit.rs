@@ -24,9 +24,10 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 use points_ledger::{HookPoint, debit, grant};
 
+use super::modes::StatementsOnly;
 use super::queries;
-use case_kit::worker::CrashWorker;
 use case_kit::{AbortOnDrop, Case, Ctx};
+use launch::worker::CrashWorker;
 
 use super::worker::WorkerSpec;
 

@@ -28,6 +28,7 @@ use points_ledger::{
 };
 use tokio::sync::oneshot;
 
+use super::modes::StatementsOnly;
 use super::queries;
 use case_kit::{AbortOnDrop, Case, Ctx};
 

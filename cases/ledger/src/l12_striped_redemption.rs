@@ -15,8 +15,8 @@ use points_ledger::SYS_REDEEM;
 use points_ledger::striping::{redeem_account_for, total_redeemed};
 
 use super::queries;
-use case_kit::service::{Service, ServiceOptions};
 use case_kit::{Case, Ctx};
+use launch::service::{Service, ServiceOptions};
 
 use super::http::{LedgerCalls, LedgerReply};
 

@@ -1,5 +1,5 @@
 //! L17 — a real network fault and a retrying proxy: a TCP proxy (the kit's
-//! `case_kit::proxy`) between the client and the service.
+//! `launch::proxy`) between the client and the service.
 //! Claim, in two parts, each through the service and through a naive keyless endpoint:
 //! 1. The proxy retries on its own: the upstream connection drops after the commit (the
 //!    service's `after-commit` `close` fault), the proxy sends the same request again,
@@ -21,9 +21,9 @@ use reqwest::header::CONTENT_TYPE;
 
 use super::naive_keyless::KeylessEndpoint;
 use super::queries;
-use case_kit::proxy::{Proxy, ProxyOptions};
-use case_kit::service::{Reply, Service, ServiceOptions};
 use case_kit::{Case, Ctx};
+use launch::proxy::{Proxy, ProxyOptions};
+use launch::service::{Reply, Service, ServiceOptions};
 
 /// The case's registration.
 pub fn case() -> Case {

@@ -39,8 +39,8 @@ use points_ledger::{SYS_REDEEM, test_account};
 use reqwest::header::CONTENT_TYPE;
 
 use super::queries;
-use case_kit::service::{Service, ServiceOptions};
 use case_kit::{Case, Ctx};
+use launch::service::{Service, ServiceOptions};
 
 use super::http::{LedgerCalls, LedgerReply};
 

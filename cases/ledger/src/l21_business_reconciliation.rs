@@ -22,9 +22,9 @@ use reqwest::header::CONTENT_TYPE;
 use serde_json::json;
 
 use super::queries;
-use case_kit::lost::give_up_once_held;
-use case_kit::service::{CLIENT_TIMEOUT_MS, Reply, Service, ServiceOptions};
 use case_kit::{Case, Ctx};
+use launch::lost::give_up_once_held;
+use launch::service::{CLIENT_TIMEOUT_MS, Reply, Service, ServiceOptions};
 
 use super::http::{LedgerCalls, LedgerReply};
 

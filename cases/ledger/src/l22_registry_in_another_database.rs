@@ -25,10 +25,11 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use points_ledger::{HookPoint, debit, grant};
 
+use super::modes::StatementsOnly;
 use super::queries;
 use super::worker::WorkerSpec;
-use case_kit::worker::CrashWorker;
 use case_kit::{Case, Ctx};
+use launch::worker::CrashWorker;
 
 /// The case's registration.
 pub fn case() -> Case {

@@ -18,9 +18,10 @@ use futures_util::FutureExt;
 use points_ledger::HookPoint;
 use serde_json::json;
 
+use super::modes::StatementsOnly;
 use super::queries;
-use case_kit::service::{Service, ServiceOptions};
 use case_kit::{AbortOnDrop, Case, Ctx};
+use launch::service::{Service, ServiceOptions};
 
 use super::http::{LedgerCalls, LedgerReply};
 

@@ -18,8 +18,8 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 
 use super::http::{LedgerCalls, LedgerReply};
 use super::queries;
-use case_kit::service::{Auth, Reply, Service, ServiceOptions};
 use case_kit::{Case, Ctx};
+use launch::service::{Auth, Reply, Service, ServiceOptions};
 
 /// The case's registration.
 pub fn case() -> Case {

@@ -1,36 +1,28 @@
-//! The case's transfer mode as the ledger spells it: [`case_kit::Ctx::transfer_mode`]
-//! (the run's `--transfer-mode`, or `statements` for a case declared
-//! [`case_kit::Case::statements_only`]) mapped to [`points_ledger::TransferMode`], for
-//! [`points_ledger::transfer_in`], [`points_ledger::debit_in`] and [`points_ledger::grant_in`].
+//! The case's transfer mode: the run's [`TransferMode`] choice
+//! ([`case_kit::Ctx::choice`]; `./run.sh --transfer-mode`), or, in a test environment that
+//! chose none, [`TransferMode::from_env`]; a case that needs an open transaction at a hook
+//! point pins the statement mode ([`StatementsOnly`]). For [`points_ledger::transfer_in`],
+//! [`points_ledger::debit_in`] and [`points_ledger::grant_in`].
 
-use case_kit::Ctx;
+use case_kit::{Case, Ctx};
 use points_ledger::TransferMode;
 
 /// The ledger's transfer mode for this case.
 pub fn mode(ctx: &Ctx) -> TransferMode {
-    from_kit(ctx.transfer_mode())
+    ctx.choice::<TransferMode>()
+        .unwrap_or_else(TransferMode::from_env)
 }
 
-/// The kit's name of a mode as the ledger's.
-pub fn from_kit(mode: case_kit::TransferMode) -> TransferMode {
-    match mode {
-        case_kit::TransferMode::Statements => TransferMode::Statements,
-        case_kit::TransferMode::OneTrip => TransferMode::OneTrip,
-    }
+/// A case that needs an open transaction at a hook point (a pause at `registered`, a
+/// kill at `before-commit`), which exists only when transfers run as separate
+/// statements (LIMITS.md, "The one-trip transfer").
+pub trait StatementsOnly {
+    /// Pins [`TransferMode::Statements`] for this case whatever the run's mode.
+    fn statements_only(self) -> Case;
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The kit's names are the ledger's (the service is started with the kit's name).
-    #[test]
-    fn the_kit_and_the_ledger_spell_the_modes_alike() {
-        for (kit, ledger) in [
-            (case_kit::TransferMode::Statements, TransferMode::Statements),
-            (case_kit::TransferMode::OneTrip, TransferMode::OneTrip),
-        ] {
-            assert_eq!(kit.as_str(), ledger.as_str());
-        }
+impl StatementsOnly for Case {
+    fn statements_only(self) -> Case {
+        self.pin(TransferMode::RECORD_NAME, TransferMode::Statements)
     }
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use case_kit::AbortOnDrop;
-use case_kit::proxy::read_request;
+use launch::proxy::read_request;
 use points_ledger::{TransferRequest, record_transfer};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};

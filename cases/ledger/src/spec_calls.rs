@@ -14,6 +14,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use case_kit::Ctx;
 use case_kit::spec::{self, Call, Calls};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -60,9 +61,9 @@ impl Calls for LedgerCalls {
         request(call).map(|_| ())
     }
 
-    fn in_mode(&self, mode: case_kit::TransferMode) -> Option<Arc<dyn Calls>> {
+    fn for_case(&self, ctx: &Ctx) -> Option<Arc<dyn Calls>> {
         Some(Arc::new(LedgerCalls {
-            mode: super::modes::from_kit(mode),
+            mode: super::modes::mode(ctx),
         }))
     }
 

@@ -1,6 +1,6 @@
 //! What the crash-worker is to do for a ledger case: one transfer, stopping at a named
 //! hook point (`crash-worker --help`). Launch it with
-//! `case_kit::worker::CrashWorker::launch(spec.args())`.
+//! `launch::worker::CrashWorker::launch(spec.args())`.
 
 use points_ledger::HookPoint;
 

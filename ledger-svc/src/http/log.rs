@@ -1,5 +1,5 @@
-//! One structured log line per request, through `tracing` (target `points_ledger::request`,
-//! level INFO; `RUST_LOG` filters it, e.g. `RUST_LOG=points_ledger::request=off`).
+//! One structured log line per request, through `tracing` (target `ledger_svc::request`,
+//! level INFO; `RUST_LOG` filters it, e.g. `RUST_LOG=ledger_svc::request=off`).
 //!
 //! Fields: `listener`, `method`, `route` (the route's template, e.g.
 //! `/accounts/{id}/debits`, or the raw path when no route matched), `caller` (the client
@@ -23,7 +23,7 @@ use super::problem::{HttpResponse, REPLAYED_HEADER, facts};
 use super::routes::Listener;
 
 /// The tracing target of the request lines.
-pub const REQUEST_TARGET: &str = "points_ledger::request";
+pub const REQUEST_TARGET: &str = "ledger_svc::request";
 
 /// The pending log line of one request; written by [`RequestLog::finish`], or on drop as
 /// a request whose client went away.

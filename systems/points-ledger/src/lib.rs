@@ -20,6 +20,7 @@
 
 pub mod error;
 pub mod fingerprint;
+pub mod mode_env;
 pub mod onetrip;
 pub mod order_reconcile;
 pub mod reconcile;
@@ -33,6 +34,7 @@ pub mod vocabulary;
 
 pub use error::LedgerError;
 pub use fingerprint::request_hash;
+pub use mode_env::TRANSFER_MODE_ENV;
 pub use onetrip::{TransferMode, debit_in, grant_in, transfer_in, transfer_onetrip};
 pub use order_reconcile::{Order, OrderFinding, reconcile_orders};
 pub use reconcile::{

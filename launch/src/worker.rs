@@ -190,7 +190,7 @@ impl CrashWorker {
     ///
     /// Errors: no such file (build it with `cargo build --bins`).
     pub fn locate() -> anyhow::Result<PathBuf> {
-        crate::process::locate_binary(BINARY_NAME, BINARY_ENV)
+        case_kit::process::locate_binary(BINARY_NAME, BINARY_ENV)
     }
 
     /// Launches the worker found by [`CrashWorker::locate`] with `args`.

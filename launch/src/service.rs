@@ -47,7 +47,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::ctx::Ctx;
+use case_kit::Ctx;
+use points_ledger::TransferMode;
 
 /// Environment variable naming the `ledger-svc` binary to run.
 pub const SERVICE_BIN_ENV: &str = "LEDGER_SVC_BIN";
@@ -115,7 +116,7 @@ pub struct ServiceOptions {
     /// Pass `--enable-fault-injection` (the admin fault routes exist only then).
     pub fault_injection: bool,
     /// `--pool-size`: pooled database connections (count them in the case's
-    /// [`crate::Case::connections`]).
+    /// [`case_kit::Case::connections`]).
     pub pool_size: usize,
     /// Further command-line arguments, e.g. `["--redeem-stripes", "64"]`.
     pub extra_args: Vec<String>,
@@ -196,7 +197,7 @@ impl Tokens {
 /// `<sha256-hex of the token> <client id> <yes|no>`, [`ADMIN_CLIENT`] and `admins` the
 /// admins.
 fn token_file_text(by_client: &BTreeMap<String, String>, admins: &[String]) -> String {
-    let mut text = String::from("# written by case-kit: sha256-of-token client-id admin\n");
+    let mut text = String::from("# written by the launch crate: sha256-of-token client-id admin\n");
     for (client, token) in by_client {
         let admin = if client == ADMIN_CLIENT || admins.contains(client) {
             "yes"
@@ -273,14 +274,15 @@ pub struct Service {
 ///
 /// Errors: none of these exists.
 pub fn service_binary() -> anyhow::Result<PathBuf> {
-    crate::process::locate_binary("ledger-svc", SERVICE_BIN_ENV)
+    case_kit::process::locate_binary("ledger-svc", SERVICE_BIN_ENV)
 }
 
 impl Service {
     /// Starts `ledger-svc` on the case's database, listening on free loopback ports, and
     /// waits until `/readyz` answers 200 (at most [`SERVICE_START_TIMEOUT_MS`]). Its
     /// stdout and stderr go to [`Ctx::log_file`]`("ledger-svc")`. The service runs in the
-    /// case's [`Ctx::transfer_mode`] (`--transfer-mode`) unless `options.extra_args`
+    /// case's transfer mode (`--transfer-mode`: the run's [`TransferMode`] choice, see
+    /// [`Ctx::choice`]) unless `options.extra_args`
     /// names one.
     ///
     /// Errors: binary missing, spawn failure, no address line, never healthy; the child
@@ -290,16 +292,18 @@ impl Service {
             .log_file("ledger-svc")
             .context("creating the log folder")?;
         let mut options = options;
-        if ctx.transfer_mode() != crate::TransferMode::Statements
+        let mode = ctx
+            .choice::<TransferMode>()
+            .unwrap_or_else(TransferMode::from_env);
+        if mode != TransferMode::Statements
             && !options
                 .extra_args
                 .iter()
                 .any(|arg| arg == "--transfer-mode")
         {
-            options.extra_args.extend([
-                "--transfer-mode".to_owned(),
-                ctx.transfer_mode().as_str().to_owned(),
-            ]);
+            options
+                .extra_args
+                .extend(["--transfer-mode".to_owned(), mode.as_str().to_owned()]);
         }
         Service::launch(&ctx.database_url()?, log_path, options).await
     }

@@ -24,7 +24,7 @@ use anyhow::{Context as _, bail};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::race::AbortOnDrop;
+use case_kit::AbortOnDrop;
 
 /// Longest time the proxy waits for a client's request or an upstream's answer,
 /// milliseconds; then it gives up on that connection.

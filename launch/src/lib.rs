@@ -1,0 +1,18 @@
+//! Launching the processes of our systems for a case, each tied to the harness's life
+//! (killed with it, even by `kill -9`, see `case_kit::process`):
+//!
+//! - [`service`]: `ledger-svc` on the case's database, with its callers; under `--auth`
+//!   the service gets kit-made bearer tokens and [`service::Service`] attaches the right
+//!   one to each request.
+//! - [`worker`]: the `crash-worker`, stopped at a named hook point and killed there.
+//! - [`lost`]: a lost response forced by events: the client gives up once the service is
+//!   seen holding the committed answer at a fault point.
+//! - [`proxy`]: an HTTP/1.1 TCP proxy in front of a service that cuts answers and retries
+//!   on its own.
+//!
+//! The kit (`case-kit`) knows none of these; the case families use them.
+
+pub mod lost;
+pub mod proxy;
+pub mod service;
+pub mod worker;
