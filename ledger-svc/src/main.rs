@@ -426,7 +426,7 @@ async fn verify_idle(
 }
 
 /// Every `interval`, turns the records older than `window_ms` into tombstones
-/// (`ledger_svc::retention::sweep`). Runs until the process ends; a failed sweep is
+/// (`points_ledger::retention::sweep`). Runs until the process ends; a failed sweep is
 /// logged and tried again at the next interval.
 async fn sweep_keys(pool: Pool, window_ms: u64, interval: Duration) {
     let mut ticks = tokio::time::interval(interval);
@@ -434,7 +434,7 @@ async fn sweep_keys(pool: Pool, window_ms: u64, interval: Duration) {
     loop {
         ticks.tick().await;
         let swept = match pool.get().await {
-            Ok(client) => ledger_svc::retention::sweep(&client, window_ms)
+            Ok(client) => points_ledger::retention::sweep(&client, window_ms)
                 .await
                 .map_err(|error| error.to_string()),
             Err(error) => Err(error.to_string()),
