@@ -30,7 +30,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::http::auth::TokenTable;
 use crate::http::faults::FaultHooks;
-use crate::http::routes::{AppState, Listener, pool_wait_timeout};
+use crate::http::listener::Listener;
+use crate::http::state::{AppState, pool_wait_timeout};
 
 /// Default number of pooled database connections.
 const DEFAULT_POOL_SIZE: usize = 16;

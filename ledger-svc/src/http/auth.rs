@@ -49,8 +49,8 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::grammar;
+use super::listener::Listener;
 use super::problem::{ApiOutcome, HttpResponse, Problem};
-use super::routes::Listener;
 
 /// Largest token file read, bytes; a larger one refuses the start.
 pub const MAX_TOKEN_FILE_BYTES: u64 = 1024 * 1024;

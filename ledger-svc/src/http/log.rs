@@ -19,8 +19,8 @@
 
 use std::time::Instant;
 
+use super::listener::Listener;
 use super::problem::{HttpResponse, REPLAYED_HEADER, facts};
-use super::routes::Listener;
 
 /// The tracing target of the request lines.
 pub const REQUEST_TARGET: &str = "ledger_svc::request";

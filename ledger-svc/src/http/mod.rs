@@ -7,12 +7,15 @@ pub mod auth;
 pub mod bound;
 pub mod faults;
 pub mod grammar;
+pub mod ledger;
+pub mod listener;
 pub mod log;
 pub mod planted;
 pub mod problem;
 pub mod routes;
 pub mod server;
 pub mod spot;
+pub mod state;
 pub mod transfers;
 
 /// A handler's way to close the connection without writing a response: hyper ends an

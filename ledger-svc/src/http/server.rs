@@ -11,7 +11,9 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::routes::{AppState, Listener, handle};
+use super::listener::Listener;
+use super::routes::handle;
+use super::state::AppState;
 
 /// A client must send its request head within this, milliseconds.
 pub const HEADER_READ_TIMEOUT_MS: u64 = 5_000;

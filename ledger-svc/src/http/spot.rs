@@ -48,8 +48,9 @@ use super::CloseConnection;
 use super::auth;
 use super::bound;
 use super::grammar::{self, BodyType};
+use super::listener::Listener;
 use super::problem::{ApiOutcome, HttpResponse, Problem, json_response, mark_replayed};
-use super::routes::{AppState, Call, Handled, Listener, only, read_body};
+use super::state::{AppState, Call, Handled, only, read_body};
 
 /// SQLSTATE numeric_value_out_of_range.
 const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";

@@ -23,7 +23,7 @@ use super::auth::{self, Caller};
 use super::bound::{self, Failure};
 use super::grammar;
 use super::problem::{ApiOutcome, HttpResponse, Problem, json_response, mark_replayed};
-use super::routes::{AppState, read_body};
+use super::state::{AppState, read_body, transient};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -162,11 +162,11 @@ pub async fn transfers_route(
         )
         .into_response(),
         Err(LedgerError::KeyExpired { txn_id, tombstone }) => {
-            super::routes::key_expired(txn_id, tombstone).into_response()
+            super::ledger::key_expired(txn_id, tombstone).into_response()
         }
         // As for debits: a wait that ran out, a lost connection or a deadlock may pass
         // (503, retry); any other database error is the server's (500). Rolled back.
-        Err(error @ LedgerError::Db { .. }) if super::routes::transient(&error) => {
+        Err(error @ LedgerError::Db { .. }) if transient(&error) => {
             eprintln!("ledger-svc: transfer failed: {error}");
             Problem::unavailable().into_response()
         }
