@@ -358,11 +358,22 @@ impl Functions<'_> {
         let end = body.brace_token.span.close().end().line;
         let lines = end + 1 - start;
         let body_first = body.brace_token.span.open().start().line;
-        // `// Long:` among the attributes and doc lines above, or first in the body.
-        let reasoned = (item_start.saturating_sub(1)..=body_first.min(self.source.len()))
-            .filter_map(|l| self.source.get(l.saturating_sub(1)))
-            .chain(self.source.get(body_first))
-            .any(|line| line.trim_start().starts_with("// Long:"));
+        // `// Long:` in the block of comments, doc lines and attributes just above the
+        // `fn` (or its attributes), or first in the body.
+        let is_long = |line: &str| line.trim_start().starts_with("// Long:");
+        let mut above = item_start.min(start).saturating_sub(1);
+        let mut reasoned = false;
+        while above >= 1 {
+            let line = self.source[above - 1].trim_start();
+            if !(line.starts_with("//") || line.starts_with("#[")) {
+                break;
+            }
+            reasoned |= is_long(line);
+            above -= 1;
+        }
+        reasoned |=
+            (item_start..=start).any(|l| self.source.get(l - 1).is_some_and(|s| is_long(s)));
+        reasoned |= self.source.get(body_first).is_some_and(|s| is_long(s));
         self.out.push(Length {
             at: format!("{}:{start} {}", relative(self.file), sig.ident),
             lines,

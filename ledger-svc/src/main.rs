@@ -182,6 +182,9 @@ fn main() {
     std::process::exit(code);
 }
 
+/// Starts the service (or one `--repair`), serves until SIGTERM or SIGINT, and returns
+/// the exit status: [`EXIT_STARTUP_FAILED`] when it could not start, else what
+/// [`shutdown`] says.
 async fn run(args: Args) -> i32 {
     let (pool, database) = match build_pool(&args) {
         Ok(pool) => pool,
@@ -193,28 +196,68 @@ async fn run(args: Args) -> i32 {
     if args.repair {
         return run_repair(&pool).await;
     }
-    let auth = match &args.auth_tokens {
-        Some(path) => match TokenTable::load(path) {
-            Ok(table) => Some(Arc::new(table)),
-            Err(error) => {
-                eprintln!("ledger-svc: {error}");
-                return EXIT_STARTUP_FAILED;
-            }
-        },
-        None => None,
-    };
-    let (public, admin) = match bind(&args).await {
-        Ok(listeners) => listeners,
+    let started = match start(&args, pool).await {
+        Ok(started) => started,
         Err(error) => {
-            eprintln!("ledger-svc: {error:#}");
+            eprintln!("ledger-svc: {error}");
             return EXIT_STARTUP_FAILED;
         }
     };
+    let Started {
+        state,
+        public,
+        admin,
+        public_addr,
+        admin_addr,
+    } = started;
+    print_settings(&args, &database, &state);
+    {
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "listening on {public_addr} admin {admin_addr}");
+        let _ = stdout.flush();
+    }
+    let (stop, stopped) = watch::channel(false);
+    let public_loop = tokio::spawn(http::server::serve(
+        public,
+        Listener::Public,
+        state.clone(),
+        stopped.clone(),
+    ));
+    let admin_loop = tokio::spawn(http::server::serve(
+        admin,
+        Listener::Admin,
+        state.clone(),
+        stopped,
+    ));
+    let signal = wait_for_signal().await;
+    eprintln!("ledger-svc: {signal} received; shutting down");
+    let _ = stop.send(true);
+    let grace = Duration::from_millis(args.shutdown_grace_ms);
+    shutdown(public_loop, admin_loop, &state, grace).await
+}
+
+/// A started service: its state and its two bound listeners with their addresses.
+struct Started {
+    state: Arc<AppState>,
+    public: TcpListener,
+    admin: TcpListener,
+    public_addr: SocketAddr,
+    admin_addr: SocketAddr,
+}
+
+/// Everything that may fail at start, in order: the token file, the two listeners and
+/// their addresses, the redemption stripes; then the key sweep is started. The error is
+/// the start-up line's text (without the `ledger-svc: ` prefix).
+async fn start(args: &Args, pool: Pool) -> Result<Started, String> {
+    let auth = match &args.auth_tokens {
+        Some(path) => Some(Arc::new(TokenTable::load(path).map_err(|e| e.to_string())?)),
+        None => None,
+    };
+    let (public, admin) = bind(args).await.map_err(|error| format!("{error:#}"))?;
     let (public_addr, admin_addr) = match (public.local_addr(), admin.local_addr()) {
         (Ok(p), Ok(a)) => (p, a),
         (Err(error), _) | (_, Err(error)) => {
-            eprintln!("ledger-svc: cannot read the bound address: {error}");
-            return EXIT_STARTUP_FAILED;
+            return Err(format!("cannot read the bound address: {error}"));
         }
     };
     let state = Arc::new(AppState {
@@ -242,8 +285,7 @@ async fn run(args: Args) -> i32 {
             Err(error) => Err(error.to_string()),
         };
         if let Err(error) = created {
-            eprintln!("ledger-svc: cannot create the redemption stripes: {error}");
-            return EXIT_STARTUP_FAILED;
+            return Err(format!("cannot create the redemption stripes: {error}"));
         }
     }
     if args.key_retention_ms > 0 {
@@ -253,6 +295,17 @@ async fn run(args: Args) -> i32 {
             Duration::from_millis(args.key_sweep_interval_ms),
         ));
     }
+    Ok(Started {
+        state,
+        public,
+        admin,
+        public_addr,
+        admin_addr,
+    })
+}
+
+/// The settings line on stderr, then one line per token-table fact.
+fn print_settings(args: &Args, database: &str, state: &AppState) {
     eprintln!(
         "ledger-svc: database={database} pool_size={} worker_threads={} redeem_stripes={} \
          request_timeout_ms={} lock_timeout_ms={} statement_timeout_ms={} idle_in_transaction_timeout_ms={} key_retention_ms={} \
@@ -290,35 +343,6 @@ async fn run(args: Args) -> i32 {
             eprintln!("ledger-svc: {line}");
         }
     }
-    {
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "listening on {public_addr} admin {admin_addr}");
-        let _ = stdout.flush();
-    }
-
-    let (stop, stopped) = watch::channel(false);
-    let public_loop = tokio::spawn(http::server::serve(
-        public,
-        Listener::Public,
-        state.clone(),
-        stopped.clone(),
-    ));
-    let admin_loop = tokio::spawn(http::server::serve(
-        admin,
-        Listener::Admin,
-        state.clone(),
-        stopped,
-    ));
-    let signal = wait_for_signal().await;
-    eprintln!("ledger-svc: {signal} received; shutting down");
-    let _ = stop.send(true);
-    shutdown(
-        public_loop,
-        admin_loop,
-        &state,
-        Duration::from_millis(args.shutdown_grace_ms),
-    )
-    .await
 }
 
 /// `--repair`: one repair, its report on stdout.

@@ -154,13 +154,30 @@ where
     let cancel = client.cancel_token();
     let holds = Arc::new(Holds::default());
     let phase = Arc::new(Mutex::new(Phase::Running));
-    let (answer, mut answered) = tokio::sync::oneshot::channel();
-    let task_phase = phase.clone();
-    tasks.spawn(HELD.scope(holds.clone(), async move {
+    let answered = spawn_work(tasks, client, holds.clone(), phase.clone(), work);
+    watch(answered, &holds, &phase, &cancel, deadline).await
+}
+
+/// Runs `work` on `client` in a task of `tasks` with `holds` as its fault-hold record; a
+/// connection whose transaction was being cancelled ([`Phase::Cancelling`]) when the work
+/// ended is never pooled again. The receiver gets the work's output.
+fn spawn_work<T, W>(
+    tasks: &TaskTracker,
+    client: Object,
+    holds: Arc<Holds>,
+    phase: Arc<Mutex<Phase>>,
+    work: W,
+) -> tokio::sync::oneshot::Receiver<T>
+where
+    T: Send + 'static,
+    W: for<'c> FnOnce(&'c mut tokio_postgres::Client) -> BoxFuture<'c, T> + Send + 'static,
+{
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    tasks.spawn(HELD.scope(holds, async move {
         let mut client = client;
         let output = work(&mut client).await;
         let cancelled = {
-            let mut phase = task_phase.lock().unwrap_or_else(|p| p.into_inner());
+            let mut phase = phase.lock().unwrap_or_else(|p| p.into_inner());
             std::mem::replace(&mut *phase, Phase::Done) == Phase::Cancelling
         };
         if cancelled {
@@ -169,6 +186,20 @@ where
         }
         let _ = answer.send(output);
     }));
+    answered
+}
+
+/// Waits for the work's answer until `deadline` (moved on by the time held at fault
+/// points), then cancels its statement with back-off (every [`CANCEL_INTERVAL_MS`],
+/// doubling to [`CANCEL_INTERVAL_MAX_MS`]) and gives up [`CANCEL_GRACE_MS`] past the
+/// deadline ([`NotRun::Unanswered`]).
+async fn watch<T>(
+    mut answered: tokio::sync::oneshot::Receiver<T>,
+    holds: &Holds,
+    phase: &Mutex<Phase>,
+    cancel: &tokio_postgres::CancelToken,
+    deadline: Instant,
+) -> Result<Ran<T>, NotRun> {
     let mut wake = deadline;
     let mut interval = Duration::from_millis(CANCEL_INTERVAL_MS);
     let mut cancels = 0_u32;

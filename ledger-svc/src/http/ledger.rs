@@ -181,28 +181,53 @@ pub(super) async fn transfer_route(
                 .into_response(),
         );
     }
+    let account = head.account.clone();
+    let Some(transfer_request) = transfer_request(state, head, kind, amount, order_id) else {
+        // Transfers between two accounts have their own route (`http::transfers`).
+        return Ok(Problem::no_route("/transfers").into_response());
+    };
+    answer_in_task(state, transfer_request, kind, account, amount, log).await
+}
+
+/// The ledger's request for a debit (striped over the redemption stripes, with its order
+/// id if named) or a grant; `None` for a transfer between two accounts.
+fn transfer_request(
+    state: &AppState,
+    head: TransferHead,
+    kind: Kind,
+    amount: i64,
+    order_id: Option<String>,
+) -> Option<TransferRequest> {
     let TransferHead {
         account,
         client_id,
         key,
         ..
     } = head;
-    let transfer_request = match kind {
+    match kind {
         Kind::Debit => {
             let debit = striped_debit(client_id, key, &account, amount, state.redeem_stripes);
-            match order_id {
+            Some(match order_id {
                 Some(order_id) => debit.with_order(order_id),
                 None => debit,
-            }
+            })
         }
-        Kind::Grant => TransferRequest::grant(client_id, key, &account, amount),
-        // Transfers between two accounts have their own route (`http::transfers`).
-        Kind::Transfer => return Ok(Problem::no_route("/transfers").into_response()),
-    };
+        Kind::Grant => Some(TransferRequest::grant(client_id, key, &account, amount)),
+        Kind::Transfer => None,
+    }
+}
 
-    // The transfer runs in its own task: if the client goes away (hyper then drops this
-    // future), the transaction still ends by commit or rollback, never half-way, and the
-    // task still writes the request's log line.
+/// Runs `transfer_request` and its answer in a task of its own: if the client goes away
+/// (hyper then drops this future), the transaction still ends by commit or rollback,
+/// never half-way, and the task still writes the request's log line.
+async fn answer_in_task(
+    state: &Arc<AppState>,
+    transfer_request: TransferRequest,
+    kind: Kind,
+    account: String,
+    amount: i64,
+    log: &mut Option<RequestLog>,
+) -> Handled {
     let task_state = state.clone();
     let task_log = log.take();
     let (answer, answered) = tokio::sync::oneshot::channel::<Handled>();

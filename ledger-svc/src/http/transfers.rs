@@ -15,7 +15,9 @@ use std::sync::Arc;
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use points_ledger::schema::is_system_account;
-use points_ledger::{LedgerError, Outcome, between, transfer_between};
+use points_ledger::{
+    LedgerError, Outcome, TransferRequest, TransferResult, between, transfer_between,
+};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -33,6 +35,15 @@ struct TransferBody {
     amount: i64,
 }
 
+/// One parsed `POST /transfers`: who asks, under which key, for what.
+struct Parsed {
+    client_id: String,
+    key: String,
+    from: String,
+    to: String,
+    amount: i64,
+}
+
 /// Handles one `POST /transfers`.
 /// `caller`: the authenticated caller with `--auth-tokens` (its id scopes the key;
 /// `super::auth::client_id`), `None` without. Answered within the request's bound
@@ -42,45 +53,78 @@ pub async fn transfers_route(
     request: Request<Incoming>,
     caller: Option<&Caller>,
 ) -> HttpResponse {
-    let headers = request.headers();
-    let client_id = match auth::client_id(caller, headers) {
-        Ok(client_id) => client_id,
+    let parsed = match parse(request, caller).await {
+        Ok(parsed) => parsed,
         Err(refused) => return *refused,
     };
-    let key = match grammar::parse_idempotency_key(
+    let req = between(
+        parsed.client_id.clone(),
+        parsed.key.clone(),
+        parsed.from.clone(),
+        parsed.to.clone(),
+        parsed.amount,
+    );
+    match run(state, req).await {
+        Ok(result) => answer(&parsed, result),
+        Err(refused) => *refused,
+    }
+}
+
+/// Reads the caller, the key and the body of a transfer: 400 (or the caller's 401/403)
+/// for anything malformed, before anything runs.
+async fn parse(
+    request: Request<Incoming>,
+    caller: Option<&Caller>,
+) -> Result<Parsed, Box<HttpResponse>> {
+    let bad = |detail: &str| Box::new(Problem::bad_request(detail).into_response());
+    let headers = request.headers();
+    let client_id = auth::client_id(caller, headers)?;
+    let key = grammar::parse_idempotency_key(
         headers
             .get_all("idempotency-key")
             .iter()
             .map(|value| value.as_bytes()),
-    ) {
-        Ok(key) => key,
-        Err(bad) => return Problem::bad_request(bad.0).into_response(),
-    };
-    let body = match read_body(request).await {
-        Ok(body) => body,
-        Err(problem) => return problem.into_response(),
-    };
+    )
+    .map_err(|bad_key| bad(&bad_key.0))?;
+    let body = read_body(request)
+        .await
+        .map_err(|problem| Box::new(problem.into_response()))?;
     let Ok(body) = serde_json::from_slice::<TransferBody>(&body) else {
-        return Problem::bad_request(
+        return Err(bad(
             "body must be {\"from\": account, \"to\": account, \"amount\": positive integer}",
-        )
-        .into_response();
+        ));
     };
     let (from, to) = match (
         grammar::parse_account_id(&body.from),
         grammar::parse_account_id(&body.to),
     ) {
         (Ok(from), Ok(to)) => (from, to),
-        (Err(bad), _) | (_, Err(bad)) => return Problem::bad_request(bad.0).into_response(),
+        (Err(wrong), _) | (_, Err(wrong)) => return Err(bad(&wrong.0)),
     };
     if body.amount <= 0 {
-        return Problem::bad_request("amount must be a positive integer").into_response();
+        return Err(bad("amount must be a positive integer"));
     }
     if from == to || is_system_account(&from) || is_system_account(&to) {
-        return Problem::bad_request("a transfer moves points between two different user accounts")
-            .into_response();
+        return Err(bad(
+            "a transfer moves points between two different user accounts",
+        ));
     }
-    let req = between(client_id, key, from.clone(), to.clone(), body.amount);
+    Ok(Parsed {
+        client_id,
+        key,
+        from,
+        to,
+        amount: body.amount,
+    })
+}
+
+/// Runs the transfer in its own task within the request's bound: the ledger's result,
+/// or the answer when the bound ran out (503 `request-timeout`), the session did not
+/// answer or no connection came (503 `UNKNOWN`), or the task failed (500).
+async fn run(
+    state: &Arc<AppState>,
+    req: TransferRequest,
+) -> Result<Result<TransferResult, LedgerError>, Box<HttpResponse>> {
     let task_state = state.clone();
     let task = state.tasks.spawn(async move {
         let faults = task_state.faults.clone();
@@ -98,22 +142,32 @@ pub async fn transfers_route(
         .await;
         bound::settle(ran, |error| matches!(error, LedgerError::HookAborted(_)))
     });
-    let result = match task.await {
-        Ok(Ok(result)) => Ok(result),
-        Ok(Err(Failure::Failed(error))) => Err(error),
+    let refused = |response: HttpResponse| Err(Box::new(response));
+    match task.await {
+        Ok(Ok(result)) => Ok(Ok(result)),
+        Ok(Err(Failure::Failed(error))) => Ok(Err(error)),
         Ok(Err(Failure::RanOut)) => {
-            return Problem::bound_ran_out(state.request_timeout_ms).into_response();
+            refused(Problem::bound_ran_out(state.request_timeout_ms).into_response())
         }
-        Ok(Err(Failure::Unknown)) => return Problem::unavailable().into_response(),
+        Ok(Err(Failure::Unknown)) => refused(Problem::unavailable().into_response()),
         Ok(Err(Failure::NoConnection(error))) => {
             eprintln!("ledger-svc: no database connection: {error}");
-            return Problem::unavailable().into_response();
+            refused(Problem::unavailable().into_response())
         }
         Err(error) => {
             eprintln!("ledger-svc: transfer task failed: {error}");
-            return Problem::internal().into_response();
+            refused(Problem::internal().into_response())
         }
-    };
+    }
+}
+
+/// The answer to a transfer that ran: 201, 409 `insufficient`, 404 `no-account`, 422
+/// `key-reused` or `KEY_EXPIRED`, 503 `account-frozen`, or 503/500 for a database error
+/// that may pass or may not. A replayed result is marked so.
+fn answer(parsed: &Parsed, result: Result<TransferResult, LedgerError>) -> HttpResponse {
+    let Parsed {
+        from, to, amount, ..
+    } = parsed;
     match result {
         Ok(result) => {
             let mut response = match result.outcome {
@@ -121,7 +175,7 @@ pub async fn transfers_route(
                     StatusCode::CREATED,
                     &json!({
                         "outcome": ApiOutcome::Ok.as_str(), "kind": "TRANSFER",
-                        "from": from, "to": to, "amount": body.amount,
+                        "from": from, "to": to, "amount": amount,
                         "txn_id": result.txn_id, "balance": result.balance,
                     }),
                 ),
@@ -130,22 +184,29 @@ pub async fn transfers_route(
                     "insufficient",
                     "Insufficient balance",
                     format!(
-                        "account {from} had {} points, fewer than {}",
-                        result.balance, body.amount
+                        "account {from} had {} points, fewer than {amount}",
+                        result.balance
                     ),
                     ApiOutcome::Insufficient,
                 )
                 .with("balance", result.balance)
                 .into_response(),
-                Outcome::NoAccount => no_account(&from),
+                Outcome::NoAccount => no_account(from),
             };
             if result.replayed {
                 mark_replayed(&mut response);
             }
             response
         }
-        Err(LedgerError::CreditAccountMissing(missing)) => no_account(&missing),
-        Err(LedgerError::KeyReused { .. }) => Problem::new(
+        Err(error) => refusal(error),
+    }
+}
+
+/// The answer to a transfer the ledger refused with `error`.
+fn refusal(error: LedgerError) -> HttpResponse {
+    match error {
+        LedgerError::CreditAccountMissing(missing) => no_account(&missing),
+        LedgerError::KeyReused { .. } => Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "key-reused",
             "Idempotency key reused",
@@ -153,7 +214,7 @@ pub async fn transfers_route(
             ApiOutcome::KeyReused,
         )
         .into_response(),
-        Err(LedgerError::AccountFrozen(frozen)) => Problem::new(
+        LedgerError::AccountFrozen(frozen) => Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "account-frozen",
             "Account frozen for repair",
@@ -161,16 +222,16 @@ pub async fn transfers_route(
             ApiOutcome::Unknown,
         )
         .into_response(),
-        Err(LedgerError::KeyExpired { txn_id, tombstone }) => {
+        LedgerError::KeyExpired { txn_id, tombstone } => {
             super::ledger::key_expired(txn_id, tombstone).into_response()
         }
         // As for debits: a wait that ran out, a lost connection or a deadlock may pass
         // (503, retry); any other database error is the server's (500). Rolled back.
-        Err(error @ LedgerError::Db { .. }) if transient(&error) => {
+        error @ LedgerError::Db { .. } if transient(&error) => {
             eprintln!("ledger-svc: transfer failed: {error}");
             Problem::unavailable().into_response()
         }
-        Err(error) => {
+        error => {
             eprintln!("ledger-svc: transfer failed: {error}");
             Problem::internal().into_response()
         }
