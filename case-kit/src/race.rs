@@ -93,35 +93,7 @@ where
         );
         let thread = std::thread::Builder::new()
             .name(format!("racer-{index}"))
-            .spawn(move || -> Result<T, RaceError> {
-                let ready = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(anyhow::Error::from)
-                    .and_then(|runtime| {
-                        let client = runtime.block_on(connect_with(config))?;
-                        Ok((runtime, client))
-                    });
-                if ready.is_err() {
-                    unconnected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                }
-                start.wait();
-                // After the start line the count is final. If anyone is missing, no
-                // one starts: a body that waits at the shared barrier would wait for
-                // a participant that never comes.
-                let (runtime, client) = ready.map_err(|error| {
-                    RaceError::Cause(format!("racer {index} could not connect: {error:#}"))
-                })?;
-                let missing = unconnected.load(std::sync::atomic::Ordering::SeqCst);
-                if missing > 0 {
-                    return Err(RaceError::Abandoned(missing));
-                }
-                Ok(runtime.block_on(body(Racer {
-                    index,
-                    client,
-                    barrier: shared,
-                })))
-            })?;
+            .spawn(move || racer_thread(index, config, body, start, unconnected, shared))?;
         threads.push(thread);
     }
     let joined: Vec<Result<T, RaceError>> = tokio::task::spawn_blocking(move || {
@@ -135,7 +107,57 @@ where
             .collect()
     })
     .await?;
-    let mut results = Vec::with_capacity(participants);
+    gather(joined)
+}
+
+/// One racer's thread: its own runtime and connection, then the start line (a blocking
+/// barrier every thread reaches, whatever happened before, so a failure never leaves the
+/// others waiting); then `body`, unless a participant could not connect.
+fn racer_thread<T, F, Fut>(
+    index: usize,
+    config: tokio_postgres::Config,
+    body: Arc<F>,
+    start: Arc<std::sync::Barrier>,
+    unconnected: Arc<std::sync::atomic::AtomicUsize>,
+    shared: Arc<tokio::sync::Barrier>,
+) -> Result<T, RaceError>
+where
+    F: Fn(Racer) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let ready = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| {
+            let client = runtime.block_on(connect_with(config))?;
+            Ok((runtime, client))
+        });
+    if ready.is_err() {
+        unconnected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    start.wait();
+    // After the start line the count is final. If anyone is missing, no one starts: a
+    // body that waits at the shared barrier would wait for a participant that never comes.
+    let (runtime, client) = ready
+        .map_err(|error| RaceError::Cause(format!("racer {index} could not connect: {error:#}")))?;
+    let missing = unconnected.load(std::sync::atomic::Ordering::SeqCst);
+    if missing > 0 {
+        return Err(RaceError::Abandoned(missing));
+    }
+    Ok(runtime.block_on(body(Racer {
+        index,
+        client,
+        barrier: shared,
+    })))
+}
+
+/// The racers' results in index order, or why the race did not run: a racer's cause
+/// (first), or how many could not connect.
+///
+/// Errors: as [`race`].
+fn gather<T>(joined: Vec<Result<T, RaceError>>) -> anyhow::Result<Vec<T>> {
+    let mut results = Vec::with_capacity(joined.len());
     let mut abandoned = None;
     for outcome in joined {
         match outcome {

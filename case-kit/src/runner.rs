@@ -3,6 +3,7 @@
 //! or timeout is a failed check. Shared by the harness binary and the tests, so both
 //! run cases the same way.
 
+use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +25,57 @@ fn case_timeout() -> Duration {
         .and_then(|v| v.parse().ok())
         .unwrap_or(CASE_TIMEOUT_MS);
     Duration::from_millis(ms)
+}
+
+/// Runs the body of `case` on `resource` within the case timeout: its transcript lines and
+/// run-record details, with a failed check `case ran to completion` for an error, panic
+/// or timeout. A clean case that completed registers its resource for its family's
+/// reconciliation.
+async fn run_body(
+    env: &Arc<Env>,
+    family: &Family,
+    case: &Case,
+    resource: &Resource,
+) -> (Vec<Line>, BTreeMap<String, serde_json::Value>) {
+    let mut ctx = Ctx::new(
+        env.clone(),
+        family.prefix,
+        case.id.clone(),
+        resource.clone(),
+    );
+    ctx.set_may_restart_server(case.restarts_server.is_some());
+    ctx.pin(&case.pinned);
+    for (name, shown) in ctx.choices().shown() {
+        ctx.record(name, shown.into());
+    }
+    let timeout = case_timeout();
+    let outcome = tokio::time::timeout(
+        timeout,
+        AssertUnwindSafe((case.body)(&mut ctx)).catch_unwind(),
+    )
+    .await;
+    let (mut lines, details) = ctx.take();
+    let failure = match outcome {
+        Ok(Ok(Ok(()))) => None,
+        Ok(Ok(Err(error))) => Some(format!("error: {error:#}")),
+        Ok(Err(panic)) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Some(format!("panic: {message}"))
+        }
+        Err(_) => Some(format!("timed out after {} ms", timeout.as_millis())),
+    };
+    match failure {
+        Some(seen) => lines.push(Line::Check(Check::failure("case ran to completion", seen))),
+        None if case.clean && *resource != Resource::None => {
+            env.register_clean(family.prefix, resource.name());
+        }
+        None => {}
+    }
+    (lines, details)
 }
 
 /// Runs `case` of `family` on its own resource. In PostgreSQL families it first takes
@@ -55,46 +107,7 @@ pub async fn run_case(env: Arc<Env>, family: &Family, case: &Case) -> CaseReport
             Resource::None
         }
         Ok(resource) => {
-            let mut ctx = Ctx::new(
-                env.clone(),
-                family.prefix,
-                case.id.clone(),
-                resource.clone(),
-            );
-            ctx.set_may_restart_server(case.restarts_server.is_some());
-            ctx.pin(&case.pinned);
-            for (name, shown) in ctx.choices().shown() {
-                ctx.record(name, shown.into());
-            }
-            let timeout = case_timeout();
-            let outcome = tokio::time::timeout(
-                timeout,
-                AssertUnwindSafe((case.body)(&mut ctx)).catch_unwind(),
-            )
-            .await;
-            (lines, details) = ctx.take();
-            let failure = match outcome {
-                Ok(Ok(Ok(()))) => None,
-                Ok(Ok(Err(error))) => Some(format!("error: {error:#}")),
-                Ok(Err(panic)) => {
-                    let message = panic
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_default();
-                    Some(format!("panic: {message}"))
-                }
-                Err(_) => Some(format!("timed out after {} ms", timeout.as_millis())),
-            };
-            match failure {
-                Some(seen) => {
-                    lines.push(Line::Check(Check::failure("case ran to completion", seen)))
-                }
-                None if case.clean && resource != Resource::None => {
-                    env.register_clean(family.prefix, resource.name());
-                }
-                None => {}
-            }
+            (lines, details) = run_body(&env, family, case, &resource).await;
             resource
         }
     };

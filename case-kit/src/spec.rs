@@ -224,35 +224,7 @@ fn is_name(name: &str) -> bool {
 /// `claim`, `fails`, `system` or `clean`, a step outside a session, a duplicate step
 /// name, a permutation naming an unknown step, more than [`MAX_SPEC_LINES`] lines.
 pub fn parse(text: &str) -> Result<Spec, ParseError> {
-    // (line number, indent, text) of the meaningful lines, continuations joined.
-    let mut items: Vec<(usize, usize, String)> = Vec::new();
-    let lines: Vec<&str> = text.lines().collect();
-    if lines.len() > MAX_SPEC_LINES {
-        return Err(error(
-            0,
-            format!("{} lines; a spec has at most {MAX_SPEC_LINES}", lines.len()),
-        ));
-    }
-    for (index, raw) in lines.iter().enumerate() {
-        let trimmed = raw.trim();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
-            continue;
-        }
-        if raw.contains('\t') {
-            return Err(error(index + 1, "indent with spaces, not tabs"));
-        }
-        let indent = raw.len() - raw.trim_start().len();
-        match items.last_mut() {
-            Some((_, key_indent, value))
-                if indent > *key_indent && !value.starts_with("session ") =>
-            {
-                value.push('\n');
-                value.push_str(trimmed);
-            }
-            _ => items.push((index + 1, indent, trimmed.to_string())),
-        }
-    }
-
+    let items = meaningful_lines(text)?;
     let mut spec = Spec::default();
     let mut seen = std::collections::BTreeSet::new();
     let mut clean = None;
@@ -283,64 +255,142 @@ pub fn parse(text: &str) -> Result<Spec, ParseError> {
         }
         if in_session {
             let session = spec.sessions.last_mut().expect("a session is open");
-            let (kind, name) = key.split_once(' ').unwrap_or((key, ""));
-            let name = name.trim();
-            match (kind, name) {
-                ("setup", "") => session.setup.push(value),
-                ("teardown", "") => session.teardown.push(value),
-                ("step" | "call", name) if is_name(name) => {
-                    if !seen.insert(name.to_string()) {
-                        return Err(error(line, format!("step {name:?} is defined twice")));
-                    }
-                    let action = if kind == "step" {
-                        Action::Sql(value)
-                    } else {
-                        Action::Call(parse_call(line, &value)?)
-                    };
-                    session.steps.push(Step {
-                        name: name.to_string(),
-                        action,
-                    });
-                }
-                _ => {
-                    return Err(error(
-                        line,
-                        format!(
-                            "in a session: `setup:`, `teardown:`, `step NAME:` or `call NAME:`, not {key:?}"
-                        ),
-                    ));
-                }
-            }
-            continue;
-        }
-        match key {
-            "title" => spec.title = value,
-            "claim" => spec.claim = value,
-            "fails" => spec.fails = value,
-            "system" => spec.system = value,
-            "clean" => {
-                clean = Some(match value.as_str() {
-                    "yes" => true,
-                    "no" => false,
-                    other => {
-                        return Err(error(line, format!("clean: yes or no, not {other:?}")));
-                    }
-                })
-            }
-            "setup" => spec.setup.push(Action::Sql(value)),
-            "setup call" => spec.setup.push(Action::Call(parse_call(line, &value)?)),
-            "teardown" => spec.teardown.push(value),
-            "permutation" => {
-                let names: Vec<String> = value.split_whitespace().map(String::from).collect();
-                if names.is_empty() {
-                    return Err(error(line, "a permutation names at least one step"));
-                }
-                spec.permutations.push(names);
-            }
-            "step" | "call" => return Err(error(line, "a step belongs to a session")),
-            other => return Err(error(line, format!("unknown key {other:?}"))),
+            session_item(session, &mut seen, line, key, value)?;
+        } else {
+            top_item(&mut spec, &mut clean, line, key, value)?;
         }
     }
+    finish(spec, clean, &seen)
+}
+
+/// The meaningful lines of a spec as `(line number, indent, text)`: blank lines and `#`
+/// comments left out, continuation lines (indented deeper than their key) joined to it.
+///
+/// Errors: more than [`MAX_SPEC_LINES`] lines; a tab in an indent.
+fn meaningful_lines(text: &str) -> Result<Vec<(usize, usize, String)>, ParseError> {
+    let mut items: Vec<(usize, usize, String)> = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() > MAX_SPEC_LINES {
+        return Err(error(
+            0,
+            format!("{} lines; a spec has at most {MAX_SPEC_LINES}", lines.len()),
+        ));
+    }
+    for (index, raw) in lines.iter().enumerate() {
+        let trimmed = raw.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        if raw.contains('\t') {
+            return Err(error(index + 1, "indent with spaces, not tabs"));
+        }
+        let indent = raw.len() - raw.trim_start().len();
+        match items.last_mut() {
+            Some((_, key_indent, value))
+                if indent > *key_indent && !value.starts_with("session ") =>
+            {
+                value.push('\n');
+                value.push_str(trimmed);
+            }
+            _ => items.push((index + 1, indent, trimmed.to_string())),
+        }
+    }
+    Ok(items)
+}
+
+/// One `key: value` inside a session: `setup:`, `teardown:`, `step NAME:` or
+/// `call NAME:`; step names are unique across the spec (`seen`).
+///
+/// Errors: any other key; a step name used twice; a call that does not parse.
+fn session_item(
+    session: &mut Session,
+    seen: &mut std::collections::BTreeSet<String>,
+    line: usize,
+    key: &str,
+    value: String,
+) -> Result<(), ParseError> {
+    let (kind, name) = key.split_once(' ').unwrap_or((key, ""));
+    let name = name.trim();
+    match (kind, name) {
+        ("setup", "") => session.setup.push(value),
+        ("teardown", "") => session.teardown.push(value),
+        ("step" | "call", name) if is_name(name) => {
+            if !seen.insert(name.to_string()) {
+                return Err(error(line, format!("step {name:?} is defined twice")));
+            }
+            let action = if kind == "step" {
+                Action::Sql(value)
+            } else {
+                Action::Call(parse_call(line, &value)?)
+            };
+            session.steps.push(Step {
+                name: name.to_string(),
+                action,
+            });
+        }
+        _ => {
+            return Err(error(
+                line,
+                format!(
+                    "in a session: `setup:`, `teardown:`, `step NAME:` or `call NAME:`, not {key:?}"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One `key: value` outside sessions: the spec's title, claim, expected failure, system,
+/// cleanliness, setup, teardown and permutations.
+///
+/// Errors: an unknown key; a step outside a session; a bad `clean:`; an empty
+/// permutation; a call that does not parse.
+fn top_item(
+    spec: &mut Spec,
+    clean: &mut Option<bool>,
+    line: usize,
+    key: &str,
+    value: String,
+) -> Result<(), ParseError> {
+    match key {
+        "title" => spec.title = value,
+        "claim" => spec.claim = value,
+        "fails" => spec.fails = value,
+        "system" => spec.system = value,
+        "clean" => {
+            *clean = Some(match value.as_str() {
+                "yes" => true,
+                "no" => false,
+                other => {
+                    return Err(error(line, format!("clean: yes or no, not {other:?}")));
+                }
+            })
+        }
+        "setup" => spec.setup.push(Action::Sql(value)),
+        "setup call" => spec.setup.push(Action::Call(parse_call(line, &value)?)),
+        "teardown" => spec.teardown.push(value),
+        "permutation" => {
+            let names: Vec<String> = value.split_whitespace().map(String::from).collect();
+            if names.is_empty() {
+                return Err(error(line, "a permutation names at least one step"));
+            }
+            spec.permutations.push(names);
+        }
+        "step" | "call" => return Err(error(line, "a step belongs to a session")),
+        other => return Err(error(line, format!("unknown key {other:?}"))),
+    }
+    Ok(())
+}
+
+/// The whole-spec checks once every line is read: the required keys, a step in every
+/// session, permutations naming known steps.
+///
+/// Errors: the first of those that fails.
+fn finish(
+    mut spec: Spec,
+    clean: Option<bool>,
+    seen: &std::collections::BTreeSet<String>,
+) -> Result<Spec, ParseError> {
     for (key, value) in [
         ("title", &spec.title),
         ("claim", &spec.claim),
@@ -896,21 +946,11 @@ pub async fn run(
     Ok(())
 }
 
-async fn play(
-    ctx: &Ctx,
-    database: &str,
-    spec: &Spec,
-    order: &[String],
-    calls: Arc<dyn Calls>,
-    notes: &mut Vec<String>,
-) -> anyhow::Result<()> {
-    let mut setup = ctx.connect_to(database).await?;
-    for action in &spec.setup {
-        let outcome = run_action(&mut setup, action, calls.as_ref()).await;
-        if let Some(failed) = outcome.iter().find(|line| line.starts_with("ERROR")) {
-            anyhow::bail!("setup {} failed: {failed}", action.display());
-        }
-    }
+/// One session per spec session on `database`, each with its backend pid (for
+/// `pg_blocking_pids`) and its own setup run.
+///
+/// Errors: connection failures; a session setup that fails.
+async fn open_sessions(ctx: &Ctx, database: &str, spec: &Spec) -> anyhow::Result<Vec<Live>> {
     let mut sessions = Vec::new();
     for session in &spec.sessions {
         let client = ctx.connect_to(database).await?;
@@ -929,6 +969,30 @@ async fn play(
             flight: None,
         });
     }
+    Ok(sessions)
+}
+
+/// Plays `order` on `database`: the spec's setup, its sessions, each step sent in turn
+/// (waits read from PostgreSQL), then every session's and the spec's teardown, noted.
+///
+/// Errors: a setup that fails; a step that cannot be sent or finished (the sessions are
+/// cancelled and torn down first).
+async fn play(
+    ctx: &Ctx,
+    database: &str,
+    spec: &Spec,
+    order: &[String],
+    calls: Arc<dyn Calls>,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let mut setup = ctx.connect_to(database).await?;
+    for action in &spec.setup {
+        let outcome = run_action(&mut setup, action, calls.as_ref()).await;
+        if let Some(failed) = outcome.iter().find(|line| line.starts_with("ERROR")) {
+            anyhow::bail!("setup {} failed: {failed}", action.display());
+        }
+    }
+    let sessions = open_sessions(ctx, database, spec).await?;
     let pids = sessions.iter().map(|s| s.pid).collect();
     let mut play = Play {
         monitor: ctx.connect_to(database).await?,
