@@ -470,3 +470,57 @@ fn functions_a_reader_can_hold() {
         show(&unreasoned)
     );
 }
+
+// ----- citations -----
+
+/// Every text file of the repository a reader follows citations in: sources, docs,
+/// manifests, spec files and scripts (not the evidence of past runs).
+fn text_files() -> Vec<PathBuf> {
+    let mut all = Vec::new();
+    for ext in [".rs", ".md", ".toml", ".sh", ".spec"] {
+        files(&root(), ext, &mut all);
+    }
+    let ci = root().join(".ci");
+    files(&ci, "", &mut all);
+    all.sort();
+    all.dedup();
+    all
+}
+
+#[test]
+fn every_citation_points_inside_the_repository() {
+    let spec = std::fs::read_to_string(root().join("docs/SPEC.md")).expect("docs/SPEC.md");
+    let sections: BTreeSet<String> = spec
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .filter_map(|l| l.split_once(". ").map(|(n, _)| n.to_string()))
+        .collect();
+    let cited = regex::Regex::new(r"SPEC §(\d+)(?:[–-]§(\d+))?").unwrap();
+    let outside = regex::Regex::new(r"(?i)\bissue #?\d+|\.\./shared|shared/seeds|seeds/0\d\d_").unwrap();
+    let mut wrong = Vec::new();
+    let mut count = 0;
+    for file in text_files() {
+        // This file names the patterns it looks for.
+        if file.ends_with("harness/tests/house.rs") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&file) else { continue };
+        for (number, line) in text.lines().enumerate() {
+            let at = format!("{}:{}", relative(&file), number + 1);
+            for found in cited.captures_iter(line) {
+                count += 1;
+                for section in [found.get(1), found.get(2)].into_iter().flatten() {
+                    if !sections.contains(section.as_str()) {
+                        wrong.push(format!("{at}: SPEC §{} has no section in docs/SPEC.md", section.as_str()));
+                    }
+                }
+            }
+            if let Some(found) = outside.find(line) {
+                wrong.push(format!("{at}: points outside the repository: {:?}", found.as_str()));
+            }
+        }
+    }
+    println!("SPEC § citations: {count}; sections in docs/SPEC.md: {}", sections.len());
+    assert!(count > 0, "no SPEC citation found: the search is broken");
+    assert!(wrong.is_empty(), "citations that do not resolve:\n{}", wrong.join("\n"));
+}

@@ -1,4 +1,4 @@
-//! The external network of the withdrawal cases (issue 13), and the executor that talks
+//! The external network of the withdrawal cases (cases F13–F16, SPEC §8), and the executor that talks
 //! to it.
 //!
 //! - `net-standin` (binary): a stand-in for a blockchain-like network, a separate

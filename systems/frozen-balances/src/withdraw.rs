@@ -1,4 +1,4 @@
-//! Withdrawals to an external network, and deposits it reports (issue 13; SPEC §8,
+//! Withdrawals to an external network, and deposits it reports (SPEC §8,
 //! "further F cases" F13–F16).
 //!
 //! A withdrawal has an effect the database cannot roll back: a transfer on another
