@@ -43,7 +43,24 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         .await?;
     service.deposit(t, "dep-0102", "bob", "BTC", "2").await?;
 
-    let buy = place(&service, "place-0101", "alice", "BUY", "1.0000", "5000.00").await?;
+    let (b, s) = place_both(ctx, &service, &db).await?;
+    settle_in_two_fills(ctx, &service, b, s).await?;
+    check_end(ctx, &service, &db).await?;
+    service.stop_checked(ctx).await?;
+    Ok(())
+}
+
+/// Places alice's BUY 1.0000 @ 5000.00 and bob's SELL 1.0000 @ 4900.00, checking each
+/// placement and the frozen amount after it. Returns `(buy order id, sell order id)`.
+///
+/// Errors: transport or database errors; a placement without an order id.
+async fn place_both(
+    ctx: &mut Ctx,
+    service: &Service,
+    db: &tokio_postgres::Client,
+) -> anyhow::Result<(i64, i64)> {
+    let t = DEFAULT_TENANT;
+    let buy = place(service, "place-0101", "alice", "BUY", "1.0000", "5000.00").await?;
     ctx.note(format!(
         "alice BUY 1.0000 @ 5000.00: {} frozen={} fee_reserve={}",
         buy.summary(),
@@ -54,9 +71,9 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "alice USDT after the placement",
         "available=4995.000000 frozen=5005.000000".to_string(),
-        balance_line(&db, t, "alice", Asset::Usdt).await?,
+        balance_line(db, t, "alice", Asset::Usdt).await?,
     );
-    let sell = place(&service, "place-0102", "bob", "SELL", "1.0000", "4900.00").await?;
+    let sell = place(service, "place-0102", "bob", "SELL", "1.0000", "4900.00").await?;
     ctx.check_eq(
         "bob's placement",
         "201 OK".to_string(),
@@ -65,12 +82,24 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "bob BTC after the placement",
         "available=1.00000000 frozen=1.00000000".to_string(),
-        balance_line(&db, t, "bob", Asset::Btc).await?,
+        balance_line(db, t, "bob", Asset::Btc).await?,
     );
     let (Some(b), Some(s)) = (buy.order_id(), sell.order_id()) else {
         anyhow::bail!("a placement returned no order id");
     };
+    Ok((b, s))
+}
 
+/// Fills buy order `b` against sell order `s` in two fills (0.4 and 0.6 @ 4900.00),
+/// noting each and checking what alice pays and gets back and what bob receives.
+///
+/// Errors: transport errors.
+async fn settle_in_two_fills(
+    ctx: &mut Ctx,
+    service: &Service,
+    b: i64,
+    s: i64,
+) -> anyhow::Result<()> {
     for (fill_id, quantity, paid, fee, returned, received) in [
         (
             "fill-0101",
@@ -116,7 +145,19 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             filled.text("seller_received"),
         );
     }
+    Ok(())
+}
 
+/// The end state: each side's USDT and BTC as the service reports them, sys-fee's
+/// USDT, and the per-asset sums of available + frozen.
+///
+/// Errors: transport or database errors.
+async fn check_end(
+    ctx: &mut Ctx,
+    service: &Service,
+    db: &tokio_postgres::Client,
+) -> anyhow::Result<()> {
+    let t = DEFAULT_TENANT;
     let alice = service.balances(t, "alice").await?;
     let bob = service.balances(t, "bob").await?;
     for (who, reply, asset, expected) in [
@@ -154,7 +195,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "end: sys-fee USDT (both sides' fees)",
         "available=9.800000 frozen=0.000000".to_string(),
-        balance_line(&db, t, SYS_FEE, Asset::Usdt).await?,
+        balance_line(db, t, SYS_FEE, Asset::Usdt).await?,
     );
     let mut client = ctx.connect().await?;
     ctx.check_eq(
@@ -162,6 +203,5 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         "BTC=0.00000000 USDT=0.000000".to_string(),
         asset_sums(&mut client).await?,
     );
-    service.stop_checked(ctx).await?;
     Ok(())
 }

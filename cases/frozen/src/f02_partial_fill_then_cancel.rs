@@ -11,7 +11,7 @@
 use case_kit::{Case, Ctx};
 use frozen_balances::{Asset, DEFAULT_TENANT};
 use futures_util::FutureExt;
-use launch::service::{Service, ServiceOptions};
+use launch::service::{Reply, Service, ServiceOptions};
 
 use super::spot::{SpotCalls, SpotReply, asset_sums, balance_line, place, recorded, spot_service};
 
@@ -42,15 +42,38 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         .deposit(t, "dep-0201", "alice", "USDT", "10000")
         .await?;
     service.deposit(t, "dep-0202", "bob", "BTC", "2").await?;
-    let buy = place(&service, "place-0201", "alice", "BUY", "1.0", "5000").await?;
-    let sell = place(&service, "place-0202", "bob", "SELL", "0.4", "5000").await?;
+    let b = place_and_fill(ctx, &service, &db).await?;
+    let cancelled = cancel_releases_remainder(ctx, &service, &db, b).await?;
+    repeated_cancel_replays(ctx, &service, &db, b, &cancelled).await?;
+    let mut client = ctx.connect().await?;
+    ctx.check_eq(
+        "per-asset sums",
+        "BTC=0.00000000 USDT=0.000000".to_string(),
+        asset_sums(&mut client).await?,
+    );
+    service.stop_checked(ctx).await?;
+    Ok(())
+}
+
+/// alice BUY 1.0 @ 5000, bob SELL 0.4 @ 5000, one fill of 0.4: checks alice's USDT
+/// after the placement and after the fill. Returns alice's order id.
+///
+/// Errors: transport or database errors; a placement without an order id.
+async fn place_and_fill(
+    ctx: &mut Ctx,
+    service: &Service,
+    db: &tokio_postgres::Client,
+) -> anyhow::Result<i64> {
+    let t = DEFAULT_TENANT;
+    let buy = place(service, "place-0201", "alice", "BUY", "1.0", "5000").await?;
+    let sell = place(service, "place-0202", "bob", "SELL", "0.4", "5000").await?;
     let (Some(b), Some(s)) = (buy.order_id(), sell.order_id()) else {
         anyhow::bail!("a placement returned no order id");
     };
     ctx.check_eq(
         "alice USDT after the placement",
         "available=4995.000000 frozen=5005.000000".to_string(),
-        balance_line(&db, t, "alice", Asset::Usdt).await?,
+        balance_line(db, t, "alice", Asset::Usdt).await?,
     );
     let filled = service.fill("fill-0201", b, s, "0.4", "5000").await?;
     ctx.note(format!(
@@ -62,9 +85,22 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "alice USDT after the fill",
         "available=4995.000000 frozen=3003.000000".to_string(),
-        balance_line(&db, t, "alice", Asset::Usdt).await?,
+        balance_line(db, t, "alice", Asset::Usdt).await?,
     );
+    Ok(b)
+}
 
+/// alice cancels order `b`: checks the cancel, that it released the remainder of the
+/// freeze record, and alice's balances after it. Returns the cancel's reply.
+///
+/// Errors: transport or database errors.
+async fn cancel_releases_remainder(
+    ctx: &mut Ctx,
+    service: &Service,
+    db: &tokio_postgres::Client,
+    b: i64,
+) -> anyhow::Result<Reply> {
+    let t = DEFAULT_TENANT;
     let cancelled = service.cancel(t, "cancel-0201", "alice", b).await?;
     ctx.note(format!(
         "cancel: {} released={} status={}",
@@ -81,15 +117,29 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "alice USDT after the cancel",
         "available=7998.000000 frozen=0.000000".to_string(),
-        balance_line(&db, t, "alice", Asset::Usdt).await?,
+        balance_line(db, t, "alice", Asset::Usdt).await?,
     );
     ctx.check_eq(
         "alice BTC",
         "available=0.40000000 frozen=0.00000000".to_string(),
-        balance_line(&db, t, "alice", Asset::Btc).await?,
+        balance_line(db, t, "alice", Asset::Btc).await?,
     );
+    Ok(cancelled)
+}
 
-    let before = recorded(&db).await?;
+/// The same cancel of order `b` again: checks it is replayed with the body of
+/// `cancelled` and that nothing moved.
+///
+/// Errors: transport or database errors.
+async fn repeated_cancel_replays(
+    ctx: &mut Ctx,
+    service: &Service,
+    db: &tokio_postgres::Client,
+    b: i64,
+    cancelled: &Reply,
+) -> anyhow::Result<()> {
+    let t = DEFAULT_TENANT;
+    let before = recorded(db).await?;
     let again = service.cancel(t, "cancel-0201", "alice", b).await?;
     ctx.note(format!("the same cancel again: {}", again.summary()));
     ctx.check_eq("repeated cancel is replayed", true, again.replayed);
@@ -104,20 +154,13 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     );
     ctx.check(
         "nothing moved: operations, movements, orders and balances unchanged",
-        recorded(&db).await? == before,
+        recorded(db).await? == before,
         "",
     );
     ctx.check_eq(
         "alice USDT after the replay",
         "available=7998.000000 frozen=0.000000".to_string(),
-        balance_line(&db, t, "alice", Asset::Usdt).await?,
+        balance_line(db, t, "alice", Asset::Usdt).await?,
     );
-    let mut client = ctx.connect().await?;
-    ctx.check_eq(
-        "per-asset sums",
-        "BTC=0.00000000 USDT=0.000000".to_string(),
-        asset_sums(&mut client).await?,
-    );
-    service.stop_checked(ctx).await?;
     Ok(())
 }

@@ -24,7 +24,10 @@ use std::time::{Duration, Instant};
 
 use case_kit::{Case, Ctx};
 use frozen_balances::amount::format_units;
-use frozen_balances::{Asset, EventKind, HookPoint, Hooks, Market, NoHooks, Outcome, Side};
+use frozen_balances::{
+    Asset, CancelResult, EventKind, FillResult, FrozenError, HookPoint, Hooks, Market, NoHooks,
+    Outcome, Side,
+};
 use futures_util::FutureExt;
 use launch::service::{Reply, Service, ServiceOptions};
 use serde_json::json;
@@ -91,6 +94,18 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         seen.0.map_or_else(|e| e, |h| h.to_string()),
     );
 
+    service_rounds(ctx, &mut db).await?;
+    free_rounds(ctx, &mut db, &mut a, &mut b).await?;
+    invariant(ctx, &mut db).await?;
+    Ok(())
+}
+
+/// The two forced rounds through the service (`s00` with the FILL held, `s01` with the
+/// CANCEL held), each checked against its history's figures; starts the service with
+/// fault injection and stops it after.
+///
+/// Errors: the service could not start or stop; a round failed to run.
+async fn service_rounds(ctx: &mut Ctx, db: &mut tokio_postgres::Client) -> anyhow::Result<()> {
     let service = Service::start(
         ctx,
         spot_service(ServiceOptions {
@@ -108,7 +123,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             "fill=ORDER_CLOSED cancel=OK released=5005.000000",
         ),
     ] {
-        let seen = service_round(&mut db, &service, tag, held).await?;
+        let seen = service_round(db, &service, tag, held).await?;
         ctx.check_eq(
             format!("through the service, the {held} held at {POINT} (\"event\": \"{held}\")"),
             expected.to_string(),
@@ -116,18 +131,22 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         );
     }
     service.stop_checked(ctx).await?;
+    Ok(())
+}
 
+/// [`FREE_ROUNDS`] rounds with nothing held (`r02`, `r03`, …): notes and records how
+/// many went each way and checks every one is one of the two histories.
+///
+/// Errors: a round failed to run.
+async fn free_rounds(
+    ctx: &mut Ctx,
+    db: &mut tokio_postgres::Client,
+    a: &mut tokio_postgres::Client,
+    b: &mut tokio_postgres::Client,
+) -> anyhow::Result<()> {
     let (mut fill_first, mut cancel_first, mut other) = (0, 0, Vec::new());
     for i in 0..FREE_ROUNDS {
-        let (history, seen) = round(
-            &mut db,
-            &mut a,
-            &mut b,
-            &format!("r{:02}", i + 2),
-            &NoHooks,
-            None,
-        )
-        .await?;
+        let (history, seen) = round(db, a, b, &format!("r{:02}", i + 2), &NoHooks, None).await?;
         match history {
             Ok(History::FillFirst) => fill_first += 1,
             Ok(History::CancelFirst) => cancel_first += 1,
@@ -144,7 +163,6 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         other.is_empty(),
         other.first().cloned().unwrap_or_default(),
     );
-    invariant(ctx, &mut db).await?;
     Ok(())
 }
 
@@ -169,27 +187,7 @@ async fn round(
     hooks: &dyn Hooks,
     gate: Option<&Gate>,
 ) -> anyhow::Result<(Result<History, String>, String)> {
-    let (buyer, seller) = (format!("b3-{tag}"), format!("s3-{tag}"));
-    deposit(db, &format!("dep-{buyer}"), &buyer, Asset::Usdt, 10_000).await?;
-    deposit(db, &format!("dep-{seller}"), &seller, Asset::Btc, 1).await?;
-    let m = Market::BtcUsdt;
-    let buy = placed(
-        db,
-        &order(&format!("p-{buyer}"), &buyer, m, Side::Buy, "1.0", "5000")?,
-    )
-    .await?;
-    let sell = placed(
-        db,
-        &order(
-            &format!("p-{seller}"),
-            &seller,
-            m,
-            Side::Sell,
-            "1.0",
-            "5000",
-        )?,
-    )
-    .await?;
+    let (buyer, buy, sell) = fresh_pair(db, tag).await?;
     let req = fill_request(&format!("fill-{tag}"), buy, sell, "0.4", "5000")?;
     let cancel_id = format!("cancel-{tag}");
     let (filled, cancelled) = match gate {
@@ -227,6 +225,18 @@ async fn round(
         }
     };
     let usdt = balance_line(db, T, &buyer, Asset::Usdt).await?;
+    Ok(judge(&filled, &cancelled, &usdt))
+}
+
+/// Which history a round's results show, with the buyer's USDT line `usdt`: the fill
+/// first (fill OK, 3003 released, 7998 available) or the cancel first (fill
+/// ORDER_CLOSED, 5005 released, 10 000 available), else `neither history`. Returns it
+/// with a line of what was seen.
+fn judge(
+    filled: &Result<FillResult, FrozenError>,
+    cancelled: &Result<CancelResult, FrozenError>,
+    usdt: &str,
+) -> (Result<History, String>, String) {
     let seen = format!(
         "fill {} cancel {} buyer USDT {usdt}",
         filled
@@ -241,7 +251,7 @@ async fn round(
             )
         ),
     );
-    let history = match (&filled, &cancelled) {
+    let history = match (filled, cancelled) {
         (Ok(f), Ok(c))
             if f.outcome == Outcome::Ok
                 && c.outcome == Outcome::Ok
@@ -260,7 +270,7 @@ async fn round(
         }
         _ => Err("neither history".to_string()),
     };
-    Ok((history, seen))
+    (history, seen)
 }
 
 /// One forced round through the service: the fault at [`POINT`] paused for `held` events
@@ -273,27 +283,7 @@ async fn service_round(
     tag: &str,
     held: &str,
 ) -> anyhow::Result<String> {
-    let (buyer, seller) = (format!("b3-{tag}"), format!("s3-{tag}"));
-    deposit(db, &format!("dep-{buyer}"), &buyer, Asset::Usdt, 10_000).await?;
-    deposit(db, &format!("dep-{seller}"), &seller, Asset::Btc, 1).await?;
-    let m = Market::BtcUsdt;
-    let buy = placed(
-        db,
-        &order(&format!("p-{buyer}"), &buyer, m, Side::Buy, "1.0", "5000")?,
-    )
-    .await?;
-    let sell = placed(
-        db,
-        &order(
-            &format!("p-{seller}"),
-            &seller,
-            m,
-            Side::Sell,
-            "1.0",
-            "5000",
-        )?,
-    )
-    .await?;
+    let (buyer, buy, sell) = fresh_pair(db, tag).await?;
     service
         .arm_fault(
             POINT,
@@ -309,19 +299,7 @@ async fn service_round(
         service.release_fault(POINT).await?;
         Ok::<(), anyhow::Error>(())
     };
-    let holding = async {
-        let began = Instant::now();
-        loop {
-            if service.fault_state(POINT).await?.holding >= 1 {
-                return Ok::<(), anyhow::Error>(());
-            }
-            anyhow::ensure!(
-                began.elapsed() < Duration::from_millis(HOLD_LIMIT_MS),
-                "the service never held the {held}"
-            );
-            tokio::time::sleep(Duration::from_millis(HOLD_POLL_MS)).await;
-        }
-    };
+    let holding = wait_until_held(service, held);
     let (filled, cancelled, released) = if held == "FILL" {
         let (filled, (cancelled, released)) = tokio::join!(fill, async {
             if let Err(e) = holding.await {
@@ -351,4 +329,55 @@ async fn service_round(
         cancelled.outcome(),
         cancelled.text("released")
     ))
+}
+
+/// Waits until the service holds one event at [`POINT`], looking every
+/// [`HOLD_POLL_MS`] for at most [`HOLD_LIMIT_MS`].
+///
+/// Errors: transport errors; the service never held the `held` event.
+async fn wait_until_held(service: &Service, held: &str) -> anyhow::Result<()> {
+    let began = Instant::now();
+    loop {
+        if service.fault_state(POINT).await?.holding >= 1 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            began.elapsed() < Duration::from_millis(HOLD_LIMIT_MS),
+            "the service never held the {held}"
+        );
+        tokio::time::sleep(Duration::from_millis(HOLD_POLL_MS)).await;
+    }
+}
+
+/// Fresh accounts `b3-<tag>` (10 000 USDT) and `s3-<tag>` (1 BTC), with the buyer's
+/// BUY 1.0 @ 5000 and the seller's SELL 1.0 @ 5000 placed. Returns `(buyer, buy order
+/// id, sell order id)`.
+///
+/// Errors: the library's; a placement refused.
+async fn fresh_pair(
+    db: &mut tokio_postgres::Client,
+    tag: &str,
+) -> anyhow::Result<(String, i64, i64)> {
+    let (buyer, seller) = (format!("b3-{tag}"), format!("s3-{tag}"));
+    deposit(db, &format!("dep-{buyer}"), &buyer, Asset::Usdt, 10_000).await?;
+    deposit(db, &format!("dep-{seller}"), &seller, Asset::Btc, 1).await?;
+    let m = Market::BtcUsdt;
+    let buy = placed(
+        db,
+        &order(&format!("p-{buyer}"), &buyer, m, Side::Buy, "1.0", "5000")?,
+    )
+    .await?;
+    let sell = placed(
+        db,
+        &order(
+            &format!("p-{seller}"),
+            &seller,
+            m,
+            Side::Sell,
+            "1.0",
+            "5000",
+        )?,
+    )
+    .await?;
+    Ok((buyer, buy, sell))
 }

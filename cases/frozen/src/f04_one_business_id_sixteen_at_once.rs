@@ -53,85 +53,9 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         .await?;
 
     let replies = sixteen_at_once(&service).await?;
-    let created = replies.iter().filter(|r| r.0 == 201).count();
-    let fresh = replies.iter().filter(|r| r.0 == 201 && !r.1).count();
-    let replayed = replies.iter().filter(|r| r.0 == 201 && r.1).count();
-    let bodies: std::collections::BTreeSet<&str> = replies.iter().map(|r| r.2.as_str()).collect();
-    ctx.note(format!(
-        "created={created} executed={fresh} replayed={replayed} distinct_bodies={}",
-        bodies.len()
-    ));
-    ctx.check_eq("all sixteen answered 201", CLIENTS, created);
-    ctx.check_eq("executed once", 1, fresh);
-    ctx.check_eq("replayed", CLIENTS - 1, replayed);
-    ctx.check_eq("one body for all sixteen", 1, bodies.len());
-    let operations: i64 = db
-        .query_one(
-            "SELECT count(*) FROM balance_operation WHERE tenant_id = $1 AND business_id = $2",
-            &[&t, &BUSINESS_ID],
-        )
-        .await?
-        .get(0);
-    let orders: i64 = db
-        .query_one("SELECT count(*) FROM spot_order", &[])
-        .await?
-        .get(0);
-    ctx.check_eq("operations for the id", 1, operations);
-    ctx.check_eq("orders", 1, orders);
-    ctx.check_eq(
-        "alice USDT: frozen once",
-        "available=4995.000000 frozen=5005.000000".to_string(),
-        balance_line(&db, t, "alice", Asset::Usdt).await?,
-    );
-
-    let before = recorded(&db).await?;
-    let other = place(&service, BUSINESS_ID, "alice", "BUY", "2.0", "5000").await?;
-    ctx.note(format!("the id with quantity 2.0: {}", other.summary()));
-    ctx.check_eq(
-        "the id with another quantity",
-        "422 KEY_REUSED".to_string(),
-        other.status_outcome(),
-    );
-    ctx.check(
-        "the 422 recorded nothing",
-        recorded(&db).await? == before,
-        "",
-    );
-
-    service
-        .deposit(OTHER_TENANT, "dep-0401", "alice", "USDT", "10000")
-        .await?;
-    let timeout = std::time::Duration::from_millis(launch::service::CLIENT_TIMEOUT_MS);
-    let elsewhere = service
-        .place(
-            OTHER_TENANT,
-            BUSINESS_ID,
-            "alice",
-            "BUY",
-            "1.0",
-            "5000",
-            timeout,
-        )
-        .await?;
-    ctx.note(format!(
-        "the id under tenant {OTHER_TENANT}: {}",
-        elsewhere.summary()
-    ));
-    ctx.check_eq(
-        "another tenant: a placement of its own",
-        "201 OK replayed=false".to_string(),
-        elsewhere.summary(),
-    );
-    ctx.check_eq(
-        "tenant-b alice USDT: its own freeze",
-        "available=4995.000000 frozen=5005.000000".to_string(),
-        balance_line(&db, OTHER_TENANT, "alice", Asset::Usdt).await?,
-    );
-    ctx.check_eq(
-        "default alice USDT: unchanged",
-        "available=4995.000000 frozen=5005.000000".to_string(),
-        balance_line(&db, t, "alice", Asset::Usdt).await?,
-    );
+    check_one_freeze(ctx, &db, &replies).await?;
+    key_reused_records_nothing(ctx, &service, &db).await?;
+    another_tenant_freezes_again(ctx, &service, &db).await?;
     service.stop_checked(ctx).await?;
     Ok(())
 }
@@ -174,4 +98,118 @@ async fn sixteen_at_once(service: &Service) -> anyhow::Result<Vec<(u16, bool, St
         replies.push(task.await??);
     }
     Ok(replies)
+}
+
+/// Checks the sixteen `(status, replayed, body)` replies: all 201, one executed, fifteen
+/// replayed, one body; one operation and one order recorded, alice frozen once.
+///
+/// Errors: database errors.
+async fn check_one_freeze(
+    ctx: &mut Ctx,
+    db: &tokio_postgres::Client,
+    replies: &[(u16, bool, String)],
+) -> anyhow::Result<()> {
+    let t = DEFAULT_TENANT;
+    let created = replies.iter().filter(|r| r.0 == 201).count();
+    let fresh = replies.iter().filter(|r| r.0 == 201 && !r.1).count();
+    let replayed = replies.iter().filter(|r| r.0 == 201 && r.1).count();
+    let bodies: std::collections::BTreeSet<&str> = replies.iter().map(|r| r.2.as_str()).collect();
+    ctx.note(format!(
+        "created={created} executed={fresh} replayed={replayed} distinct_bodies={}",
+        bodies.len()
+    ));
+    ctx.check_eq("all sixteen answered 201", CLIENTS, created);
+    ctx.check_eq("executed once", 1, fresh);
+    ctx.check_eq("replayed", CLIENTS - 1, replayed);
+    ctx.check_eq("one body for all sixteen", 1, bodies.len());
+    let operations: i64 = db
+        .query_one(
+            "SELECT count(*) FROM balance_operation WHERE tenant_id = $1 AND business_id = $2",
+            &[&t, &BUSINESS_ID],
+        )
+        .await?
+        .get(0);
+    let orders: i64 = db
+        .query_one("SELECT count(*) FROM spot_order", &[])
+        .await?
+        .get(0);
+    ctx.check_eq("operations for the id", 1, operations);
+    ctx.check_eq("orders", 1, orders);
+    ctx.check_eq(
+        "alice USDT: frozen once",
+        "available=4995.000000 frozen=5005.000000".to_string(),
+        balance_line(db, t, "alice", Asset::Usdt).await?,
+    );
+    Ok(())
+}
+
+/// The id again with quantity 2.0: checks 422 KEY_REUSED and that nothing was recorded.
+///
+/// Errors: transport or database errors.
+async fn key_reused_records_nothing(
+    ctx: &mut Ctx,
+    service: &Service,
+    db: &tokio_postgres::Client,
+) -> anyhow::Result<()> {
+    let before = recorded(db).await?;
+    let other = place(service, BUSINESS_ID, "alice", "BUY", "2.0", "5000").await?;
+    ctx.note(format!("the id with quantity 2.0: {}", other.summary()));
+    ctx.check_eq(
+        "the id with another quantity",
+        "422 KEY_REUSED".to_string(),
+        other.status_outcome(),
+    );
+    ctx.check(
+        "the 422 recorded nothing",
+        recorded(db).await? == before,
+        "",
+    );
+    Ok(())
+}
+
+/// The id under tenant-b (after a deposit there): checks a placement of its own, not a
+/// replay, with its own freeze, and the default tenant's alice unchanged.
+///
+/// Errors: transport or database errors.
+async fn another_tenant_freezes_again(
+    ctx: &mut Ctx,
+    service: &Service,
+    db: &tokio_postgres::Client,
+) -> anyhow::Result<()> {
+    let t = DEFAULT_TENANT;
+    service
+        .deposit(OTHER_TENANT, "dep-0401", "alice", "USDT", "10000")
+        .await?;
+    let timeout = std::time::Duration::from_millis(launch::service::CLIENT_TIMEOUT_MS);
+    let elsewhere = service
+        .place(
+            OTHER_TENANT,
+            BUSINESS_ID,
+            "alice",
+            "BUY",
+            "1.0",
+            "5000",
+            timeout,
+        )
+        .await?;
+    ctx.note(format!(
+        "the id under tenant {OTHER_TENANT}: {}",
+        elsewhere.summary()
+    ));
+    ctx.check_eq(
+        "another tenant: a placement of its own",
+        "201 OK replayed=false".to_string(),
+        elsewhere.summary(),
+    );
+    ctx.check_eq(
+        "tenant-b alice USDT: its own freeze",
+        "available=4995.000000 frozen=5005.000000".to_string(),
+        balance_line(db, OTHER_TENANT, "alice", Asset::Usdt).await?,
+    );
+    ctx.check_eq(
+        "default alice USDT: unchanged",
+        "available=4995.000000 frozen=5005.000000".to_string(),
+        balance_line(db, t, "alice", Asset::Usdt).await?,
+    );
+    Ok(())
 }

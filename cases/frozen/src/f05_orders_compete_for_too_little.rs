@@ -94,6 +94,19 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         THREADS as i64,
         waiting,
     );
+    check_outcomes(ctx, &mut db, &outcomes).await
+}
+
+/// Checks the 32 outcomes (one OK, the rest INSUFFICIENT, no database errors), alice's
+/// USDT, the refusals recorded for replay, and a clean reconciliation.
+///
+/// Errors: database errors.
+async fn check_outcomes(
+    ctx: &mut Ctx,
+    db: &mut tokio_postgres::Client,
+    outcomes: &[Result<Outcome, String>],
+) -> anyhow::Result<()> {
+    let t = DEFAULT_TENANT;
     let ok = outcomes
         .iter()
         .filter(|o| matches!(o, Ok(Outcome::Ok)))
@@ -117,7 +130,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "alice USDT",
         "available=995.000000 frozen=5005.000000".to_string(),
-        balance_line(&db, t, "alice", Asset::Usdt).await?,
+        balance_line(db, t, "alice", Asset::Usdt).await?,
     );
     let recorded: i64 = db
         .query_one(
@@ -131,7 +144,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         (THREADS - 1) as i64,
         recorded,
     );
-    let findings = frozen_balances::reconcile(&mut db).await?;
+    let findings = frozen_balances::reconcile(db).await?;
     ctx.check(
         "reconciliation clean",
         findings.is_clean(),

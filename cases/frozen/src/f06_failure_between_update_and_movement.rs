@@ -38,7 +38,20 @@ pub fn case() -> Case {
 /// Errors: database errors.
 pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     let mut db = ctx.connect().await?;
-    deposit(&mut db, "dep-0601", "alice", Asset::Usdt, 20_000).await?;
+    product_all_or_nothing(ctx, &mut db).await?;
+    // The control: the same placement, each statement its own transaction.
+    per_statement_control(ctx, &mut db, plan).await
+}
+
+/// alice's placement fails at `balances-updated`: checks it failed there and left
+/// nothing, then that the retry with the same id freezes once, and the invariant.
+///
+/// Errors: database errors.
+async fn product_all_or_nothing(
+    ctx: &mut Ctx,
+    db: &mut tokio_postgres::Client,
+) -> anyhow::Result<()> {
+    deposit(db, "dep-0601", "alice", Asset::Usdt, 20_000).await?;
     let req = order(
         "place-0601",
         "alice",
@@ -47,12 +60,12 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
         "1.0",
         "5000",
     )?;
-    let before = recorded(&db).await?;
+    let before = recorded(db).await?;
     let fail = FailAt {
         kind: EventKind::Place,
         point: HookPoint::BalancesUpdated,
     };
-    let failed = frozen_balances::place(&mut db, &req, &fail).await;
+    let failed = frozen_balances::place(db, &req, &fail).await;
     ctx.check(
         "the placement fails at balances-updated",
         matches!(
@@ -66,10 +79,10 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     );
     ctx.check(
         "nothing of the failed attempt remains (operations, movements, orders, balances)",
-        recorded(&db).await? == before,
+        recorded(db).await? == before,
         "",
     );
-    let retry = frozen_balances::place(&mut db, &req, &NoHooks).await?;
+    let retry = frozen_balances::place(db, &req, &NoHooks).await?;
     ctx.note(format!(
         "retry with the same id: {} replayed={}",
         retry.outcome.as_str(),
@@ -78,12 +91,23 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     ctx.check_eq(
         "alice USDT after the retry: frozen once",
         "available=14995.000000 frozen=5005.000000".to_string(),
-        balance_line(&db, T, "alice", Asset::Usdt).await?,
+        balance_line(db, T, "alice", Asset::Usdt).await?,
     );
-    invariant(ctx, &mut db).await?;
+    invariant(ctx, db).await?;
+    Ok(())
+}
 
-    // The control: the same placement, each statement its own transaction.
-    deposit(&mut db, "dep-0602", "carol", Asset::Usdt, 20_000).await?;
+/// The negative control on carol: the per-statement placement fails after the balance
+/// update (under [`Plan::Forced`]), the reconciliation is asked whether it names her
+/// row, and the retry under the same id freezes again.
+///
+/// Errors: database errors.
+async fn per_statement_control(
+    ctx: &mut Ctx,
+    db: &mut tokio_postgres::Client,
+    plan: Plan,
+) -> anyhow::Result<()> {
+    deposit(db, "dep-0602", "carol", Asset::Usdt, 20_000).await?;
     let naive_req = order(
         "place-0602",
         "carol",
@@ -92,7 +116,7 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
         "1.0",
         "5000",
     )?;
-    let first = per_statement_place(&db, &naive_req, plan == Plan::Forced).await;
+    let first = per_statement_place(db, &naive_req, plan == Plan::Forced).await;
     ctx.note(format!(
         "per-statement placement: {}",
         match &first {
@@ -100,17 +124,17 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
             Err(e) => e.to_string(),
         }
     ));
-    let findings = frozen_balances::reconcile(&mut db).await?;
+    let findings = frozen_balances::reconcile(db).await?;
     let named = findings
         .row_mismatches
         .iter()
         .any(|m| m.account_id == "carol" && m.asset == Asset::Usdt);
     ctx.note(format!(
         "after the attempt: carol USDT {}; reconciliation names carol USDT: {named}",
-        balance_line(&db, T, "carol", Asset::Usdt).await?
+        balance_line(db, T, "carol", Asset::Usdt).await?
     ));
-    per_statement_place(&db, &naive_req, false).await?;
-    let carol = balance_line(&db, T, "carol", Asset::Usdt).await?;
+    per_statement_place(db, &naive_req, false).await?;
+    let carol = balance_line(db, T, "carol", Asset::Usdt).await?;
     let orders: i64 = db
         .query_one(
             "SELECT count(*) FROM spot_order WHERE tenant_id = $1 AND account_id = 'carol'",

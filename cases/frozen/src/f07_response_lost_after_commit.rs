@@ -72,14 +72,39 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     );
 
     // The positive path: lose the response, retry with the same business id.
-    let still_held = lose_response(ctx, &service, "alice", "place-0701").await?;
+    same_id_retry_replays(ctx, &service, &db).await?;
+    // Negative control: the same lost response, then a retry under a new business id.
+    new_id_retry_control(ctx, &service, &db, plan).await?;
+    let mut client = ctx.connect().await?;
+    let findings = frozen_balances::reconcile(&mut client).await?;
+    ctx.check(
+        "reconciliation finds nothing wrong (both freezes are recorded events)",
+        findings.is_clean(),
+        findings.summary(),
+    );
+    service.stop_checked(ctx).await?;
+    Ok(())
+}
+
+/// alice loses the response to place-0701 and retries with the same id: checks she was
+/// frozen by then, the retry replays the order the first attempt created, and she is
+/// frozen once with one order.
+///
+/// Errors: transport or database errors.
+async fn same_id_retry_replays(
+    ctx: &mut Ctx,
+    service: &Service,
+    db: &tokio_postgres::Client,
+) -> anyhow::Result<()> {
+    let t = DEFAULT_TENANT;
+    let still_held = lose_response(ctx, service, "alice", "place-0701").await?;
     ctx.check_eq(
         "alice USDT already frozen when the client gave up",
         "available=4995.000000 frozen=5005.000000".to_string(),
-        balance_line(&db, t, "alice", Asset::Usdt).await?,
+        balance_line(db, t, "alice", Asset::Usdt).await?,
     );
     ctx.check_eq("the response was still withheld then", true, still_held);
-    let retry = buy(&service, "alice", "place-0701", Duration::from_secs(10)).await?;
+    let retry = buy(service, "alice", "place-0701", Duration::from_secs(10)).await?;
     ctx.note(format!("same-id retry: {}", retry.summary()));
     ctx.check_eq(
         "retry: 201 OK, replayed",
@@ -105,37 +130,42 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     ctx.check_eq(
         "alice USDT after the retry: frozen once",
         "available=4995.000000 frozen=5005.000000".to_string(),
-        balance_line(&db, t, "alice", Asset::Usdt).await?,
+        balance_line(db, t, "alice", Asset::Usdt).await?,
     );
-    ctx.check_eq("alice's orders", 1, orders_of(&db, "alice").await?);
+    ctx.check_eq("alice's orders", 1, orders_of(db, "alice").await?);
+    Ok(())
+}
 
-    // Negative control: the same lost response, then a retry under a new business id.
+/// The negative control on carol: under [`Plan::Forced`] she loses the response to
+/// place-0702 and retries under place-0703; under [`Plan::Harmless`] she is answered
+/// and does not retry. Checks whether she was frozen twice.
+///
+/// Errors: transport or database errors.
+async fn new_id_retry_control(
+    ctx: &mut Ctx,
+    service: &Service,
+    db: &tokio_postgres::Client,
+    plan: Plan,
+) -> anyhow::Result<()> {
+    let t = DEFAULT_TENANT;
     match plan {
         Plan::Forced => {
-            lose_response(ctx, &service, "carol", "place-0702").await?;
-            let naive = buy(&service, "carol", "place-0703", Duration::from_secs(10)).await?;
+            lose_response(ctx, service, "carol", "place-0702").await?;
+            let naive = buy(service, "carol", "place-0703", Duration::from_secs(10)).await?;
             ctx.note(format!("new-id retry: {}", naive.summary()));
         }
         Plan::Harmless => {
-            let answered = buy(&service, "carol", "place-0702", Duration::from_secs(10)).await?;
+            let answered = buy(service, "carol", "place-0702", Duration::from_secs(10)).await?;
             ctx.note(format!("answered, no retry: {}", answered.summary()));
         }
     }
-    let carol = balance_line(&db, t, "carol", Asset::Usdt).await?;
-    let carol_orders = orders_of(&db, "carol").await?;
+    let carol = balance_line(db, t, "carol", Asset::Usdt).await?;
+    let carol_orders = orders_of(db, "carol").await?;
     ctx.exposes(
         "a retry under a new business id freezes twice (10010 frozen)",
         carol == "available=9990.000000 frozen=10010.000000" && carol_orders == 2,
         format!("carol USDT {carol} orders={carol_orders}"),
     );
-    let mut client = ctx.connect().await?;
-    let findings = frozen_balances::reconcile(&mut client).await?;
-    ctx.check(
-        "reconciliation finds nothing wrong (both freezes are recorded events)",
-        findings.is_clean(),
-        findings.summary(),
-    );
-    service.stop_checked(ctx).await?;
     Ok(())
 }
 

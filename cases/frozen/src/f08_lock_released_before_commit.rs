@@ -229,6 +229,11 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One row: [`PLACEMENTS`] placements on the design's account at once, holders 1 and 2
+/// of a forced row playing their interleaving and the others starting after them.
+/// Returns the row's figures.
+///
+/// Errors: database errors, a racer that could not connect.
 async fn run_row(
     ctx: &mut Ctx,
     db: &mut tokio_postgres::Client,
@@ -284,7 +289,19 @@ async fn run_row(
             }
         })
         .await?;
-    let account = design.account();
+    read_row(db, design.account(), outcomes).await
+}
+
+/// The row's figures for `account` after its race: the OK and INSUFFICIENT counts and
+/// errors of `outcomes` (whether each placement froze), the balance, and how many
+/// reconciliation findings name the account.
+///
+/// Errors: database errors.
+async fn read_row(
+    db: &mut tokio_postgres::Client,
+    account: &str,
+    outcomes: Vec<Result<bool, String>>,
+) -> anyhow::Result<Row> {
     let (available, frozen) = naive::read_balance(&*db, account, "USDT").await?;
     let findings = frozen_balances::reconcile(db).await?;
     let mismatches = findings

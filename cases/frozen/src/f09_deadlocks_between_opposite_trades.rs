@@ -29,7 +29,8 @@ use std::sync::Mutex;
 use case_kit::{Case, Ctx};
 use frozen_balances::events::{DEADLOCK_DETECTED, MAX_DEADLOCK_ATTEMPTS};
 use frozen_balances::{
-    Asset, EventKind, HookAbort, HookContext, HookPoint, Hooks, Market, Outcome, SYS_FEE, Side,
+    Asset, EventKind, FillResult, FrozenError, HookAbort, HookContext, HookPoint, Hooks, Market,
+    Outcome, SYS_FEE, Side,
 };
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -73,12 +74,7 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
         deposit(&mut db, &format!("dep-090{i}-b"), account, Asset::Btc, 1).await?;
     }
 
-    let (mut deadlocks, mut committed) = (0, 0);
-    for _ in 0..PAIRS {
-        let (d, c) = naive_pair(ctx, false, plan).await?;
-        deadlocks += d;
-        committed += c;
-    }
+    let (deadlocks, committed) = naive_pairs(ctx, false, plan).await?;
     ctx.note(format!(
         "request order: pairs={PAIRS} deadlocks_n={deadlocks} committed_n={committed}"
     ));
@@ -94,12 +90,7 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
         deadlocks + committed,
     );
 
-    let (mut deadlocks, mut committed) = (0, 0);
-    for _ in 0..PAIRS {
-        let (d, c) = naive_pair(ctx, true, plan).await?;
-        deadlocks += d;
-        committed += c;
-    }
+    let (deadlocks, committed) = naive_pairs(ctx, true, plan).await?;
     ctx.note(format!(
         "fixed order: pairs={PAIRS} deadlocks={deadlocks} committed={committed}"
     ));
@@ -111,40 +102,80 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     );
 
     // The product.
-    let attempts = Arc::new(MeetOnce::default());
+    let attempts = MeetOnce::default();
+    let outcomes = product_pairs(ctx, &mut db, &attempts).await?;
+    check_product(ctx, &db, &outcomes, &attempts).await?;
+    invariant(ctx, &mut db).await?;
+    Ok(())
+}
+
+/// [`PAIRS`] pairs of [`naive_pair`], one after another. Returns the sums of
+/// (settlements that failed with 40P01, settlements that committed).
+///
+/// Errors: as [`naive_pair`].
+async fn naive_pairs(ctx: &Ctx, sorted: bool, plan: Plan) -> anyhow::Result<(usize, usize)> {
+    let (mut deadlocks, mut committed) = (0, 0);
+    for _ in 0..PAIRS {
+        let (d, c) = naive_pair(ctx, sorted, plan).await?;
+        deadlocks += d;
+        committed += c;
+    }
+    Ok((deadlocks, committed))
+}
+
+/// The product's pairs: per pair alice BUY 0.1 @ 5000 filled against bob's SELL on `db`
+/// and bob BUY 0.1 @ 5000 against alice's SELL on a second connection, both at once
+/// with `attempts` as the hook. Returns every fill's result, pair by pair.
+///
+/// Errors: database errors, a placement refused.
+async fn product_pairs(
+    ctx: &Ctx,
+    db: &mut tokio_postgres::Client,
+    attempts: &MeetOnce,
+) -> anyhow::Result<Vec<Result<FillResult, FrozenError>>> {
     let mut other = ctx.connect().await?;
     let mut outcomes = Vec::new();
     for p in 0..PAIRS {
         let (m, buy, sell) = (Market::BtcUsdt, Side::Buy, Side::Sell);
         let ab = placed(
-            &mut db,
+            db,
             &order(&format!("p09-{p}-ab"), "alice", m, buy, "0.1", "5000")?,
         )
         .await?;
         let bs = placed(
-            &mut db,
+            db,
             &order(&format!("p09-{p}-bs"), "bob", m, sell, "0.1", "5000")?,
         )
         .await?;
         let bb = placed(
-            &mut db,
+            db,
             &order(&format!("p09-{p}-bb"), "bob", m, buy, "0.1", "5000")?,
         )
         .await?;
         let as_ = placed(
-            &mut db,
+            db,
             &order(&format!("p09-{p}-as"), "alice", m, sell, "0.1", "5000")?,
         )
         .await?;
         let one = fill_request(&format!("fill-09-{p}-a"), ab, bs, "0.1", "5000")?;
         let two = fill_request(&format!("fill-09-{p}-b"), bb, as_, "0.1", "5000")?;
-        let (x, y) = tokio::join!(
-            fill(&mut db, &one, attempts.as_ref()),
-            fill(&mut other, &two, attempts.as_ref())
-        );
+        let (x, y) = tokio::join!(fill(db, &one, attempts), fill(&mut other, &two, attempts));
         outcomes.push(x);
         outcomes.push(y);
     }
+    Ok(outcomes)
+}
+
+/// Checks the product's fills: every one OK, no 40P01 returned, attempts within the
+/// bound (counted by `attempts`), each recorded once, and the fees paid.
+///
+/// Errors: database errors.
+async fn check_product(
+    ctx: &mut Ctx,
+    db: &tokio_postgres::Client,
+    outcomes: &[Result<FillResult, FrozenError>],
+    attempts: &MeetOnce,
+) -> anyhow::Result<()> {
     let ok = outcomes
         .iter()
         .filter(|o| matches!(o, Ok(r) if r.outcome == Outcome::Ok && !r.replayed))
@@ -181,15 +212,14 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
         ctx.check_eq(
             format!("{account} USDT: 1 USDT of fees per pair"),
             "available=9996.000000 frozen=0.000000".to_string(),
-            balance_line(&db, T, account, Asset::Usdt).await?,
+            balance_line(db, T, account, Asset::Usdt).await?,
         );
     }
     ctx.check_eq(
         "sys-fee USDT",
         "available=8.000000 frozen=0.000000".to_string(),
-        balance_line(&db, T, SYS_FEE, Asset::Usdt).await?,
+        balance_line(db, T, SYS_FEE, Asset::Usdt).await?,
     );
-    invariant(ctx, &mut db).await?;
     Ok(())
 }
 

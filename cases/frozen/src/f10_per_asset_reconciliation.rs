@@ -12,11 +12,10 @@
 
 use case_kit::{Case, Ctx, Schedule};
 use frozen_balances::amount::{parse_price, parse_quantity};
-use frozen_balances::{
-    Asset, CancelRequest, DEFAULT_TENANT, DepositRequest, FillRequest, Market, NoHooks,
-    PlaceRequest, Side,
-};
+use frozen_balances::{Asset, CancelRequest, DEFAULT_TENANT, FillRequest, Market, NoHooks, Side};
 use futures_util::FutureExt;
+
+use super::fixtures::{deposit, order};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -31,9 +30,32 @@ pub fn case() -> Case {
 }
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
-    // Every clean database of the family (none when F10 runs alone). As in L11, the
-    // transcript names only databases with findings, so a new F case never changes this
-    // snapshot; the run record lists every database covered and what it showed.
+    check_other_databases(ctx).await?;
+
+    let mut db = ctx.connect().await?;
+    own_history(&mut db).await?;
+    let own = frozen_balances::reconcile(&mut db).await?;
+    ctx.check("own database: no findings", own.is_clean(), own.summary());
+    ctx.note(format!(
+        "own per-asset sums: {}",
+        own.totals_text(DEFAULT_TENANT)
+    ));
+
+    // Tamper: 1 unit less BTC, 1 unit more USDT for bob, no movement for either.
+    cross_asset_tamper(ctx, &mut db).await?;
+
+    // Tamper 2: bob's pending withdrawal w-1001 marked CONFIRMED behind the product's
+    // back (no settlement): the 0.25 BTC it froze is held by nothing any more.
+    withdrawal_tamper(ctx, &mut db).await
+}
+
+/// Reconciles every other clean database of the family (none when F10 runs alone),
+/// records what each showed, and checks none has findings. As in L11, the transcript
+/// names only databases with findings, so a new F case never changes this snapshot;
+/// the run record lists every database covered and what it showed.
+///
+/// Errors: database errors.
+async fn check_other_databases(ctx: &mut Ctx) -> anyhow::Result<()> {
     let databases = ctx.clean_databases();
     let mut covered = serde_json::Map::new();
     let mut with_findings = Vec::new();
@@ -51,17 +73,15 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         with_findings.is_empty(),
         with_findings.join(" | "),
     );
+    Ok(())
+}
 
-    let mut db = ctx.connect().await?;
-    own_history(&mut db).await?;
-    let own = frozen_balances::reconcile(&mut db).await?;
-    ctx.check("own database: no findings", own.is_clean(), own.summary());
-    ctx.note(format!(
-        "own per-asset sums: {}",
-        own.totals_text(DEFAULT_TENANT)
-    ));
-
-    // Tamper: 1 unit less BTC, 1 unit more USDT for bob, no movement for either.
+/// Takes 1 unit of bob's BTC and adds 1 unit to his USDT, no movement for either:
+/// checks a cross-asset total still sums to 0 while the reconciliation names both rows
+/// and both assets, and nothing else.
+///
+/// Errors: database errors.
+async fn cross_asset_tamper(ctx: &mut Ctx, db: &mut tokio_postgres::Client) -> anyhow::Result<()> {
     db.batch_execute(
         "UPDATE balance SET available = available - 1
            WHERE tenant_id = 'default' AND account_id = 'bob' AND asset = 'BTC';
@@ -81,7 +101,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         0,
         cross,
     );
-    let found = frozen_balances::reconcile(&mut db).await?;
+    let found = frozen_balances::reconcile(db).await?;
     ctx.note(format!("after tampering: {}", found.summary()));
     for line in found.lines() {
         ctx.note(line);
@@ -122,15 +142,20 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             && found.pending_operations.is_empty(),
         found.summary(),
     );
+    Ok(())
+}
 
-    // Tamper 2: bob's pending withdrawal w-1001 marked CONFIRMED behind the product's
-    // back (no settlement): the 0.25 BTC it froze is held by nothing any more.
+/// Marks bob's pending withdrawal w-1001 CONFIRMED without its settlement: checks the
+/// frozen row it held is named.
+///
+/// Errors: database errors.
+async fn withdrawal_tamper(ctx: &mut Ctx, db: &mut tokio_postgres::Client) -> anyhow::Result<()> {
     db.batch_execute(
         "UPDATE withdrawal SET status = 'CONFIRMED'
            WHERE tenant_id = 'default' AND withdrawal_id = 'w-1001'",
     )
     .await?;
-    let found = frozen_balances::reconcile(&mut db).await?;
+    let found = frozen_balances::reconcile(db).await?;
     let frozen: Vec<String> = found
         .frozen_mismatches
         .iter()
@@ -154,39 +179,17 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 async fn own_history(db: &mut tokio_postgres::Client) -> anyhow::Result<()> {
     let t = DEFAULT_TENANT;
     let market = Market::BtcUsdt;
-    for (id, account, asset, coins) in [
-        ("dep-1001", "alice", Asset::Usdt, 10_000),
-        ("dep-1002", "bob", Asset::Btc, 2),
-    ] {
-        let req = DepositRequest {
-            tenant_id: t.into(),
-            business_id: id.into(),
-            account_id: account.into(),
-            asset,
-            amount: coins * asset.units_per_coin(),
-        };
-        frozen_balances::deposit(db, &req, &NoHooks).await?;
-    }
-    let order = |id: &str, account: &str, side, qty: &str, price: &str| -> anyhow::Result<_> {
-        Ok(PlaceRequest {
-            tenant_id: t.into(),
-            business_id: id.into(),
-            account_id: account.into(),
-            market,
-            side,
-            quantity: parse_quantity(market, qty)?,
-            limit_price: parse_price(market, price)?,
-        })
-    };
+    deposit(db, "dep-1001", "alice", Asset::Usdt, 10_000).await?;
+    deposit(db, "dep-1002", "bob", Asset::Btc, 2).await?;
     let buy = frozen_balances::place(
         db,
-        &order("place-1001", "alice", Side::Buy, "1.0", "5000")?,
+        &order("place-1001", "alice", market, Side::Buy, "1.0", "5000")?,
         &NoHooks,
     )
     .await?;
     let sell = frozen_balances::place(
         db,
-        &order("place-1002", "bob", Side::Sell, "0.5", "4900")?,
+        &order("place-1002", "bob", market, Side::Sell, "0.5", "4900")?,
         &NoHooks,
     )
     .await?;

@@ -73,10 +73,35 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         .deposit(t, "dep-1101", "alice", "USDT", "10000")
         .await?;
     service.deposit(t, "dep-1102", "bob", "BTC", "2").await?;
-    let before = recorded(&db).await?;
+    refuse_bad_amounts(ctx, &service, &db).await?;
+
+    // The valid order under the same id: the sub-unit fee story.
+    sub_unit_fees(ctx, &service, &db).await?;
+    let mut client = ctx.connect().await?;
+    ctx.check_eq(
+        "per-asset sums",
+        "BTC=0.00000000 USDT=0.000000".to_string(),
+        asset_sums(&mut client).await?,
+    );
+    service.stop_checked(ctx).await?;
+    Ok(())
+}
+
+/// Sends each of [`REFUSED_ORDERS`] under [`BUSINESS_ID`] and three deposits past an
+/// asset's maximum or scale, checking each is refused, then that nothing of them was
+/// recorded.
+///
+/// Errors: transport or database errors.
+async fn refuse_bad_amounts(
+    ctx: &mut Ctx,
+    service: &Service,
+    db: &tokio_postgres::Client,
+) -> anyhow::Result<()> {
+    let t = DEFAULT_TENANT;
+    let before = recorded(db).await?;
 
     for (what, quantity, price) in REFUSED_ORDERS {
-        let reply = place(&service, BUSINESS_ID, "alice", "BUY", quantity, price).await?;
+        let reply = place(service, BUSINESS_ID, "alice", "BUY", quantity, price).await?;
         refused(ctx, &format!("{what}: BUY {quantity} @ {price}"), &reply);
     }
     for (what, asset, amount) in [
@@ -103,12 +128,24 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     }
     ctx.check(
         "nothing of the refused requests was recorded",
-        recorded(&db).await? == before,
+        recorded(db).await? == before,
         "",
     );
+    Ok(())
+}
 
-    // The valid order under the same id: the sub-unit fee story.
-    let buy = place(&service, BUSINESS_ID, "alice", "BUY", "0.0002", "5000.05").await?;
+/// alice BUY 0.0002 @ 5000.05 under [`BUSINESS_ID`] and bob's SELL, filled in two fills
+/// of 0.0001: checks the freeze and its reserve, each fill's fee rounded down, alice's
+/// frozen ending at 0 and the fees sys-fee got.
+///
+/// Errors: transport or database errors; a placement without an order id.
+async fn sub_unit_fees(
+    ctx: &mut Ctx,
+    service: &Service,
+    db: &tokio_postgres::Client,
+) -> anyhow::Result<()> {
+    let t = DEFAULT_TENANT;
+    let buy = place(service, BUSINESS_ID, "alice", "BUY", "0.0002", "5000.05").await?;
     ctx.note(format!(
         "BUY 0.0002 @ 5000.05 under the same id: {} frozen={} fee_reserve={}",
         buy.summary(),
@@ -125,7 +162,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         "1.001011 / 0.001001".to_string(),
         format!("{} / {}", buy.text("frozen"), buy.text("fee_reserve")),
     );
-    let sell = place(&service, "place-1102", "bob", "SELL", "0.0002", "5000.05").await?;
+    let sell = place(service, "place-1102", "bob", "SELL", "0.0002", "5000.05").await?;
     let (Some(b), Some(s)) = (buy.order_id(), sell.order_id()) else {
         anyhow::bail!("a placement returned no order id");
     };
@@ -156,20 +193,13 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "alice USDT: frozen ends at 0",
         "available=9998.998990 frozen=0.000000".to_string(),
-        balance_line(&db, t, "alice", Asset::Usdt).await?,
+        balance_line(db, t, "alice", Asset::Usdt).await?,
     );
     ctx.check_eq(
         "sys-fee USDT: 4 fees of 0.000500",
         "available=0.002000 frozen=0.000000".to_string(),
-        balance_line(&db, t, frozen_balances::SYS_FEE, Asset::Usdt).await?,
+        balance_line(db, t, frozen_balances::SYS_FEE, Asset::Usdt).await?,
     );
-    let mut client = ctx.connect().await?;
-    ctx.check_eq(
-        "per-asset sums",
-        "BTC=0.00000000 USDT=0.000000".to_string(),
-        asset_sums(&mut client).await?,
-    );
-    service.stop_checked(ctx).await?;
     Ok(())
 }
 

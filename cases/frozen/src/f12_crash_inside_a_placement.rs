@@ -48,6 +48,12 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One stop point: `account` deposits 10 000 USDT, a worker places under
+/// `place-12-<account>` and is SIGKILLed paused at `stop_at`; checks what another
+/// session saw during the pause, the kill, the backend gone and the figures after, then
+/// the same-id retry.
+///
+/// Errors: the worker could not start or pause; database errors.
 async fn killed_at(
     ctx: &mut Ctx,
     db: &mut tokio_postgres::Client,
@@ -63,24 +69,7 @@ async fn killed_at(
         10_000,
     )
     .await?;
-    let args = vec![
-        "spot".to_string(),
-        "--database-url".into(),
-        ctx.database_url()?,
-        "--business-id".into(),
-        business_id.clone(),
-        "--account".into(),
-        account.into(),
-        "--side".into(),
-        "BUY".into(),
-        "--quantity".into(),
-        "1.0".into(),
-        "--price".into(),
-        "5000".into(),
-        "--stop-at".into(),
-        stop_at.as_str().into(),
-    ];
-    let mut worker = CrashWorker::launch(args)?;
+    let mut worker = launch_worker(ctx, account, &business_id, stop_at)?;
     let paused = worker.wait_paused().await?;
     let backend = paused.backend_pid()?;
     ctx.note(format!("{stop_at}: worker paused backend_pid={backend}"));
@@ -100,17 +89,7 @@ async fn killed_at(
         137,
         end.shell_status(),
     );
-    let began = Instant::now();
-    let gone = loop {
-        let present = db
-            .query_opt("SELECT 1 FROM pg_stat_activity WHERE pid = $1", &[&backend])
-            .await?
-            .is_some();
-        if !present || began.elapsed() > Duration::from_millis(BACKEND_EXIT_LIMIT_MS) {
-            break !present;
-        }
-        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
-    };
+    let gone = backend_gone(db, backend).await?;
     ctx.check(
         format!("{stop_at}: the worker's backend ended"),
         gone,
@@ -135,8 +114,70 @@ async fn killed_at(
         ),
     );
 
+    same_id_retry(ctx, db, account, &business_id, stop_at).await
+}
+
+/// Launches `crash-worker spot` placing BUY 1.0 @ 5000 for `account` under
+/// `business_id`, to stop at `stop_at`.
+///
+/// Errors: the worker could not start.
+fn launch_worker(
+    ctx: &Ctx,
+    account: &str,
+    business_id: &str,
+    stop_at: HookPoint,
+) -> anyhow::Result<CrashWorker> {
+    let args = vec![
+        "spot".to_string(),
+        "--database-url".into(),
+        ctx.database_url()?,
+        "--business-id".into(),
+        business_id.into(),
+        "--account".into(),
+        account.into(),
+        "--side".into(),
+        "BUY".into(),
+        "--quantity".into(),
+        "1.0".into(),
+        "--price".into(),
+        "5000".into(),
+        "--stop-at".into(),
+        stop_at.as_str().into(),
+    ];
+    CrashWorker::launch(args)
+}
+
+/// Whether the backend `backend` has left `pg_stat_activity`, looking every [`POLL_MS`]
+/// for at most [`BACKEND_EXIT_LIMIT_MS`].
+///
+/// Errors: database errors.
+async fn backend_gone(db: &tokio_postgres::Client, backend: i32) -> anyhow::Result<bool> {
+    let began = Instant::now();
+    Ok(loop {
+        let present = db
+            .query_opt("SELECT 1 FROM pg_stat_activity WHERE pid = $1", &[&backend])
+            .await?
+            .is_some();
+        if !present || began.elapsed() > Duration::from_millis(BACKEND_EXIT_LIMIT_MS) {
+            break !present;
+        }
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    })
+}
+
+/// The same-id retry after the kill: checks it is a replay exactly when the worker had
+/// committed, and that `account` ends frozen once with one order.
+///
+/// Errors: the library's; database errors.
+async fn same_id_retry(
+    ctx: &mut Ctx,
+    db: &mut tokio_postgres::Client,
+    account: &str,
+    business_id: &str,
+    stop_at: HookPoint,
+) -> anyhow::Result<()> {
     let req = order(
-        &business_id,
+        business_id,
         account,
         Market::BtcUsdt,
         Side::Buy,

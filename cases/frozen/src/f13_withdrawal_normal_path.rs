@@ -12,13 +12,11 @@
 
 use case_kit::{Case, Ctx};
 use external_net::wire::{Action, ControlRequest};
-use frozen_balances::withdraw::SYS_WITHDRAWAL;
+use frozen_balances::withdraw::{SYS_WITHDRAWAL, WithdrawResult};
 use frozen_balances::{Asset, DEFAULT_TENANT, Outcome};
 use futures_util::FutureExt;
 
-use super::network::{
-    StandIn, check_reconciles, deposit, note_lines, run_executor_command, states, withdraw,
-};
+use super::network::{StandIn, check_reconciles, deposit, run_executor_checked, states, withdraw};
 use super::spot::balance_line;
 
 /// The case's registration.
@@ -37,19 +35,55 @@ const BTC: i64 = 100_000_000;
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let net = StandIn::start(ctx).await?;
     let mut db = ctx.connect().await?;
-    let t = DEFAULT_TENANT;
-    deposit(&mut db, t, "dep-1301", "bob", Asset::Btc, 2 * BTC).await?;
-
-    let first = withdraw(
+    deposit(
         &mut db,
-        t,
-        "w-1301",
+        DEFAULT_TENANT,
+        "dep-1301",
         "bob",
         Asset::Btc,
-        BTC / 2,
-        "addr-bob-1",
+        2 * BTC,
     )
     .await?;
+    request_w1301(ctx, &net, &mut db).await?;
+    execute_w1301(ctx, &net, &db).await?;
+    // A broadcast the network refuses: FAILED, released.
+    refused_w1302(ctx, &net, &mut db).await?;
+    check_network_and_books(ctx, &net, &mut db).await
+}
+
+/// bob withdraws `amount` BTC minor units to `destination` under `withdrawal`.
+///
+/// Errors: the library's.
+async fn bob_withdraws(
+    db: &mut tokio_postgres::Client,
+    withdrawal: &str,
+    amount: i64,
+    destination: &str,
+) -> anyhow::Result<WithdrawResult> {
+    withdraw(
+        db,
+        DEFAULT_TENANT,
+        withdrawal,
+        "bob",
+        Asset::Btc,
+        amount,
+        destination,
+    )
+    .await
+}
+
+/// Requests w-1301 (0.5 BTC) and checks what the request alone did: the amount frozen,
+/// one outbox event, nothing sent; then a same-id repeat replays, w-1303 above available
+/// is INSUFFICIENT, neither moves anything, and the books reconcile.
+///
+/// Errors: database errors; the stand-in did not answer.
+async fn request_w1301(
+    ctx: &mut Ctx,
+    net: &StandIn,
+    db: &mut tokio_postgres::Client,
+) -> anyhow::Result<()> {
+    let t = DEFAULT_TENANT;
+    let first = bob_withdraws(db, "w-1301", BTC / 2, "addr-bob-1").await?;
     ctx.check_eq(
         "w-1301 requested: OK",
         Outcome::Ok.as_str(),
@@ -58,7 +92,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "bob BTC after the request: 0.5 frozen",
         "available=1.50000000 frozen=0.50000000".to_string(),
-        balance_line(&db, t, "bob", Asset::Btc).await?,
+        balance_line(db, t, "bob", Asset::Btc).await?,
     );
     let outbox: i64 = db
         .query_one(
@@ -73,27 +107,9 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         0,
         net.net().transfers().await?.len(),
     );
-    let repeat = withdraw(
-        &mut db,
-        t,
-        "w-1301",
-        "bob",
-        Asset::Btc,
-        BTC / 2,
-        "addr-bob-1",
-    )
-    .await?;
+    let repeat = bob_withdraws(db, "w-1301", BTC / 2, "addr-bob-1").await?;
     ctx.check_eq("the same request again: replayed", true, repeat.replayed);
-    let too_much = withdraw(
-        &mut db,
-        t,
-        "w-1303",
-        "bob",
-        Asset::Btc,
-        5 * BTC,
-        "addr-bob-1",
-    )
-    .await?;
+    let too_much = bob_withdraws(db, "w-1303", 5 * BTC, "addr-bob-1").await?;
     ctx.check_eq(
         "w-1303 above available: INSUFFICIENT",
         Outcome::Insufficient.as_str(),
@@ -102,44 +118,52 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "bob BTC unchanged by the replay and the refusal",
         "available=1.50000000 frozen=0.50000000".to_string(),
-        balance_line(&db, t, "bob", Asset::Btc).await?,
+        balance_line(db, t, "bob", Asset::Btc).await?,
     );
-    check_reconciles(ctx, &mut db, "reconciliation while w-1301 is pending").await?;
+    check_reconciles(ctx, db, "reconciliation while w-1301 is pending").await?;
+    Ok(())
+}
 
-    let (lines, end, stderr) = run_executor_command(ctx, &net, "run", &[]).await?;
-    note_lines(ctx, "executor", &lines);
-    ctx.check_eq(
-        "executor exited with status 0",
-        "exited with status 0".to_string(),
-        format!("{end}{stderr}"),
-    );
+/// Runs the executor once and checks w-1301 went `REQUESTED BROADCAST CONFIRMED`, its
+/// frozen amount consumed and paid to sys-withdrawal.
+///
+/// Errors: the executor could not run; database errors.
+async fn execute_w1301(
+    ctx: &mut Ctx,
+    net: &StandIn,
+    db: &tokio_postgres::Client,
+) -> anyhow::Result<()> {
+    let t = DEFAULT_TENANT;
+    run_executor_checked(ctx, net, "executor", "run", &[]).await?;
     ctx.check_eq(
         "w-1301 states in order",
         "REQUESTED BROADCAST CONFIRMED".to_string(),
-        states(&db, t, "w-1301").await?,
+        states(db, t, "w-1301").await?,
     );
     ctx.check_eq(
         "bob BTC: frozen consumed, available unchanged",
         "available=1.50000000 frozen=0.00000000".to_string(),
-        balance_line(&db, t, "bob", Asset::Btc).await?,
+        balance_line(db, t, "bob", Asset::Btc).await?,
     );
     ctx.check_eq(
         "sys-withdrawal BTC: what went out",
         "available=0.50000000 frozen=0.00000000".to_string(),
-        balance_line(&db, t, SYS_WITHDRAWAL, Asset::Btc).await?,
+        balance_line(db, t, SYS_WITHDRAWAL, Asset::Btc).await?,
     );
+    Ok(())
+}
 
-    // A broadcast the network refuses: FAILED, released.
-    withdraw(
-        &mut db,
-        t,
-        "w-1302",
-        "bob",
-        Asset::Btc,
-        BTC / 4,
-        "addr-bob-2",
-    )
-    .await?;
+/// Requests w-1302 (0.25 BTC), has the network refuse the next broadcast, runs the
+/// executor and checks w-1302 went `REQUESTED FAILED` with its amount released.
+///
+/// Errors: the stand-in or the executor failed; database errors.
+async fn refused_w1302(
+    ctx: &mut Ctx,
+    net: &StandIn,
+    db: &mut tokio_postgres::Client,
+) -> anyhow::Result<()> {
+    let t = DEFAULT_TENANT;
+    bob_withdraws(db, "w-1302", BTC / 4, "addr-bob-2").await?;
     net.net()
         .control(&ControlRequest {
             action: Action::Refuse,
@@ -147,24 +171,29 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             count: 1,
         })
         .await?;
-    let (lines, end, stderr) = run_executor_command(ctx, &net, "run", &[]).await?;
-    note_lines(ctx, "executor", &lines);
-    ctx.check_eq(
-        "executor exited with status 0",
-        "exited with status 0".to_string(),
-        format!("{end}{stderr}"),
-    );
+    run_executor_checked(ctx, net, "executor", "run", &[]).await?;
     ctx.check_eq(
         "w-1302 states in order",
         "REQUESTED FAILED".to_string(),
-        states(&db, t, "w-1302").await?,
+        states(db, t, "w-1302").await?,
     );
     ctx.check_eq(
         "bob BTC: the refused amount released",
         "available=1.50000000 frozen=0.00000000".to_string(),
-        balance_line(&db, t, "bob", Asset::Btc).await?,
+        balance_line(db, t, "bob", Asset::Btc).await?,
     );
+    Ok(())
+}
 
+/// Notes the network's log and checks it (w-1301 out once, w-1302 refused), then the
+/// reconciliation, noting the per-asset sums when it is clean.
+///
+/// Errors: the stand-in did not answer; database errors.
+async fn check_network_and_books(
+    ctx: &mut Ctx,
+    net: &StandIn,
+    db: &mut tokio_postgres::Client,
+) -> anyhow::Result<()> {
     let transfers = net.note_log(ctx).await?;
     let summary: Vec<String> = transfers
         .iter()
@@ -175,9 +204,12 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         "w-1301:CONFIRMEDx1 w-1302:REJECTEDx1".to_string(),
         summary.join(" "),
     );
-    if check_reconciles(ctx, &mut db, "reconciliation at the end").await? {
-        let findings = frozen_balances::reconcile(&mut db).await?;
-        ctx.note(format!("per-asset sums: {}", findings.totals_text(t)));
+    if check_reconciles(ctx, db, "reconciliation at the end").await? {
+        let findings = frozen_balances::reconcile(db).await?;
+        ctx.note(format!(
+            "per-asset sums: {}",
+            findings.totals_text(DEFAULT_TENANT)
+        ));
     }
     Ok(())
 }

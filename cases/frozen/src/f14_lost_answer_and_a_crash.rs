@@ -20,7 +20,7 @@ use frozen_balances::{Asset, DEFAULT_TENANT, NoHooks};
 use futures_util::FutureExt;
 
 use super::network::{
-    StandIn, check_reconciles, deposit, launch_executor, note_lines, run_executor_command, states,
+    StandIn, check_reconciles, deposit, launch_executor, run_executor_checked, states,
     withdraw as request,
 };
 use super::spot::balance_line;
@@ -58,10 +58,30 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     .await?;
     drop_next_answer(&net).await?;
 
-    let mut first = launch_executor(ctx, &net, &["--stop-at", "after-unknown"])?;
+    crash_after_unknown(ctx, &net, &db).await?;
+    recover_by_query(ctx, &net, &mut db).await?;
+
+    run_control(ctx, &net, true).await?;
+
+    check_network_log(ctx, &net, &mut db).await
+}
+
+/// The first executor meets the lost answer of w-1401 and stops at `after-unknown`:
+/// checks `UNKNOWN` is recorded while the network did accept the transfer, then
+/// SIGKILLs the executor and checks it died by signal 9.
+///
+/// Errors: the executor did not stop there; the stand-in or the database failed.
+async fn crash_after_unknown(
+    ctx: &mut Ctx,
+    net: &StandIn,
+    db: &tokio_postgres::Client,
+) -> anyhow::Result<()> {
+    let mut first = launch_executor(ctx, net, &["--stop-at", "after-unknown"])?;
     let paused = first.wait_paused().await?;
     ctx.note(format!("first executor stopped: {}", paused.line));
-    let status = withdraw::get(&db, t, "w-1401").await?.map(|w| w.status);
+    let status = withdraw::get(db, DEFAULT_TENANT, "w-1401")
+        .await?
+        .map(|w| w.status);
     ctx.check_eq(
         "w-1401 recorded UNKNOWN after the lost answer",
         format!("{:?}", Some(Status::Unknown)),
@@ -83,14 +103,21 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         9,
         end.signal().unwrap_or(0),
     );
+    Ok(())
+}
 
-    let (lines, end, stderr) = run_executor_command(ctx, &net, "run", &[]).await?;
-    note_lines(ctx, "new executor", &lines);
-    ctx.check_eq(
-        "new executor exited with status 0",
-        "exited with status 0".to_string(),
-        format!("{end}{stderr}"),
-    );
+/// A new executor finds w-1401 `UNKNOWN`: checks its first step is the query by id,
+/// that it broadcast nothing, the states, one consumption, and that a second
+/// settlement replays.
+///
+/// Errors: the executor could not run; database errors.
+async fn recover_by_query(
+    ctx: &mut Ctx,
+    net: &StandIn,
+    db: &mut tokio_postgres::Client,
+) -> anyhow::Result<()> {
+    let t = DEFAULT_TENANT;
+    let lines = run_executor_checked(ctx, net, "new executor", "run", &[]).await?;
     ctx.check_eq(
         "the new executor's first step: the query by id",
         "QUERY id=w-1401 answer=CONFIRMED".to_string(),
@@ -104,24 +131,32 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "w-1401 states in order",
         "REQUESTED UNKNOWN CONFIRMED".to_string(),
-        states(&db, t, "w-1401").await?,
+        states(db, t, "w-1401").await?,
     );
     ctx.check_eq(
         "bob BTC: consumed once",
         "available=1.00000000 frozen=0.00000000".to_string(),
-        balance_line(&db, t, "bob", Asset::Btc).await?,
+        balance_line(db, t, "bob", Asset::Btc).await?,
     );
-    let again =
-        withdraw::settle(&mut db, t, "w-1401", Status::Confirmed, "again", &NoHooks).await?;
+    let again = withdraw::settle(db, t, "w-1401", Status::Confirmed, "again", &NoHooks).await?;
     ctx.check_eq("a second settlement replays", true, again.replayed);
     ctx.check_eq(
         "sys-withdrawal BTC: 1 BTC out, once",
         "available=1.00000000 frozen=0.00000000".to_string(),
-        balance_line(&db, t, SYS_WITHDRAWAL, Asset::Btc).await?,
+        balance_line(db, t, SYS_WITHDRAWAL, Asset::Btc).await?,
     );
+    Ok(())
+}
 
-    run_control(ctx, &net, true).await?;
-
+/// Notes the network's log and checks w-1401 went out once and was queried once, then
+/// the reconciliation.
+///
+/// Errors: the stand-in did not answer; database errors.
+async fn check_network_log(
+    ctx: &mut Ctx,
+    net: &StandIn,
+    db: &mut tokio_postgres::Client,
+) -> anyhow::Result<()> {
     let transfers = net.note_log(ctx).await?;
     let to_bob = transfers
         .iter()
@@ -141,7 +176,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         .filter(|q| q.id == "w-1401")
         .count();
     ctx.check_eq("network log: w-1401 queried by id once", 1, queried);
-    check_reconciles(ctx, &mut db, "reconciliation at the end").await?;
+    check_reconciles(ctx, db, "reconciliation at the end").await?;
     Ok(())
 }
 
@@ -177,14 +212,7 @@ pub async fn run_control(ctx: &mut Ctx, net: &StandIn, drop_answer: bool) -> any
     if drop_answer {
         drop_next_answer(net).await?;
     }
-    let (lines, end, stderr) =
-        run_executor_command(ctx, net, "run", &["--retry-under-new-id"]).await?;
-    note_lines(ctx, "naive executor", &lines);
-    ctx.check_eq(
-        "naive executor exited with status 0",
-        "exited with status 0".to_string(),
-        format!("{end}{stderr}"),
-    );
+    run_executor_checked(ctx, net, "naive executor", "run", &["--retry-under-new-id"]).await?;
     let out: Vec<String> = net
         .net()
         .transfers()

@@ -21,11 +21,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use case_kit::{AbortOnDrop, Case, Ctx};
-use external_net::client::Answer;
+use external_net::client::{Answer, NetClient};
 use external_net::wire::{Action, Broadcast, ControlRequest, MAX_DELAY_MS};
 use frozen_balances::amount::{parse_price, parse_quantity};
-use frozen_balances::{Asset, DEFAULT_TENANT, Market, NoHooks, Outcome, PlaceRequest, Side};
+use frozen_balances::{
+    Asset, DEFAULT_TENANT, Market, NoHooks, Outcome, PlaceRequest, PlaceResult, Side,
+};
 use futures_util::FutureExt;
+use launch::worker::CrashWorker;
 
 use super::fixtures::Plan;
 use super::network::{
@@ -101,14 +104,37 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     net.wait_holding(1, Duration::from_millis(HOLD_START_WAIT_MS))
         .await?;
 
-    let writing = sessions_in_a_write(&db).await?;
+    work_during_the_hold(ctx, &net, &mut db).await?;
+    net.net().release_held().await?;
+    ctx.note("the case releases w-1501's answer");
+
+    check_after_release(ctx, &mut executor, &db).await?;
+
+    run_control(ctx, &net, Plan::Forced).await?;
+    net.note_log(ctx).await?;
+    check_reconciles(ctx, &mut db, "reconciliation at the end").await?;
+    Ok(())
+}
+
+/// While the network holds w-1501's answer: checks no session holds a write, then that
+/// a placement and the withdrawal w-1502 on alice's USDT both complete, and that the
+/// answer was still held when both were done.
+///
+/// Errors: the library's; the stand-in did not answer.
+async fn work_during_the_hold(
+    ctx: &mut Ctx,
+    net: &StandIn,
+    db: &mut tokio_postgres::Client,
+) -> anyhow::Result<()> {
+    let t = DEFAULT_TENANT;
+    let writing = sessions_in_a_write(db).await?;
     ctx.check_eq(
         "while the network holds the answer, no session holds a row lock or a write (pg_stat_activity.backend_xid)",
         0,
         writing,
     );
     let started = Instant::now();
-    let placed = frozen_balances::place(&mut db, &buy("place-1501", "alice")?, &NoHooks).await?;
+    let placed = frozen_balances::place(db, &buy("place-1501", "alice")?, &NoHooks).await?;
     let place_ms = started.elapsed().as_millis();
     ctx.check_eq(
         "placement on alice's USDT during the hold: OK",
@@ -117,7 +143,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     );
     let started = Instant::now();
     let second = withdraw(
-        &mut db,
+        db,
         t,
         "w-1502",
         "alice",
@@ -141,10 +167,20 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         1,
         net.net().control_state().await?.holding,
     );
-    net.net().release_held().await?;
-    ctx.note("the case releases w-1501's answer");
+    Ok(())
+}
 
-    let (lines, end, stderr) = collect(&mut executor).await?;
+/// Reads the executor to its end once the answer is released: checks it exited with
+/// status 0, both withdrawals went `REQUESTED BROADCAST CONFIRMED`, and alice's USDT.
+///
+/// Errors: the executor ran too long; database errors.
+async fn check_after_release(
+    ctx: &mut Ctx,
+    executor: &mut CrashWorker,
+    db: &tokio_postgres::Client,
+) -> anyhow::Result<()> {
+    let t = DEFAULT_TENANT;
+    let (lines, end, stderr) = collect(executor).await?;
     note_lines(ctx, "executor", &lines);
     ctx.check_eq(
         "executor exited with status 0",
@@ -155,18 +191,14 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         ctx.check_eq(
             format!("{id} states in order"),
             "REQUESTED BROADCAST CONFIRMED".to_string(),
-            states(&db, t, id).await?,
+            states(db, t, id).await?,
         );
     }
     ctx.check_eq(
         "alice USDT: 150 out, 500.5 frozen by the open order",
         "available=9349.500000 frozen=500.500000".to_string(),
-        balance_line(&db, t, "alice", Asset::Usdt).await?,
+        balance_line(db, t, "alice", Asset::Usdt).await?,
     );
-
-    run_control(ctx, &net, Plan::Forced).await?;
-    net.note_log(ctx).await?;
-    check_reconciles(ctx, &mut db, "reconciliation at the end").await?;
     Ok(())
 }
 
@@ -250,32 +282,13 @@ pub async fn run_control(ctx: &mut Ctx, net: &StandIn, plan: Plan) -> anyhow::Re
     if plan == Plan::Forced {
         hold_next_answer(net).await?;
     }
-    let mut naive_db = ctx.connect().await?;
+    let naive_db = ctx.connect().await?;
     let naive_pid: i32 = naive_db
         .query_one("SELECT pg_backend_pid()", &[])
         .await?
         .get(0);
     let place_pid: i32 = db.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
-    let client = net.net().clone();
-    let (locked_tx, locked) = tokio::sync::oneshot::channel();
-    let mut naive = AbortOnDrop::spawn(async move {
-        let tx = naive_db.transaction().await?;
-        tx.execute(NAIVE_FREEZE_SQL, &[&(100 * USDT)]).await?;
-        let _ = locked_tx.send(());
-        let answer = client
-            .broadcast(
-                &Broadcast {
-                    id: "w-1599".into(),
-                    destination: "addr-dave-1599".into(),
-                    asset: "USDT".into(),
-                    amount: 100 * USDT,
-                },
-                Duration::from_millis(ANSWER_TIMEOUT_MS),
-            )
-            .await;
-        tx.rollback().await?;
-        anyhow::Ok(answer)
-    });
+    let (mut naive, locked) = spawn_naive_withdrawal(naive_db, net.net().clone());
     locked.await?;
     let mut answer = None;
     match plan {
@@ -304,6 +317,56 @@ pub async fn run_control(ctx: &mut Ctx, net: &StandIn, plan: Plan) -> anyhow::Re
         Some(answer) => answer,
         None => naive.await??,
     };
+    check_control(ctx, net, &db, &answer, &placed, blocked).await
+}
+
+/// Starts the naive withdrawal w-1599 as a task on `naive_db`: freezes 100 USDT of
+/// dave's inside a transaction, signals the returned receiver once the row is locked,
+/// calls the network (`client`) with the transaction still open, then rolls back.
+/// Returns the task, which ends with the network's answer, and the signal.
+fn spawn_naive_withdrawal(
+    mut naive_db: tokio_postgres::Client,
+    client: NetClient,
+) -> (
+    AbortOnDrop<anyhow::Result<Answer>>,
+    tokio::sync::oneshot::Receiver<()>,
+) {
+    let (locked_tx, locked) = tokio::sync::oneshot::channel();
+    let naive = AbortOnDrop::spawn(async move {
+        let tx = naive_db.transaction().await?;
+        tx.execute(NAIVE_FREEZE_SQL, &[&(100 * USDT)]).await?;
+        let _ = locked_tx.send(());
+        let answer = client
+            .broadcast(
+                &Broadcast {
+                    id: "w-1599".into(),
+                    destination: "addr-dave-1599".into(),
+                    asset: "USDT".into(),
+                    amount: 100 * USDT,
+                },
+                Duration::from_millis(ANSWER_TIMEOUT_MS),
+            )
+            .await;
+        tx.rollback().await?;
+        anyhow::Ok(answer)
+    });
+    (naive, locked)
+}
+
+/// The control's verdict: the naive call was answered, dave's placement OK, whether it
+/// was seen `blocked` by the naive transaction (the anomaly), dave's USDT after the
+/// rollback, and the transfer w-1599 still in the network.
+///
+/// Errors: database errors; the stand-in did not answer.
+async fn check_control(
+    ctx: &mut Ctx,
+    net: &StandIn,
+    db: &tokio_postgres::Client,
+    answer: &Answer,
+    placed: &PlaceResult,
+    blocked: bool,
+) -> anyhow::Result<()> {
+    let t = DEFAULT_TENANT;
     ctx.check_eq(
         "the naive call inside the transaction was answered",
         format!("{:?}", Answer::Accepted { new: true }),
@@ -322,7 +385,7 @@ pub async fn run_control(ctx: &mut Ctx, net: &StandIn, plan: Plan) -> anyhow::Re
     ctx.check_eq(
         "dave USDT: the naive freeze rolled back, the order's freeze stands",
         "available=9499.500000 frozen=500.500000".to_string(),
-        balance_line(&db, t, "dave", Asset::Usdt).await?,
+        balance_line(db, t, "dave", Asset::Usdt).await?,
     );
     let out = net
         .net()

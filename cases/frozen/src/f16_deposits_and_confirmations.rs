@@ -14,7 +14,7 @@ use external_net::wire::DepositState;
 use frozen_balances::{Asset, DEFAULT_TENANT};
 use futures_util::FutureExt;
 
-use super::network::{StandIn, check_reconciles, note_lines, run_executor_command};
+use super::network::{StandIn, check_reconciles, run_executor_checked};
 use super::spot::balance_line;
 
 /// The case's registration.
@@ -31,6 +31,10 @@ pub fn case() -> Case {
 pub const REQUIRED_CONFIRMATIONS: u32 = 3;
 /// 0.1 BTC in minor units.
 const TENTH_BTC: i64 = 10_000_000;
+/// alice's BTC before any credit.
+const NOTHING: &str = "available=0.00000000 frozen=0.00000000";
+/// alice's BTC once tx-1601 is credited.
+const CREDITED: &str = "available=0.30000000 frozen=0.00000000";
 
 fn deposit(tx_id: &str, amount: i64, confirmations: u32, dropped: bool) -> DepositState {
     DepositState {
@@ -47,20 +51,14 @@ fn deposit(tx_id: &str, amount: i64, confirmations: u32, dropped: bool) -> Depos
 /// One scan; notes its lines and returns them.
 async fn scan(ctx: &mut Ctx, net: &StandIn) -> anyhow::Result<Vec<String>> {
     let required = REQUIRED_CONFIRMATIONS.to_string();
-    let (lines, end, stderr) = run_executor_command(
+    run_executor_checked(
         ctx,
         net,
+        "scan",
         "scan-deposits",
         &["--required-confirmations", &required],
     )
-    .await?;
-    note_lines(ctx, "scan", &lines);
-    ctx.check_eq(
-        "scan exited with status 0",
-        "exited with status 0".to_string(),
-        format!("{end}{stderr}"),
-    );
-    Ok(lines)
+    .await
 }
 
 async fn alice(db: &tokio_postgres::Client) -> anyhow::Result<String> {
@@ -71,29 +69,49 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let net = StandIn::start(ctx).await?;
     let mut db = ctx.connect().await?;
     ctx.note(format!("required confirmations: {REQUIRED_CONFIRMATIONS}"));
-    let zero = "available=0.00000000 frozen=0.00000000".to_string();
-    let credited = "available=0.30000000 frozen=0.00000000".to_string();
+    credited_once_at_n(ctx, &net, &db).await?;
+    // The second story: dropped before N.
+    dropped_before_n(ctx, &net, &db).await?;
+    check_end(ctx, &net, &mut db).await
+}
 
+/// Reports `tx_id` (alice, `amount` BTC minor units) at `confirmations` to the stand-in,
+/// `dropped` or not.
+///
+/// Errors: the stand-in did not answer.
+async fn report(
+    net: &StandIn,
+    tx_id: &str,
+    amount: i64,
+    confirmations: u32,
+    dropped: bool,
+) -> anyhow::Result<()> {
+    net.net()
+        .set_deposit(&deposit(tx_id, amount, confirmations, dropped))
+        .await?;
+    Ok(())
+}
+
+/// The first story: tx-1601 (0.3 BTC) reported below N credits nothing, at N credits,
+/// and a duplicate report at N and a later one change nothing.
+///
+/// Errors: the stand-in or a scan failed; database errors.
+async fn credited_once_at_n(
+    ctx: &mut Ctx,
+    net: &StandIn,
+    db: &tokio_postgres::Client,
+) -> anyhow::Result<()> {
     for confirmations in 1..REQUIRED_CONFIRMATIONS {
-        net.net()
-            .set_deposit(&deposit("tx-1601", 3 * TENTH_BTC, confirmations, false))
-            .await?;
-        scan(ctx, &net).await?;
+        report(net, "tx-1601", 3 * TENTH_BTC, confirmations, false).await?;
+        scan(ctx, net).await?;
         ctx.check_eq(
             format!("alice BTC at {confirmations} confirmation(s): nothing credited"),
-            zero.clone(),
-            alice(&db).await?,
+            NOTHING.to_string(),
+            alice(db).await?,
         );
     }
-    net.net()
-        .set_deposit(&deposit(
-            "tx-1601",
-            3 * TENTH_BTC,
-            REQUIRED_CONFIRMATIONS,
-            false,
-        ))
-        .await?;
-    let lines = scan(ctx, &net).await?;
+    report(net, "tx-1601", 3 * TENTH_BTC, REQUIRED_CONFIRMATIONS, false).await?;
+    let lines = scan(ctx, net).await?;
     ctx.check(
         "the report at 3 confirmations credits",
         lines
@@ -103,10 +121,10 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     );
     ctx.check_eq(
         "alice BTC at 3 confirmations: credited",
-        credited.clone(),
-        alice(&db).await?,
+        CREDITED.to_string(),
+        alice(db).await?,
     );
-    let lines = scan(ctx, &net).await?;
+    let lines = scan(ctx, net).await?;
     ctx.check(
         "the duplicate report at 3 changes nothing",
         lines
@@ -114,37 +132,45 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             .any(|l| l.contains("tx=tx-1601") && l.ends_with("effect=ALREADY_CREDITED")),
         lines.join("; "),
     );
-    net.net()
-        .set_deposit(&deposit(
-            "tx-1601",
-            3 * TENTH_BTC,
-            REQUIRED_CONFIRMATIONS + 1,
-            false,
-        ))
-        .await?;
-    scan(ctx, &net).await?;
+    report(
+        net,
+        "tx-1601",
+        3 * TENTH_BTC,
+        REQUIRED_CONFIRMATIONS + 1,
+        false,
+    )
+    .await?;
+    scan(ctx, net).await?;
     ctx.check_eq(
         "alice BTC after the duplicate and a later report: credited once",
-        credited.clone(),
-        alice(&db).await?,
+        CREDITED.to_string(),
+        alice(db).await?,
     );
+    Ok(())
+}
 
-    // The second story: dropped before N.
+/// The second story: tx-1602 (0.2 BTC) reported below N, then dropped; the drop is
+/// recorded and nothing is credited, also on the scan after it.
+///
+/// Errors: the stand-in or a scan failed; database errors.
+async fn dropped_before_n(
+    ctx: &mut Ctx,
+    net: &StandIn,
+    db: &tokio_postgres::Client,
+) -> anyhow::Result<()> {
     for confirmations in 1..REQUIRED_CONFIRMATIONS {
-        net.net()
-            .set_deposit(&deposit("tx-1602", 2 * TENTH_BTC, confirmations, false))
-            .await?;
-        scan(ctx, &net).await?;
+        report(net, "tx-1602", 2 * TENTH_BTC, confirmations, false).await?;
+        scan(ctx, net).await?;
     }
-    net.net()
-        .set_deposit(&deposit(
-            "tx-1602",
-            2 * TENTH_BTC,
-            REQUIRED_CONFIRMATIONS - 1,
-            true,
-        ))
-        .await?;
-    let lines = scan(ctx, &net).await?;
+    report(
+        net,
+        "tx-1602",
+        2 * TENTH_BTC,
+        REQUIRED_CONFIRMATIONS - 1,
+        true,
+    )
+    .await?;
+    let lines = scan(ctx, net).await?;
     ctx.check(
         "the drop before 3 confirmations is recorded",
         lines
@@ -152,12 +178,24 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             .any(|l| l.contains("tx=tx-1602") && l.ends_with("effect=DROPPED")),
         lines.join("; "),
     );
-    scan(ctx, &net).await?;
+    scan(ctx, net).await?;
     ctx.check_eq(
         "alice BTC: the dropped transfer never credited",
-        credited.clone(),
-        alice(&db).await?,
+        CREDITED.to_string(),
+        alice(db).await?,
     );
+    Ok(())
+}
+
+/// Checks one operation for network deposits (tx-1601's), notes the network's deposits
+/// and log, and checks the reconciliation.
+///
+/// Errors: the stand-in did not answer; database errors.
+async fn check_end(
+    ctx: &mut Ctx,
+    net: &StandIn,
+    db: &mut tokio_postgres::Client,
+) -> anyhow::Result<()> {
     let credits: Vec<String> = db
         .query(
             "SELECT business_id FROM balance_operation WHERE business_id LIKE 'chain:%' ORDER BY business_id",
@@ -179,6 +217,6 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         ));
     }
     net.note_log(ctx).await?;
-    check_reconciles(ctx, &mut db, "reconciliation at the end").await?;
+    check_reconciles(ctx, db, "reconciliation at the end").await?;
     Ok(())
 }

@@ -34,33 +34,7 @@ pub const ORDERS_PER_MARKET: usize = 16;
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let mut db = ctx.connect().await?;
     deposit(&mut db, "dep-1701", "alice", Asset::Usdt, 6_000).await?;
-    let per_market = ctx
-        .race(2, |racer| async move {
-            let market = [Market::BtcUsdt, Market::EthUsdt][racer.index];
-            let mut client = racer.client;
-            let mut outcomes = Vec::new();
-            for i in 0..ORDERS_PER_MARKET {
-                let req = order(
-                    &format!("place-17-{market}-{i:02}"),
-                    "alice",
-                    market,
-                    Side::Buy,
-                    "1.0",
-                    "5000",
-                )
-                .map_err(|e| e.to_string())?;
-                let result = frozen_balances::place(&mut client, &req, &NoHooks)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                outcomes.push(result.outcome);
-            }
-            Ok::<_, String>(outcomes)
-        })
-        .await?;
-    let mut outcomes = Vec::new();
-    for matcher in per_market {
-        outcomes.extend(matcher.map_err(|e| anyhow::anyhow!("a matcher failed: {e}"))?);
-    }
+    let outcomes = place_on_both_markets(ctx).await?;
     let ok = outcomes.iter().filter(|o| **o == Outcome::Ok).count();
     let insufficient = outcomes
         .iter()
@@ -103,4 +77,40 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     );
     invariant(ctx, &mut db).await?;
     Ok(())
+}
+
+/// The two matchers, released together: each places [`ORDERS_PER_MARKET`] BUY 1.0 @ 5000
+/// for alice on its market (BTC-USDT, ETH-USDT), one after another. Returns every
+/// outcome, BTC-USDT's first.
+///
+/// Errors: the race could not run; a matcher failed.
+async fn place_on_both_markets(ctx: &mut Ctx) -> anyhow::Result<Vec<Outcome>> {
+    let per_market = ctx
+        .race(2, |racer| async move {
+            let market = [Market::BtcUsdt, Market::EthUsdt][racer.index];
+            let mut client = racer.client;
+            let mut outcomes = Vec::new();
+            for i in 0..ORDERS_PER_MARKET {
+                let req = order(
+                    &format!("place-17-{market}-{i:02}"),
+                    "alice",
+                    market,
+                    Side::Buy,
+                    "1.0",
+                    "5000",
+                )
+                .map_err(|e| e.to_string())?;
+                let result = frozen_balances::place(&mut client, &req, &NoHooks)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                outcomes.push(result.outcome);
+            }
+            Ok::<_, String>(outcomes)
+        })
+        .await?;
+    let mut outcomes = Vec::new();
+    for matcher in per_market {
+        outcomes.extend(matcher.map_err(|e| anyhow::anyhow!("a matcher failed: {e}"))?);
+    }
+    Ok(outcomes)
 }

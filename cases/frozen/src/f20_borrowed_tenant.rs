@@ -133,7 +133,36 @@ async fn run_authenticated(ctx: &mut Ctx) -> anyhow::Result<()> {
     let a_balances = service.balances(TENANT_A, ACCOUNT).await?;
     let before = recorded(&db).await?;
 
-    let as_b = Borrower::new(&service, Some(TENANT_A));
+    borrowed_requests_refused(ctx, &service, order).await?;
+    let after = recorded(&db).await?;
+    ctx.check(
+        "the refused requests recorded nothing (operations, movements, orders, balances)",
+        after == before,
+        format!("before={before} after={after}"),
+    );
+
+    // B's token in its own tenant: A's order and A's account are not there.
+    own_tenant_holds_nothing(ctx, &service, order).await?;
+    let a_after = service.balances(TENANT_A, ACCOUNT).await?;
+    ctx.check_eq(
+        "A's balances unchanged by everything B sent",
+        a_balances.asset_line(Asset::Usdt),
+        a_after.asset_line(Asset::Usdt),
+    );
+    service.stop_checked(ctx).await
+}
+
+/// B's caller with its own token tries A's tenant: declaring it in `X-Tenant-Id` (A's
+/// business id and body, a cancel of A's `order`, a read of A's balances) and naming A
+/// in `X-Client-Id` must each be 403; no token or an unknown one must be 401.
+///
+/// Errors: transport errors; no token for B.
+async fn borrowed_requests_refused(
+    ctx: &mut Ctx,
+    service: &Service,
+    order: i64,
+) -> anyhow::Result<()> {
+    let as_b = Borrower::new(service, Some(TENANT_A));
     for (label, reply) in [
         ("A's business id and body", as_b.place("place-2002").await?),
         (
@@ -151,10 +180,10 @@ async fn run_authenticated(ctx: &mut Ctx) -> anyhow::Result<()> {
     }
     let borrowed_client = service
         .send(
-            Borrower::new(&service, None)
+            Borrower::new(service, None)
                 .balances_request()
                 .header("x-client-id", TENANT_A)
-                .bearer_auth(token(&service, TENANT_B)?),
+                .bearer_auth(token(service, TENANT_B)?),
         )
         .await?;
     refused(
@@ -167,7 +196,7 @@ async fn run_authenticated(ctx: &mut Ctx) -> anyhow::Result<()> {
         ("no token", None),
         ("an unknown token", Some(UNKNOWN_TOKEN)),
     ] {
-        let mut request = Borrower::new(&service, Some(TENANT_A)).place_request("place-2002");
+        let mut request = Borrower::new(service, Some(TENANT_A)).place_request("place-2002");
         if let Some(token) = token {
             request = request.header(AUTHORIZATION, format!("Bearer {token}"));
         }
@@ -179,15 +208,19 @@ async fn run_authenticated(ctx: &mut Ctx) -> anyhow::Result<()> {
             401,
         );
     }
-    let after = recorded(&db).await?;
-    ctx.check(
-        "the refused requests recorded nothing (operations, movements, orders, balances)",
-        after == before,
-        format!("before={before} after={after}"),
-    );
+    Ok(())
+}
 
-    // B's token in its own tenant: A's order and A's account are not there.
-    let as_own = Borrower::new(&service, None);
+/// B's token with no `X-Tenant-Id` (its own tenant): checks a cancel of A's `order` is
+/// 404 NO_ORDER and a read of A's account 404 NO_ACCOUNT.
+///
+/// Errors: transport errors.
+async fn own_tenant_holds_nothing(
+    ctx: &mut Ctx,
+    service: &Service,
+    order: i64,
+) -> anyhow::Result<()> {
+    let as_own = Borrower::new(service, None);
     let own_cancel = as_own.cancel(order, "cancel-2003").await?;
     let own_read = as_own.balances().await?;
     ctx.note(format!(
@@ -206,13 +239,7 @@ async fn run_authenticated(ctx: &mut Ctx) -> anyhow::Result<()> {
         "404 NO_ACCOUNT".to_string(),
         own_read.status_outcome(),
     );
-    let a_after = service.balances(TENANT_A, ACCOUNT).await?;
-    ctx.check_eq(
-        "A's balances unchanged by everything B sent",
-        a_balances.asset_line(Asset::Usdt),
-        a_after.asset_line(Asset::Usdt),
-    );
-    service.stop_checked(ctx).await
+    Ok(())
 }
 
 /// Checks that `reply` is the refusal `status` and shows nothing of A's.
