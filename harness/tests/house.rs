@@ -496,7 +496,8 @@ fn every_citation_points_inside_the_repository() {
         .filter_map(|l| l.split_once(". ").map(|(n, _)| n.to_string()))
         .collect();
     let cited = regex::Regex::new(r"SPEC §(\d+)(?:[–-]§(\d+))?").unwrap();
-    let outside = regex::Regex::new(r"(?i)\bissue #?\d+|\.\./shared|shared/seeds|seeds/0\d\d_").unwrap();
+    let outside =
+        regex::Regex::new(r"(?i)\bissue #?\d+|\.\./shared|shared/seeds|seeds/0\d\d_").unwrap();
     let mut wrong = Vec::new();
     let mut count = 0;
     for file in text_files() {
@@ -504,23 +505,38 @@ fn every_citation_points_inside_the_repository() {
         if file.ends_with("harness/tests/house.rs") {
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(&file) else { continue };
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
         for (number, line) in text.lines().enumerate() {
             let at = format!("{}:{}", relative(&file), number + 1);
             for found in cited.captures_iter(line) {
                 count += 1;
                 for section in [found.get(1), found.get(2)].into_iter().flatten() {
                     if !sections.contains(section.as_str()) {
-                        wrong.push(format!("{at}: SPEC §{} has no section in docs/SPEC.md", section.as_str()));
+                        wrong.push(format!(
+                            "{at}: SPEC §{} has no section in docs/SPEC.md",
+                            section.as_str()
+                        ));
                     }
                 }
             }
             if let Some(found) = outside.find(line) {
-                wrong.push(format!("{at}: points outside the repository: {:?}", found.as_str()));
+                wrong.push(format!(
+                    "{at}: points outside the repository: {:?}",
+                    found.as_str()
+                ));
             }
         }
     }
-    println!("SPEC § citations: {count}; sections in docs/SPEC.md: {}", sections.len());
+    println!(
+        "SPEC § citations: {count}; sections in docs/SPEC.md: {}",
+        sections.len()
+    );
     assert!(count > 0, "no SPEC citation found: the search is broken");
-    assert!(wrong.is_empty(), "citations that do not resolve:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "citations that do not resolve:\n{}",
+        wrong.join("\n")
+    );
 }

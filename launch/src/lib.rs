@@ -7,12 +7,15 @@
 //! - [`worker`]: the `crash-worker`, stopped at a named hook point and killed there.
 //! - [`lost`]: a lost response forced by events: the client gives up once the service is
 //!   seen holding the committed answer at a fault point.
+//! - [`network`]: the external network's stand-in (`net-standin`) and the
+//!   `withdrawal-executor` of F13–F16.
 //! - [`proxy`]: an HTTP/1.1 TCP proxy in front of a service that cuts answers and retries
 //!   on its own.
 //!
 //! The kit (`case-kit`) knows none of these; the case families use them.
 
 pub mod lost;
+pub mod network;
 pub mod proxy;
 pub mod service;
 pub mod worker;

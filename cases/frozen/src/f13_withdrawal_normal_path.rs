@@ -194,7 +194,7 @@ async fn check_network_and_books(
     net: &StandIn,
     db: &mut tokio_postgres::Client,
 ) -> anyhow::Result<()> {
-    let transfers = net.note_log(ctx).await?;
+    let transfers = super::network::note_log(net, ctx).await?;
     let summary: Vec<String> = transfers
         .iter()
         .map(|t| format!("{}:{}x{}", t.id, t.status, t.broadcasts))

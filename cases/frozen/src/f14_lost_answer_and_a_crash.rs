@@ -157,7 +157,7 @@ async fn check_network_log(
     net: &StandIn,
     db: &mut tokio_postgres::Client,
 ) -> anyhow::Result<()> {
-    let transfers = net.note_log(ctx).await?;
+    let transfers = super::network::note_log(net, ctx).await?;
     let to_bob = transfers
         .iter()
         .filter(|t| t.destination == "addr-bob-1401")

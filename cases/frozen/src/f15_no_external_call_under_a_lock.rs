@@ -111,7 +111,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     check_after_release(ctx, &mut executor, &db).await?;
 
     run_control(ctx, &net, Plan::Forced).await?;
-    net.note_log(ctx).await?;
+    super::network::note_log(&net, ctx).await?;
     check_reconciles(ctx, &mut db, "reconciliation at the end").await?;
     Ok(())
 }

@@ -216,7 +216,7 @@ async fn check_end(
             d.tx_id, d.account_id, d.amount, d.asset, d.confirmations, d.dropped
         ));
     }
-    net.note_log(ctx).await?;
+    super::network::note_log(net, ctx).await?;
     check_reconciles(ctx, db, "reconciliation at the end").await?;
     Ok(())
 }
