@@ -32,14 +32,38 @@
 //!   of entries; every transaction has ≥ 2 entries summing to 0; every OK record names a
 //!   transaction and every transaction has its record; no committed PENDING; the sum of
 //!   all balances is 0).
+//!
+//! Each property is one checker, in a file named after its kind (`checker/lost_ack.rs`,
+//! …, `checker/reconcile.rs` for the five `reconcile-*`), reading the history's
+//! operations and the final database side by side ([`facts`]); [`check`] runs them all
+//! and merges their findings in history order.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+mod answer_mismatch;
+mod balance_mismatch;
+mod executed_twice;
+mod facts;
+mod finding;
+#[cfg(test)]
+mod fixtures;
+mod lost_ack;
+mod negative_balance;
+mod phantom_effect;
+mod reconcile;
+mod recorded;
+mod refused_but_executed;
+mod replay_mismatch;
+mod reuse_executed;
+mod unexpected_answer;
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::history::{Completion, Event, Phase};
-use crate::plan::{FaultKind, Kind, Payload};
-use crate::state::{FinalState, TxnRow};
+use crate::history::Event;
+use crate::state::FinalState;
+use facts::Facts;
+use finding::Finding;
+use recorded::Recorded;
 
 /// A violation: its kind, what is wrong, and the history lines that show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -121,573 +145,63 @@ impl Report {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Status {
-    Acknowledged,
-    Refused,
-    Unknown,
-    Unsent,
-}
+/// One checker: every violation of its property in the history and the final database.
+type Checker = fn(&Facts) -> Vec<Finding>;
 
-struct Attempt {
-    invoke_line: usize,
-    completion: Option<(usize, &'static str, Completion)>,
-}
-
-struct Op {
-    client_id: String,
-    key: String,
-    payload: Payload,
-    reuse_of: Option<u64>,
-    attempts: Vec<Attempt>,
-}
-
-impl Op {
-    fn completions(&self) -> impl Iterator<Item = (usize, &'static str, &Completion)> {
-        self.attempts
-            .iter()
-            .filter_map(|a| a.completion.as_ref().map(|(l, t, c)| (*l, *t, c)))
-    }
-
-    fn status(&self) -> Status {
-        let mut any_info = false;
-        let mut refused = false;
-        for (_, kind, completion) in self.completions() {
-            match (kind, completion.status) {
-                ("ok", _) => return Status::Acknowledged,
-                ("fail", Some(404 | 409 | 422)) => refused = true,
-                ("info", _) => any_info = true,
-                _ => {}
-            }
-        }
-        // An attempt still open when the history ended counts as unknown.
-        let open = self.attempts.iter().any(|a| a.completion.is_none());
-        if refused {
-            Status::Refused
-        } else if any_info || open {
-            Status::Unknown
-        } else {
-            Status::Unsent
-        }
-    }
-
-    fn lines(&self) -> Vec<usize> {
-        let mut lines = Vec::new();
-        for attempt in &self.attempts {
-            lines.push(attempt.invoke_line);
-            if let Some((line, _, _)) = &attempt.completion {
-                lines.push(*line);
-            }
-        }
-        lines
-    }
-}
-
-/// The payload an effect carries, read from its entries: a DEBIT takes `amount` from one
-/// user account (to a system account), a GRANT gives it to one (from a system account).
-/// `None` when the entries do not have that shape.
-fn effect_payload(txn: &TxnRow) -> Option<Payload> {
-    let users: Vec<&(String, i64)> = txn
-        .entries
-        .iter()
-        .filter(|(account, _)| !account.starts_with("sys-"))
-        .collect();
-    let [(account, amount)] = users.as_slice() else {
-        return None;
-    };
-    let (kind, amount) = match txn.kind.as_str() {
-        "DEBIT" if *amount < 0 => (Kind::Debit, -amount),
-        "GRANT" if *amount > 0 => (Kind::Grant, *amount),
-        _ => return None,
-    };
-    Some(Payload {
-        kind,
-        account: account.clone(),
-        amount,
-    })
-}
-
-/// A fault counts as under way at a moment this close to its window, microseconds.
-const WINDOW_SLACK_US: u64 = 100_000;
-
-/// A fault's window in the history.
-struct Window {
-    start_t: u64,
-    end_t: u64,
-    start_line: usize,
-    end_line: Option<usize>,
-}
-
-struct Checker {
-    end_t: u64,
-    windows: Vec<Window>,
-    line_t: HashMap<usize, u64>,
-    violations: Vec<Violation>,
-}
-
-impl Checker {
-    /// Records a violation whose excerpt is `lines` plus the faults overlapping them.
-    fn flag(&mut self, kind: &'static str, summary: String, mut lines: Vec<usize>) {
-        lines.sort_unstable();
-        lines.dedup();
-        let times: Vec<u64> = lines
-            .iter()
-            .filter_map(|l| self.line_t.get(l))
-            .copied()
-            .collect();
-        let t_us = times.iter().copied().min().unwrap_or(self.end_t);
-        // The faults under way at any of the excerpt's moments (and just before: an
-        // answer lost to a fault arrives as the fault starts).
-        let before = WINDOW_SLACK_US;
-        for window in &self.windows {
-            if times
-                .iter()
-                .any(|t| window.start_t <= t + before && *t <= window.end_t.saturating_add(before))
-            {
-                lines.push(window.start_line);
-                lines.extend(window.end_line);
-            }
-        }
-        lines.sort_unstable();
-        lines.dedup();
-        self.violations.push(Violation {
-            kind,
-            summary,
-            t_us,
-            lines,
-        });
-    }
-}
+/// Every checker. Findings of one moment are reported in this order among findings of
+/// one operation, key, transaction or account (see [`finding::Anchor`]).
+const CHECKERS: [Checker; 15] = [
+    lost_ack::acknowledged_took_effect,
+    refused_but_executed::refused_took_no_effect,
+    negative_balance::no_negative_balance,
+    unexpected_answer::answers_in_contract,
+    answer_mismatch::acknowledgements_match,
+    executed_twice::at_most_once_per_key,
+    replay_mismatch::replays_equal_first_answer,
+    reuse_executed::one_payload_per_key,
+    phantom_effect::every_effect_asked_for,
+    balance_mismatch::balances_add_up,
+    reconcile::txns_balanced,
+    reconcile::balances_match_entries,
+    reconcile::balances_sum_to_zero,
+    reconcile::nothing_pending,
+    reconcile::records_link_txns,
+];
 
 /// Checks `events` (the history, with line numbers) against `state` (the final
-/// database).
+/// database): runs every checker and reports their violations in history order (the
+/// earliest first; of one moment, in the checkers' walk order), grouped by kind.
 pub fn check(events: &[(usize, Event)], state: &FinalState) -> Report {
-    let mut counts = Counts::default();
-    let mut initial: BTreeMap<String, i64> = BTreeMap::new();
-    let mut ops: BTreeMap<(u32, u64), Op> = BTreeMap::new();
-    let mut windows: Vec<Window> = Vec::new();
-    let mut open_windows: HashMap<u32, usize> = HashMap::new();
-    let mut line_t = HashMap::new();
-    let mut end_t = 0;
-    for (line, event) in events {
-        line_t.insert(*line, event.t_us());
-        end_t = end_t.max(event.t_us());
-        match event {
-            Event::Setup { balances, .. } => initial = balances.clone(),
-            Event::Invoke {
-                client,
-                op,
-                attempt,
-                client_id,
-                key,
-                payload,
-                reuse_of,
-                ..
-            } => {
-                counts.attempts += 1;
-                if *attempt > 1 {
-                    counts.retries += 1;
-                }
-                let entry = ops.entry((*client, *op)).or_insert_with(|| Op {
-                    client_id: client_id.clone(),
-                    key: key.clone(),
-                    payload: payload.clone(),
-                    reuse_of: *reuse_of,
-                    attempts: Vec::new(),
-                });
-                entry.attempts.push(Attempt {
-                    invoke_line: *line,
-                    completion: None,
-                });
-            }
-            Event::Ok(c) | Event::Fail(c) | Event::Info(c) => {
-                let kind = match event {
-                    Event::Ok(_) => {
-                        counts.attempts_ok += 1;
-                        "ok"
-                    }
-                    Event::Fail(_) => {
-                        counts.attempts_fail += 1;
-                        "fail"
-                    }
-                    _ => {
-                        counts.attempts_info += 1;
-                        "info"
-                    }
-                };
-                if c.replayed {
-                    counts.replays += 1;
-                }
-                if let Some(op) = ops.get_mut(&(c.client, c.op))
-                    && let Some(attempt) = op
-                        .attempts
-                        .iter_mut()
-                        .rev()
-                        .find(|a| a.completion.is_none())
-                {
-                    attempt.completion = Some((*line, kind, c.clone()));
-                }
-            }
-            Event::Nemesis {
-                fault,
-                kind,
-                phase,
-                effective,
-                t_us,
-                ..
-            } => match phase {
-                Phase::Start => {
-                    open_windows.insert(*fault, windows.len());
-                    windows.push(Window {
-                        start_t: *t_us,
-                        end_t: u64::MAX,
-                        start_line: *line,
-                        end_line: None,
-                    });
-                }
-                Phase::End => {
-                    if let Some(index) = open_windows.remove(fault) {
-                        windows[index].end_t = *t_us;
-                        windows[index].end_line = Some(*line);
-                    }
-                    if *effective == Some(true) {
-                        *counts.faults.entry(kind.as_str().to_owned()).or_default() += 1;
-                    } else {
-                        counts.faults_without_effect += 1;
-                    }
-                }
-            },
-            Event::End { .. } => {}
-        }
+    let recorded = Recorded::read(events);
+    let facts = Facts::new(&recorded.initial, &recorded.ops, state);
+    let mut counts = recorded.counts.clone();
+    facts.count_outcomes(&mut counts);
+    let mut findings: Vec<(usize, Finding)> = Vec::new();
+    for (rank, checker) in CHECKERS.iter().enumerate() {
+        findings.extend(checker(&facts).into_iter().map(|found| (rank, found)));
     }
-    for kind in FaultKind::ALL {
-        counts.faults.entry(kind.as_str().to_owned()).or_default();
-    }
-    let mut checker = Checker {
-        end_t,
-        windows,
-        line_t,
-        violations: Vec::new(),
-    };
-
-    counts.ops = ops.len();
-    counts.key_reuses = ops.values().filter(|op| op.reuse_of.is_some()).count();
-
-    // Effects by key.
-    let mut effects: HashMap<(&str, &str), Vec<&TxnRow>> = HashMap::new();
-    for txn in &state.txns {
-        effects
-            .entry((txn.client_id.as_str(), txn.idem_key.as_str()))
-            .or_default()
-            .push(txn);
-    }
-    let mut by_key: BTreeMap<(&str, &str), Vec<&Op>> = BTreeMap::new();
-    for op in ops.values() {
-        by_key
-            .entry((op.client_id.as_str(), op.key.as_str()))
-            .or_default()
-            .push(op);
-    }
-
-    // Per operation: acknowledged → its effect; refused or unsent → none.
-    let mut executed_unknown: Vec<&Op> = Vec::new();
-    for op in ops.values() {
-        let status = op.status();
-        let effect = effects
-            .get(&(op.client_id.as_str(), op.key.as_str()))
-            .and_then(|txns| {
-                txns.iter()
-                    .find(|txn| effect_payload(txn).as_ref() == Some(&op.payload))
-            });
-        match status {
-            Status::Acknowledged => {
-                counts.acknowledged += 1;
-                if effect.is_none() {
-                    checker.flag(
-                        "lost-ack",
-                        format!(
-                            "{} key {} {} {} {} was acknowledged (201) but no transaction \
-                             under that key carries it",
-                            op.client_id,
-                            op.key,
-                            op.payload.kind.as_str(),
-                            op.payload.account,
-                            op.payload.amount
-                        ),
-                        op.lines(),
-                    );
-                }
-            }
-            Status::Refused | Status::Unsent => {
-                if status == Status::Refused {
-                    counts.refused += 1;
-                } else {
-                    counts.unsent += 1;
-                }
-                if let Some(txn) = effect {
-                    checker.flag(
-                        "refused-but-executed",
-                        format!(
-                            "{} key {} {} {} {} was {} but took effect as txn {}",
-                            op.client_id,
-                            op.key,
-                            op.payload.kind.as_str(),
-                            op.payload.account,
-                            op.payload.amount,
-                            if status == Status::Refused {
-                                "refused"
-                            } else {
-                                "never sent"
-                            },
-                            txn.txn_id
-                        ),
-                        op.lines(),
-                    );
-                }
-            }
-            Status::Unknown => {
-                counts.unknown += 1;
-                if effect.is_some() {
-                    counts.unknown_executed += 1;
-                    executed_unknown.push(op);
-                }
-            }
-        }
-        // Every answer that carries a balance of a user account: never negative; a 201
-        // names its own request and the key's effect.
-        for (line, kind, completion) in op.completions() {
-            let body = &completion.body;
-            if let Some(balance) = body["balance"].as_i64()
-                && balance < 0
-            {
-                checker.flag(
-                    "negative-balance",
-                    format!(
-                        "an answer for {} key {} reported balance {balance} of {}",
-                        op.client_id, op.key, op.payload.account
-                    ),
-                    vec![line],
-                );
-            }
-            if let Some(status) = completion.status {
-                let outcome = body["outcome"].as_str().unwrap_or("");
-                let expected = match status {
-                    201 => Some("OK"),
-                    409 => Some("INSUFFICIENT"),
-                    404 => Some("NO_ACCOUNT"),
-                    422 => Some("KEY_REUSED"),
-                    _ => None,
-                };
-                let in_contract = matches!(status, 201 | 404 | 408 | 409 | 422 | 500..=599);
-                if !in_contract || expected.is_some_and(|e| e != outcome) {
-                    checker.flag(
-                        "unexpected-answer",
-                        format!(
-                            "{} key {}: status {status} with outcome {outcome:?}",
-                            op.client_id, op.key
-                        ),
-                        vec![line],
-                    );
-                }
-            }
-            if kind == "ok" {
-                let names_request = body["account_id"].as_str() == Some(&op.payload.account)
-                    && body["amount"].as_i64() == Some(op.payload.amount)
-                    && body["kind"].as_str() == Some(op.payload.kind.as_str());
-                let txn_id = body["txn_id"].as_i64();
-                let matches_effect = effect.is_none_or(|txn| Some(txn.txn_id) == txn_id);
-                if !names_request || !matches_effect {
-                    checker.flag(
-                        "answer-mismatch",
-                        format!(
-                            "{} key {}: the 201 says {} {} {} txn {:?}; the request was {} {} \
-                             {} and the key's effect is txn {:?}",
-                            op.client_id,
-                            op.key,
-                            body["kind"].as_str().unwrap_or("?"),
-                            body["account_id"].as_str().unwrap_or("?"),
-                            body["amount"],
-                            txn_id,
-                            op.payload.kind.as_str(),
-                            op.payload.account,
-                            op.payload.amount,
-                            effect.map(|txn| txn.txn_id)
-                        ),
-                        op.lines(),
-                    );
-                }
-            }
-        }
-    }
-
-    // Per key: one fresh execution, equal answers, one payload acknowledged, effects
-    // that someone asked for.
-    for ((client_id, key), key_ops) in &by_key {
-        let lines: Vec<usize> = key_ops.iter().flat_map(|op| op.lines()).collect();
-        let mut fresh = 0;
-        let mut answers: BTreeSet<String> = BTreeSet::new();
-        for op in key_ops {
-            for (_, _, completion) in op.completions() {
-                if matches!(completion.status, Some(201 | 404 | 409)) {
-                    if !completion.replayed {
-                        fresh += 1;
-                    }
-                    let body = &completion.body;
-                    answers.insert(format!(
-                        "{} {} txn={} balance={} {} {} {}",
-                        completion.status.unwrap_or(0),
-                        body["outcome"].as_str().unwrap_or(""),
-                        body["txn_id"],
-                        body["balance"],
-                        body["kind"].as_str().unwrap_or(""),
-                        body["account_id"].as_str().unwrap_or(""),
-                        body["amount"]
-                    ));
-                }
-            }
-        }
-        let txns = effects
-            .get(&(*client_id, *key))
-            .map_or(&[][..], Vec::as_slice);
-        if fresh > 1 || txns.len() > 1 {
-            checker.flag(
-                "executed-twice",
-                format!(
-                    "{client_id} key {key} was executed fresh {fresh} times (answers without \
-                     Idempotent-Replayed) and has {} transactions",
-                    txns.len()
-                ),
-                lines.clone(),
-            );
-        }
-        if answers.len() > 1 {
-            checker.flag(
-                "replay-mismatch",
-                format!(
-                    "{client_id} key {key} got {} different answers: {}",
-                    answers.len(),
-                    answers.into_iter().collect::<Vec<_>>().join(" | ")
-                ),
-                lines.clone(),
-            );
-        }
-        let acknowledged: BTreeSet<&Payload> = key_ops
-            .iter()
-            .filter(|op| op.status() == Status::Acknowledged)
-            .map(|op| &op.payload)
-            .collect();
-        if acknowledged.len() > 1 {
-            checker.flag(
-                "reuse-executed",
-                format!(
-                    "{client_id} key {key} was acknowledged for {} different payloads",
-                    acknowledged.len()
-                ),
-                lines.clone(),
-            );
-        }
-    }
-    for txn in &state.txns {
-        let key_ops = by_key
-            .get(&(txn.client_id.as_str(), txn.idem_key.as_str()))
-            .map_or(&[][..], Vec::as_slice);
-        let payload = effect_payload(txn);
-        if key_ops
-            .iter()
-            .any(|op| Some(&op.payload) == payload.as_ref())
-        {
-            continue;
-        }
-        // Show what could have produced it: this client's operations with that payload.
-        let suspects: Vec<usize> = ops
-            .values()
-            .filter(|op| op.client_id == txn.client_id && Some(&op.payload) == payload.as_ref())
-            .flat_map(|op| op.lines())
-            .collect();
-        let lines = if key_ops.is_empty() {
-            suspects
-        } else {
-            key_ops.iter().flat_map(|op| op.lines()).collect()
-        };
-        checker.flag(
-            "phantom-effect",
-            format!(
-                "txn {} ({} key {}, {}) was asked for by no operation: {}",
-                txn.txn_id,
-                txn.client_id,
-                txn.idem_key,
-                payload.as_ref().map_or("entries of another shape".to_owned(), |p| format!(
-                    "{} {} {}",
-                    p.kind.as_str(),
-                    p.account,
-                    p.amount
-                )),
-                if key_ops.is_empty() {
-                    "no operation sent this key (shown: this client's operations with the same payload)"
-                } else {
-                    "its key was sent, never with this payload"
-                }
-            ),
-            lines,
-        );
-    }
-
-    // Balances: initial + acknowledged + executed unknown, per user account.
-    let mut expected = initial.clone();
-    for op in ops.values() {
-        let counted = op.status() == Status::Acknowledged
-            || executed_unknown
-                .iter()
-                .any(|other| std::ptr::eq(*other, op));
-        if counted {
-            *expected.entry(op.payload.account.clone()).or_default() += op.payload.delta();
-        }
-    }
-    for account in &state.accounts {
-        if account.balance < 0 && !account.allow_negative {
-            checker.flag(
-                "negative-balance",
-                format!(
-                    "{} ends with balance {} in the database",
-                    account.account_id, account.balance
-                ),
-                Vec::new(),
-            );
-        }
-        if account.account_id.starts_with("sys-") {
-            continue;
-        }
-        let Some(want) = expected.get(&account.account_id) else {
-            continue;
-        };
-        if *want != account.balance {
-            let lines: Vec<usize> = ops
-                .values()
-                .filter(|op| op.payload.account == account.account_id)
-                .flat_map(|op| op.lines())
-                .collect();
-            checker.flag(
-                "balance-mismatch",
-                format!(
-                    "{} ends at {} points; the history says {} (initial {} + acknowledged and \
-                     executed unknown operations), a difference of {}",
-                    account.account_id,
-                    account.balance,
-                    want,
-                    initial.get(&account.account_id).copied().unwrap_or(0),
-                    account.balance - want
-                ),
-                lines,
-            );
-        }
-    }
-
-    reconcile(&mut checker, state);
-
-    let mut violations = checker.violations;
+    // Findings of one moment come in the walk order (operations, keys, transactions,
+    // accounts, the ledger), then in the order of CHECKERS; both sorts are stable.
+    findings.sort_by_key(|(rank, found)| (found.at, *rank));
+    let mut violations: Vec<Violation> = findings
+        .into_iter()
+        .map(|(_, found)| recorded.violation(found))
+        .collect();
     violations.sort_by_key(|v| v.t_us);
+    let groups = group_by_kind(&violations);
+    Report {
+        counts,
+        violations,
+        groups,
+    }
+}
+
+/// The violations by kind, in the order of their first occurrence in `violations`
+/// (which are in history order): each with its count, first and smallest excerpt (the
+/// earliest among equals).
+fn group_by_kind(violations: &[Violation]) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
-    for violation in &violations {
+    for violation in violations {
         match groups.iter_mut().find(|g| g.kind == violation.kind) {
             Some(group) => {
                 group.count += 1;
@@ -703,103 +217,7 @@ pub fn check(events: &[(usize, Event)], state: &FinalState) -> Report {
             }),
         }
     }
-    Report {
-        counts,
-        violations,
-        groups,
-    }
-}
-
-/// The ledger's invariants (SPEC §2 I3, I4, the request links, no committed PENDING, a
-/// zero global sum), from the raw rows.
-fn reconcile(checker: &mut Checker, state: &FinalState) {
-    let mut sums: HashMap<&str, i64> = HashMap::new();
-    for txn in &state.txns {
-        for (account, amount) in &txn.entries {
-            *sums.entry(account.as_str()).or_default() += amount;
-        }
-        let total: i64 = txn.entries.iter().map(|(_, amount)| amount).sum();
-        if txn.entries.len() < 2 || total != 0 {
-            checker.flag(
-                "reconcile-txn",
-                format!(
-                    "txn {} has {} entries summing to {total}",
-                    txn.txn_id,
-                    txn.entries.len()
-                ),
-                Vec::new(),
-            );
-        }
-    }
-    let mut global = 0i64;
-    for account in &state.accounts {
-        global += account.balance;
-        let recomputed = sums.get(account.account_id.as_str()).copied().unwrap_or(0);
-        if recomputed != account.balance {
-            checker.flag(
-                "reconcile-balance",
-                format!(
-                    "{}: stored balance {} but its entries sum to {recomputed}",
-                    account.account_id, account.balance
-                ),
-                Vec::new(),
-            );
-        }
-    }
-    if global != 0 {
-        checker.flag(
-            "reconcile-sum",
-            format!("the balances of all accounts sum to {global}, not 0"),
-            Vec::new(),
-        );
-    }
-    let txn_by_key: HashMap<(&str, &str), i64> = state
-        .txns
-        .iter()
-        .map(|t| ((t.client_id.as_str(), t.idem_key.as_str()), t.txn_id))
-        .collect();
-    let mut recorded: HashMap<(&str, &str), Option<i64>> = HashMap::new();
-    for request in &state.requests {
-        let key = (request.client_id.as_str(), request.idem_key.as_str());
-        recorded.insert(key, request.txn_id);
-        match request.outcome.as_str() {
-            "PENDING" => checker.flag(
-                "reconcile-pending",
-                format!(
-                    "{} key {} is committed as PENDING",
-                    request.client_id, request.idem_key
-                ),
-                Vec::new(),
-            ),
-            "OK" if request.txn_id.is_none() || request.txn_id != txn_by_key.get(&key).copied() => {
-                checker.flag(
-                    "reconcile-link",
-                    format!(
-                        "{} key {} is recorded OK with txn {:?}, but the key's transaction is {:?}",
-                        request.client_id,
-                        request.idem_key,
-                        request.txn_id,
-                        txn_by_key.get(&key)
-                    ),
-                    Vec::new(),
-                )
-            }
-            _ => {}
-        }
-    }
-    for txn in &state.txns {
-        let key = (txn.client_id.as_str(), txn.idem_key.as_str());
-        if recorded.get(&key).copied().flatten() != Some(txn.txn_id) {
-            checker.flag(
-                "reconcile-link",
-                format!(
-                    "txn {} ({} key {}) has no OK record naming it",
-                    txn.txn_id, txn.client_id, txn.idem_key
-                ),
-                Vec::new(),
-            );
-        }
-    }
+    groups
 }
 
 /// The text of `lines` from the history file's `raw` lines (1-based), at most `max`,
@@ -824,7 +242,8 @@ pub fn excerpt(raw: &[String], lines: &[usize], max: usize) -> String {
 mod tests {
     use super::*;
     use crate::history::Completion;
-    use crate::state::{AccountRow, RequestRow};
+    use crate::plan::{Kind, Payload};
+    use crate::state::{AccountRow, RequestRow, TxnRow};
     use serde_json::json;
 
     fn invoke(line: usize, op: u64, attempt: u32, key: &str, amount: i64) -> (usize, Event) {
@@ -979,6 +398,37 @@ mod tests {
         let report = check(&history, &state(&[]));
         assert!(kinds(&report).contains(&"lost-ack"));
         assert!(kinds(&report).contains(&"balance-mismatch"));
+    }
+
+    #[test]
+    fn findings_of_one_moment_come_in_the_walk_order() {
+        // Two accounts without operations, both off: every finding names no line, so
+        // all are at the history's end, and come account by account.
+        let history = fixtures::Script::starting(&[("acct-0001", 0), ("acct-0002", 0)]);
+        let mut final_state = fixtures::ledger(&[]);
+        final_state.accounts[0].balance = 5;
+        final_state.accounts.push(AccountRow {
+            account_id: "acct-0002".into(),
+            balance: -3,
+            allow_negative: false,
+        });
+        let report = check(history.events(), &final_state);
+        let found: Vec<(&str, &str)> = report
+            .violations
+            .iter()
+            .map(|v| (v.kind, &v.summary[..9]))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("balance-mismatch", "acct-0001"),
+                ("negative-balance", "acct-0002"),
+                ("balance-mismatch", "acct-0002"),
+                ("reconcile-balance", "acct-0001"),
+                ("reconcile-balance", "acct-0002"),
+                ("reconcile-sum", "the balan"),
+            ]
+        );
     }
 
     #[test]

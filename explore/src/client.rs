@@ -4,6 +4,7 @@
 //! attempt in the history. All HTTP to the service goes through [`Gateway`].
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -107,6 +108,9 @@ enum Verdict {
     Ok,
     Fail,
     Info,
+    /// The connection could not be made, so nothing was sent: recorded as `fail`, and
+    /// retried like an unknown outcome (the service may be restarting).
+    Unsent,
 }
 
 /// The history's reading of a reply: 201 `ok`; 409, 404, 422 and 408 `fail` (recorded
@@ -117,6 +121,19 @@ fn classify_status(status: u16) -> Verdict {
         201 => Verdict::Ok,
         500..=599 => Verdict::Info,
         _ => Verdict::Fail,
+    }
+}
+
+/// The history's reading of a transport error, and its class: a connection that could
+/// not be made sent nothing (`connect`); a timeout (`timeout`) or a connection that ended
+/// without an answer (`closed`) leaves the outcome unknown.
+fn classify_error(error: &reqwest::Error) -> (Verdict, &'static str) {
+    if error.is_connect() {
+        (Verdict::Unsent, "connect")
+    } else if error.is_timeout() {
+        (Verdict::Info, "timeout")
+    } else {
+        (Verdict::Info, "closed")
     }
 }
 
@@ -132,106 +149,128 @@ pub async fn run_client(
     counters: Arc<Counters>,
     invoked: Arc<std::sync::Mutex<Vec<PlannedOp>>>,
 ) {
+    let run = ClientRun {
+        client,
+        deadline,
+        gateway,
+        history,
+        counters,
+        invoked,
+    };
     let mut plan = ClientPlan::new(seed, client);
-    'ops: while Instant::now() < deadline {
+    while Instant::now() < deadline {
         let op = plan.next().expect("the schedule is endless");
+        if run.operation(&op).await.is_break() {
+            break;
+        }
+    }
+}
+
+/// One client's run: its number, its deadline, and what it shares with the others.
+struct ClientRun {
+    client: u32,
+    deadline: Instant,
+    gateway: Arc<Gateway>,
+    history: Arc<HistoryWriter>,
+    counters: Arc<Counters>,
+    invoked: Arc<std::sync::Mutex<Vec<PlannedOp>>>,
+}
+
+impl ClientRun {
+    /// Runs `op`: attempts under its key, after a pause between two, until one is
+    /// acknowledged or refused, its planned attempts are used up, or the deadline has
+    /// passed. `Break` when the deadline passed while the service was down (the
+    /// client stops).
+    async fn operation(&self, op: &PlannedOp) -> ControlFlow<()> {
         let mut sent_any = false;
         for attempt in 1..=op.max_attempts {
             if attempt > 1 {
                 tokio::time::sleep(Duration::from_millis(op.backoff_ms)).await;
             }
-            let Some(endpoint) = wait_for_endpoint(&gateway, deadline).await else {
-                break 'ops;
+            let Some(endpoint) = wait_for_endpoint(&self.gateway, self.deadline).await else {
+                return ControlFlow::Break(());
             };
             if !sent_any {
                 sent_any = true;
-                counters.ops.fetch_add(1, Ordering::Relaxed);
-                invoked
+                self.counters.ops.fetch_add(1, Ordering::Relaxed);
+                self.invoked
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .push(op.clone());
             }
-            counters.attempts.fetch_add(1, Ordering::Relaxed);
-            history.record(|t_us| Event::Invoke {
-                t_us,
-                client,
-                op: op.index,
-                attempt,
-                client_id: op.client_id.clone(),
-                key: op.key.clone(),
-                payload: op.payload.clone(),
-                reuse_of: op.reuse_of,
-            });
-            let result = gateway.send(&endpoint, &op).await;
-            let completion = |t_us, status, replayed, body, error: Option<&str>| Completion {
-                t_us,
-                client,
-                op: op.index,
-                attempt,
-                status,
-                replayed,
-                body,
-                error: error.map(str::to_owned),
-            };
-            let verdict = match result {
-                Ok(reply) => {
-                    let verdict = classify_status(reply.status);
-                    let (status, replayed, body) = (Some(reply.status), reply.replayed, reply.body);
-                    history.record(|t_us| {
-                        let c = completion(t_us, status, replayed, body, None);
-                        match verdict {
-                            Verdict::Ok => Event::Ok(c),
-                            Verdict::Fail => Event::Fail(c),
-                            Verdict::Info => Event::Info(c),
-                        }
-                    });
-                    verdict
-                }
-                Err(error) => {
-                    // Nothing was sent when the connection could not be made.
-                    let (verdict, class) = if error.is_connect() {
-                        (Verdict::Fail, "connect")
-                    } else if error.is_timeout() {
-                        (Verdict::Info, "timeout")
-                    } else {
-                        (Verdict::Info, "closed")
-                    };
-                    history.record(|t_us| {
-                        let c = completion(t_us, None, false, serde_json::Value::Null, Some(class));
-                        match verdict {
-                            Verdict::Fail => Event::Fail(c),
-                            _ => Event::Info(c),
-                        }
-                    });
-                    // A connection that could not be made is retried like an unknown
-                    // outcome (the service may be restarting).
-                    if class == "connect" {
-                        counters.fail.fetch_add(1, Ordering::Relaxed);
-                        if Instant::now() >= deadline {
-                            break;
-                        }
-                        continue;
-                    }
-                    verdict
-                }
-            };
-            match verdict {
+            self.counters.attempts.fetch_add(1, Ordering::Relaxed);
+            let retry = match self.attempt(&endpoint, op, attempt).await {
                 Verdict::Ok => {
-                    counters.ok.fetch_add(1, Ordering::Relaxed);
-                    break;
+                    self.counters.ok.fetch_add(1, Ordering::Relaxed);
+                    false
                 }
                 Verdict::Fail => {
-                    counters.fail.fetch_add(1, Ordering::Relaxed);
-                    break;
+                    self.counters.fail.fetch_add(1, Ordering::Relaxed);
+                    false
+                }
+                Verdict::Unsent => {
+                    self.counters.fail.fetch_add(1, Ordering::Relaxed);
+                    true
                 }
                 Verdict::Info => {
-                    counters.info.fetch_add(1, Ordering::Relaxed);
-                    if Instant::now() >= deadline {
-                        break;
-                    }
+                    self.counters.info.fetch_add(1, Ordering::Relaxed);
+                    true
                 }
+            };
+            if !retry || Instant::now() >= self.deadline {
+                break;
             }
         }
+        ControlFlow::Continue(())
+    }
+
+    /// Sends attempt `attempt` of `op` to `endpoint` and records it: its `invoke`, then
+    /// its `ok`, `fail` or `info` with the reply or the transport's error class
+    /// (`connect`, `timeout`, `closed`). Returns how it ended.
+    async fn attempt(&self, endpoint: &Endpoint, op: &PlannedOp, attempt: u32) -> Verdict {
+        let client = self.client;
+        self.history.record(|t_us| Event::Invoke {
+            t_us,
+            client,
+            op: op.index,
+            attempt,
+            client_id: op.client_id.clone(),
+            key: op.key.clone(),
+            payload: op.payload.clone(),
+            reuse_of: op.reuse_of,
+        });
+        let (verdict, status, replayed, body, error) = match self.gateway.send(endpoint, op).await {
+            Ok(reply) => (
+                classify_status(reply.status),
+                Some(reply.status),
+                reply.replayed,
+                reply.body,
+                None,
+            ),
+            Err(error) => {
+                let (verdict, class) = classify_error(&error);
+                (verdict, None, false, serde_json::Value::Null, Some(class))
+            }
+        };
+        let completion = Completion {
+            t_us: 0,
+            client,
+            op: op.index,
+            attempt,
+            status,
+            replayed,
+            body,
+            error: error.map(str::to_owned),
+        };
+        self.history.record(|t_us| {
+            let c = Completion { t_us, ..completion };
+            match verdict {
+                Verdict::Ok => Event::Ok(c),
+                Verdict::Fail | Verdict::Unsent => Event::Fail(c),
+                Verdict::Info => Event::Info(c),
+            }
+        });
+        verdict
     }
 }
 

@@ -4,6 +4,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::checker::{Report, excerpt};
@@ -123,12 +125,41 @@ fn fault_colour(kind: FaultKind) -> RGBColor {
     }
 }
 
+/// The chart of the timeline: seconds across, lanes up.
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// What the timeline shows, read from the history.
+struct Tally {
+    /// Per client, each [`TIMELINE_BUCKET_MS`] bucket's worst outcome: 0 no attempt,
+    /// 1 ok, 2 fail, 3 info.
+    lanes: Vec<Vec<u8>>,
+    /// Each fault's kind, start and end, microseconds.
+    windows: Vec<(FaultKind, u64, u64)>,
+    /// The history's last time, microseconds (at least 1).
+    end_us: u64,
+}
+
 /// Draws the timeline: one lane per client (its attempts, coloured by outcome, in
 /// [`TIMELINE_BUCKET_MS`] buckets) and the nemesis's windows as shaded spans with a lane
 /// of their own on top.
 ///
 /// Errors: drawing or writing failed.
 pub fn timeline(path: &Path, events: &[(usize, Event)], clients: u32) -> anyhow::Result<()> {
+    let tally = tally(events, clients);
+    let height = 140 + 28 * (clients + 1);
+    let root = SVGBackend::new(path, (1400, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(drawing)?;
+    let mut chart = chart(&root, clients, tally.end_us)?;
+    draw_windows(&mut chart, &tally.windows, clients)?;
+    draw_lanes(&mut chart, &tally.lanes)?;
+    draw_legend(&root)?;
+    root.present().map_err(drawing)?;
+    Ok(())
+}
+
+/// Reads `events` into lanes for `clients` clients and fault windows (an attempt marks
+/// every bucket from its `invoke` to its end; a window needs its start and its end).
+fn tally(events: &[(usize, Event)], clients: u32) -> Tally {
     let end_us = events
         .iter()
         .map(|(_, e)| e.t_us())
@@ -182,15 +213,33 @@ pub fn timeline(path: &Path, events: &[(usize, Event)], clients: u32) -> anyhow:
             _ => {}
         }
     }
-    let seconds = |us: u64| us as f64 / 1e6;
-    let height = 140 + 28 * (clients + 1);
-    let root = SVGBackend::new(path, (1400, height)).into_drawing_area();
-    let err = |e: DrawingAreaErrorKind<_>| anyhow::anyhow!("{e}");
-    root.fill(&WHITE).map_err(err)?;
-    // Lanes are centred on integers: client i on i, the nemesis on `clients`.
+    Tally {
+        lanes,
+        windows,
+        end_us,
+    }
+}
+
+/// A drawing error as the run's error.
+fn drawing<E: std::error::Error + Send + Sync>(error: DrawingAreaErrorKind<E>) -> anyhow::Error {
+    anyhow::anyhow!("{error}")
+}
+
+/// `us` microseconds in seconds.
+fn seconds(us: u64) -> f64 {
+    us as f64 / 1e6
+}
+
+/// The chart on `root`, its caption, axes and lane labels drawn: 0 to `end_us` across,
+/// lanes centred on integers (client i on i, the nemesis on `clients`).
+fn chart<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    clients: u32,
+    end_us: u64,
+) -> anyhow::Result<Chart<'a, 'b>> {
     let nemesis_lane = clients as f64;
     let top = clients as f64 + 0.5;
-    let mut chart = ChartBuilder::on(&root)
+    let mut chart = ChartBuilder::on(root)
         .caption(
             "Operations per client (green ok, grey fail, red info) and nemesis windows",
             ("sans-serif", 18),
@@ -200,7 +249,7 @@ pub fn timeline(path: &Path, events: &[(usize, Event)], clients: u32) -> anyhow:
         .x_label_area_size(36)
         .y_label_area_size(110)
         .build_cartesian_2d(0.0..seconds(end_us), -0.5..top)
-        .map_err(err)?;
+        .map_err(drawing)?;
     chart
         .configure_mesh()
         .disable_y_mesh()
@@ -217,7 +266,18 @@ pub fn timeline(path: &Path, events: &[(usize, Event)], clients: u32) -> anyhow:
             }
         })
         .draw()
-        .map_err(err)?;
+        .map_err(drawing)?;
+    Ok(chart)
+}
+
+/// Each fault's window: a light span across the clients' lanes and a solid bar in the
+/// nemesis lane, kind by kind.
+fn draw_windows(
+    chart: &mut Chart<'_, '_>,
+    windows: &[(FaultKind, u64, u64)],
+    clients: u32,
+) -> anyhow::Result<()> {
+    let top = clients as f64 + 0.5;
     for kind in FaultKind::ALL {
         let colour = fault_colour(kind);
         let spans: Vec<Rectangle<(f64, f64)>> = windows
@@ -239,8 +299,14 @@ pub fn timeline(path: &Path, events: &[(usize, Event)], clients: u32) -> anyhow:
                 ]
             })
             .collect();
-        chart.draw_series(spans).map_err(err)?;
+        chart.draw_series(spans).map_err(drawing)?;
     }
+    Ok(())
+}
+
+/// Each client's lane: one bar per run of buckets with the same outcome.
+fn draw_lanes(chart: &mut Chart<'_, '_>, lanes: &[Vec<u8>]) -> anyhow::Result<()> {
+    let bucket_us = TIMELINE_BUCKET_MS * 1_000;
     for (client, lane) in lanes.iter().enumerate() {
         let mut bars = Vec::new();
         let mut run_start = 0usize;
@@ -257,19 +323,22 @@ pub fn timeline(path: &Path, events: &[(usize, Event)], clients: u32) -> anyhow:
                 run_start = bucket;
             }
         }
-        chart.draw_series(bars).map_err(err)?;
+        chart.draw_series(bars).map_err(drawing)?;
     }
-    // The legend of the fault kinds, in a row above the plot.
+    Ok(())
+}
+
+/// The legend of the fault kinds, in a row above the plot.
+fn draw_legend(root: &DrawingArea<SVGBackend<'_>, Shift>) -> anyhow::Result<()> {
     for (i, kind) in FaultKind::ALL.iter().enumerate() {
         let x = 130 + 170 * i as i32;
         root.draw(&Rectangle::new(
             [(x, 8), (x + 14, 20)],
             fault_colour(*kind).filled(),
         ))
-        .map_err(err)?;
+        .map_err(drawing)?;
         root.draw(&Text::new(kind.as_str(), (x + 20, 7), ("sans-serif", 14)))
-            .map_err(err)?;
+            .map_err(drawing)?;
     }
-    root.present().map_err(err)?;
     Ok(())
 }

@@ -15,7 +15,7 @@ use crate::checker::{self, Report};
 use crate::client::{Counters, Gateway, run_client};
 use crate::history::{self, Event, HistoryWriter};
 use crate::nemesis::{Launch, Nemesis};
-use crate::plan::{FaultKind, PlannedOp, fault_plan};
+use crate::plan::{FaultKind, PlannedFault, PlannedOp, fault_plan};
 use crate::report;
 use crate::state::{self, FinalState};
 
@@ -78,12 +78,90 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(folder) = &args.recheck {
         return recheck(folder);
     }
-    let seed = args.seed.unwrap_or_else(|| {
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
+    let seed = args.seed.unwrap_or_else(seed_from_clock);
+    announce(seed, &args);
+    let folder = run_folder(&args.evidence_dir)?;
+    println!("evidence: {}", folder.display());
+
+    let (cluster, facts) = start_cluster(&args).await?;
+    let pg_log = cluster.log_path().to_path_buf();
+    let config = cluster.config(DATABASE);
+    let database_url = cluster.url(DATABASE);
+    let cluster = Arc::new(Mutex::new(cluster));
+
+    let duration_ms = args.duration_s * 1_000;
+    let faults = fault_plan(seed, duration_ms);
+    write_fault_plan(&folder.join("faults.tsv"), &faults)?;
+
+    if args.auth {
+        launch::service::set_run_auth(true);
+    }
+    let launch = service_launch(&args, database_url, &folder);
+    let service = launch.start().await?;
+    let gateway = Arc::new(Gateway::default());
+    gateway.set(Some(&service));
+
+    let started = Instant::now();
+    let history = Arc::new(HistoryWriter::create(
+        &folder.join("history.jsonl"),
+        started,
+    )?);
+    let balances = initial_balances(&config).await?;
+    history.record(|t_us| Event::Setup {
+        t_us,
+        seed,
+        clients: args.clients,
+        duration_ms,
+        planted_bug: args.planted_bug.clone(),
+        balances,
     });
+    let mut nemesis = Nemesis {
+        cluster: cluster.clone(),
+        launch,
+        service: Some(service),
+        gateway: gateway.clone(),
+        history: history.clone(),
+    };
+    let deadline = started + Duration::from_millis(duration_ms);
+    let ops = load(seed, args.clients, started, deadline, &faults, &mut nemesis).await?;
+    stop_service(&mut nemesis).await?;
+    let final_state = read_final_state(&config).await?;
+    std::fs::write(
+        folder.join("final-state.json"),
+        serde_json::to_string_pretty(&final_state)?,
+    )?;
+    write_operations(&folder.join("operations.tsv"), &ops)?;
+
+    let code = check_and_report(&folder, &final_state, seed, args.clients)?;
+    remove_cluster(nemesis, cluster, &pg_log, &folder);
+    write_environment(&folder, seed, &args, &facts)?;
+    let report_line = std::fs::read_to_string(folder.join("explore-line.txt"))?;
+    print!("{report_line}");
+    Ok(code)
+}
+
+/// Copies PostgreSQL's log (`pg_log`) into the run folder and removes the cluster: it
+/// goes (immediate stop, folder removed) when the last handle drops, the nemesis's
+/// first.
+fn remove_cluster(nemesis: Nemesis, cluster: Arc<Mutex<Cluster>>, pg_log: &Path, folder: &Path) {
+    drop(nemesis);
+    let cluster = Arc::try_unwrap(cluster)
+        .ok()
+        .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()));
+    let _ = std::fs::copy(pg_log, folder.join("postgres.log"));
+    drop(cluster);
+}
+
+/// A seed from the clock: nanoseconds since the Unix epoch (1 if the clock is before it).
+fn seed_from_clock() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+}
+
+/// Prints the run's first line: its seed and options, and the command that replays it.
+fn announce(seed: u64, args: &Args) {
     let planted = args
         .planted_bug
         .as_deref()
@@ -93,9 +171,14 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         "seed={seed} duration_s={} clients={}{planted} (replay: ./run.sh explore --seed {seed} --duration-s {} --clients {}{planted})",
         args.duration_s, args.clients, args.duration_s, args.clients
     );
-    let folder = run_folder(&args.evidence_dir)?;
-    println!("evidence: {}", folder.display());
+}
 
+/// Starts the scratch cluster (100 connections) and prints its settings, then creates
+/// the run's database with the ledger's schema and seeded accounts. Returns the cluster
+/// and the server's facts.
+///
+/// Errors: the cluster did not start, or a statement failed.
+async fn start_cluster(args: &Args) -> anyhow::Result<(Cluster, scratch_pg::ServerFacts)> {
     let mut options = ClusterOptions {
         pg_bin: args.pg_bin.clone(),
         server_user: args.server_user.clone(),
@@ -116,24 +199,19 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         points_ledger::schema::install(&client).await?;
         points_ledger::schema::seed(&client).await?;
     }
-    let pg_log = cluster.log_path().to_path_buf();
-    let config = cluster.config(DATABASE);
-    let database_url = cluster.url(DATABASE);
-    let cluster = Arc::new(Mutex::new(cluster));
+    Ok((cluster, facts))
+}
 
-    let duration_ms = args.duration_s * 1_000;
-    let faults = fault_plan(seed, duration_ms);
-    write_fault_plan(&folder.join("faults.tsv"), &faults)?;
-
-    if args.auth {
-        launch::service::set_run_auth(true);
-    }
+/// How to start the service on `database_url`: fault injection on, two pooled
+/// connections per client (at least 4), the planted bug if any, every client known and
+/// an admin (each grants under its own id), its log in the run folder.
+fn service_launch(args: &Args, database_url: String, folder: &Path) -> Launch {
     let client_ids: Vec<String> = (0..args.clients).map(crate::plan::client_id).collect();
     let mut extra_args = Vec::new();
     if let Some(bug) = &args.planted_bug {
         extra_args.extend(["--planted-bug".to_owned(), bug.clone()]);
     }
-    let launch = Launch {
+    Launch {
         database_url,
         log_path: folder.join("ledger-svc.log"),
         options: ServiceOptions {
@@ -144,98 +222,93 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
             admins: client_ids,
             ..ServiceOptions::default()
         },
-    };
-    let service = launch.start().await?;
-    let gateway = Arc::new(Gateway::default());
-    gateway.set(Some(&service));
+    }
+}
 
-    let started = Instant::now();
-    let history = Arc::new(HistoryWriter::create(
-        &folder.join("history.jsonl"),
-        started,
-    )?);
-    let balances = {
-        let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
-        let task = tokio::spawn(connection);
-        let balances = state::balances(&client).await?;
-        drop(client);
-        let _ = task.await;
-        balances
-    };
-    history.record(|t_us| Event::Setup {
-        t_us,
-        seed,
-        clients: args.clients,
-        duration_ms,
-        planted_bug: args.planted_bug.clone(),
-        balances,
-    });
-    let deadline = started + Duration::from_millis(duration_ms);
+/// Every account's balance before the load, on a connection of its own.
+///
+/// Errors: connecting or the query failed.
+async fn initial_balances(
+    config: &tokio_postgres::Config,
+) -> anyhow::Result<std::collections::BTreeMap<String, i64>> {
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+    let task = tokio::spawn(connection);
+    let balances = state::balances(&client).await?;
+    drop(client);
+    let _ = task.await;
+    Ok(balances)
+}
+
+/// The load: `clients` clients on their seeded schedules and the nemesis on `faults`,
+/// from `started` until `deadline`, with status lines on stderr; then every fault
+/// undone and the history's `end` line written. Returns every operation invoked, in
+/// `(client, index)` order.
+///
+/// Errors: a client task panicked, or the nemesis could not bring the service or
+/// PostgreSQL back.
+async fn load(
+    seed: u64,
+    clients: u32,
+    started: Instant,
+    deadline: Instant,
+    faults: &[PlannedFault],
+    nemesis: &mut Nemesis,
+) -> anyhow::Result<Vec<PlannedOp>> {
+    let history = nemesis.history.clone();
     let counters = Arc::new(Counters::default());
     let invoked: Arc<Mutex<Vec<PlannedOp>>> = Arc::default();
-    let mut clients = Vec::new();
-    for client in 0..args.clients {
-        clients.push(tokio::spawn(run_client(
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        tasks.push(tokio::spawn(run_client(
             seed,
             client,
             deadline,
-            gateway.clone(),
+            nemesis.gateway.clone(),
             history.clone(),
             counters.clone(),
             invoked.clone(),
         )));
     }
     let status = tokio::spawn(status_lines(counters.clone(), history.clone(), started));
-    let mut nemesis = Nemesis {
-        cluster: cluster.clone(),
-        launch,
-        service: Some(service),
-        gateway: gateway.clone(),
-        history: history.clone(),
-    };
-    let nemesis_result = nemesis.run(&faults, started, deadline).await;
-    for client in clients {
-        client.await?;
+    let nemesis_result = nemesis.run(faults, started, deadline).await;
+    for task in tasks {
+        task.await?;
     }
     status.abort();
     nemesis_result?;
     nemesis.restore().await?;
     history.record(|t_us| Event::End { t_us });
     history.flush()?;
-    gateway.set(None);
+    let mut ops = invoked.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    ops.sort_by_key(|op| (op.client, op.index));
+    Ok(ops)
+}
+
+/// Points the clients' gateway at nothing and stops the service (SIGTERM), printing
+/// how it ended.
+///
+/// Errors: stopping failed.
+async fn stop_service(nemesis: &mut Nemesis) -> anyhow::Result<()> {
+    nemesis.gateway.set(None);
     if let Some(service) = nemesis.service.take() {
         let status = service.stop().await?;
         eprintln!("explore: ledger-svc stopped ({status})");
     }
-    let final_state = {
-        let (mut client, connection) = config.connect(tokio_postgres::NoTls).await?;
-        let task = tokio::spawn(connection);
-        wait_for_sessions_gone(&client).await?;
-        let final_state = state::read(&mut client).await?;
-        drop(client);
-        let _ = task.await;
-        final_state
-    };
-    std::fs::write(
-        folder.join("final-state.json"),
-        serde_json::to_string_pretty(&final_state)?,
-    )?;
-    let mut ops = invoked.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    ops.sort_by_key(|op| (op.client, op.index));
-    write_operations(&folder.join("operations.tsv"), &ops)?;
+    Ok(())
+}
 
-    let code = check_and_report(&folder, &final_state, seed, args.clients)?;
-    // The cluster goes (immediate stop, folder removed) when the last handle drops.
-    drop(nemesis);
-    let cluster = Arc::try_unwrap(cluster)
-        .ok()
-        .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()));
-    let _ = std::fs::copy(&pg_log, folder.join("postgres.log"));
-    drop(cluster);
-    write_environment(&folder, seed, &args, &facts)?;
-    let report_line = std::fs::read_to_string(folder.join("explore-line.txt"))?;
-    print!("{report_line}");
-    Ok(code)
+/// The final database, read once no ledger-svc session is left, on a connection of
+/// its own.
+///
+/// Errors: connecting or a query failed, or sessions stayed open too long.
+async fn read_final_state(config: &tokio_postgres::Config) -> anyhow::Result<FinalState> {
+    let (mut client, connection) = config.connect(tokio_postgres::NoTls).await?;
+    let task = tokio::spawn(connection);
+    wait_for_sessions_gone(&client).await?;
+    let final_state = state::read(&mut client).await?;
+    drop(client);
+    let _ = task.await;
+    Ok(final_state)
 }
 
 /// Checks the run folder's history against `final_state`, writes the report files and

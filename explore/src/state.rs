@@ -5,7 +5,7 @@
 //! re-run from the evidence alone (`explore --recheck FOLDER`).
 
 use serde::{Deserialize, Serialize};
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Transaction};
 
 /// One `account` row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,7 +82,22 @@ pub async fn read(client: &mut Client) -> Result<FinalState, tokio_postgres::Err
         .read_only(true)
         .start()
         .await?;
-    let accounts = tx
+    let accounts = read_accounts(&tx).await?;
+    let txns = read_txns(&tx).await?;
+    let requests = read_requests(&tx).await?;
+    tx.commit().await?;
+    Ok(FinalState {
+        accounts,
+        txns,
+        requests,
+    })
+}
+
+/// Every `account` row, in `account_id` order.
+///
+/// Errors: the query failed.
+async fn read_accounts(tx: &Transaction<'_>) -> Result<Vec<AccountRow>, tokio_postgres::Error> {
+    Ok(tx
         .query(
             "SELECT account_id, balance, allow_negative FROM account ORDER BY account_id",
             &[],
@@ -94,7 +109,14 @@ pub async fn read(client: &mut Client) -> Result<FinalState, tokio_postgres::Err
             balance: row.get(1),
             allow_negative: row.get(2),
         })
-        .collect();
+        .collect())
+}
+
+/// Every `ledger_txn` row with its `ledger_entry` rows, in `txn_id` then `entry_id`
+/// order (a transaction without entries has none).
+///
+/// Errors: the query failed.
+async fn read_txns(tx: &Transaction<'_>) -> Result<Vec<TxnRow>, tokio_postgres::Error> {
     let mut txns: Vec<TxnRow> = Vec::new();
     for row in tx
         .query(
@@ -124,7 +146,14 @@ pub async fn read(client: &mut Client) -> Result<FinalState, tokio_postgres::Err
                 .push((account, amount));
         }
     }
-    let requests = tx
+    Ok(txns)
+}
+
+/// Every `idem_request` row, in `(client_id, idem_key)` order.
+///
+/// Errors: the query failed.
+async fn read_requests(tx: &Transaction<'_>) -> Result<Vec<RequestRow>, tokio_postgres::Error> {
+    Ok(tx
         .query(
             "SELECT client_id, idem_key, outcome, txn_id FROM idem_request \
              ORDER BY client_id, idem_key",
@@ -138,11 +167,5 @@ pub async fn read(client: &mut Client) -> Result<FinalState, tokio_postgres::Err
             outcome: row.get(2),
             txn_id: row.get(3),
         })
-        .collect();
-    tx.commit().await?;
-    Ok(FinalState {
-        accounts,
-        txns,
-        requests,
-    })
+        .collect())
 }
