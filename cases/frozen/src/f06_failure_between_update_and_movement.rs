@@ -19,8 +19,8 @@ use frozen_balances::{Asset, EventKind, FrozenError, HookPoint, Market, NoHooks,
 use futures_util::FutureExt;
 
 use super::fixtures::{FailAt, Plan, T, deposit, invariant, order};
-use super::naive;
 use super::spot::{balance_line, recorded};
+use frozen_balances::naive;
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -175,5 +175,5 @@ async fn per_statement_place(
         .await?;
     anyhow::ensure!(updated == 1, "insufficient");
     anyhow::ensure!(!fail, "injected failure after the balance update");
-    naive::record_placement(db, req).await
+    Ok(naive::record_placement(db, req).await?)
 }

@@ -36,7 +36,7 @@ use futures_util::FutureExt;
 use tokio::sync::{Notify, watch};
 
 use super::fixtures::{Plan, deposit, order};
-use super::naive;
+use frozen_balances::naive;
 
 /// The case's registration.
 pub fn case() -> Case {

@@ -11,7 +11,6 @@ use case_kit::{Engine, Family, PgTemplate};
 use futures_util::FutureExt;
 
 pub mod fixtures;
-pub mod naive;
 pub mod network;
 pub mod spot;
 

@@ -22,6 +22,7 @@ pub mod asset;
 pub mod error;
 pub mod events;
 pub mod hooks;
+pub mod naive;
 pub mod query;
 pub mod reconcile;
 pub mod schema;

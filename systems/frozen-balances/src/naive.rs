@@ -1,12 +1,14 @@
-//! The naive designs the F negative controls run against the real spot tables: the
-//! mistakes the seed article warns of, written out so that each control shows its
-//! anomaly on the product's own schema. Nothing here is used by the product.
+//! The naive designs the F negative controls (F6, F8) run against the real spot tables,
+//! beside the events they refute: the mistakes the design article (seed 003) warns of,
+//! written out so that each control shows its anomaly on the product's own schema.
+//! Nothing here is used by the product.
 //!
 //! Every naive write still records what the product records (operation, movements,
 //! order), so that the reconciliation sees exactly the anomaly and nothing else.
 
-use frozen_balances::events::payload_hash;
-use frozen_balances::{DEFAULT_TENANT, PlaceRequest};
+use crate::error::FrozenError;
+use crate::events::payload_hash;
+use crate::{DEFAULT_TENANT, PlaceRequest};
 use tokio_postgres::Client;
 
 /// The tenant of every naive write.
@@ -20,7 +22,7 @@ const T: &str = DEFAULT_TENANT;
 pub async fn record_placement(
     client: &impl tokio_postgres::GenericClient,
     req: &PlaceRequest,
-) -> anyhow::Result<()> {
+) -> Result<(), FrozenError> {
     let freeze = req.freeze()?;
     let (asset, amount) = (freeze.asset.as_str(), freeze.amount);
     let payload = req.payload();
@@ -74,7 +76,7 @@ pub async fn read_balance(
     client: &impl tokio_postgres::GenericClient,
     account: &str,
     asset: &str,
-) -> anyhow::Result<(i64, i64)> {
+) -> Result<(i64, i64), FrozenError> {
     let row = client
         .query_one(
             "SELECT available, frozen FROM balance \
@@ -95,7 +97,7 @@ pub async fn write_balance(
     asset: &str,
     available: i64,
     frozen: i64,
-) -> anyhow::Result<()> {
+) -> Result<(), FrozenError> {
     client
         .execute(
             "UPDATE balance SET available = $4, frozen = $5, version = version + 1 \
@@ -110,7 +112,7 @@ pub async fn write_balance(
 /// before the work instead of by registering first).
 ///
 /// Errors: database errors.
-pub async fn operation_exists(client: &Client, business_id: &str) -> anyhow::Result<bool> {
+pub async fn operation_exists(client: &Client, business_id: &str) -> Result<bool, FrozenError> {
     Ok(client
         .query_opt(
             "SELECT 1 FROM balance_operation WHERE tenant_id = $1 AND business_id = $2",
