@@ -281,6 +281,70 @@ impl BenchDb {
         seed: u64,
     ) -> anyhow::Result<Measurement> {
         let database = format!("bench_{}_{clients}", variant.key());
+        let admin = self.fresh_copy(&database).await?;
+        let service = self.launch_service(variant, &database, clients).await?;
+        let point = Point {
+            variant,
+            clients,
+            repetition,
+            warmup,
+            duration,
+            seed,
+            database: &database,
+            accounts: Arc::new(self.accounts.clone()),
+        };
+        let barrier = Arc::new(Barrier::new(clients + 1));
+        let warm_barrier = Arc::new(Barrier::new(clients + 1));
+        let mut workers = Vec::new();
+        for worker in 0..clients {
+            let barriers = (warm_barrier.clone(), barrier.clone());
+            workers.push(
+                self.spawn_client(&point, worker, service.as_ref(), barriers)
+                    .await?,
+            );
+        }
+        let load = self
+            .drive(&point, service.as_ref(), (&warm_barrier, &barrier), workers)
+            .await?;
+        if let Some(service) = service {
+            service.stop().await?;
+        }
+
+        let (reconciled_clean, findings) = self.verdict(&point, &load.total).await?;
+        admin
+            .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
+            .await?;
+        let Load {
+            total,
+            elapsed_s,
+            lock_wait_share,
+            cpu,
+        } = load;
+        let mut latencies = total.latencies_us;
+        latencies.sort_unstable();
+        Ok(Measurement {
+            variant,
+            clients,
+            repetition,
+            elapsed_s,
+            ok: total.ok,
+            refused: total.refused,
+            errors: total.errors,
+            debits_per_s: total.ok as f64 / elapsed_s,
+            p50_ms: percentile_ms(&latencies, 0.50),
+            p99_ms: percentile_ms(&latencies, 0.99),
+            lock_wait_share,
+            cpu,
+            reconciled_clean,
+            findings,
+        })
+    }
+
+    /// Creates `database` afresh from the template and checkpoints; returns the admin
+    /// connection (to `postgres`) that later drops it.
+    ///
+    /// Errors: SQL errors.
+    async fn fresh_copy(&self, database: &str) -> anyhow::Result<tokio_postgres::Client> {
         let admin = self.cluster.connect("postgres").await?;
         admin
             .batch_execute(&format!("DROP DATABASE IF EXISTS {database}"))
@@ -292,11 +356,23 @@ impl BenchDb {
         // (the next timed one is checkpoint_timeout, 5 min, away; docs, 30.5 "WAL
         // Configuration"), and each starts with the same full-page-write state.
         admin.batch_execute("CHECKPOINT").await?;
+        Ok(admin)
+    }
 
-        let service = match variant {
+    /// For [`Variant::Service`], a ledger-svc on `database` with a pool of `clients`
+    /// connections and [`SERVICE_WORKER_THREADS`] runtime thread; else `None`.
+    ///
+    /// Errors: the service did not start.
+    async fn launch_service(
+        &self,
+        variant: Variant,
+        database: &str,
+        clients: usize,
+    ) -> anyhow::Result<Option<Service>> {
+        Ok(match variant {
             Variant::Service => Some(
                 Service::launch(
-                    &self.cluster.url(&database),
+                    &self.cluster.url(database),
                     self.cluster
                         .dir()
                         .join(format!("ledger-svc-{database}.log")),
@@ -313,61 +389,89 @@ impl BenchDb {
                 .await?,
             ),
             _ => None,
+        })
+    }
+
+    /// Opens load client `worker` of `point` (an HTTP client of `service`, else a database
+    /// connection) and starts it: it waits at the first of `barriers` (warm-up), debits
+    /// unmeasured for the warm-up, waits at the second, debits measured for the duration,
+    /// and returns its tally and itself (still open).
+    ///
+    /// Errors: the connection failed.
+    async fn spawn_client(
+        &self,
+        point: &Point<'_>,
+        worker: usize,
+        service: Option<&Service>,
+        (warm_barrier, barrier): (Arc<Barrier>, Arc<Barrier>),
+    ) -> anyhow::Result<tokio::task::JoinHandle<(Tally, Client)>> {
+        let debitor = match service {
+            Some(service) => Debitor::Http(DebitClient::new(
+                service.public_addr(),
+                BENCH_CLIENT,
+                service.token(BENCH_CLIENT),
+                Duration::from_millis(HTTP_TIMEOUT_MS),
+            )),
+            None => Debitor::Sql(self.cluster.connect(point.database).await?),
         };
-        let barrier = Arc::new(Barrier::new(clients + 1));
-        let warm_barrier = Arc::new(Barrier::new(clients + 1));
-        let accounts = Arc::new(self.accounts.clone());
-        let mut workers = Vec::new();
-        for worker in 0..clients {
-            let debitor = match &service {
-                Some(service) => Debitor::Http(DebitClient::new(
-                    service.public_addr(),
-                    BENCH_CLIENT,
-                    service.token(BENCH_CLIENT),
-                    Duration::from_millis(HTTP_TIMEOUT_MS),
-                )),
-                None => Debitor::Sql(self.cluster.connect(&database).await?),
-            };
-            let (barrier, warm_barrier) = (barrier.clone(), warm_barrier.clone());
-            let (accounts, stripes) = (accounts.clone(), self.stripes);
-            let rng: ChaCha8Rng = seeded_rng(
-                seed,
-                &format!("{}-{clients}-{worker}-{repetition}", variant.key()),
-            );
-            let mut client = Client {
-                debitor,
-                rng,
-                accounts,
-                variant,
-                stripes,
-                worker: worker as i32,
-                n: 0,
-            };
-            workers.push(tokio::spawn(async move {
-                let mut tally = Tally::default();
-                // Warm-up: every client at once, so the service's pool fills and each
-                // backend's caches are warm before the clock starts.
-                warm_barrier.wait().await;
-                client.run(&mut tally, Instant::now() + warmup, false).await;
-                barrier.wait().await;
-                client
-                    .run(&mut tally, Instant::now() + duration, true)
-                    .await;
-                // The client goes back open: its backend must still be there when the
-                // CPU counters are read again.
-                (tally, client)
-            }));
-        }
+        let rng: ChaCha8Rng = seeded_rng(
+            point.seed,
+            &format!(
+                "{}-{}-{worker}-{}",
+                point.variant.key(),
+                point.clients,
+                point.repetition
+            ),
+        );
+        let mut client = Client {
+            debitor,
+            rng,
+            accounts: point.accounts.clone(),
+            variant: point.variant,
+            stripes: self.stripes,
+            worker: worker as i32,
+            n: 0,
+        };
+        let (warmup, duration) = (point.warmup, point.duration);
+        Ok(tokio::spawn(async move {
+            let mut tally = Tally::default();
+            // Warm-up: every client at once, so the service's pool fills and each
+            // backend's caches are warm before the clock starts.
+            warm_barrier.wait().await;
+            client.run(&mut tally, Instant::now() + warmup, false).await;
+            barrier.wait().await;
+            client
+                .run(&mut tally, Instant::now() + duration, true)
+                .await;
+            // The client goes back open: its backend must still be there when the
+            // CPU counters are read again.
+            (tally, client)
+        }))
+    }
+
+    /// Releases the started `workers` into the warm-up and then the measured seconds
+    /// (the two `barriers`), samples lock waits and CPU meanwhile, and collects their
+    /// tallies.
+    ///
+    /// Errors: the sampler's connection or query failed, or a worker panicked.
+    async fn drive(
+        &self,
+        point: &Point<'_>,
+        service: Option<&Service>,
+        (warm_barrier, barrier): (&Barrier, &Barrier),
+        workers: Vec<tokio::task::JoinHandle<(Tally, Client)>>,
+    ) -> anyhow::Result<Load> {
         let sampler_client = self.cluster.connect("postgres").await?;
         warm_barrier.wait().await;
-        let service_pid = service.as_ref().and_then(|service| service.pid());
+        let service_pid = service.and_then(|service| service.pid());
         let postmaster_pid = self.cluster.postmaster_pid();
         barrier.wait().await;
         let started = Instant::now();
         let cpu_before = cpu::Sample::take(service_pid, postmaster_pid);
-        let share = sample_lock_waits(&sampler_client, &database, duration).await?;
+        let lock_wait_share =
+            sample_lock_waits(&sampler_client, point.database, point.duration).await?;
         let mut total = Tally::default();
-        let mut clients_done = Vec::with_capacity(clients);
+        let mut clients_done = Vec::with_capacity(point.clients);
         for worker in workers {
             let (tally, client) = worker.await?;
             total.merge(tally);
@@ -376,50 +480,66 @@ impl BenchDb {
         let elapsed_s = started.elapsed().as_secs_f64();
         let cpu = cpu_before.per_debit(&cpu::Sample::take(service_pid, postmaster_pid), total.ok);
         drop(clients_done);
-        if let Some(service) = service {
-            service.stop().await?;
-        }
-
-        let (reconciled_clean, findings) = {
-            let mut client = self.cluster.connect(&database).await?;
-            if variant == Variant::Ceiling {
-                let rows: i64 = client
-                    .query_one("SELECT count(*) FROM bench_commit", &[])
-                    .await?
-                    .get(0);
-                let acknowledged = total.warm_ok + total.ok;
-                let clean = rows == acknowledged as i64;
-                (
-                    clean,
-                    format!("{rows} rows for {acknowledged} acknowledged commits"),
-                )
-            } else {
-                let findings = reconcile(&mut client).await?;
-                (findings.is_clean(), findings.summary())
-            }
-        };
-        admin
-            .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
-            .await?;
-        let mut latencies = total.latencies_us;
-        latencies.sort_unstable();
-        Ok(Measurement {
-            variant,
-            clients,
-            repetition,
+        Ok(Load {
+            total,
             elapsed_s,
-            ok: total.ok,
-            refused: total.refused,
-            errors: total.errors,
-            debits_per_s: total.ok as f64 / elapsed_s,
-            p50_ms: percentile_ms(&latencies, 0.50),
-            p99_ms: percentile_ms(&latencies, 0.99),
-            lock_wait_share: share,
+            lock_wait_share,
             cpu,
-            reconciled_clean,
-            findings,
         })
     }
+
+    /// Whether the point's database is clean afterwards, with a one-line summary: for the
+    /// ceiling, one row per acknowledged commit (warm-up included); else the ledger's
+    /// reconciliation.
+    ///
+    /// Errors: SQL or reconciliation errors.
+    async fn verdict(&self, point: &Point<'_>, total: &Tally) -> anyhow::Result<(bool, String)> {
+        let mut client = self.cluster.connect(point.database).await?;
+        Ok(if point.variant == Variant::Ceiling {
+            let rows: i64 = client
+                .query_one("SELECT count(*) FROM bench_commit", &[])
+                .await?
+                .get(0);
+            let acknowledged = total.warm_ok + total.ok;
+            let clean = rows == acknowledged as i64;
+            (
+                clean,
+                format!("{rows} rows for {acknowledged} acknowledged commits"),
+            )
+        } else {
+            let findings = reconcile(&mut client).await?;
+            (findings.is_clean(), findings.summary())
+        })
+    }
+}
+
+/// One (variant, clients) point of one repetition while it is measured.
+struct Point<'a> {
+    variant: Variant,
+    clients: usize,
+    repetition: usize,
+    /// Unmeasured load before the measured seconds.
+    warmup: Duration,
+    /// Measured load.
+    duration: Duration,
+    /// The run's seed, for the clients' random draws.
+    seed: u64,
+    /// The point's copy of the template.
+    database: &'a str,
+    /// The funded accounts, shared by the clients.
+    accounts: Arc<Vec<String>>,
+}
+
+/// What the measured seconds of one point gave.
+struct Load {
+    /// Every client's tally, merged.
+    total: Tally,
+    /// Measured wall time in seconds.
+    elapsed_s: f64,
+    /// Share of sampled active backends waiting on a lock, 0..1.
+    lock_wait_share: f64,
+    /// CPU per committed debit (or commit).
+    cpu: PerDebit,
 }
 
 /// One load client: its connection, its random draws, and its next key number.

@@ -101,6 +101,11 @@ async fn main() {
     }
 }
 
+/// The benchmark: prints its settings, starts the cluster, prepares the template,
+/// measures every point in passes, then prints and writes the report.
+///
+/// Errors: the cluster, the template or a point failed, or the report could not be
+/// written.
 async fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let seed = args.seed.unwrap_or_else(|| {
@@ -110,6 +115,45 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .unwrap_or(1)
     });
     launch::service::set_run_auth(args.auth);
+    print_settings(&args, seed);
+    let cluster = tokio::task::spawn_blocking(|| Cluster::start(ClusterOptions::default()))
+        .await?
+        .context("starting the scratch cluster")?;
+    let facts = cluster.server_facts().await?;
+    println!(
+        "postgres {} (fsync={} synchronous_commit={} full_page_writes={})",
+        facts.server_version, facts.fsync, facts.synchronous_commit, facts.full_page_writes
+    );
+    let db = BenchDb::prepare(cluster, args.accounts, args.stripes).await?;
+    let results = measure_all(&db, &args, seed).await?;
+    let points = report::summarize(&results);
+    println!("{}", report::HEADER);
+    for point in &points {
+        println!("{}", report::row(point));
+    }
+    let context = report::Context {
+        seed,
+        warmup_ms: args.warmup_ms,
+        duration_s: args.duration_s,
+        repeat: args.repeat as usize,
+        accounts: args.accounts,
+        stripes: args.stripes,
+        postgres: facts,
+        machine: report::machine(),
+        wall_time_s: started.elapsed().as_secs_f64(),
+    };
+    std::fs::create_dir_all(&args.out)?;
+    report::write(&args.out, &context, &points, &results)?;
+    println!(
+        "wrote {}/results.md, results.json, throughput.svg",
+        args.out.display()
+    );
+    println!("{}", report::bench_line(&points));
+    Ok(())
+}
+
+/// Prints the run's settings line (`seed=… warmup_ms=… …`).
+fn print_settings(args: &Args, seed: u64) {
     println!(
         "seed={seed} warmup_ms={} duration_s={} repeat={} clients={:?} variants={} accounts={} stripes={} service_auth={}",
         args.warmup_ms,
@@ -133,15 +177,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "off"
         }
     );
-    let cluster = tokio::task::spawn_blocking(|| Cluster::start(ClusterOptions::default()))
-        .await?
-        .context("starting the scratch cluster")?;
-    let facts = cluster.server_facts().await?;
-    println!(
-        "postgres {} (fsync={} synchronous_commit={} full_page_writes={})",
-        facts.server_version, facts.fsync, facts.synchronous_commit, facts.full_page_writes
-    );
-    let db = BenchDb::prepare(cluster, args.accounts, args.stripes).await?;
+}
+
+/// Measures every (variant, clients) point `--repeat` times, with a progress bar; the
+/// measurements in the order run.
+///
+/// Errors: a point failed.
+async fn measure_all(
+    db: &BenchDb,
+    args: &Args,
+    seed: u64,
+) -> anyhow::Result<Vec<load::Measurement>> {
     let duration = Duration::from_secs(args.duration_s);
     let warmup = Duration::from_millis(args.warmup_ms);
     let mut results = Vec::new();
@@ -180,28 +226,5 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     progress.finish();
-    let points = report::summarize(&results);
-    println!("{}", report::HEADER);
-    for point in &points {
-        println!("{}", report::row(point));
-    }
-    let context = report::Context {
-        seed,
-        warmup_ms: args.warmup_ms,
-        duration_s: args.duration_s,
-        repeat,
-        accounts: args.accounts,
-        stripes: args.stripes,
-        postgres: facts,
-        machine: report::machine(),
-        wall_time_s: started.elapsed().as_secs_f64(),
-    };
-    std::fs::create_dir_all(&args.out)?;
-    report::write(&args.out, &context, &points, &results)?;
-    println!(
-        "wrote {}/results.md, results.json, throughput.svg",
-        args.out.display()
-    );
-    println!("{}", report::bench_line(&points));
-    Ok(())
+    Ok(results)
 }

@@ -22,7 +22,7 @@
 //! replayed=… balance=…[ txn_id=…]` like the default mode.
 
 use tokio_postgres::types::Type;
-use tokio_postgres::{IsolationLevel, Transaction};
+use tokio_postgres::{IsolationLevel, Row, Transaction};
 
 use crate::{EXIT_PAUSE_LIMIT, Stop, connect};
 
@@ -114,6 +114,38 @@ pub(crate) async fn run(args: &SplitArgs<'_>) -> anyhow::Result<i32> {
         .isolation_level(IsolationLevel::ReadCommitted)
         .start()
         .await?;
+    if let Some(stored) = register_key(&keys, args, &request_hash).await? {
+        keys.rollback().await?;
+        return replay(&stored, &request_hash);
+    }
+
+    let debits = ledger
+        .build_transaction()
+        .isolation_level(IsolationLevel::ReadCommitted)
+        .start()
+        .await?;
+    let Some(balance) = debit(&debits, args).await? else {
+        return refuse(debits, keys, args).await;
+    };
+    let txn_id = credit_and_record(&debits, args).await?;
+    record(&keys, args, "OK", balance).await?;
+    if !commit_in_order(keys, debits, args, ledger_pid).await? {
+        return Ok(EXIT_PAUSE_LIMIT);
+    }
+    println!("RESULT outcome=OK replayed=false balance={balance} txn_id={txn_id}");
+    Ok(0)
+}
+
+/// Step 1 inside the registry's transaction `keys`: registers the key as `PENDING`;
+/// `None` when it was new, else the key's stored row (`request_hash`, `outcome`,
+/// `balance_after`).
+///
+/// Errors: a statement failed.
+async fn register_key(
+    keys: &Transaction<'_>,
+    args: &SplitArgs<'_>,
+    request_hash: &str,
+) -> anyhow::Result<Option<Row>> {
     let registered = keys
         .query_typed_opt(
             REGISTER_SQL,
@@ -125,54 +157,79 @@ pub(crate) async fn run(args: &SplitArgs<'_>) -> anyhow::Result<i32> {
         )
         .await?
         .is_some();
-    if !registered {
-        let row = keys
-            .query_typed_one(
-                READ_SQL,
-                &[(&args.client_id, Type::TEXT), (&args.key, Type::TEXT)],
-            )
-            .await?;
-        keys.rollback().await?;
-        let stored_hash: String = row.get(0);
-        anyhow::ensure!(
-            stored_hash == request_hash,
-            "the key was first used for another request (KEY_REUSED)"
-        );
-        let outcome: String = row.get(1);
-        let balance: Option<i64> = row.get(2);
-        println!(
-            "RESULT outcome={outcome} replayed=true balance={}",
-            balance.unwrap_or(0)
-        );
-        return Ok(0);
+    if registered {
+        return Ok(None);
     }
-
-    let debits = ledger
-        .build_transaction()
-        .isolation_level(IsolationLevel::ReadCommitted)
-        .start()
+    let row = keys
+        .query_typed_one(
+            READ_SQL,
+            &[(&args.client_id, Type::TEXT), (&args.key, Type::TEXT)],
+        )
         .await?;
+    Ok(Some(row))
+}
+
+/// A known key: prints the `RESULT` line replayed from its `stored` row; exit status 0.
+///
+/// Errors: the stored fingerprint is not `request_hash` (KEY_REUSED).
+fn replay(stored: &Row, request_hash: &str) -> anyhow::Result<i32> {
+    let stored_hash: String = stored.get(0);
+    anyhow::ensure!(
+        stored_hash == request_hash,
+        "the key was first used for another request (KEY_REUSED)"
+    );
+    let outcome: String = stored.get(1);
+    let balance: Option<i64> = stored.get(2);
+    println!(
+        "RESULT outcome={outcome} replayed=true balance={}",
+        balance.unwrap_or(0)
+    );
+    Ok(0)
+}
+
+/// Step 2 inside the ledger's transaction `debits`: the conditional debit of the account;
+/// its balance after (points), or `None` when refused.
+///
+/// Errors: a statement failed.
+async fn debit(debits: &Transaction<'_>, args: &SplitArgs<'_>) -> anyhow::Result<Option<i64>> {
     let debited = debits
         .query_typed_opt(
             DEBIT_SQL,
             &[(&args.account, Type::TEXT), (&args.amount, Type::INT8)],
         )
         .await?;
-    let Some(debited) = debited else {
-        let balance: Option<i64> = debits
-            .query_typed_opt(BALANCE_SQL, &[(&args.account, Type::TEXT)])
-            .await?
-            .map(|row| row.get(0));
-        debits.rollback().await?;
-        record(&keys, args, "INSUFFICIENT", balance.unwrap_or(0)).await?;
-        keys.commit().await?;
-        println!(
-            "RESULT outcome=INSUFFICIENT replayed=false balance={}",
-            balance.unwrap_or(0)
-        );
-        return Ok(0);
-    };
-    let balance: i64 = debited.get(0);
+    Ok(debited.map(|row| row.get(0)))
+}
+
+/// A refused debit: reads the account's balance, rolls the ledger's transaction back,
+/// records `INSUFFICIENT` in the registry and commits it, prints the `RESULT` line; exit
+/// status 0.
+///
+/// Errors: a statement failed.
+async fn refuse(
+    debits: Transaction<'_>,
+    keys: Transaction<'_>,
+    args: &SplitArgs<'_>,
+) -> anyhow::Result<i32> {
+    let balance: Option<i64> = debits
+        .query_typed_opt(BALANCE_SQL, &[(&args.account, Type::TEXT)])
+        .await?
+        .map(|row| row.get(0));
+    debits.rollback().await?;
+    record(&keys, args, "INSUFFICIENT", balance.unwrap_or(0)).await?;
+    keys.commit().await?;
+    println!(
+        "RESULT outcome=INSUFFICIENT replayed=false balance={}",
+        balance.unwrap_or(0)
+    );
+    Ok(0)
+}
+
+/// The rest of step 2 inside `debits`: the credit of `sys-redeem`, the `ledger_txn` row
+/// under `<key>@<xid>` and its two entries; the txn id.
+///
+/// Errors: a statement failed.
+async fn credit_and_record(debits: &Transaction<'_>, args: &SplitArgs<'_>) -> anyhow::Result<i64> {
     let recorded = debits
         .query_typed_one(
             CREDIT_AND_RECORD_SQL,
@@ -184,9 +241,20 @@ pub(crate) async fn run(args: &SplitArgs<'_>) -> anyhow::Result<i32> {
             ],
         )
         .await?;
-    let txn_id: i64 = recorded.get(0);
-    record(&keys, args, "OK", balance).await?;
+    Ok(recorded.get(0))
+}
 
+/// Step 4: commits the transaction named by `--commit-first`, then (with
+/// `--stop-between-commits`) pauses for the kill, then commits the other. `false` when
+/// the pause reached its limit: the second transaction was rolled back.
+///
+/// Errors: a COMMIT or ROLLBACK failed.
+async fn commit_in_order(
+    keys: Transaction<'_>,
+    debits: Transaction<'_>,
+    args: &SplitArgs<'_>,
+    ledger_pid: i32,
+) -> anyhow::Result<bool> {
     let (first, second) = match args.commit_first {
         CommitFirst::Key => (keys, debits),
         CommitFirst::Debit => (debits, keys),
@@ -203,14 +271,17 @@ pub(crate) async fn run(args: &SplitArgs<'_>) -> anyhow::Result<i32> {
                     CommitFirst::Debit => "key",
                 }
             );
-            return Ok(EXIT_PAUSE_LIMIT);
+            return Ok(false);
         }
     }
     second.commit().await?;
-    println!("RESULT outcome=OK replayed=false balance={balance} txn_id={txn_id}");
-    Ok(0)
+    Ok(true)
 }
 
+/// Step 3 (or the refusal) inside the registry's transaction `keys`: the key's outcome
+/// and the balance after (points).
+///
+/// Errors: a statement failed.
 async fn record(
     keys: &Transaction<'_>,
     args: &SplitArgs<'_>,

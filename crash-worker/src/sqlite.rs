@@ -244,6 +244,18 @@ impl ChangeHooks for StopAt {
     }
 }
 
+/// What one writer thread did: its index, its event id, the outcome and how long the
+/// change took.
+type Written = (usize, String, Result<ChangeOutcome, ChangeError>, Duration);
+/// A writer thread, joined for what it did (`None`: it could not open the file).
+type Writer = std::thread::JoinHandle<Option<Written>>;
+/// Where each writer reports its connection opened, or why not.
+type Opened = std::sync::mpsc::Receiver<Result<(), String>>;
+
+/// The `writers` mode (see the module documentation); returns the exit status.
+///
+/// Errors: no connections asked for, a connection failed to open, a thread could not be
+/// started or panicked, stdout closed before READY.
 fn writers(
     file: &Path,
     connections: usize,
@@ -256,6 +268,38 @@ fn writers(
     anyhow::ensure!(connections > 0, "--connections must be at least 1");
     // Every connection is open before READY; the threads and this one meet at `start`.
     let start = Arc::new(Barrier::new(connections + 1));
+    let (threads, opened) = spawn_writers(file, connections, event_prefix, item, delta, &start)?;
+    for _ in 0..connections {
+        match opened.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(message)) => anyhow::bail!("opening: {message}"),
+            Err(_) => anyhow::bail!("a writer thread ended before opening"),
+        }
+    }
+    if !say(&format!("READY connections={connections}")) {
+        anyhow::bail!("stdout closed; parent gone");
+    }
+    if !start_file_appeared(start_file, start_limit_ms) {
+        return Ok(EXIT_WORK_LIMIT);
+    }
+    start.wait();
+    report_writers(threads)?;
+    Ok(0)
+}
+
+/// Starts one thread per connection: each opens its own connection to `file`, reports
+/// the opening on the returned channel, waits at `start`, then applies
+/// `<event_prefix><index>` (`delta` on `item`) once.
+///
+/// Errors: a thread could not be started.
+fn spawn_writers(
+    file: &Path,
+    connections: usize,
+    event_prefix: &str,
+    item: i64,
+    delta: i64,
+    start: &Arc<Barrier>,
+) -> anyhow::Result<(Vec<Writer>, Opened)> {
     let (opened_sender, opened) = std::sync::mpsc::channel();
     let threads: Vec<_> = (0..connections)
         .map(|index| {
@@ -283,16 +327,12 @@ fn writers(
         .collect::<Result<_, _>>()
         .context("starting the writer threads")?;
     drop(opened_sender);
-    for _ in 0..connections {
-        match opened.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(message)) => anyhow::bail!("opening: {message}"),
-            Err(_) => anyhow::bail!("a writer thread ended before opening"),
-        }
-    }
-    if !say(&format!("READY connections={connections}")) {
-        anyhow::bail!("stdout closed; parent gone");
-    }
+    Ok((threads, opened))
+}
+
+/// Waits, polling every [`START_POLL_MS`], until `start_file` exists; false (with a line
+/// on stderr) when it did not appear within `start_limit_ms`.
+fn start_file_appeared(start_file: &Path, start_limit_ms: u64) -> bool {
     let deadline = Instant::now() + Duration::from_millis(start_limit_ms);
     while !start_file.exists() {
         if Instant::now() > deadline {
@@ -300,11 +340,18 @@ fn writers(
                 "crash-worker: start file {} did not appear within start_limit_ms={start_limit_ms}",
                 start_file.display()
             );
-            return Ok(EXIT_WORK_LIMIT);
+            return false;
         }
         std::thread::sleep(Duration::from_millis(START_POLL_MS));
     }
-    start.wait();
+    true
+}
+
+/// Joins the writer threads in order, printing one `OUTCOME` line each, then the `DONE`
+/// line with the counts.
+///
+/// Errors: a writer panicked or could not open the file.
+fn report_writers(threads: Vec<Writer>) -> anyhow::Result<()> {
     let mut counts = [0usize; 4];
     for thread in threads {
         let Some((index, event_id, outcome, elapsed)) = thread
@@ -334,5 +381,5 @@ fn writers(
         "DONE applied={} replayed={} insufficient={} other={}",
         counts[0], counts[1], counts[2], counts[3]
     ));
-    Ok(0)
+    Ok(())
 }

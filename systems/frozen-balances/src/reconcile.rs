@@ -6,7 +6,7 @@
 //! asset, so a BTC shortfall cannot hide behind a USDT surplus.
 
 use serde::Serialize;
-use tokio_postgres::{Client, IsolationLevel};
+use tokio_postgres::{Client, IsolationLevel, Transaction};
 
 use crate::amount::format_units;
 use crate::asset::Asset;
@@ -304,21 +304,41 @@ pub async fn reconcile(client: &mut Client) -> Result<Findings, FrozenError> {
         .read_only(true)
         .start()
         .await?;
-    let asset = |text: &str| -> Result<Asset, FrozenError> {
-        text.parse()
-            .map_err(|_| FrozenError::InvariantViolated(format!("unknown asset {text}")))
-    };
-    let mut findings = Findings {
-        row_mismatches: Vec::new(),
-        asset_totals: Vec::new(),
-        frozen_mismatches: Vec::new(),
-        closed_with_remainder: Vec::new(),
-        movements_without_operation: Vec::new(),
-        operations_without_movement: Vec::new(),
-        pending_operations: Vec::new(),
-    };
+    let row_mismatches = row_mismatches(&tx).await?;
+    let asset_totals = asset_totals(&tx).await?;
+    let frozen_mismatches = frozen_mismatches(&tx).await?;
+    let closed_with_remainder = closed_with_remainder(&tx).await?;
+    let movements_without_operation = event_refs(&tx, MOVEMENTS_WITHOUT_OPERATION_SQL).await?;
+    let operations_without_movement = event_refs(&tx, OPERATIONS_WITHOUT_MOVEMENT_SQL).await?;
+    let pending_operations = event_refs(&tx, PENDING_SQL).await?;
+    tx.commit().await?;
+    Ok(Findings {
+        row_mismatches,
+        asset_totals,
+        frozen_mismatches,
+        closed_with_remainder,
+        movements_without_operation,
+        operations_without_movement,
+        pending_operations,
+    })
+}
+
+/// An asset name read from the database.
+///
+/// Errors: [`FrozenError::InvariantViolated`] for a name the product does not know.
+fn asset(text: &str) -> Result<Asset, FrozenError> {
+    text.parse()
+        .map_err(|_| FrozenError::InvariantViolated(format!("unknown asset {text}")))
+}
+
+/// The balance rows whose stored available or frozen differs from the sum of their
+/// movements ([`ROW_MISMATCH_SQL`]), by tenant, account, asset.
+///
+/// Errors: [`FrozenError::Db`]; [`FrozenError::InvariantViolated`] (an unknown asset).
+async fn row_mismatches(tx: &Transaction<'_>) -> Result<Vec<RowMismatch>, FrozenError> {
+    let mut found = Vec::new();
     for row in tx.query_typed(ROW_MISMATCH_SQL, &[]).await? {
-        findings.row_mismatches.push(RowMismatch {
+        found.push(RowMismatch {
             tenant_id: row.try_get("tenant_id")?,
             account_id: row.try_get("account_id")?,
             asset: asset(row.try_get("asset")?)?,
@@ -328,15 +348,32 @@ pub async fn reconcile(client: &mut Client) -> Result<Findings, FrozenError> {
             movements_frozen: row.try_get("movements_frozen")?,
         });
     }
+    Ok(found)
+}
+
+/// Per tenant and asset, available + frozen over all accounts ([`ASSET_TOTALS_SQL`]).
+///
+/// Errors: [`FrozenError::Db`]; [`FrozenError::InvariantViolated`] (an unknown asset).
+async fn asset_totals(tx: &Transaction<'_>) -> Result<Vec<AssetTotal>, FrozenError> {
+    let mut found = Vec::new();
     for row in tx.query_typed(ASSET_TOTALS_SQL, &[]).await? {
-        findings.asset_totals.push(AssetTotal {
+        found.push(AssetTotal {
             tenant_id: row.try_get("tenant_id")?,
             asset: asset(row.try_get("asset")?)?,
             total: row.try_get("total")?,
         });
     }
+    Ok(found)
+}
+
+/// The balance rows whose frozen differs from their open orders' remainders plus their
+/// pending withdrawals ([`FROZEN_MISMATCH_SQL`]).
+///
+/// Errors: [`FrozenError::Db`]; [`FrozenError::InvariantViolated`] (an unknown asset).
+async fn frozen_mismatches(tx: &Transaction<'_>) -> Result<Vec<FrozenMismatch>, FrozenError> {
+    let mut found = Vec::new();
     for row in tx.query_typed(FROZEN_MISMATCH_SQL, &[]).await? {
-        findings.frozen_mismatches.push(FrozenMismatch {
+        found.push(FrozenMismatch {
             tenant_id: row.try_get("tenant_id")?,
             account_id: row.try_get("account_id")?,
             asset: asset(row.try_get("asset")?)?,
@@ -345,33 +382,39 @@ pub async fn reconcile(client: &mut Client) -> Result<Findings, FrozenError> {
             pending_withdrawals: row.try_get("withdrawing")?,
         });
     }
+    Ok(found)
+}
+
+/// The orders no longer open that still hold a remainder ([`CLOSED_REMAINDER_SQL`]).
+///
+/// Errors: [`FrozenError::Db`].
+async fn closed_with_remainder(
+    tx: &Transaction<'_>,
+) -> Result<Vec<ClosedOrderRemainder>, FrozenError> {
+    let mut found = Vec::new();
     for row in tx.query_typed(CLOSED_REMAINDER_SQL, &[]).await? {
-        findings.closed_with_remainder.push(ClosedOrderRemainder {
+        found.push(ClosedOrderRemainder {
             tenant_id: row.try_get("tenant_id")?,
             order_id: row.try_get("order_id")?,
             status: row.try_get("status")?,
             remainder: row.try_get("remainder")?,
         });
     }
-    for (sql, list) in [
-        (
-            MOVEMENTS_WITHOUT_OPERATION_SQL,
-            &mut findings.movements_without_operation,
-        ),
-        (
-            OPERATIONS_WITHOUT_MOVEMENT_SQL,
-            &mut findings.operations_without_movement,
-        ),
-        (PENDING_SQL, &mut findings.pending_operations),
-    ] {
-        for row in tx.query_typed(sql, &[]).await? {
-            list.push(EventRef {
-                tenant_id: row.try_get("tenant_id")?,
-                business_id: row.try_get("business_id")?,
-                what: row.try_get("what")?,
-            });
-        }
+    Ok(found)
+}
+
+/// The events one of the link checks finds (`sql` selects `tenant_id`, `business_id`,
+/// `what`).
+///
+/// Errors: [`FrozenError::Db`].
+async fn event_refs(tx: &Transaction<'_>, sql: &str) -> Result<Vec<EventRef>, FrozenError> {
+    let mut found = Vec::new();
+    for row in tx.query_typed(sql, &[]).await? {
+        found.push(EventRef {
+            tenant_id: row.try_get("tenant_id")?,
+            business_id: row.try_get("business_id")?,
+            what: row.try_get("what")?,
+        });
     }
-    tx.commit().await?;
-    Ok(findings)
+    Ok(found)
 }

@@ -1,4 +1,5 @@
-//! The tables of SPEC §8 and the seeded rows of a template database.
+//! The tables of SPEC §8 (withdrawals and network deposits included) and the seeded rows
+//! of a template database.
 //!
 //! Names are a contract: cases query them and tamper with them by name. The tables live
 //! beside the points ledger's and share no name with them.
@@ -113,12 +114,77 @@ CREATE TABLE spot_order (
 CREATE INDEX spot_order_open_idx ON spot_order (tenant_id, account_id) WHERE status = 'OPEN';
 "#;
 
-/// Creates the tables of [`SCHEMA_SQL`] (one implicit transaction: all or none).
+/// The tables of withdrawals and network deposits ([`crate::withdraw`]), installed with
+/// the others by [`install`].
+///
+/// - `withdrawal`: one row per withdrawal id (its business id), with its status.
+/// - `withdrawal_history`: every status the withdrawal took, in order, with a detail.
+/// - `withdrawal_outbox`: the pending event the request writes; `processed_at` is set by
+///   the settlement.
+/// - `chain_deposit`: one row per network transaction reported, its highest
+///   confirmations seen and `SEEN | CREDITED | DROPPED`.
+pub const WITHDRAWAL_SCHEMA_SQL: &str = r#"
+CREATE TABLE withdrawal (
+    tenant_id     text        NOT NULL,
+    withdrawal_id text        NOT NULL,
+    account_id    text        NOT NULL,
+    asset         text        NOT NULL,
+    amount        bigint      NOT NULL CONSTRAINT withdrawal_amount_check CHECK (amount > 0),
+    destination   text        NOT NULL,
+    status        text        NOT NULL
+        CONSTRAINT withdrawal_status_check
+        CHECK (status IN ('REQUESTED', 'BROADCAST', 'UNKNOWN', 'CONFIRMED', 'FAILED', 'REJECTED')),
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, withdrawal_id),
+    CONSTRAINT withdrawal_balance_fkey FOREIGN KEY (tenant_id, account_id, asset)
+        REFERENCES balance (tenant_id, account_id, asset)
+);
+
+CREATE TABLE withdrawal_history (
+    seq           bigserial   PRIMARY KEY,
+    tenant_id     text        NOT NULL,
+    withdrawal_id text        NOT NULL,
+    status        text        NOT NULL,
+    detail        text        NOT NULL,
+    at            timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT withdrawal_history_withdrawal_fkey FOREIGN KEY (tenant_id, withdrawal_id)
+        REFERENCES withdrawal (tenant_id, withdrawal_id)
+);
+
+CREATE TABLE withdrawal_outbox (
+    event_id      bigserial   PRIMARY KEY,
+    tenant_id     text        NOT NULL,
+    withdrawal_id text        NOT NULL,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    processed_at  timestamptz NULL,
+    CONSTRAINT withdrawal_outbox_withdrawal_fkey FOREIGN KEY (tenant_id, withdrawal_id)
+        REFERENCES withdrawal (tenant_id, withdrawal_id)
+);
+
+CREATE INDEX withdrawal_outbox_pending_idx ON withdrawal_outbox (event_id) WHERE processed_at IS NULL;
+
+CREATE TABLE chain_deposit (
+    tenant_id     text    NOT NULL,
+    tx_id         text    NOT NULL,
+    account_id    text    NOT NULL,
+    asset         text    NOT NULL,
+    amount        bigint  NOT NULL CONSTRAINT chain_deposit_amount_check CHECK (amount > 0),
+    confirmations integer NOT NULL CONSTRAINT chain_deposit_confirmations_check CHECK (confirmations >= 0),
+    status        text    NOT NULL
+        CONSTRAINT chain_deposit_status_check CHECK (status IN ('SEEN', 'CREDITED', 'DROPPED')),
+    PRIMARY KEY (tenant_id, tx_id)
+);
+"#;
+
+/// Creates the tables of [`SCHEMA_SQL`] (one implicit transaction: all or none), then
+/// those of [`WITHDRAWAL_SCHEMA_SQL`] (another).
 ///
 /// Errors: [`FrozenError::Db`] (42P07 if a table exists).
 pub async fn install(client: &Client) -> Result<(), FrozenError> {
     client.batch_execute(SCHEMA_SQL).await?;
-    crate::withdraw::install(client).await
+    client.batch_execute(WITHDRAWAL_SCHEMA_SQL).await?;
+    Ok(())
 }
 
 /// Seeds [`DEFAULT_TENANT`]: [`SYS_DEPOSIT`] (`allow_negative`), [`SYS_FEE`] and the

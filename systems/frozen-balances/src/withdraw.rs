@@ -42,8 +42,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
-use tokio_postgres::Client;
 use tokio_postgres::types::Type;
+use tokio_postgres::{Client, Transaction};
 
 use crate::asset::{Asset, UnknownName};
 use crate::error::FrozenError;
@@ -63,70 +63,11 @@ pub const CHAIN_DEPOSIT_PREFIX: &str = "chain:";
 /// Longest destination address, characters.
 pub const MAX_DESTINATION_CHARS: usize = 128;
 
-/// The tables of withdrawals and network deposits (installed with the others by
-/// [`crate::schema::install`]).
-///
-/// - `withdrawal`: one row per withdrawal id (its business id), with its status.
-/// - `withdrawal_history`: every status the withdrawal took, in order, with a detail.
-/// - `withdrawal_outbox`: the pending event the request writes; `processed_at` is set by
-///   the settlement.
-/// - `chain_deposit`: one row per network transaction reported, its highest
-///   confirmations seen and `SEEN | CREDITED | DROPPED`.
-pub const SCHEMA_SQL: &str = r#"
-CREATE TABLE withdrawal (
-    tenant_id     text        NOT NULL,
-    withdrawal_id text        NOT NULL,
-    account_id    text        NOT NULL,
-    asset         text        NOT NULL,
-    amount        bigint      NOT NULL CONSTRAINT withdrawal_amount_check CHECK (amount > 0),
-    destination   text        NOT NULL,
-    status        text        NOT NULL
-        CONSTRAINT withdrawal_status_check
-        CHECK (status IN ('REQUESTED', 'BROADCAST', 'UNKNOWN', 'CONFIRMED', 'FAILED', 'REJECTED')),
-    created_at    timestamptz NOT NULL DEFAULT now(),
-    updated_at    timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (tenant_id, withdrawal_id),
-    CONSTRAINT withdrawal_balance_fkey FOREIGN KEY (tenant_id, account_id, asset)
-        REFERENCES balance (tenant_id, account_id, asset)
-);
+/// The DDL of the withdrawal tables, kept in [`crate::schema`] with the others (this path
+/// stays for callers that name it here).
+pub use crate::schema::WITHDRAWAL_SCHEMA_SQL as SCHEMA_SQL;
 
-CREATE TABLE withdrawal_history (
-    seq           bigserial   PRIMARY KEY,
-    tenant_id     text        NOT NULL,
-    withdrawal_id text        NOT NULL,
-    status        text        NOT NULL,
-    detail        text        NOT NULL,
-    at            timestamptz NOT NULL DEFAULT now(),
-    CONSTRAINT withdrawal_history_withdrawal_fkey FOREIGN KEY (tenant_id, withdrawal_id)
-        REFERENCES withdrawal (tenant_id, withdrawal_id)
-);
-
-CREATE TABLE withdrawal_outbox (
-    event_id      bigserial   PRIMARY KEY,
-    tenant_id     text        NOT NULL,
-    withdrawal_id text        NOT NULL,
-    created_at    timestamptz NOT NULL DEFAULT now(),
-    processed_at  timestamptz NULL,
-    CONSTRAINT withdrawal_outbox_withdrawal_fkey FOREIGN KEY (tenant_id, withdrawal_id)
-        REFERENCES withdrawal (tenant_id, withdrawal_id)
-);
-
-CREATE INDEX withdrawal_outbox_pending_idx ON withdrawal_outbox (event_id) WHERE processed_at IS NULL;
-
-CREATE TABLE chain_deposit (
-    tenant_id     text    NOT NULL,
-    tx_id         text    NOT NULL,
-    account_id    text    NOT NULL,
-    asset         text    NOT NULL,
-    amount        bigint  NOT NULL CONSTRAINT chain_deposit_amount_check CHECK (amount > 0),
-    confirmations integer NOT NULL CONSTRAINT chain_deposit_confirmations_check CHECK (confirmations >= 0),
-    status        text    NOT NULL
-        CONSTRAINT chain_deposit_status_check CHECK (status IN ('SEEN', 'CREDITED', 'DROPPED')),
-    PRIMARY KEY (tenant_id, tx_id)
-);
-"#;
-
-/// Creates the tables of [`SCHEMA_SQL`].
+/// Creates the tables of [`SCHEMA_SQL`] (also done by [`crate::schema::install`]).
 ///
 /// Errors: [`FrozenError::Db`].
 pub async fn install(client: &Client) -> Result<(), FrozenError> {
@@ -332,6 +273,10 @@ pub async fn request(
     retry_on_deadlock!(request_once(client, req, hooks))
 }
 
+/// One attempt of [`request`]: registers, freezes, records the withdrawal, commits (see
+/// there).
+///
+/// Errors: as [`request`]; a deadlock (40P01) as [`FrozenError::Db`], for the retry.
 async fn request_once(
     client: &mut Client,
     req: &WithdrawRequest,
@@ -352,7 +297,33 @@ async fn request_once(
         }
     };
     let tx = hook_in_tx(tx, hooks, &event, HookPoint::Registered).await?;
-    ensure_rows(&tx, &req.tenant_id, &[(&req.account_id, req.asset, false)]).await?;
+    let Some(available) = freeze_amount(&tx, req).await? else {
+        let result = refusal(&tx, req).await?;
+        return finish(
+            tx,
+            hooks,
+            &event,
+            operation_id,
+            Outcome::Insufficient,
+            result,
+        )
+        .await;
+    };
+    let tx = hook_in_tx(tx, hooks, &event, HookPoint::BalancesUpdated).await?;
+    let result = record_request(&tx, &event, req, available).await?;
+    finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
+}
+
+/// Inside `tx`: creates the account's balance row of the asset at 0 if missing, then
+/// freezes `req.amount` with the conditional UPDATE; the available left (minor units), or
+/// `None` when there was not enough (nothing changed).
+///
+/// Errors: [`FrozenError::Db`].
+async fn freeze_amount(
+    tx: &Transaction<'_>,
+    req: &WithdrawRequest,
+) -> Result<Option<i64>, FrozenError> {
+    ensure_rows(tx, &req.tenant_id, &[(&req.account_id, req.asset, false)]).await?;
     let asset = req.asset.as_str();
     let frozen = tx
         .query_typed_opt(
@@ -365,37 +336,52 @@ async fn request_once(
             ],
         )
         .await?;
-    let Some(frozen) = frozen else {
-        let available: i64 = tx
-            .query_typed_one(
-                AVAILABLE_SQL,
-                &[
-                    (&req.tenant_id, Type::TEXT),
-                    (&req.account_id, Type::TEXT),
-                    (&asset, Type::TEXT),
-                ],
-            )
-            .await?
-            .try_get("available")?;
-        let result = WithdrawResult {
-            outcome: Outcome::Insufficient,
-            asset: req.asset,
-            amount: req.amount,
-            available,
-            replayed: false,
-        };
-        return finish(
-            tx,
-            hooks,
-            &event,
-            operation_id,
-            Outcome::Insufficient,
-            result,
+    Ok(match frozen {
+        Some(row) => Some(row.try_get("available")?),
+        None => None,
+    })
+}
+
+/// Inside `tx`, after a refused freeze: the INSUFFICIENT result, with the available of
+/// the asset (minor units) read now.
+///
+/// Errors: [`FrozenError::Db`].
+async fn refusal(
+    tx: &Transaction<'_>,
+    req: &WithdrawRequest,
+) -> Result<WithdrawResult, FrozenError> {
+    let asset = req.asset.as_str();
+    let available: i64 = tx
+        .query_typed_one(
+            AVAILABLE_SQL,
+            &[
+                (&req.tenant_id, Type::TEXT),
+                (&req.account_id, Type::TEXT),
+                (&asset, Type::TEXT),
+            ],
         )
-        .await;
-    };
-    let available: i64 = frozen.try_get("available")?;
-    let tx = hook_in_tx(tx, hooks, &event, HookPoint::BalancesUpdated).await?;
+        .await?
+        .try_get("available")?;
+    Ok(WithdrawResult {
+        outcome: Outcome::Insufficient,
+        asset: req.asset,
+        amount: req.amount,
+        available,
+        replayed: false,
+    })
+}
+
+/// Inside `tx`, after the freeze: writes its movement, the `REQUESTED` withdrawal, its
+/// first history row and the outbox event, and returns the OK result with `available`
+/// (minor units, after the freeze).
+///
+/// Errors: [`FrozenError::Db`]; [`FrozenError::InvariantViolated`] (delta overflow).
+async fn record_request(
+    tx: &Transaction<'_>,
+    event: &Event<'_>,
+    req: &WithdrawRequest,
+    available: i64,
+) -> Result<WithdrawResult, FrozenError> {
     let mut deltas = Deltas::new();
     add_delta(
         &mut deltas,
@@ -404,7 +390,8 @@ async fn request_once(
         -req.amount,
         req.amount,
     )?;
-    write_movements(&tx, &event, &deltas).await?;
+    write_movements(tx, event, &deltas).await?;
+    let asset = req.asset.as_str();
     tx.execute_typed(
         INSERT_WITHDRAWAL_SQL,
         &[
@@ -437,14 +424,13 @@ async fn request_once(
         ],
     )
     .await?;
-    let result = WithdrawResult {
+    Ok(WithdrawResult {
         outcome: Outcome::Ok,
         asset: req.asset,
         amount: req.amount,
         available,
         replayed: false,
-    };
-    finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
+    })
 }
 
 /// A withdrawal record.
@@ -669,6 +655,10 @@ pub async fn settle(
     ))
 }
 
+/// One attempt of [`settle`]: registers, locks the withdrawal, moves its amount, records
+/// the status, commits (see there).
+///
+/// Errors: as [`settle`]; a deadlock (40P01) as [`FrozenError::Db`], for the retry.
 async fn settle_once(
     client: &mut Client,
     tenant_id: &str,
@@ -693,6 +683,40 @@ async fn settle_once(
         }
     };
     let tx = hook_in_tx(tx, hooks, &event, HookPoint::Registered).await?;
+    let (tx, w) = lock_withdrawal(tx, tenant_id, withdrawal_id, to).await?;
+    ensure_rows(&tx, tenant_id, &[(SYS_WITHDRAWAL, w.asset, false)]).await?;
+    let (deltas, consumed, released) = settlement_deltas(&w, to)?;
+    if let Err(error) = lock_and_check(&tx, tenant_id, &deltas).await {
+        let _ = tx.rollback().await;
+        return Err(error);
+    }
+    apply(&tx, tenant_id, &deltas).await?;
+    let tx = hook_in_tx(tx, hooks, &event, HookPoint::BalancesUpdated).await?;
+    write_movements(&tx, &event, &deltas).await?;
+    record_settlement(&tx, tenant_id, withdrawal_id, w.status, to, detail).await?;
+    let result = SettleResult {
+        outcome: Outcome::Ok,
+        status: to,
+        consumed,
+        released,
+        replayed: false,
+    };
+    finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
+}
+
+/// Locks the withdrawal row and returns `tx` with the withdrawal, when it may become `to`
+/// (FAILED from `REQUESTED`; CONFIRMED or REJECTED from `BROADCAST` or `UNKNOWN`); else
+/// rolls `tx` back.
+///
+/// Errors: [`FrozenError::Invalid`] (no such withdrawal, or not from its status: rolled
+/// back); [`FrozenError::Db`]; [`FrozenError::InvariantViolated`] (an unknown asset or
+/// status).
+async fn lock_withdrawal<'t>(
+    tx: Transaction<'t>,
+    tenant_id: &str,
+    withdrawal_id: &str,
+    to: Status,
+) -> Result<(Transaction<'t>, Withdrawal), FrozenError> {
     let row = tx
         .query_typed_opt(
             LOCK_WITHDRAWAL_SQL,
@@ -717,7 +741,15 @@ async fn settle_once(
             w.status
         )));
     }
-    ensure_rows(&tx, tenant_id, &[(SYS_WITHDRAWAL, w.asset, false)]).await?;
+    Ok((tx, w))
+}
+
+/// The balance changes of settling `w` as `to`, with the amounts consumed and released
+/// (minor units): CONFIRMED moves the frozen amount to [`SYS_WITHDRAWAL`]'s available;
+/// FAILED or REJECTED returns it to the account's available.
+///
+/// Errors: [`FrozenError::InvariantViolated`] (delta overflow).
+fn settlement_deltas(w: &Withdrawal, to: Status) -> Result<(Deltas, i64, i64), FrozenError> {
     let mut deltas = Deltas::new();
     let (consumed, released) = if to == Status::Confirmed {
         add_delta(&mut deltas, &w.account_id, w.asset, 0, -w.amount)?;
@@ -727,14 +759,22 @@ async fn settle_once(
         add_delta(&mut deltas, &w.account_id, w.asset, w.amount, -w.amount)?;
         (0, w.amount)
     };
-    if let Err(error) = lock_and_check(&tx, tenant_id, &deltas).await {
-        let _ = tx.rollback().await;
-        return Err(error);
-    }
-    apply(&tx, tenant_id, &deltas).await?;
-    let tx = hook_in_tx(tx, hooks, &event, HookPoint::BalancesUpdated).await?;
-    write_movements(&tx, &event, &deltas).await?;
-    let from = [w.status.as_str()];
+    Ok((deltas, consumed, released))
+}
+
+/// Inside `tx`, after the movements: moves the withdrawal from its locked status `from`
+/// to `to`, appends the history row with `detail` and closes its outbox event.
+///
+/// Errors: [`FrozenError::Db`].
+async fn record_settlement(
+    tx: &Transaction<'_>,
+    tenant_id: &str,
+    withdrawal_id: &str,
+    from: Status,
+    to: Status,
+    detail: &str,
+) -> Result<(), FrozenError> {
+    let from = [from.as_str()];
     let to_text = to.as_str();
     tx.execute_typed(
         MARK_SQL,
@@ -761,14 +801,7 @@ async fn settle_once(
         &[(&tenant_id, Type::TEXT), (&withdrawal_id, Type::TEXT)],
     )
     .await?;
-    let result = SettleResult {
-        outcome: Outcome::Ok,
-        status: to,
-        consumed,
-        released,
-        replayed: false,
-    };
-    finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
+    Ok(())
 }
 
 /// One report of an incoming network transfer, as the network's scan shows it.

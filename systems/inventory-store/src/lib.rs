@@ -348,17 +348,7 @@ impl Store {
         // stale (which fails at once with SQLITE_BUSY_SNAPSHOT; see `naive`).
         let transaction =
             Transaction::new_unchecked(&self.connection, TransactionBehavior::Immediate)?;
-        let registered = transaction.execute(
-            "INSERT INTO applied_change (event_id, item_id, delta) VALUES (?1, ?2, ?3)
-             ON CONFLICT (event_id) DO NOTHING",
-            params![event_id, item, delta],
-        )?;
-        if registered == 0 {
-            let (stored_item, stored_delta): (i64, i64) = transaction.query_row(
-                "SELECT item_id, delta FROM applied_change WHERE event_id = ?1",
-                [event_id],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )?;
+        if let Some((stored_item, stored_delta)) = register(&transaction, event_id, item, delta)? {
             // Read-only so far; dropping the transaction rolls it back.
             drop(transaction);
             return if (stored_item, stored_delta) == (item, delta) {
@@ -371,33 +361,11 @@ impl Store {
             };
         }
         hook(hooks, ChangePoint::EventWritten)?;
-        // The non-negative rule is the UPDATE's own condition, evaluated on the row under
-        // the write lock: no read-then-write in the application.
-        let updated = transaction
-            .execute(
-                "UPDATE stock SET units = units + ?2 WHERE item_id = ?1 AND units + ?2 >= 0",
-                params![item, delta],
-            )
-            .map_err(|error| match constraint_check(&error) {
-                true => ChangeError::CheckViolation {
-                    message: error.to_string(),
-                },
-                false => ChangeError::Database(error),
-            })?;
-        if updated == 0 {
-            let units: Option<i64> = transaction
-                .query_row(
-                    "SELECT units FROM stock WHERE item_id = ?1",
-                    [item],
-                    |row| row.get(0),
-                )
-                .optional()?;
+        if !take_units(&transaction, item, delta)? {
+            let refused = refusal(&transaction, item)?;
             // Dropping the transaction rolls back the event row: the id stays free.
             drop(transaction);
-            return Err(match units {
-                Some(units) => ChangeError::Insufficient { units },
-                None => ChangeError::UnknownItem,
-            });
+            return Err(refused);
         }
         hook(hooks, ChangePoint::StockUpdated)?;
         hook(hooks, ChangePoint::BeforeCommit)?;
@@ -405,6 +373,72 @@ impl Store {
         hook(hooks, ChangePoint::AfterCommit)?;
         Ok(ChangeOutcome::Applied)
     }
+}
+
+/// Registers `event_id` inside `transaction` (`INSERT … ON CONFLICT(event_id) DO
+/// NOTHING`): `None` when it was new, else the stored `(item, delta)` of the id.
+///
+/// Errors: a database error.
+fn register(
+    transaction: &Transaction<'_>,
+    event_id: &str,
+    item: i64,
+    delta: i64,
+) -> rusqlite::Result<Option<(i64, i64)>> {
+    let registered = transaction.execute(
+        "INSERT INTO applied_change (event_id, item_id, delta) VALUES (?1, ?2, ?3)
+             ON CONFLICT (event_id) DO NOTHING",
+        params![event_id, item, delta],
+    )?;
+    if registered != 0 {
+        return Ok(None);
+    }
+    transaction
+        .query_row(
+            "SELECT item_id, delta FROM applied_change WHERE event_id = ?1",
+            [event_id],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .map(Some)
+}
+
+/// The conditional update inside `transaction`: adds `delta` to `item`'s units when the
+/// result stays ≥ 0 (the UPDATE's own condition, evaluated on the row under the write
+/// lock: no read-then-write in the application). Whether a row changed.
+///
+/// Errors: [`ChangeError::CheckViolation`] when the table's CHECK refuses the result;
+/// [`ChangeError::Database`].
+fn take_units(transaction: &Transaction<'_>, item: i64, delta: i64) -> Result<bool, ChangeError> {
+    let updated = transaction
+        .execute(
+            "UPDATE stock SET units = units + ?2 WHERE item_id = ?1 AND units + ?2 >= 0",
+            params![item, delta],
+        )
+        .map_err(|error| match constraint_check(&error) {
+            true => ChangeError::CheckViolation {
+                message: error.to_string(),
+            },
+            false => ChangeError::Database(error),
+        })?;
+    Ok(updated != 0)
+}
+
+/// Why the conditional update changed nothing, read inside `transaction`:
+/// [`ChangeError::Insufficient`] with the item's units, or [`ChangeError::UnknownItem`].
+///
+/// Errors: a database error (as [`ChangeError::Database`]).
+fn refusal(transaction: &Transaction<'_>, item: i64) -> Result<ChangeError, ChangeError> {
+    let units: Option<i64> = transaction
+        .query_row(
+            "SELECT units FROM stock WHERE item_id = ?1",
+            [item],
+            |row| row.get(0),
+        )
+        .optional()?;
+    Ok(match units {
+        Some(units) => ChangeError::Insufficient { units },
+        None => ChangeError::UnknownItem,
+    })
 }
 
 fn hook(hooks: &dyn ChangeHooks, point: ChangePoint) -> Result<(), ChangeError> {

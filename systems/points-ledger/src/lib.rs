@@ -1,11 +1,12 @@
 //! The points ledger on PostgreSQL 16, a system under test (SPEC §2–§3): schema,
 //! idempotent transfer, reconciliation, repair. Its HTTP service is `ledger-svc`.
 //!
-//! - [`schema`]: the four tables (SPEC §2) and the seeded accounts.
+//! - [`schema`]: the four tables (SPEC §2), the one-trip transfer's function and the
+//!   seeded accounts.
 //! - [`mod@transfer`]: one READ COMMITTED transaction per request, at most once per
 //!   `(client_id, idem_key)` (SPEC §3), with named hook points for fault injection.
-//! - [`onetrip`]: the same transfer in one round trip (a server-side function), and
-//!   [`TransferMode`], which of the two a caller uses.
+//! - [`onetrip`]: the same transfer in one round trip (a server-side function).
+//! - [`mode`]: [`TransferMode`], which of the two a caller uses.
 //! - [`mod@reconcile`]: the invariant checks of SPEC §6 L11 in one REPEATABLE READ snapshot.
 //! - [`order_reconcile`]: the business reconciliation, orders against the debits that
 //!   carry their order id.
@@ -20,7 +21,7 @@
 
 pub mod error;
 pub mod fingerprint;
-pub mod mode_env;
+pub mod mode;
 pub mod onetrip;
 pub mod order_reconcile;
 pub mod reconcile;
@@ -34,8 +35,8 @@ pub mod vocabulary;
 
 pub use error::LedgerError;
 pub use fingerprint::request_hash;
-pub use mode_env::TRANSFER_MODE_ENV;
-pub use onetrip::{TransferMode, debit_in, grant_in, transfer_in, transfer_onetrip};
+pub use mode::{TRANSFER_MODE_ENV, TransferMode, debit_in, grant_in, transfer_in};
+pub use onetrip::transfer_onetrip;
 pub use order_reconcile::{Order, OrderFinding, reconcile_orders};
 pub use reconcile::{
     BalanceMismatch, Findings, RequestRef, TxnRef, UnbalancedTxn, reconcile, reconcile_with,

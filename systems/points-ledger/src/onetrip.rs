@@ -9,10 +9,10 @@
 //! fingerprint (computed here and compared here, by the same code), same lock order
 //! (`from`, then `to`), same tables written in the same order. What differs:
 //!
-//! - **Hook points.** Only [`HookPoint::AfterCommit`] exists: `registered`,
-//!   `entries-written` and `before-commit` lie inside the server's statement, where no
-//!   client code can run, so [`transfer_onetrip`] never calls hooks there (LIMITS.md,
-//!   "The one-trip transfer", says what this means for L7–L10).
+//! - **Hook points.** Only [`HookPoint::AfterCommit`](crate::HookPoint::AfterCommit)
+//!   exists: `registered`, `entries-written` and `before-commit` lie inside the server's
+//!   statement, where no client code can run, so [`transfer_onetrip`] never calls hooks
+//!   there (LIMITS.md, "The one-trip transfer", says what this means for L7–L10).
 //! - **Isolation.** A single statement cannot set its own isolation level; the function
 //!   refuses to run unless the transaction is READ COMMITTED (SQLSTATE
 //!   [`SQLSTATE_NOT_READ_COMMITTED`]), so it can never run under another level unnoticed.
@@ -35,70 +35,16 @@
 //! reference was added ([`TransferRequest::order_id`] as `p_order_id`, stored in
 //! `ledger_txn.order_id` by the same INSERT as in the statement mode).
 
-use std::fmt;
-use std::str::FromStr;
-
 use tokio_postgres::Client;
 use tokio_postgres::types::Type;
 
 use crate::error::LedgerError;
 use crate::transfer::{Hooks, TransferRequest, TransferResult, after_commit, replay};
-use crate::vocabulary::{HookPoint, Outcome, UnknownName};
+use crate::vocabulary::Outcome;
 
-/// How a transfer is sent to the database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TransferMode {
-    /// SPEC §3 as written: one transaction of separate statements, with every hook point
-    /// ([`crate::transfer()`]).
-    #[default]
-    Statements,
-    /// The same work in one statement calling `ledger_transfer_onetrip`
-    /// ([`transfer_onetrip`]); only the `after-commit` hook point exists.
-    OneTrip,
-}
-
-impl TransferMode {
-    /// Both modes, the default first.
-    pub const ALL: [TransferMode; 2] = [TransferMode::Statements, TransferMode::OneTrip];
-
-    /// The spelling of `--transfer-mode`: `statements` or `onetrip`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TransferMode::Statements => "statements",
-            TransferMode::OneTrip => "onetrip",
-        }
-    }
-
-    /// Whether `point` is passed by a transfer in this mode (in [`TransferMode::OneTrip`]
-    /// only [`HookPoint::AfterCommit`]).
-    pub fn has_hook_point(self, point: HookPoint) -> bool {
-        match self {
-            TransferMode::Statements => true,
-            TransferMode::OneTrip => point == HookPoint::AfterCommit,
-        }
-    }
-}
-
-impl fmt::Display for TransferMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for TransferMode {
-    type Err = UnknownName;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        TransferMode::ALL
-            .into_iter()
-            .find(|mode| mode.as_str() == text)
-            .ok_or_else(|| UnknownName {
-                what: "transfer mode",
-                input: text.to_owned(),
-            })
-    }
-}
+/// The function's DDL, kept in [`crate::schema`] with the tables it writes (this path
+/// stays for callers that name it here).
+pub use crate::schema::ONETRIP_FUNCTION_SQL as FUNCTION_SQL;
 
 /// SQLSTATE raised by the function when the transaction is not READ COMMITTED.
 pub const SQLSTATE_NOT_READ_COMMITTED: &str = "LD001";
@@ -114,138 +60,6 @@ pub const SQLSTATE_OUT_OF_RANGE: &str = "LD003";
 /// the bound [`crate::transfer()`] uses (see [`LedgerError::RegistrationVanished`]).
 const REGISTER_ATTEMPTS: i32 = crate::transfer::REGISTER_ATTEMPTS as i32;
 
-/// The function, installed by [`crate::schema::install`] (`CREATE OR REPLACE`: running it
-/// twice is harmless). Returns one row: `status` (`executed`, `stored`, `orphan`,
-/// `frozen`, `vanished`), and per status the `account_id` (frozen), the stored
-/// `request_hash`, `outcome`, `txn_id` and `balance_after` (stored, executed; `txn_id`
-/// for an orphan).
-///
-/// `#variable_conflict use_column`: the OUT columns share names with table columns; in
-/// the body a bare name is always the column (PostgreSQL docs, 41.11.1 "Variable
-/// Substitution"), and every variable is prefixed `p_` or `v_`.
-pub const FUNCTION_SQL: &str = r#"
-CREATE OR REPLACE FUNCTION ledger_transfer_onetrip(
-    p_client_id    text,
-    p_idem_key     text,
-    p_request_hash text,
-    p_kind         text,
-    p_from         text,
-    p_to           text,
-    p_amount       bigint,
-    p_attempts     integer DEFAULT 3,
-    p_order_id     text    DEFAULT NULL
-) RETURNS TABLE (
-    status        text,
-    account_id    text,
-    request_hash  text,
-    outcome       text,
-    txn_id        bigint,
-    balance_after bigint
-) LANGUAGE plpgsql VOLATILE AS $fn$
-#variable_conflict use_column
-DECLARE
-    v_frozen     text;
-    v_attempt    integer := 0;
-    v_hash       text;
-    v_outcome    text;
-    v_txn        bigint;
-    v_balance    bigint;
-    v_from_after bigint;
-    v_to_after   bigint;
-BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION 'ledger_transfer_onetrip must run at READ COMMITTED, not %',
-            current_setting('transaction_isolation') USING ERRCODE = 'LD001';
-    END IF;
-
-    -- A repair's freeze refuses the transfer before anything is recorded.
-    SELECT f.account_id INTO v_frozen FROM account_freeze f
-    WHERE f.account_id IN (p_from, p_to) ORDER BY f.account_id LIMIT 1;
-    IF FOUND THEN
-        RETURN QUERY SELECT 'frozen'::text, v_frozen, NULL::text, NULL::text, NULL::bigint, NULL::bigint;
-        RETURN;
-    END IF;
-
-    -- Step 1: register the key, or return what it recorded (compared by the caller).
-    LOOP
-        INSERT INTO idem_request (client_id, idem_key, request_hash, outcome)
-        SELECT p_client_id, p_idem_key, p_request_hash, 'PENDING'
-        WHERE NOT EXISTS (
-            SELECT 1 FROM ledger_txn t WHERE t.client_id = p_client_id AND t.idem_key = p_idem_key)
-        ON CONFLICT (client_id, idem_key) DO NOTHING;
-        EXIT WHEN FOUND;
-        SELECT r.request_hash, r.outcome, r.txn_id, r.balance_after
-        INTO v_hash, v_outcome, v_txn, v_balance
-        FROM idem_request r WHERE r.client_id = p_client_id AND r.idem_key = p_idem_key;
-        IF FOUND THEN
-            RETURN QUERY SELECT 'stored'::text, NULL::text, v_hash, v_outcome, v_txn, v_balance;
-            RETURN;
-        END IF;
-        SELECT t.txn_id INTO v_txn
-        FROM ledger_txn t WHERE t.client_id = p_client_id AND t.idem_key = p_idem_key;
-        IF FOUND THEN
-            RETURN QUERY SELECT 'orphan'::text, NULL::text, NULL::text, NULL::text, v_txn, NULL::bigint;
-            RETURN;
-        END IF;
-        v_attempt := v_attempt + 1;
-        IF v_attempt >= p_attempts THEN
-            RETURN QUERY SELECT 'vanished'::text, NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::bigint;
-            RETURN;
-        END IF;
-    END LOOP;
-
-    -- Step 2: the conditional debit (EvalPlanQual after a wait). The last condition keeps
-    -- the subtraction inside bigint (only an allow_negative account can get there).
-    UPDATE account a SET balance = a.balance - p_amount
-    WHERE a.account_id = p_from AND (a.allow_negative OR a.balance >= p_amount)
-      AND a.balance >= p_amount + (-9223372036854775807 - 1)
-    RETURNING a.balance INTO v_from_after;
-    IF NOT FOUND THEN
-        IF EXISTS (SELECT 1 FROM account a WHERE a.account_id = p_from AND a.allow_negative
-                   AND a.balance < p_amount + (-9223372036854775807 - 1)) THEN
-            RAISE EXCEPTION 'debit of % points would take % below the bigint range', p_amount, p_from
-                USING ERRCODE = 'LD003', DETAIL = 'from';
-        END IF;
-        -- Refused: INSUFFICIENT with the current balance, or NO_ACCOUNT with 0; recorded.
-        WITH current AS (SELECT a.balance FROM account a WHERE a.account_id = p_from)
-        UPDATE idem_request r
-        SET outcome = CASE WHEN EXISTS (SELECT 1 FROM current) THEN 'INSUFFICIENT' ELSE 'NO_ACCOUNT' END,
-            balance_after = COALESCE((SELECT c.balance FROM current c), 0)
-        WHERE r.client_id = p_client_id AND r.idem_key = p_idem_key
-        RETURNING r.outcome, r.balance_after INTO v_outcome, v_balance;
-        RETURN QUERY SELECT 'executed'::text, NULL::text, p_request_hash, v_outcome, NULL::bigint, v_balance;
-        RETURN;
-    END IF;
-
-    -- End of step 2: credit `to` (locked after `from`; it must exist).
-    UPDATE account a SET balance = a.balance + p_amount
-    WHERE a.account_id = p_to AND a.balance <= 9223372036854775807 - p_amount
-    RETURNING a.balance INTO v_to_after;
-    IF NOT FOUND THEN
-        IF EXISTS (SELECT 1 FROM account a WHERE a.account_id = p_to) THEN
-            RAISE EXCEPTION 'credit of % points would take % above the bigint range', p_amount, p_to
-                USING ERRCODE = 'LD003', DETAIL = 'to';
-        END IF;
-        RAISE EXCEPTION 'credit account % does not exist', p_to USING ERRCODE = 'LD002';
-    END IF;
-
-    -- Step 3: the transaction (with the request's order id, NULL without one) and its
-    -- two entries (-amount on `from` first).
-    INSERT INTO ledger_txn (client_id, idem_key, kind, order_id)
-    VALUES (p_client_id, p_idem_key, p_kind, p_order_id)
-    RETURNING ledger_txn.txn_id INTO v_txn;
-    INSERT INTO ledger_entry (txn_id, account_id, amount)
-    VALUES (v_txn, p_from, -p_amount), (v_txn, p_to, p_amount);
-
-    -- Step 4: the outcome, with the reported balance (GRANT: `to`'s, else `from`'s).
-    v_balance := CASE WHEN p_kind = 'GRANT' THEN v_to_after ELSE v_from_after END;
-    UPDATE idem_request r SET outcome = 'OK', txn_id = v_txn, balance_after = v_balance
-    WHERE r.client_id = p_client_id AND r.idem_key = p_idem_key;
-    RETURN QUERY SELECT 'executed'::text, NULL::text, p_request_hash, 'OK'::text, v_txn, v_balance;
-END
-$fn$;
-"#;
-
 /// The one statement [`transfer_onetrip`] sends (parameters by name; see the module
 /// documentation for adding a field).
 const ONETRIP_CALL_SQL: &str = "\
@@ -258,8 +72,9 @@ FROM ledger_transfer_onetrip(
 /// replay and fingerprint of [`crate::transfer()`], in one round trip: one statement in
 /// its own implicit transaction (the connection must not be inside a transaction, and
 /// its transactions must be READ COMMITTED, the default). The statement's end is the
-/// commit; then [`HookPoint::AfterCommit`] runs on every committing path (OK,
-/// INSUFFICIENT, NO_ACCOUNT), the only hook point of this mode; a replay runs none.
+/// commit; then [`HookPoint::AfterCommit`](crate::HookPoint::AfterCommit) runs on every
+/// committing path (OK, INSUFFICIENT, NO_ACCOUNT), the only hook point of this mode; a
+/// replay runs none.
 ///
 /// Errors: as [`crate::transfer()`] (the same variants, in the same situations), plus
 /// [`LedgerError::Db`] with SQLSTATE [`SQLSTATE_NOT_READ_COMMITTED`] when the session's
@@ -344,65 +159,9 @@ fn own_error(error: tokio_postgres::Error, req: &TransferRequest) -> LedgerError
     }
 }
 
-/// [`crate::transfer()`] or [`transfer_onetrip`], by `mode`.
-///
-/// Errors: those of the chosen function.
-pub async fn transfer_in(
-    mode: TransferMode,
-    client: &mut Client,
-    req: &TransferRequest,
-    hooks: &dyn Hooks,
-) -> Result<TransferResult, LedgerError> {
-    match mode {
-        TransferMode::Statements => crate::transfer::transfer(client, req, hooks).await,
-        TransferMode::OneTrip => transfer_onetrip(client, req, hooks).await,
-    }
-}
-
-/// [`crate::grant()`] in `mode`: a GRANT (`sys-issuer` → `account`) without hooks.
-///
-/// Errors: as [`transfer_in`].
-pub async fn grant_in(
-    mode: TransferMode,
-    client: &mut Client,
-    client_id: &str,
-    idem_key: &str,
-    account: &str,
-    amount: i64,
-) -> Result<TransferResult, LedgerError> {
-    let req = TransferRequest::grant(client_id, idem_key, account, amount);
-    transfer_in(mode, client, &req, &crate::NoHooks).await
-}
-
-/// [`crate::debit()`] in `mode`: a DEBIT (`account` → `sys-redeem`) without hooks.
-///
-/// Errors: as [`transfer_in`].
-pub async fn debit_in(
-    mode: TransferMode,
-    client: &mut Client,
-    client_id: &str,
-    idem_key: &str,
-    account: &str,
-    amount: i64,
-) -> Result<TransferResult, LedgerError> {
-    let req = TransferRequest::debit(client_id, idem_key, account, amount);
-    transfer_in(mode, client, &req, &crate::NoHooks).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mode_names_round_trip() {
-        for mode in TransferMode::ALL {
-            assert_eq!(mode.as_str().parse::<TransferMode>().unwrap(), mode);
-        }
-        assert!("one-trip".parse::<TransferMode>().is_err());
-        assert!(TransferMode::OneTrip.has_hook_point(HookPoint::AfterCommit));
-        assert!(!TransferMode::OneTrip.has_hook_point(HookPoint::BeforeCommit));
-        assert!(TransferMode::Statements.has_hook_point(HookPoint::Registered));
-    }
 
     #[test]
     fn the_call_names_every_parameter_of_the_function() {

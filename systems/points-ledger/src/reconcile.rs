@@ -7,7 +7,7 @@
 //! concurrent load still reconciles clean.
 
 use serde::Serialize;
-use tokio_postgres::{Client, IsolationLevel};
+use tokio_postgres::{Client, IsolationLevel, Transaction};
 
 use crate::error::LedgerError;
 
@@ -202,6 +202,33 @@ where
         .start()
         .await?;
 
+    let balance_mismatches = balance_mismatches(&tx).await?;
+    pause(1).await;
+    let unbalanced_txns = unbalanced_txns(&tx).await?;
+    pause(2).await;
+    let (requests_without_txn, txns_without_request, pending_requests) = links(&tx).await?;
+    pause(3).await;
+    let global_sum: i64 = tx
+        .query_typed_one(GLOBAL_SUM_SQL, &[])
+        .await?
+        .try_get("total")?;
+    tx.commit().await?;
+
+    Ok(Findings {
+        balance_mismatches,
+        unbalanced_txns,
+        requests_without_txn,
+        txns_without_request,
+        pending_requests,
+        global_sum,
+    })
+}
+
+/// I4 inside the snapshot: the accounts whose cached balance differs from the sum of
+/// their entries ([`BALANCE_MISMATCH_SQL`]), by account id.
+///
+/// Errors: [`LedgerError::Db`].
+async fn balance_mismatches(tx: &Transaction<'_>) -> Result<Vec<BalanceMismatch>, LedgerError> {
     let mut balance_mismatches = Vec::new();
     for row in tx.query_typed(BALANCE_MISMATCH_SQL, &[]).await? {
         balance_mismatches.push(BalanceMismatch {
@@ -210,8 +237,14 @@ where
             recomputed: row.try_get("recomputed")?,
         });
     }
-    pause(1).await;
+    Ok(balance_mismatches)
+}
 
+/// I3 inside the snapshot: the transactions (with their adjustments) whose entries are
+/// fewer than two or do not sum to 0 ([`UNBALANCED_TXN_SQL`]), by txn id.
+///
+/// Errors: [`LedgerError::Db`].
+async fn unbalanced_txns(tx: &Transaction<'_>) -> Result<Vec<UnbalancedTxn>, LedgerError> {
     let mut unbalanced_txns = Vec::new();
     for row in tx.query_typed(UNBALANCED_TXN_SQL, &[]).await? {
         unbalanced_txns.push(UnbalancedTxn {
@@ -220,8 +253,17 @@ where
             sum: row.try_get("total")?,
         });
     }
-    pause(2).await;
+    Ok(unbalanced_txns)
+}
 
+/// The links between registrations and transactions inside the snapshot ([`LINKS_SQL`]):
+/// requests without their transaction, transactions without a request, and pending
+/// requests, each in the order documented on [`Findings`].
+///
+/// Errors: [`LedgerError::Db`].
+async fn links(
+    tx: &Transaction<'_>,
+) -> Result<(Vec<RequestRef>, Vec<TxnRef>, Vec<RequestRef>), LedgerError> {
     let mut requests_without_txn = Vec::new();
     let mut txns_without_request = Vec::new();
     let mut pending_requests = Vec::new();
@@ -252,21 +294,7 @@ where
             }
         }
     }
-    pause(3).await;
-    let global_sum: i64 = tx
-        .query_typed_one(GLOBAL_SUM_SQL, &[])
-        .await?
-        .try_get("total")?;
-    tx.commit().await?;
-
-    Ok(Findings {
-        balance_mismatches,
-        unbalanced_txns,
-        requests_without_txn,
-        txns_without_request,
-        pending_requests,
-        global_sum,
-    })
+    Ok((requests_without_txn, txns_without_request, pending_requests))
 }
 
 #[cfg(test)]

@@ -178,7 +178,31 @@ pub async fn repair(
         });
     }
 
-    // The accounts the findings name.
+    let (accounts, unbalanced) = accounts_named(client, &before).await?;
+    freeze(client, repair_id, &accounts).await?;
+    hooks.frozen(&accounts).await;
+    correct(client, repair_id, &accounts, &unbalanced).await?;
+    let (after, unfrozen) = recheck(client, repair_id, &accounts).await?;
+    let log_lines = read_log(client, repair_id).await?;
+    Ok(RepairReport {
+        repair_id,
+        before,
+        frozen: accounts,
+        log: log_lines,
+        after,
+        unfrozen,
+    })
+}
+
+/// The accounts the findings name, sorted and without duplicates, and the ids of the
+/// unbalanced transactions. When there are unbalanced transactions, their accounts and
+/// [`SYS_SUSPENSE`] are among them, and [`SYS_SUSPENSE`] is created if missing.
+///
+/// Errors: [`LedgerError::Db`].
+async fn accounts_named(
+    client: &mut Client,
+    before: &Findings,
+) -> Result<(Vec<String>, Vec<i64>), LedgerError> {
     let mut accounts: Vec<String> = before
         .balance_mismatches
         .iter()
@@ -204,86 +228,128 @@ pub async fn repair(
     }
     accounts.sort();
     accounts.dedup();
+    Ok((accounts, unbalanced))
+}
 
-    // Step 1: freeze.
-    {
-        let tx = client.transaction().await?;
-        for account in &accounts {
-            tx.execute(
-                "INSERT INTO account_freeze (account_id, repair_id) VALUES ($1, $2) \
-                 ON CONFLICT (account_id) DO NOTHING",
-                &[account, &repair_id],
-            )
-            .await?;
-            log(
-                &tx,
-                repair_id,
-                "freeze",
-                Some(account),
-                None,
-                None,
-                None,
-                None,
-                "writes refused",
-            )
-            .await?;
-        }
-        tx.commit().await?;
+/// Step 1: freezes `accounts` under `repair_id`, one log line each, in one committed
+/// transaction.
+///
+/// Errors: [`LedgerError::Db`].
+async fn freeze(
+    client: &mut Client,
+    repair_id: i64,
+    accounts: &[String],
+) -> Result<(), LedgerError> {
+    let tx = client.transaction().await?;
+    for account in accounts {
+        tx.execute(
+            "INSERT INTO account_freeze (account_id, repair_id) VALUES ($1, $2) \
+             ON CONFLICT (account_id) DO NOTHING",
+            &[account, &repair_id],
+        )
+        .await?;
+        log(
+            &tx,
+            repair_id,
+            "freeze",
+            Some(account),
+            None,
+            None,
+            None,
+            None,
+            "writes refused",
+        )
+        .await?;
     }
-    hooks.frozen(&accounts).await;
+    tx.commit().await?;
+    Ok(())
+}
 
-    // Steps 2 and 3, in one transaction holding the rows: a transfer that checked the
-    // freeze just before it was committed finishes first (we wait for its row lock).
-    {
-        let tx = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::ReadCommitted)
-            .start()
-            .await?;
-        for account in &accounts {
-            tx.query_opt(
-                "SELECT 1 FROM account WHERE account_id = $1 FOR UPDATE",
-                &[account],
-            )
-            .await?;
-        }
-        for txn_id in &unbalanced {
-            adjust(&tx, repair_id, *txn_id).await?;
-        }
-        for account in &accounts {
-            let row = tx
-                .query_one(
-                    "SELECT a.balance, COALESCE((SELECT SUM(amount) FROM ledger_entry \
-                     WHERE account_id = a.account_id), 0)::bigint \
-                     FROM account a WHERE a.account_id = $1",
-                    &[account],
-                )
-                .await?;
-            let (stored, recomputed): (i64, i64) = (row.get(0), row.get(1));
-            if stored != recomputed {
-                tx.execute(
-                    "UPDATE account SET balance = $2 WHERE account_id = $1",
-                    &[account, &recomputed],
-                )
-                .await?;
-                log(
-                    &tx,
-                    repair_id,
-                    "rewrite-balance",
-                    Some(account),
-                    None,
-                    None,
-                    Some(stored),
-                    Some(recomputed),
-                    "cached balance rewritten from the entries",
-                )
-                .await?;
-            }
-        }
-        tx.commit().await?;
+/// Steps 2 and 3, in one transaction holding the rows: a transfer that checked the freeze
+/// just before it was committed finishes first (we wait for its row lock). Locks
+/// `accounts` in order, adjusts each of `unbalanced`, rewrites the cached balances that
+/// differ from their entries, commits.
+///
+/// Errors: [`LedgerError::Db`] (e.g. SQLSTATE 23514 for a rewritten balance below 0 on an
+/// account that may not go negative; everything is rolled back).
+async fn correct(
+    client: &mut Client,
+    repair_id: i64,
+    accounts: &[String],
+    unbalanced: &[i64],
+) -> Result<(), LedgerError> {
+    let tx = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::ReadCommitted)
+        .start()
+        .await?;
+    for account in accounts {
+        tx.query_opt(
+            "SELECT 1 FROM account WHERE account_id = $1 FOR UPDATE",
+            &[account],
+        )
+        .await?;
     }
+    for txn_id in unbalanced {
+        adjust(&tx, repair_id, *txn_id).await?;
+    }
+    for account in accounts {
+        rewrite_balance(&tx, repair_id, account).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
 
-    // Step 4: re-check; unfreeze only when clean.
+/// Step 2 for one locked account: when its cached balance differs from the sum of its
+/// entries (points), rewrites it and logs before and after.
+///
+/// Errors: [`LedgerError::Db`].
+async fn rewrite_balance(
+    tx: &Transaction<'_>,
+    repair_id: i64,
+    account: &String,
+) -> Result<(), LedgerError> {
+    let row = tx
+        .query_one(
+            "SELECT a.balance, COALESCE((SELECT SUM(amount) FROM ledger_entry \
+             WHERE account_id = a.account_id), 0)::bigint \
+             FROM account a WHERE a.account_id = $1",
+            &[account],
+        )
+        .await?;
+    let (stored, recomputed): (i64, i64) = (row.get(0), row.get(1));
+    if stored != recomputed {
+        tx.execute(
+            "UPDATE account SET balance = $2 WHERE account_id = $1",
+            &[account, &recomputed],
+        )
+        .await?;
+        log(
+            tx,
+            repair_id,
+            "rewrite-balance",
+            Some(account),
+            None,
+            None,
+            Some(stored),
+            Some(recomputed),
+            "cached balance rewritten from the entries",
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Step 4: reconciles again and, in one committed transaction, logs the re-check and
+/// unfreezes `accounts` only when clean (else logs that they stay frozen). Returns the
+/// findings and whether the accounts were unfrozen.
+///
+/// Errors: [`LedgerError::Db`].
+async fn recheck(
+    client: &mut Client,
+    repair_id: i64,
+    accounts: &[String],
+) -> Result<(Findings, bool), LedgerError> {
     let after = reconcile(client).await?;
     let unfrozen = after.is_clean();
     let tx = client.transaction().await?;
@@ -305,7 +371,7 @@ pub async fn repair(
             &[&repair_id],
         )
         .await?;
-        for account in &accounts {
+        for account in accounts {
             log(
                 &tx,
                 repair_id,
@@ -334,7 +400,13 @@ pub async fn repair(
         .await?;
     }
     tx.commit().await?;
+    Ok((after, unfrozen))
+}
 
+/// The repair's `repair_log` lines, in order.
+///
+/// Errors: [`LedgerError::Db`].
+async fn read_log(client: &Client, repair_id: i64) -> Result<Vec<RepairLogLine>, LedgerError> {
     let rows = client
         .query(
             "SELECT step, account_id, txn_id, adjusting_txn_id, before_value, after_value, note \
@@ -342,7 +414,7 @@ pub async fn repair(
             &[&repair_id],
         )
         .await?;
-    let log_lines = rows
+    Ok(rows
         .iter()
         .map(|row| RepairLogLine {
             step: row.get(0),
@@ -353,15 +425,7 @@ pub async fn repair(
             after: row.get(5),
             note: row.get(6),
         })
-        .collect();
-    Ok(RepairReport {
-        repair_id,
-        before,
-        frozen: accounts,
-        log: log_lines,
-        after,
-        unfrozen,
-    })
+        .collect())
 }
 
 /// Step 3 for one transaction: when its entries (with any earlier adjustments) do not

@@ -329,43 +329,9 @@ pub async fn transfer(
     }
 
     // Step 1: register the key, or replay what it recorded.
-    let mut attempt = 0;
-    loop {
-        if register(&tx, req, &request_hash).await? {
-            break;
-        }
-        let stored = tx
-            .query_typed_opt(
-                READ_REGISTRATION_SQL,
-                &[(&req.client_id, Type::TEXT), (&req.idem_key, Type::TEXT)],
-            )
-            .await?;
-        if let Some(row) = stored {
-            tx.rollback().await?;
-            return replay(req, &request_hash, &row);
-        }
-        let orphan = tx
-            .query_typed_opt(
-                ORPHAN_TXN_SQL,
-                &[(&req.client_id, Type::TEXT), (&req.idem_key, Type::TEXT)],
-            )
-            .await?;
-        if let Some(row) = orphan {
-            tx.rollback().await?;
-            return Err(LedgerError::KeyExpired {
-                txn_id: Some(row.try_get("txn_id")?),
-                tombstone: false,
-            });
-        }
-        // The conflicting row is gone again (deleted behind our back): try once more.
-        attempt += 1;
-        if attempt >= REGISTER_ATTEMPTS {
-            tx.rollback().await?;
-            return Err(LedgerError::RegistrationVanished {
-                client_id: req.client_id.clone(),
-                idem_key: req.idem_key.clone(),
-            });
-        }
+    if let Some(known) = register_or_find(&tx, req, &request_hash).await? {
+        tx.rollback().await?;
+        return known.answer(req, &request_hash);
     }
     if hooks
         .at(in_tx(HookPoint::Registered, req, &tx))
@@ -399,18 +365,118 @@ pub async fn transfer(
     }
 
     // Step 4: record OK with the reported balance.
+    let result = record_ok_result(&tx, req, from_balance_after, to_balance_after, txn_id).await?;
+    commit(tx, hooks, req, result).await
+}
+
+/// What step 1 found under a key that was already known; the transfer rolls back and
+/// answers with [`KeyKnown::answer`].
+pub(crate) enum KeyKnown {
+    /// The key's registration (the row of [`READ_REGISTRATION_SQL`]): a replay.
+    Stored(Row),
+    /// No registration, but a transaction of this key (its `txn_id` row): never again.
+    Orphan(Row),
+    /// The conflicting registration vanished [`REGISTER_ATTEMPTS`] times.
+    Vanished,
+}
+
+impl KeyKnown {
+    /// The transfer's answer: the replayed result ([`replay`]), or
+    /// [`LedgerError::KeyExpired`] for an orphan, or
+    /// [`LedgerError::RegistrationVanished`].
+    pub(crate) fn answer(
+        self,
+        req: &TransferRequest,
+        request_hash: &str,
+    ) -> Result<TransferResult, LedgerError> {
+        match self {
+            KeyKnown::Stored(row) => replay(req, request_hash, &row),
+            KeyKnown::Orphan(row) => Err(LedgerError::KeyExpired {
+                txn_id: Some(row.try_get("txn_id")?),
+                tombstone: false,
+            }),
+            KeyKnown::Vanished => Err(LedgerError::RegistrationVanished {
+                client_id: req.client_id.clone(),
+                idem_key: req.idem_key.clone(),
+            }),
+        }
+    }
+}
+
+/// Step 1 inside `tx`: registers the key as PENDING (`None`), or, when it is already
+/// known, reads what it left (its registration, else its orphaned transaction) in new
+/// statements; when neither is visible (deleted behind our back), registers again, up to
+/// [`REGISTER_ATTEMPTS`] times. Rolls nothing back: the caller does.
+///
+/// Errors: [`LedgerError::Db`].
+async fn register_or_find(
+    tx: &Transaction<'_>,
+    req: &TransferRequest,
+    request_hash: &str,
+) -> Result<Option<KeyKnown>, LedgerError> {
+    let mut attempt = 0;
+    loop {
+        if register(tx, req, request_hash).await? {
+            return Ok(None);
+        }
+        if let Some(row) = read_registration(tx, req).await? {
+            return Ok(Some(KeyKnown::Stored(row)));
+        }
+        let orphan = tx
+            .query_typed_opt(
+                ORPHAN_TXN_SQL,
+                &[(&req.client_id, Type::TEXT), (&req.idem_key, Type::TEXT)],
+            )
+            .await?;
+        if let Some(row) = orphan {
+            return Ok(Some(KeyKnown::Orphan(row)));
+        }
+        // The conflicting row is gone again (deleted behind our back): try once more.
+        attempt += 1;
+        if attempt >= REGISTER_ATTEMPTS {
+            return Ok(Some(KeyKnown::Vanished));
+        }
+    }
+}
+
+/// Step 1, key known: the key's registration read in a new statement
+/// ([`READ_REGISTRATION_SQL`]), `None` when it is not visible.
+///
+/// Errors: [`LedgerError::Db`].
+pub(crate) async fn read_registration(
+    tx: &Transaction<'_>,
+    req: &TransferRequest,
+) -> Result<Option<Row>, LedgerError> {
+    Ok(tx
+        .query_typed_opt(
+            READ_REGISTRATION_SQL,
+            &[(&req.client_id, Type::TEXT), (&req.idem_key, Type::TEXT)],
+        )
+        .await?)
+}
+
+/// Step 4 inside `tx`: records OK with `txn_id` and the reported balance (points; `to`'s
+/// balance after for a GRANT, else `from`'s) and returns the result to commit.
+///
+/// Errors: [`LedgerError::Db`].
+async fn record_ok_result(
+    tx: &Transaction<'_>,
+    req: &TransferRequest,
+    from_balance_after: i64,
+    to_balance_after: i64,
+    txn_id: i64,
+) -> Result<TransferResult, LedgerError> {
     let balance = match req.kind {
         Kind::Debit | Kind::Transfer => from_balance_after,
         Kind::Grant => to_balance_after,
     };
-    record_ok(&tx, req, txn_id, balance).await?;
-    let result = TransferResult {
+    record_ok(tx, req, txn_id, balance).await?;
+    Ok(TransferResult {
         outcome: Outcome::Ok,
         txn_id: Some(txn_id),
         balance,
         replayed: false,
-    };
-    commit(tx, hooks, req, result).await
+    })
 }
 
 /// Step 2's conditional debit of `req.from` (`WHERE allow_negative OR balance >=

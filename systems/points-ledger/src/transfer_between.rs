@@ -13,10 +13,10 @@
 //! recorded, and the entries, the transaction and the outcome commit together.
 
 use tokio_postgres::types::Type;
-use tokio_postgres::{Client, IsolationLevel};
+use tokio_postgres::{Client, IsolationLevel, Transaction};
 
 use crate::error::LedgerError;
-use crate::transfer::{self, Hooks, READ_REGISTRATION_SQL, TransferRequest, TransferResult};
+use crate::transfer::{self, Hooks, KeyKnown, TransferRequest, TransferResult};
 use crate::vocabulary::{Kind, Outcome};
 
 // Takes the row lock of one account (docs, SELECT, "The Locking Clause"); no row when the
@@ -97,37 +97,16 @@ pub async fn transfer_between(
 
     // 1. Register, or replay.
     if !transfer::register(&tx, req, &request_hash).await? {
-        let stored = tx
-            .query_typed_opt(
-                READ_REGISTRATION_SQL,
-                &[(&req.client_id, Type::TEXT), (&req.idem_key, Type::TEXT)],
-            )
-            .await?;
-        tx.rollback().await?;
-        return match stored {
-            Some(row) => transfer::replay(req, &request_hash, &row),
-            None => Err(LedgerError::RegistrationVanished {
-                client_id: req.client_id.clone(),
-                idem_key: req.idem_key.clone(),
-            }),
+        let known = match transfer::read_registration(&tx, req).await? {
+            Some(row) => KeyKnown::Stored(row),
+            None => KeyKnown::Vanished,
         };
+        tx.rollback().await?;
+        return known.answer(req, &request_hash);
     }
 
     // 2. Both row locks, in the one agreed order.
-    let mut exists = [false; 2];
-    for (slot, account) in lock_order(&req.from, &req.to).into_iter().enumerate() {
-        exists[slot] = tx
-            .query_typed_opt(LOCK_ACCOUNT_SQL, &[(&account, Type::TEXT)])
-            .await?
-            .is_some();
-    }
-    let [first, _] = lock_order(&req.from, &req.to);
-    let to_exists = if first == req.to {
-        exists[0]
-    } else {
-        exists[1]
-    };
-    if !to_exists {
+    if !lock_both(&tx, req).await? {
         let _ = tx.rollback().await;
         return Err(LedgerError::CreditAccountMissing(req.to.clone()));
     }
@@ -154,6 +133,27 @@ pub async fn transfer_between(
         replayed: false,
     };
     transfer::commit(tx, hooks, req, result).await
+}
+
+/// Step 2 inside `tx`: takes the row locks of `req.from` and `req.to` in
+/// [`lock_order`]; whether `to` exists (a missing row takes no lock).
+///
+/// Errors: [`LedgerError::Db`].
+async fn lock_both(tx: &Transaction<'_>, req: &TransferRequest) -> Result<bool, LedgerError> {
+    let mut exists = [false; 2];
+    for (slot, account) in lock_order(&req.from, &req.to).into_iter().enumerate() {
+        exists[slot] = tx
+            .query_typed_opt(LOCK_ACCOUNT_SQL, &[(&account, Type::TEXT)])
+            .await?
+            .is_some();
+    }
+    let [first, _] = lock_order(&req.from, &req.to);
+    let to_exists = if first == req.to {
+        exists[0]
+    } else {
+        exists[1]
+    };
+    Ok(to_exists)
 }
 
 #[cfg(test)]

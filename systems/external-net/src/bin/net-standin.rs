@@ -264,137 +264,173 @@ fn list<T>(
     statement.query_map([], map)?.collect()
 }
 
+/// Routes one request: the transfers (broadcast, list, status query), the status
+/// queries, the control queue, the deposits, and `healthz`; 404 for anything else.
 async fn handle(state: Arc<State>, request: Request<Incoming>) -> Reply {
     let path = request.uri().path().to_owned();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let method = request.method().clone();
-    let internal =
-        |error: rusqlite::Error| problem(StatusCode::INTERNAL_SERVER_ERROR, error.to_string());
     match (method, segments.as_slice()) {
         (Method::POST, ["transfers"]) => broadcast(state, request).await,
-        (Method::GET, ["transfers"]) => match list(
-            &state,
-            "SELECT seq, id, destination, asset, amount, status, broadcasts FROM transfer ORDER BY seq",
-            |row| {
-                Ok(TransferRecord {
-                    seq: row.get(0)?,
-                    id: row.get(1)?,
-                    destination: row.get(2)?,
-                    asset: row.get(3)?,
-                    amount: row.get(4)?,
-                    status: row.get(5)?,
-                    broadcasts: row.get(6)?,
-                })
-            },
-        ) {
-            Ok(transfers) => json_reply(StatusCode::OK, json!({ "transfers": transfers })),
-            Err(error) => internal(error),
+        (Method::GET, ["transfers"]) => list_transfers(&state),
+        (Method::GET, ["transfers", id]) => answer_status_query(&state, id),
+        (Method::GET, ["queries"]) => list_queries(&state),
+        (Method::PUT, ["control"]) => put_control(&state, request).await,
+        (Method::GET, ["control"]) => control_state(&state),
+        (Method::PUT, ["deposits", tx_id]) => put_deposit(&state, tx_id, request).await,
+        (Method::GET, ["deposits"]) => list_deposits(&state),
+        (Method::GET, ["healthz"]) => json_reply(StatusCode::OK, json!({"status": "OK"})),
+        _ => problem(StatusCode::NOT_FOUND, format!("no route {path}")),
+    }
+}
+
+/// A store error as a 500 answer.
+fn internal(error: rusqlite::Error) -> Reply {
+    problem(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
+}
+
+/// `GET /transfers`: every stored transfer, in the order first broadcast.
+fn list_transfers(state: &State) -> Reply {
+    match list(
+        state,
+        "SELECT seq, id, destination, asset, amount, status, broadcasts FROM transfer ORDER BY seq",
+        |row| {
+            Ok(TransferRecord {
+                seq: row.get(0)?,
+                id: row.get(1)?,
+                destination: row.get(2)?,
+                asset: row.get(3)?,
+                amount: row.get(4)?,
+                status: row.get(5)?,
+                broadcasts: row.get(6)?,
+            })
         },
-        (Method::GET, ["transfers", id]) => match status_query(&state, id) {
-            Ok(status) => {
-                let code = if status == NOT_FOUND {
-                    StatusCode::NOT_FOUND
-                } else {
-                    StatusCode::OK
-                };
-                json_reply(
-                    code,
-                    StatusAnswer {
-                        id: (*id).to_owned(),
-                        status,
-                    },
-                )
-            }
-            Err(error) => internal(error),
-        },
-        (Method::GET, ["queries"]) => match list(
-            &state,
-            "SELECT seq, id, status FROM status_query ORDER BY seq",
-            |row| {
-                Ok(QueryRecord {
-                    seq: row.get(0)?,
-                    id: row.get(1)?,
-                    status: row.get(2)?,
-                })
-            },
-        ) {
-            Ok(queries) => json_reply(StatusCode::OK, json!({ "queries": queries })),
-            Err(error) => internal(error),
-        },
-        (Method::PUT, ["control"]) => {
-            let control: ControlRequest = match read_json(request).await {
-                Ok(body) => body,
-                Err(error) => return problem(StatusCode::BAD_REQUEST, error),
+    ) {
+        Ok(transfers) => json_reply(StatusCode::OK, json!({ "transfers": transfers })),
+        Err(error) => internal(error),
+    }
+}
+
+/// `GET /transfers/{id}`: the transfer's status (recorded as a status query); 404 with
+/// status `NOT_FOUND` when the id was never broadcast.
+fn answer_status_query(state: &State, id: &str) -> Reply {
+    match status_query(state, id) {
+        Ok(status) => {
+            let code = if status == NOT_FOUND {
+                StatusCode::NOT_FOUND
+            } else {
+                StatusCode::OK
             };
-            if control.count == 0 || control.delay_ms > MAX_DELAY_MS {
-                return problem(
-                    StatusCode::BAD_REQUEST,
-                    format!("count must be at least 1 and delay_ms at most {MAX_DELAY_MS}"),
-                );
-            }
-            if control.action == Action::Release {
-                let released = state.holding.load(Ordering::SeqCst);
-                state.release.notify_waiters();
-                return json_reply(StatusCode::OK, json!({ "released": released }));
-            }
-            state
-                .queue
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push_back(control);
-            json_reply(StatusCode::OK, json!({"queued": true}))
-        }
-        (Method::GET, ["control"]) => {
-            let queued = state
-                .queue
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .map(|c| c.count)
-                .sum();
             json_reply(
-                StatusCode::OK,
-                ControlState {
-                    holding: state.holding.load(Ordering::SeqCst),
-                    queued,
+                code,
+                StatusAnswer {
+                    id: id.to_owned(),
+                    status,
                 },
             )
         }
-        (Method::PUT, ["deposits", tx_id]) => {
-            let deposit: DepositState = match read_json(request).await {
-                Ok(body) => body,
-                Err(error) => return problem(StatusCode::BAD_REQUEST, error),
-            };
-            if deposit.tx_id != *tx_id {
-                return problem(StatusCode::BAD_REQUEST, "tx_id differs from the path");
-            }
-            let store = state.store.lock().unwrap_or_else(|p| p.into_inner());
-            let text = serde_json::to_string(&deposit).unwrap_or_default();
-            match store.execute(
-                "INSERT INTO deposit (tx_id, body) VALUES (?1, ?2) \
-                 ON CONFLICT (tx_id) DO UPDATE SET body = excluded.body",
-                params![deposit.tx_id, text],
-            ) {
-                Ok(_) => json_reply(StatusCode::OK, json!({"stored": true})),
-                Err(error) => internal(error),
-            }
+        Err(error) => internal(error),
+    }
+}
+
+/// `GET /queries`: every status query answered, in order.
+fn list_queries(state: &State) -> Reply {
+    match list(
+        state,
+        "SELECT seq, id, status FROM status_query ORDER BY seq",
+        |row| {
+            Ok(QueryRecord {
+                seq: row.get(0)?,
+                id: row.get(1)?,
+                status: row.get(2)?,
+            })
+        },
+    ) {
+        Ok(queries) => json_reply(StatusCode::OK, json!({ "queries": queries })),
+        Err(error) => internal(error),
+    }
+}
+
+/// `PUT /control`: `release` ends the delays under way (answers how many); any other
+/// action is queued for the next broadcasts. 400 for a count of 0 or a delay above
+/// [`MAX_DELAY_MS`].
+async fn put_control(state: &State, request: Request<Incoming>) -> Reply {
+    let control: ControlRequest = match read_json(request).await {
+        Ok(body) => body,
+        Err(error) => return problem(StatusCode::BAD_REQUEST, error),
+    };
+    if control.count == 0 || control.delay_ms > MAX_DELAY_MS {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            format!("count must be at least 1 and delay_ms at most {MAX_DELAY_MS}"),
+        );
+    }
+    if control.action == Action::Release {
+        let released = state.holding.load(Ordering::SeqCst);
+        state.release.notify_waiters();
+        return json_reply(StatusCode::OK, json!({ "released": released }));
+    }
+    state
+        .queue
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push_back(control);
+    json_reply(StatusCode::OK, json!({"queued": true}))
+}
+
+/// `GET /control`: the answers held now and the broadcasts still queued for an action.
+fn control_state(state: &State) -> Reply {
+    let queued = state
+        .queue
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|c| c.count)
+        .sum();
+    json_reply(
+        StatusCode::OK,
+        ControlState {
+            holding: state.holding.load(Ordering::SeqCst),
+            queued,
+        },
+    )
+}
+
+/// `PUT /deposits/{tx_id}`: stores (or replaces) the deposit's state; 400 when the body
+/// names another `tx_id`.
+async fn put_deposit(state: &State, tx_id: &str, request: Request<Incoming>) -> Reply {
+    let deposit: DepositState = match read_json(request).await {
+        Ok(body) => body,
+        Err(error) => return problem(StatusCode::BAD_REQUEST, error),
+    };
+    if deposit.tx_id != tx_id {
+        return problem(StatusCode::BAD_REQUEST, "tx_id differs from the path");
+    }
+    let store = state.store.lock().unwrap_or_else(|p| p.into_inner());
+    let text = serde_json::to_string(&deposit).unwrap_or_default();
+    match store.execute(
+        "INSERT INTO deposit (tx_id, body) VALUES (?1, ?2) \
+         ON CONFLICT (tx_id) DO UPDATE SET body = excluded.body",
+        params![deposit.tx_id, text],
+    ) {
+        Ok(_) => json_reply(StatusCode::OK, json!({"stored": true})),
+        Err(error) => internal(error),
+    }
+}
+
+/// `GET /deposits`: every stored deposit state, by `tx_id`.
+fn list_deposits(state: &State) -> Reply {
+    match list(state, "SELECT body FROM deposit ORDER BY tx_id", |row| {
+        row.get::<_, String>(0)
+    }) {
+        Ok(bodies) => {
+            let deposits: Vec<DepositState> = bodies
+                .iter()
+                .filter_map(|body| serde_json::from_str(body).ok())
+                .collect();
+            json_reply(StatusCode::OK, json!({ "deposits": deposits }))
         }
-        (Method::GET, ["deposits"]) => {
-            match list(&state, "SELECT body FROM deposit ORDER BY tx_id", |row| {
-                row.get::<_, String>(0)
-            }) {
-                Ok(bodies) => {
-                    let deposits: Vec<DepositState> = bodies
-                        .iter()
-                        .filter_map(|body| serde_json::from_str(body).ok())
-                        .collect();
-                    json_reply(StatusCode::OK, json!({ "deposits": deposits }))
-                }
-                Err(error) => internal(error),
-            }
-        }
-        (Method::GET, ["healthz"]) => json_reply(StatusCode::OK, json!({"status": "OK"})),
-        _ => problem(StatusCode::NOT_FOUND, format!("no route {path}")),
+        Err(error) => internal(error),
     }
 }
 

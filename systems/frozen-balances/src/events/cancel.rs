@@ -1,8 +1,8 @@
 //! *cancel*: an order's remainder goes back from frozen to available (SPEC §8).
 
 use serde::{Deserialize, Serialize};
-use tokio_postgres::Client;
 use tokio_postgres::types::Type;
+use tokio_postgres::{Client, Transaction};
 
 use super::fill::{ORDER_COLUMNS, OrderRow};
 use super::{
@@ -98,6 +98,10 @@ pub async fn cancel(
     retry_on_deadlock!(cancel_once(client, req, hooks))
 }
 
+/// One attempt of [`cancel`]: registers, locks the order, releases it, commits (see
+/// there).
+///
+/// Errors: as [`cancel`]; a deadlock (40P01) as [`FrozenError::Db`], for the retry.
 async fn cancel_once(
     client: &mut Client,
     req: &CancelRequest,
@@ -118,21 +122,7 @@ async fn cancel_once(
         }
     };
     let tx = hook_in_tx(tx, hooks, &event, HookPoint::Registered).await?;
-    let row = tx
-        .query_typed_opt(
-            &lock_order_sql(),
-            &[
-                (&req.tenant_id, Type::TEXT),
-                (&req.order_id, Type::INT8),
-                (&req.account_id, Type::TEXT),
-            ],
-        )
-        .await?;
-    let Some(row) = row else {
-        let _ = tx.rollback().await;
-        return Err(FrozenError::NoOrder(req.order_id));
-    };
-    let order = OrderRow::from_row(&row)?;
+    let (tx, order) = lock_order(tx, req).await?;
     let asset: Asset = order
         .frozen_asset
         .parse()
@@ -156,6 +146,51 @@ async fn cancel_once(
         )
         .await;
     }
+    let (tx, remainder) = release(tx, req, &order, asset).await?;
+    let tx = hook_in_tx(tx, hooks, &event, HookPoint::BalancesUpdated).await?;
+    let result = close_order(&tx, &event, req, &order, asset, remainder).await?;
+    finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
+}
+
+/// Locks the order `req.order_id` of `req.account_id` ([`lock_order_sql`]) and returns
+/// `tx` with it. When there is no such order rolls `tx` back.
+///
+/// Errors: [`FrozenError::NoOrder`] (rolled back, not recorded); [`FrozenError::Db`];
+/// [`FrozenError::InvariantViolated`] (an unknown status).
+async fn lock_order<'t>(
+    tx: Transaction<'t>,
+    req: &CancelRequest,
+) -> Result<(Transaction<'t>, OrderRow), FrozenError> {
+    let row = tx
+        .query_typed_opt(
+            &lock_order_sql(),
+            &[
+                (&req.tenant_id, Type::TEXT),
+                (&req.order_id, Type::INT8),
+                (&req.account_id, Type::TEXT),
+            ],
+        )
+        .await?;
+    let Some(row) = row else {
+        let _ = tx.rollback().await;
+        return Err(FrozenError::NoOrder(req.order_id));
+    };
+    let order = OrderRow::from_row(&row)?;
+    Ok((tx, order))
+}
+
+/// Releases the open `order`'s remainder on the account's `asset` row (frozen →
+/// available, guarded by frozen ≥ remainder) and returns `tx` with the remainder (minor
+/// units). When the order holds nothing or the row's frozen is below the remainder
+/// rolls `tx` back.
+///
+/// Errors: [`FrozenError::InvariantViolated`] (rolled back); [`FrozenError::Db`].
+async fn release<'t>(
+    tx: Transaction<'t>,
+    req: &CancelRequest,
+    order: &OrderRow,
+    asset: Asset,
+) -> Result<(Transaction<'t>, i64), FrozenError> {
     let remainder = order.remainder();
     if remainder <= 0 {
         let _ = tx.rollback().await;
@@ -183,22 +218,35 @@ async fn cancel_once(
             req.account_id, order.order_id
         )));
     }
-    let tx = hook_in_tx(tx, hooks, &event, HookPoint::BalancesUpdated).await?;
+    Ok((tx, remainder))
+}
+
+/// Inside `tx`, after the release: writes its movement, marks the order CANCELLED with
+/// `remainder` released (minor units) and returns the OK result.
+///
+/// Errors: [`FrozenError::Db`]; [`FrozenError::InvariantViolated`] (delta overflow).
+async fn close_order(
+    tx: &Transaction<'_>,
+    event: &Event<'_>,
+    req: &CancelRequest,
+    order: &OrderRow,
+    asset: Asset,
+    remainder: i64,
+) -> Result<CancelResult, FrozenError> {
     let mut deltas = Deltas::new();
     add_delta(&mut deltas, &req.account_id, asset, remainder, -remainder)?;
-    write_movements(&tx, &event, &deltas).await?;
+    write_movements(tx, event, &deltas).await?;
     tx.execute_typed(
         CLOSE_ORDER_SQL,
         &[(&order.order_id, Type::INT8), (&remainder, Type::INT8)],
     )
     .await?;
-    let result = CancelResult {
+    Ok(CancelResult {
         outcome: Outcome::Ok,
         order_id: order.order_id,
         asset,
         released: remainder,
         order_status: OrderStatus::Cancelled,
         replayed: false,
-    };
-    finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
+    })
 }

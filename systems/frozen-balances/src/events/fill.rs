@@ -173,6 +173,9 @@ pub async fn fill(
     retry_on_deadlock!(fill_once(client, req, hooks))
 }
 
+/// One attempt of [`fill`]: registers, locks both orders, settles, commits (see there).
+///
+/// Errors: as [`fill`]; a deadlock (40P01) as [`FrozenError::Db`], for the retry.
 async fn fill_once(
     client: &mut Client,
     req: &FillRequest,
@@ -188,49 +191,12 @@ async fn fill_once(
         }
     };
     let tx = hook_in_tx(tx, hooks, &event, HookPoint::Registered).await?;
-    let ids = vec![req.buy_order_id, req.sell_order_id];
-    let rows = tx
-        .query_typed(
-            &lock_orders_sql(),
-            &[(&req.tenant_id, Type::TEXT), (&ids, Type::INT8_ARRAY)],
-        )
-        .await?;
-    let mut orders = rows
-        .iter()
-        .map(OrderRow::from_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    let take = |orders: &mut Vec<OrderRow>, id: i64| {
-        orders
-            .iter()
-            .position(|o| o.order_id == id)
-            .map(|i| orders.swap_remove(i))
-            .ok_or(FrozenError::NoOrder(id))
-    };
-    let buy = match take(&mut orders, req.buy_order_id) {
-        Ok(order) => order,
+    let orders = lock_orders(&tx, req).await?;
+    let (buy, sell) = match buy_and_sell(orders, req) {
+        Ok(pair) => pair,
         Err(error) => return rollback_with(tx, error).await,
     };
-    let sell = match take(&mut orders, req.sell_order_id) {
-        Ok(order) => order,
-        Err(error) => return rollback_with(tx, error).await,
-    };
-    if let Some(closed) = [&buy, &sell]
-        .into_iter()
-        .find(|o| o.status != OrderStatus::Open)
-    {
-        let result = FillResult {
-            outcome: Outcome::OrderClosed,
-            closed_order: Some((closed.order_id, closed.status)),
-            notional: 0,
-            buyer_fee: 0,
-            seller_fee: 0,
-            buyer_frozen_taken: 0,
-            buyer_returned: 0,
-            seller_received: 0,
-            buy_status: Some(buy.status),
-            sell_status: Some(sell.status),
-            replayed: false,
-        };
+    if let Some(result) = closed_result(&buy, &sell) {
         return finish(
             tx,
             hooks,
@@ -245,6 +211,83 @@ async fn fill_once(
         Ok(settlement) => settlement,
         Err(error) => return rollback_with(tx, error).await,
     };
+    let tx = move_balances(tx, req, &buy, &sell, &settlement).await?;
+    let tx = hook_in_tx(tx, hooks, &event, HookPoint::BalancesUpdated).await?;
+    let result = record_fill(&tx, &event, req, &buy, &sell, &settlement).await?;
+    finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
+}
+
+/// Inside `tx`: locks the fill's two orders of the tenant, sorted by order id
+/// ([`lock_orders_sql`]); those that exist, in that order.
+///
+/// Errors: [`FrozenError::Db`]; [`FrozenError::InvariantViolated`] (an unknown status).
+async fn lock_orders(
+    tx: &Transaction<'_>,
+    req: &FillRequest,
+) -> Result<Vec<OrderRow>, FrozenError> {
+    let ids = vec![req.buy_order_id, req.sell_order_id];
+    let rows = tx
+        .query_typed(
+            &lock_orders_sql(),
+            &[(&req.tenant_id, Type::TEXT), (&ids, Type::INT8_ARRAY)],
+        )
+        .await?;
+    rows.iter().map(OrderRow::from_row).collect()
+}
+
+/// The BUY and the SELL order of `req` among the locked `orders`.
+///
+/// Errors: [`FrozenError::NoOrder`] naming the first one missing (BUY first).
+fn buy_and_sell(
+    mut orders: Vec<OrderRow>,
+    req: &FillRequest,
+) -> Result<(OrderRow, OrderRow), FrozenError> {
+    let take = |orders: &mut Vec<OrderRow>, id: i64| {
+        orders
+            .iter()
+            .position(|o| o.order_id == id)
+            .map(|i| orders.swap_remove(i))
+            .ok_or(FrozenError::NoOrder(id))
+    };
+    let buy = take(&mut orders, req.buy_order_id)?;
+    let sell = take(&mut orders, req.sell_order_id)?;
+    Ok((buy, sell))
+}
+
+/// The ORDER_CLOSED result when either order is no longer open (the first of BUY, SELL
+/// that is not), else `None`.
+fn closed_result(buy: &OrderRow, sell: &OrderRow) -> Option<FillResult> {
+    let closed = [buy, sell]
+        .into_iter()
+        .find(|o| o.status != OrderStatus::Open)?;
+    Some(FillResult {
+        outcome: Outcome::OrderClosed,
+        closed_order: Some((closed.order_id, closed.status)),
+        notional: 0,
+        buyer_fee: 0,
+        seller_fee: 0,
+        buyer_frozen_taken: 0,
+        buyer_returned: 0,
+        seller_received: 0,
+        buy_status: Some(buy.status),
+        sell_status: Some(sell.status),
+        replayed: false,
+    })
+}
+
+/// Creates the missing balance rows the fill credits (buyer's base, seller's quote,
+/// `sys-fee`'s quote) at 0, locks the five rows in sorted order and checks the
+/// settlement's deltas against them, then applies them. On a failed check rolls `tx`
+/// back; else returns it.
+///
+/// Errors: those of [`lock_and_check`] (rolled back); [`FrozenError::Db`].
+async fn move_balances<'t>(
+    tx: Transaction<'t>,
+    req: &FillRequest,
+    buy: &OrderRow,
+    sell: &OrderRow,
+    settlement: &Settlement,
+) -> Result<Transaction<'t>, FrozenError> {
     let market = settlement.market;
     ensure_rows(
         &tx,
@@ -261,10 +304,24 @@ async fn fill_once(
         return rollback_with(tx, error).await;
     }
     apply(&tx, &req.tenant_id, deltas).await?;
-    let tx = hook_in_tx(tx, hooks, &event, HookPoint::BalancesUpdated).await?;
-    write_movements(&tx, &event, deltas).await?;
+    Ok(tx)
+}
+
+/// Inside `tx`, after the balances moved: writes the movements, settles both orders
+/// (filled quantity, consumed, released, status) and returns the OK result.
+///
+/// Errors: [`FrozenError::Db`]; [`FrozenError::InvariantViolated`] (an unknown status).
+async fn record_fill(
+    tx: &Transaction<'_>,
+    event: &Event<'_>,
+    req: &FillRequest,
+    buy: &OrderRow,
+    sell: &OrderRow,
+    settlement: &Settlement,
+) -> Result<FillResult, FrozenError> {
+    write_movements(tx, event, &settlement.deltas).await?;
     let buy_status = settle_order(
-        &tx,
+        tx,
         buy.order_id,
         req.quantity,
         settlement.buyer_paid,
@@ -272,8 +329,8 @@ async fn fill_once(
     )
     .await?;
     let sell_status =
-        settle_order(&tx, sell.order_id, req.quantity, settlement.seller_taken, 0).await?;
-    let result = FillResult {
+        settle_order(tx, sell.order_id, req.quantity, settlement.seller_taken, 0).await?;
+    Ok(FillResult {
         outcome: Outcome::Ok,
         closed_order: None,
         notional: settlement.notional,
@@ -285,8 +342,7 @@ async fn fill_once(
         buy_status: Some(buy_status),
         sell_status: Some(sell_status),
         replayed: false,
-    };
-    finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
+    })
 }
 
 async fn rollback_with<T>(tx: Transaction<'_>, error: FrozenError) -> Result<T, FrozenError> {
@@ -337,71 +393,15 @@ pub(crate) fn settle(
     buy: &OrderRow,
     sell: &OrderRow,
 ) -> Result<Settlement, FrozenError> {
-    let rejected = |text: String| Err(FrozenError::FillRejected(text));
-    let Ok(market) = buy.market.parse::<Market>() else {
-        return rejected(format!("order {} has an unknown market", buy.order_id));
-    };
-    if buy.side != Side::Buy.as_str() || sell.side != Side::Sell.as_str() {
-        return rejected(format!(
-            "order {} must be a BUY and order {} a SELL",
-            buy.order_id, sell.order_id
-        ));
-    }
-    if sell.market != market.as_str() {
-        return rejected(format!("both orders must be on {market}"));
-    }
+    let market = check_fits(req, buy, sell)?;
     let q = req.quantity;
-    if q <= 0 || q % market.lot_units() != 0 {
-        return Err(FrozenError::Invalid(
-            "fill quantity must be a positive multiple of the lot".into(),
-        ));
-    }
-    if req.price <= 0
-        || req.price % market.tick_units() != 0
-        || req.price > market.max_price_units()
-    {
-        return Err(FrozenError::Invalid(
-            "fill price must be a positive multiple of the tick within the maximum".into(),
-        ));
-    }
-    for order in [buy, sell] {
-        if q > order.quantity - order.filled_quantity {
-            return rejected(format!(
-                "quantity {q} exceeds the {} units left of order {}",
-                order.quantity - order.filled_quantity,
-                order.order_id
-            ));
-        }
-    }
-    if req.price > buy.limit_price || req.price < sell.limit_price {
-        return rejected(format!(
-            "price {} is outside [sell limit {}, buy limit {}]",
-            req.price, sell.limit_price, buy.limit_price
-        ));
-    }
     let overflow = || FrozenError::InvariantViolated("settlement arithmetic overflows".into());
     let notional = amount::notional_units(market, q, req.price)?;
     let fee = amount::fee_units(notional);
     let buyer_fee = fee;
     let seller_fee = fee;
     let buyer_paid = notional.checked_add(buyer_fee).ok_or_else(overflow)?;
-    let buy_final = buy.filled_quantity + q == buy.quantity;
-    let buyer_taken = if buy_final {
-        buy.remainder()
-    } else {
-        let share = amount::reserve_share_units(buy.fee_reserve, q, buy.quantity);
-        // SPEC §8: the reserve was rounded up at placement so that each fill's share of
-        // it covers that fill's fee. If not, the freeze would not pay the fill.
-        if share < buyer_fee {
-            return Err(FrozenError::InvariantViolated(format!(
-                "order {}: reserve share {share} below the fill's fee {buyer_fee}",
-                buy.order_id
-            )));
-        }
-        amount::notional_units(market, q, buy.limit_price)?
-            .checked_add(share)
-            .ok_or_else(overflow)?
-    };
+    let buyer_taken = buyer_taken(market, q, buy, buyer_fee)?;
     if buyer_taken < buyer_paid || buyer_taken > buy.remainder() {
         return Err(FrozenError::InvariantViolated(format!(
             "order {}: takes {buyer_taken} of a remainder {} to pay {buyer_paid}",
@@ -444,6 +444,84 @@ pub(crate) fn settle(
         seller_taken,
         seller_received,
         deltas,
+    })
+}
+
+/// Checks that the fill fits both orders: a BUY and a SELL on one known market, quantity
+/// and price on their steps, quantity within what each order has left, price between the
+/// sell limit and the buy limit. Returns the market.
+///
+/// Errors: [`FrozenError::FillRejected`] (the orders do not take this fill);
+/// [`FrozenError::Invalid`] (quantity or price off its step).
+fn check_fits(req: &FillRequest, buy: &OrderRow, sell: &OrderRow) -> Result<Market, FrozenError> {
+    let rejected = |text: String| Err(FrozenError::FillRejected(text));
+    let Ok(market) = buy.market.parse::<Market>() else {
+        return rejected(format!("order {} has an unknown market", buy.order_id));
+    };
+    if buy.side != Side::Buy.as_str() || sell.side != Side::Sell.as_str() {
+        return rejected(format!(
+            "order {} must be a BUY and order {} a SELL",
+            buy.order_id, sell.order_id
+        ));
+    }
+    if sell.market != market.as_str() {
+        return rejected(format!("both orders must be on {market}"));
+    }
+    let q = req.quantity;
+    if q <= 0 || q % market.lot_units() != 0 {
+        return Err(FrozenError::Invalid(
+            "fill quantity must be a positive multiple of the lot".into(),
+        ));
+    }
+    if req.price <= 0
+        || req.price % market.tick_units() != 0
+        || req.price > market.max_price_units()
+    {
+        return Err(FrozenError::Invalid(
+            "fill price must be a positive multiple of the tick within the maximum".into(),
+        ));
+    }
+    for order in [buy, sell] {
+        if q > order.quantity - order.filled_quantity {
+            return rejected(format!(
+                "quantity {q} exceeds the {} units left of order {}",
+                order.quantity - order.filled_quantity,
+                order.order_id
+            ));
+        }
+    }
+    if req.price > buy.limit_price || req.price < sell.limit_price {
+        return rejected(format!(
+            "price {} is outside [sell limit {}, buy limit {}]",
+            req.price, sell.limit_price, buy.limit_price
+        ));
+    }
+    Ok(market)
+}
+
+/// The buyer's frozen quote this fill takes (minor units): the order's whole remainder on
+/// its final fill, else `q × limit` plus the fill's share of the fee reserve.
+///
+/// Errors: [`FrozenError::InvariantViolated`] when that share is below `buyer_fee` (SPEC
+/// §8's rounding rule broken) or the arithmetic overflows; [`FrozenError::Amount`].
+fn buyer_taken(market: Market, q: i64, buy: &OrderRow, buyer_fee: i64) -> Result<i64, FrozenError> {
+    let overflow = || FrozenError::InvariantViolated("settlement arithmetic overflows".into());
+    let buy_final = buy.filled_quantity + q == buy.quantity;
+    Ok(if buy_final {
+        buy.remainder()
+    } else {
+        let share = amount::reserve_share_units(buy.fee_reserve, q, buy.quantity);
+        // SPEC §8: the reserve was rounded up at placement so that each fill's share of
+        // it covers that fill's fee. If not, the freeze would not pay the fill.
+        if share < buyer_fee {
+            return Err(FrozenError::InvariantViolated(format!(
+                "order {}: reserve share {share} below the fill's fee {buyer_fee}",
+                buy.order_id
+            )));
+        }
+        amount::notional_units(market, q, buy.limit_price)?
+            .checked_add(share)
+            .ok_or_else(overflow)?
     })
 }
 

@@ -1,8 +1,8 @@
 //! *place*: an order freezes its funds (SPEC §8).
 
 use serde::{Deserialize, Serialize};
-use tokio_postgres::Client;
 use tokio_postgres::types::Type;
+use tokio_postgres::{Client, Transaction};
 
 use super::{
     Event, Outcome, Recorded, Registration, add_delta, begin, check_id, ensure_rows, finish,
@@ -149,6 +149,9 @@ pub async fn place(
     retry_on_deadlock!(place_once(client, req, freeze, hooks))
 }
 
+/// One attempt of [`place`]: registers, freezes, records the order, commits (see there).
+///
+/// Errors: as [`place`]; a deadlock (40P01) as [`FrozenError::Db`], for the retry.
 async fn place_once(
     client: &mut Client,
     req: &PlaceRequest,
@@ -170,9 +173,36 @@ async fn place_once(
         }
     };
     let tx = hook_in_tx(tx, hooks, &event, HookPoint::Registered).await?;
+    let Some(available) = freeze_funds(&tx, req, &freeze).await? else {
+        let result = refusal(&tx, req, &freeze).await?;
+        return finish(
+            tx,
+            hooks,
+            &event,
+            operation_id,
+            Outcome::Insufficient,
+            result,
+        )
+        .await;
+    };
+    let tx = hook_in_tx(tx, hooks, &event, HookPoint::BalancesUpdated).await?;
+    let result = record_order(&tx, &event, req, &freeze, available).await?;
+    finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
+}
+
+/// Inside `tx`: creates the account's missing balance rows of the market (base, quote) at
+/// 0, then freezes `freeze.amount` with the conditional UPDATE; the available left
+/// (minor units), or `None` when there was not enough (nothing changed).
+///
+/// Errors: [`FrozenError::Db`].
+async fn freeze_funds(
+    tx: &Transaction<'_>,
+    req: &PlaceRequest,
+    freeze: &amount::Freeze,
+) -> Result<Option<i64>, FrozenError> {
     let market = req.market;
     ensure_rows(
-        &tx,
+        tx,
         &req.tenant_id,
         &[
             (&req.account_id, market.base(), false),
@@ -192,39 +222,55 @@ async fn place_once(
             ],
         )
         .await?;
-    let Some(frozen) = frozen else {
-        let available: i64 = tx
-            .query_typed_one(
-                AVAILABLE_SQL,
-                &[
-                    (&req.tenant_id, Type::TEXT),
-                    (&req.account_id, Type::TEXT),
-                    (&asset, Type::TEXT),
-                ],
-            )
-            .await?
-            .try_get("available")?;
-        let result = PlaceResult {
-            outcome: Outcome::Insufficient,
-            order_id: None,
-            frozen_asset: freeze.asset,
-            frozen_amount: freeze.amount,
-            fee_reserve: freeze.fee_reserve,
-            available,
-            replayed: false,
-        };
-        return finish(
-            tx,
-            hooks,
-            &event,
-            operation_id,
-            Outcome::Insufficient,
-            result,
+    Ok(match frozen {
+        Some(row) => Some(row.try_get("available")?),
+        None => None,
+    })
+}
+
+/// Inside `tx`, after a refused freeze: the INSUFFICIENT result, with the available of
+/// the asset (minor units) read now.
+///
+/// Errors: [`FrozenError::Db`].
+async fn refusal(
+    tx: &Transaction<'_>,
+    req: &PlaceRequest,
+    freeze: &amount::Freeze,
+) -> Result<PlaceResult, FrozenError> {
+    let asset = freeze.asset.as_str();
+    let available: i64 = tx
+        .query_typed_one(
+            AVAILABLE_SQL,
+            &[
+                (&req.tenant_id, Type::TEXT),
+                (&req.account_id, Type::TEXT),
+                (&asset, Type::TEXT),
+            ],
         )
-        .await;
-    };
-    let available: i64 = frozen.try_get("available")?;
-    let tx = hook_in_tx(tx, hooks, &event, HookPoint::BalancesUpdated).await?;
+        .await?
+        .try_get("available")?;
+    Ok(PlaceResult {
+        outcome: Outcome::Insufficient,
+        order_id: None,
+        frozen_asset: freeze.asset,
+        frozen_amount: freeze.amount,
+        fee_reserve: freeze.fee_reserve,
+        available,
+        replayed: false,
+    })
+}
+
+/// Inside `tx`, after the freeze: writes its movement and the order row, and returns the
+/// OK result with the new order id and `available` (minor units, after the freeze).
+///
+/// Errors: [`FrozenError::Db`]; [`FrozenError::InvariantViolated`] (delta overflow).
+async fn record_order(
+    tx: &Transaction<'_>,
+    event: &Event<'_>,
+    req: &PlaceRequest,
+    freeze: &amount::Freeze,
+    available: i64,
+) -> Result<PlaceResult, FrozenError> {
     let mut deltas = super::Deltas::new();
     add_delta(
         &mut deltas,
@@ -233,8 +279,9 @@ async fn place_once(
         -freeze.amount,
         freeze.amount,
     )?;
-    write_movements(&tx, &event, &deltas).await?;
-    let (market_name, side) = (market.as_str(), req.side.as_str());
+    write_movements(tx, event, &deltas).await?;
+    let (market_name, side) = (req.market.as_str(), req.side.as_str());
+    let asset = freeze.asset.as_str();
     let order_id: i64 = tx
         .query_typed_one(
             INSERT_ORDER_SQL,
@@ -253,7 +300,7 @@ async fn place_once(
         )
         .await?
         .try_get("order_id")?;
-    let result = PlaceResult {
+    Ok(PlaceResult {
         outcome: Outcome::Ok,
         order_id: Some(order_id),
         frozen_asset: freeze.asset,
@@ -261,6 +308,5 @@ async fn place_once(
         fee_reserve: freeze.fee_reserve,
         available,
         replayed: false,
-    };
-    finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
+    })
 }

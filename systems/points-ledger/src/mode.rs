@@ -1,0 +1,151 @@
+//! Which of the two transfers a caller uses: SPEC §3's separate statements
+//! ([`crate::transfer()`]) or the one round trip ([`transfer_onetrip`]), and the calls
+//! that send a request by the chosen one.
+
+use std::fmt;
+use std::str::FromStr;
+
+use tokio_postgres::Client;
+
+use crate::error::LedgerError;
+use crate::onetrip::transfer_onetrip;
+use crate::transfer::{Hooks, NoHooks, TransferRequest, TransferResult};
+use crate::vocabulary::{HookPoint, UnknownName};
+
+/// How a transfer is sent to the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransferMode {
+    /// SPEC §3 as written: one transaction of separate statements, with every hook point
+    /// ([`crate::transfer()`]).
+    #[default]
+    Statements,
+    /// The same work in one statement calling `ledger_transfer_onetrip`
+    /// ([`transfer_onetrip`]); only the `after-commit` hook point exists.
+    OneTrip,
+}
+
+impl TransferMode {
+    /// Both modes, the default first.
+    pub const ALL: [TransferMode; 2] = [TransferMode::Statements, TransferMode::OneTrip];
+
+    /// The spelling of `--transfer-mode`: `statements` or `onetrip`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferMode::Statements => "statements",
+            TransferMode::OneTrip => "onetrip",
+        }
+    }
+
+    /// Whether `point` is passed by a transfer in this mode (in [`TransferMode::OneTrip`]
+    /// only [`HookPoint::AfterCommit`]).
+    pub fn has_hook_point(self, point: HookPoint) -> bool {
+        match self {
+            TransferMode::Statements => true,
+            TransferMode::OneTrip => point == HookPoint::AfterCommit,
+        }
+    }
+}
+
+impl fmt::Display for TransferMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for TransferMode {
+    type Err = UnknownName;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        TransferMode::ALL
+            .into_iter()
+            .find(|mode| mode.as_str() == text)
+            .ok_or_else(|| UnknownName {
+                what: "transfer mode",
+                input: text.to_owned(),
+            })
+    }
+}
+
+/// [`crate::transfer()`] or [`transfer_onetrip`], by `mode`.
+///
+/// Errors: those of the chosen function.
+pub async fn transfer_in(
+    mode: TransferMode,
+    client: &mut Client,
+    req: &TransferRequest,
+    hooks: &dyn Hooks,
+) -> Result<TransferResult, LedgerError> {
+    match mode {
+        TransferMode::Statements => crate::transfer::transfer(client, req, hooks).await,
+        TransferMode::OneTrip => transfer_onetrip(client, req, hooks).await,
+    }
+}
+
+/// [`crate::grant()`] in `mode`: a GRANT (`sys-issuer` → `account`) without hooks.
+///
+/// Errors: as [`transfer_in`].
+pub async fn grant_in(
+    mode: TransferMode,
+    client: &mut Client,
+    client_id: &str,
+    idem_key: &str,
+    account: &str,
+    amount: i64,
+) -> Result<TransferResult, LedgerError> {
+    let req = TransferRequest::grant(client_id, idem_key, account, amount);
+    transfer_in(mode, client, &req, &NoHooks).await
+}
+
+/// [`crate::debit()`] in `mode`: a DEBIT (`account` → `sys-redeem`) without hooks.
+///
+/// Errors: as [`transfer_in`].
+pub async fn debit_in(
+    mode: TransferMode,
+    client: &mut Client,
+    client_id: &str,
+    idem_key: &str,
+    account: &str,
+    amount: i64,
+) -> Result<TransferResult, LedgerError> {
+    let req = TransferRequest::debit(client_id, idem_key, account, amount);
+    transfer_in(mode, client, &req, &NoHooks).await
+}
+
+/// Environment variable naming the transfer mode (`statements` or `onetrip`) of a run
+/// that chose none, and the default of the harness's `--transfer-mode`.
+pub const TRANSFER_MODE_ENV: &str = "LEDGER_TRANSFER_MODE";
+
+impl TransferMode {
+    /// The name under which a run records its transfer mode per case (`results.json`).
+    pub const RECORD_NAME: &'static str = "transfer_mode";
+
+    /// The mode named by [`TRANSFER_MODE_ENV`], or the default when it is unset.
+    ///
+    /// Panics: the variable names no mode (a misconfigured test run; the message names
+    /// the variable and the value).
+    pub fn from_env() -> TransferMode {
+        match std::env::var(TRANSFER_MODE_ENV) {
+            Ok(text) => text
+                .parse()
+                .unwrap_or_else(|error| panic!("{TRANSFER_MODE_ENV}={text:?}: {error}")),
+            Err(_) => TransferMode::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mode_names_round_trip() {
+        for mode in TransferMode::ALL {
+            assert_eq!(mode.as_str().parse::<TransferMode>().unwrap(), mode);
+        }
+        assert!("one-trip".parse::<TransferMode>().is_err());
+        assert!(TransferMode::OneTrip.has_hook_point(HookPoint::AfterCommit));
+        assert!(!TransferMode::OneTrip.has_hook_point(HookPoint::BeforeCommit));
+        assert!(TransferMode::Statements.has_hook_point(HookPoint::Registered));
+    }
+}
