@@ -129,8 +129,7 @@ fn main() {
     }
     let families = harness::families();
     if let Err(message) = selection::check_unique_ids(&families) {
-        eprintln!("harness: {message}");
-        std::process::exit(EXIT_HARNESS_ERROR);
+        usage_error(&message);
     }
     if args.list {
         print!("{}", selection::listing(&families));
@@ -145,16 +144,38 @@ fn main() {
             server_user: args.server_user.clone(),
         }));
     }
-    let prepared = Selection::parse(&families, &args.cases).and_then(|selection| {
+    let (selection, snapshot_mode) = prepare_selection(&families, &args, &matches);
+    if let Some(times) = args.repeat {
+        if args.accept {
+            usage_error("--repeat with --accept would accept N times; accept once, then repeat");
+        }
+        repeat::run(times);
+    }
+    std::process::exit(run_on_runtime(&args, &selection, snapshot_mode));
+}
+
+/// Prints `harness: <message>` to standard error and exits with [`EXIT_HARNESS_ERROR`].
+fn usage_error(message: &str) -> ! {
+    eprintln!("harness: {message}");
+    std::process::exit(EXIT_HARNESS_ERROR);
+}
+
+/// The cases named on the command line and the snapshot mode; sets aside the cases that
+/// restart the server on an existing one (`--database-url`) and checks the PostgreSQL
+/// options when a selected family needs a scratch cluster. Exits with
+/// [`EXIT_HARNESS_ERROR`] on an unknown id, a refused `--accept` or a bad option.
+fn prepare_selection<'a>(
+    families: &'a [case_kit::Family],
+    args: &Args,
+    matches: &clap::ArgMatches,
+) -> (Selection<'a>, Mode) {
+    let prepared = Selection::parse(families, &args.cases).and_then(|selection| {
         let mode = snapshot::mode(args.accept)?;
         Ok((selection, mode))
     });
     let (mut selection, snapshot_mode) = match prepared {
         Ok(prepared) => prepared,
-        Err(message) => {
-            eprintln!("harness: {message}");
-            std::process::exit(EXIT_HARNESS_ERROR);
-        }
+        Err(message) => usage_error(&message),
     };
     if args.database_url.is_some() {
         selection.set_aside_server_restarts();
@@ -162,27 +183,25 @@ fn main() {
     if selection.needs_postgres()
         && args.database_url.is_none()
         && let Err(message) =
-            preflight::check_postgres_options(&matches, args.pg_bin.as_deref(), &args.server_user)
+            preflight::check_postgres_options(matches, args.pg_bin.as_deref(), &args.server_user)
     {
-        eprintln!("harness: {message}");
-        std::process::exit(EXIT_HARNESS_ERROR);
+        usage_error(&message);
     }
-    if let Some(times) = args.repeat {
-        if args.accept {
-            eprintln!(
-                "harness: --repeat with --accept would accept N times; accept once, then repeat"
-            );
-            std::process::exit(EXIT_HARNESS_ERROR);
-        }
-        repeat::run(times);
-    }
+    (selection, snapshot_mode)
+}
+
+/// Runs the selection on a multi-threaded tokio runtime until it ends or a signal
+/// arrives, then shuts the runtime down (waiting at most [`RUNTIME_SHUTDOWN_MS`]).
+/// Returns the exit status: the run's, [`EXIT_HARNESS_ERROR`] on a harness error (also
+/// recorded), or 128 + signal.
+fn run_on_runtime(args: &Args, selection: &Selection<'_>, snapshot_mode: Mode) -> i32 {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
     let code = runtime.block_on(async {
         tokio::select! {
-            result = run(&args, &selection, snapshot_mode) => match result {
+            result = run(args, selection, snapshot_mode) => match result {
                 Ok(code) => code,
                 Err(error) => {
                     eprintln!("harness error: {error:#}");
@@ -199,7 +218,7 @@ fn main() {
     // timed-out case's racer threads, say) must not keep the process from exiting with
     // its status; exit() ends such threads.
     runtime.shutdown_timeout(std::time::Duration::from_millis(RUNTIME_SHUTDOWN_MS));
-    std::process::exit(code);
+    code
 }
 
 /// Waits for SIGINT, SIGTERM or SIGHUP; returns its name and the conventional exit
@@ -359,27 +378,15 @@ async fn start_postgres(args: &Args, run_dir: &Path) -> anyhow::Result<Postgres>
     })
 }
 
+/// Opens the server, runs the selected cases on it, compares them with their snapshots
+/// and writes the run's record; returns the exit status.
 async fn run_in(
     args: &Args,
     selection: &Selection<'_>,
     run_dir: &Path,
     start: RunStart,
 ) -> anyhow::Result<i32> {
-    let mut opened = None;
-    let postgres = if selection.needs_postgres() && args.database_url.is_some() {
-        let url = args.database_url.as_deref().unwrap_or_default();
-        opened = Some(
-            external::open(url, args.allow_weak_durability, args.any_version)
-                .await
-                .context("the existing server")?,
-        );
-        None
-    } else if selection.needs_postgres() {
-        Some(start_postgres(args, run_dir).await?)
-    } else {
-        println!("postgres: not started (no selected family needs it)");
-        None
-    };
+    let (postgres, opened) = open_server(args, selection, run_dir).await?;
     let folder = RunFolder::create(&args.evidence_dir, &start.started_at.replace(':', ""))
         .context("creating the evidence folder")?;
     interrupted::begin(
@@ -391,59 +398,16 @@ async fn run_in(
             .map(|(_, case)| case.id.to_string())
             .collect(),
     );
-    let (server, mut postgres_record, server_log) = match (postgres, &opened) {
-        (Some(postgres), _) => (
-            Some(case_kit::server::Server::Scratch(Box::new(
-                postgres.cluster,
-            ))),
-            Some(postgres.record),
-            Some(postgres.log_path),
-        ),
-        (None, Some(opened)) => (
-            Some(case_kit::server::Server::External(opened.server.clone())),
-            Some(PostgresRecord {
-                facts: scratch_pg::ServerFacts {
-                    version: opened.facts.version.clone(),
-                    server_version: opened.facts.server_version.clone(),
-                    fsync: opened.facts.fsync.clone(),
-                    synchronous_commit: opened.facts.synchronous_commit.clone(),
-                    full_page_writes: opened.facts.full_page_writes.clone(),
-                },
-                major: opened.facts.major,
-                binaries: "existing server (--database-url)".into(),
-                server_uid: None,
-                package: None,
-                external: Some(opened.record.clone()),
-            }),
-            None,
-        ),
-        (None, None) => (None, None, None),
-    };
-    let options = EnvOptions {
-        seed: start.seed,
-        logs_dir: std::env::current_dir()?.join(folder.logs_dir()),
-        files_dir: run_dir.join("files"),
-        choices: case_kit::Choices::default()
-            .with(points_ledger::TransferMode::RECORD_NAME, args.transfer_mode),
-    };
-    let env = Arc::new(
-        Env::prepare_on(server, &selection.families(), options)
-            .await
-            .context("preparing the families' templates")?,
-    );
+    let (server, mut postgres_record, server_log) = server_parts(postgres, opened.as_ref());
+    let env = prepare_env(args, selection, run_dir, &folder, server, start.seed).await?;
     let mut durations = Durations {
         cluster_ready_ms: start.launched.elapsed().as_millis(),
         ..Durations::default()
     };
     let reports = run_phases(&env, selection, args.sequential, &mut durations).await;
 
-    let snapshot_root = args.evidence_dir.join("snapshots");
-    let store = Snapshots::new(
-        std::env::current_dir()?.join(&snapshot_root),
-        snapshot_root.display().to_string(),
-        start.snapshot_mode,
-        postgres_record.as_ref().map(|record| record.major),
-    );
+    let major = postgres_record.as_ref().map(|record| record.major);
+    let store = snapshot_store(&args.evidence_dir, start.snapshot_mode, major)?;
     let compared = compare_snapshots(&store, selection, reports, &folder)?;
     if selection.is_full_run() {
         for orphan in store.orphans(&selection.registered_ids()) {
@@ -462,13 +426,200 @@ async fn run_in(
             record.dropped_databases = dropped;
         }
     }
+    let ran = Ran {
+        env,
+        folder,
+        compared,
+        durations,
+        postgres: postgres_record,
+    };
+    record_run(args, selection, start, ran)
+}
+
+/// The server the selection needs: an existing one opened (`--database-url`), or a
+/// scratch cluster started in `run_dir/pg`; neither (and a line saying so) when no
+/// selected family needs PostgreSQL.
+///
+/// Errors: the existing server refused or unreachable; the cluster did not start.
+async fn open_server(
+    args: &Args,
+    selection: &Selection<'_>,
+    run_dir: &Path,
+) -> anyhow::Result<(Option<Postgres>, Option<external::Opened>)> {
+    if selection.needs_postgres() && args.database_url.is_some() {
+        let url = args.database_url.as_deref().unwrap_or_default();
+        let opened = external::open(url, args.allow_weak_durability, args.any_version)
+            .await
+            .context("the existing server")?;
+        Ok((None, Some(opened)))
+    } else if selection.needs_postgres() {
+        Ok((Some(start_postgres(args, run_dir).await?), None))
+    } else {
+        println!("postgres: not started (no selected family needs it)");
+        Ok((None, None))
+    }
+}
+
+/// From the server opened: the server the cases run on, its record for
+/// `environment.json`, and the scratch cluster's log file (only a scratch cluster has
+/// one). All `None` without a server.
+fn server_parts(
+    postgres: Option<Postgres>,
+    opened: Option<&external::Opened>,
+) -> (
+    Option<case_kit::server::Server>,
+    Option<PostgresRecord>,
+    Option<PathBuf>,
+) {
+    match (postgres, opened) {
+        (Some(postgres), _) => (
+            Some(case_kit::server::Server::Scratch(Box::new(
+                postgres.cluster,
+            ))),
+            Some(postgres.record),
+            Some(postgres.log_path),
+        ),
+        (None, Some(opened)) => (
+            Some(case_kit::server::Server::External(opened.server.clone())),
+            Some(external_record(opened)),
+            None,
+        ),
+        (None, None) => (None, None, None),
+    }
+}
+
+/// The record of an existing server (`--database-url`) for `environment.json`.
+fn external_record(opened: &external::Opened) -> PostgresRecord {
+    PostgresRecord {
+        facts: scratch_pg::ServerFacts {
+            version: opened.facts.version.clone(),
+            server_version: opened.facts.server_version.clone(),
+            fsync: opened.facts.fsync.clone(),
+            synchronous_commit: opened.facts.synchronous_commit.clone(),
+            full_page_writes: opened.facts.full_page_writes.clone(),
+        },
+        major: opened.facts.major,
+        binaries: "existing server (--database-url)".into(),
+        server_uid: None,
+        package: None,
+        external: Some(opened.record.clone()),
+    }
+}
+
+/// Prepares the selected families' templates on `server`: the case kit's environment,
+/// with case logs in the evidence folder and SQLite files in `run_dir/files`.
+///
+/// Errors: the working directory is unreadable; a family's template could not be made.
+async fn prepare_env(
+    args: &Args,
+    selection: &Selection<'_>,
+    run_dir: &Path,
+    folder: &RunFolder,
+    server: Option<case_kit::server::Server>,
+    seed: u64,
+) -> anyhow::Result<Arc<Env>> {
+    let options = EnvOptions {
+        seed,
+        logs_dir: std::env::current_dir()?.join(folder.logs_dir()),
+        files_dir: run_dir.join("files"),
+        choices: case_kit::Choices::default()
+            .with(points_ledger::TransferMode::RECORD_NAME, args.transfer_mode),
+    };
+    Ok(Arc::new(
+        Env::prepare_on(server, &selection.families(), options)
+            .await
+            .context("preparing the families' templates")?,
+    ))
+}
+
+/// The snapshots under `evidence_dir/snapshots`, read (and in accept mode written) as
+/// `mode` says, for the server's `major` (`None` without PostgreSQL).
+///
+/// Errors: the working directory is unreadable.
+fn snapshot_store(
+    evidence_dir: &Path,
+    mode: Mode,
+    major: Option<u32>,
+) -> anyhow::Result<Snapshots> {
+    let snapshot_root = evidence_dir.join("snapshots");
+    Ok(Snapshots::new(
+        std::env::current_dir()?.join(&snapshot_root),
+        snapshot_root.display().to_string(),
+        mode,
+        major,
+    ))
+}
+
+/// What a run's record is made from once its cases ran and were compared.
+struct Ran {
+    /// The families' environment; dropping it stops the cluster (immediate) and removes
+    /// its folder.
+    env: Arc<Env>,
+    folder: RunFolder,
+    compared: Compared,
+    durations: Durations,
+    /// The server's record (`None` without PostgreSQL).
+    postgres: Option<PostgresRecord>,
+}
+
+/// Writes the run's record (transcript ending in the SUMMARY line, cases, diffs,
+/// `environment.json`), prunes old runs, stops the cluster, and prints the closing block
+/// and the SUMMARY line. Returns the exit status: 0, or [`EXIT_CHECK_FAILED`] when a
+/// check failed.
+///
+/// Errors: the record could not be written.
+fn record_run(
+    args: &Args,
+    selection: &Selection<'_>,
+    start: RunStart,
+    mut ran: Ran,
+) -> anyhow::Result<i32> {
     let not_run = external::not_run(selection.set_aside());
-    durations.wall_ms = start.launched.elapsed().as_millis();
+    ran.durations.wall_ms = start.launched.elapsed().as_millis();
+    let (seed, snapshot_mode) = (start.seed, start.snapshot_mode);
+    let environment = environment(args, selection, start, &ran, &not_run);
+    let passed: usize = ran.compared.reports.iter().map(|r| r.passed).sum();
+    let failed: usize = ran.compared.reports.iter().map(|r| r.failed).sum();
+    let summary = format!("SUMMARY passed={passed} failed={failed}\n");
+    let not_run_block = external::not_run_block(&not_run);
+    let mut transcript = ran.compared.transcript.clone();
+    transcript.push_str(&not_run_block);
+    transcript.push_str(&summary);
+    ran.folder.finish(
+        &transcript,
+        &ran.compared.reports,
+        &ran.compared.diffs,
+        &environment,
+    )?;
+    interrupted::complete();
+    evidence::prune_runs(&args.evidence_dir, evidence::KEEP_RUNS);
+    let Ran {
+        env,
+        folder,
+        compared,
+        durations,
+        ..
+    } = ran;
+    drop(env); // stops the cluster (immediate) and removes its folder
+    print_closing(args, &durations, &compared, &folder, seed, snapshot_mode);
+    print!("{not_run_block}{summary}");
+    Ok(if failed == 0 { 0 } else { EXIT_CHECK_FAILED })
+}
+
+/// The run's `environment.json`: its command, replay command, seed, commit, server and
+/// SQLite library, cases, durations and the cases not run.
+fn environment(
+    args: &Args,
+    selection: &Selection<'_>,
+    start: RunStart,
+    ran: &Ran,
+    not_run: &[external::NotRun],
+) -> Environment {
     let replay = with_mode(
-        selection.replay_command(start.seed, &compared.reports),
+        selection.replay_command(start.seed, &ran.compared.reports),
         args.transfer_mode,
     );
-    let environment = Environment {
+    Environment {
         started_at: start.started_at,
         command: std::env::args().collect(),
         replay,
@@ -479,53 +630,32 @@ async fn run_in(
             .iter()
             .map(|f| f.prefix.to_string())
             .collect(),
-        postgres: postgres_record,
-        sqlite: selection
-            .families()
-            .iter()
-            .any(|family| matches!(family.engine, case_kit::Engine::SqliteFile))
-            .then(|| evidence::SqliteRecord {
-                version: inventory_store::sqlite_version().to_string(),
-                build: "bundled (compiled from source by rusqlite's bundled feature)".into(),
-                settings: format!(
-                    "journal_mode=wal synchronous=FULL busy_timeout_ms={}",
-                    inventory_store::BUSY_TIMEOUT_MS
-                ),
-            }),
-        connection_budget: env.connection_budget(),
-        cases: compared.reports.iter().map(|r| r.id.clone()).collect(),
+        postgres: ran.postgres.clone(),
+        sqlite: sqlite_record(selection),
+        connection_budget: ran.env.connection_budget(),
+        cases: ran.compared.reports.iter().map(|r| r.id.clone()).collect(),
         sequential: args.sequential,
         snapshot_mode: start.snapshot_mode,
         ci: snapshot::is_ci(),
-        durations: durations.clone(),
-        not_run: not_run.clone(),
-    };
-    let passed: usize = compared.reports.iter().map(|r| r.passed).sum();
-    let failed: usize = compared.reports.iter().map(|r| r.failed).sum();
-    let summary = format!("SUMMARY passed={passed} failed={failed}\n");
-    let not_run_block = external::not_run_block(&not_run);
-    let mut transcript = compared.transcript.clone();
-    transcript.push_str(&not_run_block);
-    transcript.push_str(&summary);
-    folder.finish(
-        &transcript,
-        &compared.reports,
-        &compared.diffs,
-        &environment,
-    )?;
-    interrupted::complete();
-    evidence::prune_runs(&args.evidence_dir, evidence::KEEP_RUNS);
-    drop(env); // stops the cluster (immediate) and removes its folder
-    print_closing(
-        args,
-        &durations,
-        &compared,
-        &folder,
-        start.seed,
-        start.snapshot_mode,
-    );
-    print!("{not_run_block}{summary}");
-    Ok(if failed == 0 { 0 } else { EXIT_CHECK_FAILED })
+        durations: ran.durations.clone(),
+        not_run: not_run.to_vec(),
+    }
+}
+
+/// The SQLite library's record, when a selected family works on SQLite files.
+fn sqlite_record(selection: &Selection<'_>) -> Option<evidence::SqliteRecord> {
+    selection
+        .families()
+        .iter()
+        .any(|family| matches!(family.engine, case_kit::Engine::SqliteFile))
+        .then(|| evidence::SqliteRecord {
+            version: inventory_store::sqlite_version().to_string(),
+            build: "bundled (compiled from source by rusqlite's bundled feature)".into(),
+            settings: format!(
+                "journal_mode=wal synchronous=FULL busy_timeout_ms={}",
+                inventory_store::BUSY_TIMEOUT_MS
+            ),
+        })
 }
 
 /// Runs the selected cases phase by phase: Exclusive one by one, Concurrent together

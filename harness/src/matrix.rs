@@ -133,6 +133,11 @@ pub fn run(args: &MatrixArgs) -> i32 {
     }
 }
 
+/// Runs every pinned major in turn, writes `matrix.json` and `matrix.md`, prints the
+/// outcome and returns the exit status ([`run`] says which).
+///
+/// Errors: the output folder, a run, its record or the matrix files could not be made
+/// or read.
 fn run_matrix(args: &MatrixArgs) -> anyhow::Result<i32> {
     let launched = Instant::now();
     let started_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
@@ -157,65 +162,19 @@ fn run_matrix(args: &MatrixArgs) -> anyhow::Result<i32> {
     ));
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let harness = std::env::current_exe().context("locating the harness binary")?;
-
-    let mut versions = Vec::new();
-    let mut results: BTreeMap<u32, ResultsFile> = BTreeMap::new();
-    let mut transcripts: BTreeMap<u32, BTreeMap<String, String>> = BTreeMap::new();
     // A bar on a terminal, a status line per major off one (case_kit::progress).
     let progress = case_kit::progress::Progress::new("matrix", majors.len() as u64);
-    for &major in &majors {
-        let output = out_dir.join(format!("pg{major}.out"));
-        progress.start_step(&format!("PostgreSQL {major}"));
-        let (exit_code, run_dir) = run_one(&harness, args, major, seed, &output, &progress)?;
-        progress.finish_step();
-        let run_dir = run_dir.with_context(|| {
-            format!(
-                "the PostgreSQL {major} run (exit {exit_code}) named no evidence folder; see {}",
-                output.display()
-            )
-        })?;
-        let record: serde_json::Value = read_json(&run_dir.join("environment.json"))?;
-        let file: ResultsFile = read_json(&run_dir.join("results.json"))?;
-        let mut by_case = BTreeMap::new();
-        for case in &file.cases {
-            let raw = fs::read_to_string(run_dir.join(format!("{}.txt", case.id)))
-                .with_context(|| format!("{} transcript of {}", case.id, run_dir.display()))?;
-            by_case.insert(case.id.clone(), case_kit::redact::redact(&raw));
-        }
-        let text = |pointer: &str| {
-            record
-                .pointer(pointer)
-                .and_then(|v| v.as_str())
-                .unwrap_or("")
-                .to_string()
-        };
-        versions.push(VersionRun {
-            major,
-            server_version: text("/postgres/facts/server_version"),
-            package: text("/postgres/package"),
-            exit_code,
-            passed: file.cases.iter().map(|c| c.passed).sum(),
-            failed: file.cases.iter().map(|c| c.failed).sum(),
-            wall_ms: record
-                .pointer("/durations/wall_ms")
-                .and_then(|v| v.as_u64())
-                .unwrap_or(0) as u128,
-            run_dir: run_dir.display().to_string(),
-            output: output.display().to_string(),
-        });
-        results.insert(major, file);
-        transcripts.insert(major, by_case);
-    }
+    let runs = run_versions(&harness, args, &majors, seed, &out_dir, &progress)?;
 
-    let cases = rows(&majors, &results);
-    let differences = differences(&majors, &cases, &transcripts);
+    let cases = rows(&majors, &runs.results);
+    let differences = differences(&majors, &cases, &runs.transcripts);
     let matrix = Matrix {
         started_at,
         git_commit: crate::evidence::git_commit(),
         seed,
         command: command_text(args, seed),
         wall_ms: launched.elapsed().as_millis(),
-        versions,
+        versions: runs.versions,
         cases,
         differences,
     };
@@ -223,11 +182,102 @@ fn run_matrix(args: &MatrixArgs) -> anyhow::Result<i32> {
     let md_path = args.evidence_dir.join("matrix.md");
     fs::write(&json_path, serde_json::to_string_pretty(&matrix)? + "\n")?;
     fs::write(&md_path, markdown(&matrix))?;
+    print_outcome(&matrix, &md_path, &json_path);
+    Ok(exit_status(&matrix))
+}
 
-    let all_passed = matrix
-        .versions
-        .iter()
-        .all(|run| run.exit_code == 0 && run.failed == 0);
+/// What the versions' runs left: one [`VersionRun`] each, and per major its results file
+/// and its redacted transcripts (case id → text).
+struct Runs {
+    versions: Vec<VersionRun>,
+    results: BTreeMap<u32, ResultsFile>,
+    transcripts: BTreeMap<u32, BTreeMap<String, String>>,
+}
+
+/// Runs the `harness` binary once per major in `majors` (output kept as
+/// `out_dir/pg<N>.out`, steps shown on `progress`) and reads each run's record.
+///
+/// Errors: a run could not start, named no evidence folder, or left a record that cannot
+/// be read.
+fn run_versions(
+    harness: &Path,
+    args: &MatrixArgs,
+    majors: &[u32],
+    seed: u64,
+    out_dir: &Path,
+    progress: &case_kit::progress::Progress,
+) -> anyhow::Result<Runs> {
+    let mut runs = Runs {
+        versions: Vec::new(),
+        results: BTreeMap::new(),
+        transcripts: BTreeMap::new(),
+    };
+    for &major in majors {
+        let output = out_dir.join(format!("pg{major}.out"));
+        progress.start_step(&format!("PostgreSQL {major}"));
+        let (exit_code, run_dir) = run_one(harness, args, major, seed, &output, progress)?;
+        progress.finish_step();
+        let run_dir = run_dir.with_context(|| {
+            format!(
+                "the PostgreSQL {major} run (exit {exit_code}) named no evidence folder; see {}",
+                output.display()
+            )
+        })?;
+        let (version, file, by_case) = read_run(major, exit_code, &run_dir, &output)?;
+        runs.versions.push(version);
+        runs.results.insert(major, file);
+        runs.transcripts.insert(major, by_case);
+    }
+    Ok(runs)
+}
+
+/// Reads one version's run from its evidence folder `run_dir`: its [`VersionRun`] (with
+/// the run's `exit_code` and standard output file `output`), its results file, and its
+/// transcripts redacted (case id → text).
+///
+/// Errors: `environment.json`, `results.json` or a case's transcript is missing or
+/// unreadable.
+fn read_run(
+    major: u32,
+    exit_code: i32,
+    run_dir: &Path,
+    output: &Path,
+) -> anyhow::Result<(VersionRun, ResultsFile, BTreeMap<String, String>)> {
+    let record: serde_json::Value = read_json(&run_dir.join("environment.json"))?;
+    let file: ResultsFile = read_json(&run_dir.join("results.json"))?;
+    let mut by_case = BTreeMap::new();
+    for case in &file.cases {
+        let raw = fs::read_to_string(run_dir.join(format!("{}.txt", case.id)))
+            .with_context(|| format!("{} transcript of {}", case.id, run_dir.display()))?;
+        by_case.insert(case.id.clone(), case_kit::redact::redact(&raw));
+    }
+    let text = |pointer: &str| {
+        record
+            .pointer(pointer)
+            .and_then(|v| v.as_str())
+            .unwrap_or("")
+            .to_string()
+    };
+    let version = VersionRun {
+        major,
+        server_version: text("/postgres/facts/server_version"),
+        package: text("/postgres/package"),
+        exit_code,
+        passed: file.cases.iter().map(|c| c.passed).sum(),
+        failed: file.cases.iter().map(|c| c.failed).sum(),
+        wall_ms: record
+            .pointer("/durations/wall_ms")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0) as u128,
+        run_dir: run_dir.display().to_string(),
+        output: output.display().to_string(),
+    };
+    Ok((version, file, by_case))
+}
+
+/// Prints the matrix's closing lines: its wall time, the version-dependent transcripts,
+/// the files written, and each version's SUMMARY.
+fn print_outcome(matrix: &Matrix, md_path: &Path, json_path: &Path) {
     let unexplained = matrix
         .differences
         .iter()
@@ -246,13 +296,22 @@ fn run_matrix(args: &MatrixArgs) -> anyhow::Result<i32> {
             run.major, run.server_version, run.passed, run.failed
         );
     }
-    Ok(if all_passed {
+}
+
+/// The matrix's exit status: 0 when every run passed, [`EXIT_HARNESS_ERROR`] when a run
+/// ended in a harness error, else [`EXIT_CHECK_FAILED`].
+fn exit_status(matrix: &Matrix) -> i32 {
+    let all_passed = matrix
+        .versions
+        .iter()
+        .all(|run| run.exit_code == 0 && run.failed == 0);
+    if all_passed {
         0
     } else if matrix.versions.iter().any(|run| run.exit_code == 2) {
         EXIT_HARNESS_ERROR
     } else {
         EXIT_CHECK_FAILED
-    })
+    }
 }
 
 /// Runs one version: its standard output goes to `output`, the lines that say how it
@@ -424,7 +483,6 @@ fn command_text(args: &MatrixArgs, seed: u64) -> String {
 
 /// `evidence/matrix.md`.
 fn markdown(matrix: &Matrix) -> String {
-    let seconds = |ms: u128| format!("{:.1} s", ms as f64 / 1000.0);
     let majors: Vec<u32> = matrix.versions.iter().map(|v| v.major).collect();
     let mut md = String::new();
     md.push_str("# PostgreSQL version matrix\n\n");
@@ -438,21 +496,37 @@ fn markdown(matrix: &Matrix) -> String {
         matrix.git_commit,
         seconds(matrix.wall_ms)
     ));
-    let header = |first: &str| {
-        let mut line = format!("| {first} |");
-        for major in &majors {
-            line.push_str(&format!(" PostgreSQL {major} |"));
-        }
-        line.push('\n');
-        line.push_str("|---|");
-        for _ in &majors {
-            line.push_str("---|");
-        }
-        line.push('\n');
-        line
-    };
-    md.push_str("## Runs\n\n");
-    md.push_str(&header(""));
+    md.push_str(&runs_section(matrix, &majors));
+    md.push_str(&differences_section(matrix));
+    md.push_str(&cases_section(matrix, &majors));
+    md
+}
+
+/// Milliseconds as seconds with one decimal, e.g. `1.5 s`.
+fn seconds(ms: u128) -> String {
+    format!("{:.1} s", ms as f64 / 1000.0)
+}
+
+/// A table's header line (`first`, then a column per major) and its separator line.
+fn table_header(first: &str, majors: &[u32]) -> String {
+    let mut line = format!("| {first} |");
+    for major in majors {
+        line.push_str(&format!(" PostgreSQL {major} |"));
+    }
+    line.push('\n');
+    line.push_str("|---|");
+    for _ in majors {
+        line.push_str("---|");
+    }
+    line.push('\n');
+    line
+}
+
+/// The `## Runs` section: a row per fact (server version, package, SUMMARY, exit status,
+/// wall time, record), a column per version.
+fn runs_section(matrix: &Matrix, majors: &[u32]) -> String {
+    let mut md = String::from("## Runs\n\n");
+    md.push_str(&table_header("", majors));
     let version_row = |name: &str, cell: &dyn Fn(&VersionRun) -> String| {
         let mut line = format!("| {name} |");
         for run in &matrix.versions {
@@ -472,8 +546,13 @@ fn markdown(matrix: &Matrix) -> String {
     md.push_str(&version_row("run wall", &|r| seconds(r.wall_ms)));
     md.push_str(&version_row("run record", &|r| format!("`{}`", r.run_dir)));
     md.push('\n');
+    md
+}
 
-    md.push_str("## Behaviour differences between versions\n\n");
+/// The `## Behaviour differences between versions` section: "None found", or per case
+/// its transcript groups, why (or that it is not explained yet) and the diff.
+fn differences_section(matrix: &Matrix) -> String {
+    let mut md = String::from("## Behaviour differences between versions\n\n");
     if matrix.differences.is_empty() {
         md.push_str(&format!(
             "None found: each of the {} cases printed the same redacted transcript on every \
@@ -482,39 +561,44 @@ fn markdown(matrix: &Matrix) -> String {
              times).\n\n",
             matrix.cases.len()
         ));
-    } else {
-        for difference in &matrix.differences {
-            let groups: Vec<String> = difference
-                .groups
-                .iter()
-                .map(|group| {
-                    group
-                        .iter()
-                        .map(u32::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                })
-                .collect();
-            md.push_str(&format!(
-                "### {}\n\nTranscript groups: {}.\n\n{}\n\n```diff\n{}```\n\n",
-                difference.id,
-                groups.join(" | "),
-                difference.explanation.as_deref().unwrap_or(
-                    "**Not explained yet**: this difference is not in the list of understood \
-                     ones (`harness/src/matrix.rs`, EXPLAINED); read the diff."
-                ),
-                difference.diff
-            ));
-        }
+        return md;
     }
+    for difference in &matrix.differences {
+        let groups: Vec<String> = difference
+            .groups
+            .iter()
+            .map(|group| {
+                group
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .collect();
+        md.push_str(&format!(
+            "### {}\n\nTranscript groups: {}.\n\n{}\n\n```diff\n{}```\n\n",
+            difference.id,
+            groups.join(" | "),
+            difference.explanation.as_deref().unwrap_or(
+                "**Not explained yet**: this difference is not in the list of understood \
+                 ones (`harness/src/matrix.rs`, EXPLAINED); read the diff."
+            ),
+            difference.diff
+        ));
+    }
+    md
+}
 
-    md.push_str(
+/// The `## Cases` section: a row per case, a cell per version (pass or FAIL, checks
+/// passed/failed, duration; or "not run").
+fn cases_section(matrix: &Matrix, majors: &[u32]) -> String {
+    let mut md = String::from(
         "## Cases\n\nEach cell: pass or FAIL (checks passed/failed), and the case's duration.\n\n",
     );
-    md.push_str(&header("case"));
+    md.push_str(&table_header("case", majors));
     for row in &matrix.cases {
         let mut line = format!("| {} {} |", row.id, row.title.replace('|', "\\|"));
-        for major in &majors {
+        for major in majors {
             match row.results.get(&major.to_string()) {
                 Some(cell) => line.push_str(&format!(
                     " {} {}/{}, {} ms |",

@@ -74,57 +74,7 @@ pub fn run(times: u32) -> ! {
         if SIGNAL.load(Ordering::SeqCst) != 0 {
             break;
         }
-        let mut child = match Command::new(&exe)
-            .args(&args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-        {
-            Ok(child) => child,
-            Err(error) => {
-                eprintln!("harness: cannot start run {number}: {error}");
-                std::process::exit(2);
-            }
-        };
-        CHILD.store(child.id() as i32, Ordering::SeqCst);
-        let mut run = Run {
-            number,
-            code: None,
-            seed: String::new(),
-            evidence: String::new(),
-            last: String::new(),
-            fails: Vec::new(),
-        };
-        let stdout = child.stdout.take().expect("piped stdout");
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(rest) = line.strip_prefix("seed=") {
-                run.seed = rest.split_whitespace().next().unwrap_or("").to_string();
-            } else if let Some(rest) = line.strip_prefix("evidence folder: ") {
-                run.evidence = rest.split(" (").next().unwrap_or(rest).to_string();
-            } else if line.trim_start().starts_with("FAIL") || line.starts_with("CASE ") {
-                run.fails.push(line.clone());
-            }
-            if !line.trim().is_empty() {
-                run.last = line;
-            }
-        }
-        let status = child.wait();
-        CHILD.store(0, Ordering::SeqCst);
-        run.code = status.ok().and_then(|s| s.code());
-        // Keep only the CASE lines followed by a FAIL line, and those FAIL lines.
-        let mut kept = Vec::new();
-        let mut header: Option<String> = None;
-        for line in std::mem::take(&mut run.fails) {
-            if line.starts_with("CASE ") {
-                header = Some(line);
-            } else {
-                if let Some(h) = header.take() {
-                    kept.push(h);
-                }
-                kept.push(line);
-            }
-        }
-        run.fails = kept;
+        let run = run_once(&exe, &args, number);
         println!(
             "repeat {number}/{times}: {} (seed={}, {})",
             if run.last.is_empty() {
@@ -139,15 +89,91 @@ pub fn run(times: u32) -> ! {
                 &run.evidence
             }
         );
-        let interrupted = matches!(run.code, Some(129 | 130 | 143) | None);
+        let interrupted = was_interrupted(run.code);
         runs.push(run);
         if interrupted {
             break;
         }
     }
+    report(&runs, times, &args)
+}
+
+/// Whether a run's exit status (`None`: killed by a signal) says it was interrupted.
+fn was_interrupted(code: Option<i32>) -> bool {
+    matches!(code, Some(129 | 130 | 143) | None)
+}
+
+/// Runs the harness `exe` once with `args` as run `number` (its pid in [`CHILD`] while
+/// it runs, for the signal handler) and reads from its standard output the seed, the
+/// evidence folder, the last line and the failing cases' lines. Exits with status 2 when
+/// the run cannot start.
+fn run_once(exe: &std::path::Path, args: &[OsString], number: u32) -> Run {
+    let mut child = match Command::new(exe)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(error) => {
+            eprintln!("harness: cannot start run {number}: {error}");
+            std::process::exit(2);
+        }
+    };
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    let mut run = Run {
+        number,
+        code: None,
+        seed: String::new(),
+        evidence: String::new(),
+        last: String::new(),
+        fails: Vec::new(),
+    };
+    let stdout = child.stdout.take().expect("piped stdout");
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        if let Some(rest) = line.strip_prefix("seed=") {
+            run.seed = rest.split_whitespace().next().unwrap_or("").to_string();
+        } else if let Some(rest) = line.strip_prefix("evidence folder: ") {
+            run.evidence = rest.split(" (").next().unwrap_or(rest).to_string();
+        } else if line.trim_start().starts_with("FAIL") || line.starts_with("CASE ") {
+            run.fails.push(line.clone());
+        }
+        if !line.trim().is_empty() {
+            run.last = line;
+        }
+    }
+    let status = child.wait();
+    CHILD.store(0, Ordering::SeqCst);
+    run.code = status.ok().and_then(|s| s.code());
+    run.fails = failing_cases(std::mem::take(&mut run.fails));
+    run
+}
+
+/// Of `lines` (CASE headers and FAIL lines, in output order), only the CASE lines followed
+/// by a FAIL line, and those FAIL lines.
+fn failing_cases(lines: Vec<String>) -> Vec<String> {
+    let mut kept = Vec::new();
+    let mut header: Option<String> = None;
+    for line in lines {
+        if line.starts_with("CASE ") {
+            header = Some(line);
+        } else {
+            if let Some(h) = header.take() {
+                kept.push(h);
+            }
+            kept.push(line);
+        }
+    }
+    kept
+}
+
+/// Prints each failed run (its last line, seed, record, re-run command and FAIL lines)
+/// and the closing REPEAT line, then exits: 128 + signal when interrupted, 1 when a run
+/// failed, else 0.
+fn report(runs: &[Run], times: u32, args: &[OsString]) -> ! {
     let finished: Vec<&Run> = runs
         .iter()
-        .filter(|run| !matches!(run.code, Some(129 | 130 | 143) | None))
+        .filter(|run| !was_interrupted(run.code))
         .collect();
     let failed: Vec<&&Run> = finished.iter().filter(|run| run.code != Some(0)).collect();
     for run in &failed {
@@ -158,7 +184,7 @@ pub fn run(times: u32) -> ! {
             run.seed,
             run.evidence,
             run.seed,
-            selection_words(&args)
+            selection_words(args)
         );
         for line in &run.fails {
             println!("    {line}");

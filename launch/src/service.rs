@@ -269,6 +269,60 @@ pub struct Service {
     tokens: Option<Tokens>,
 }
 
+/// The tokens of a service started with `options` and the log file `log_path`: written
+/// beside the log (`<log>.tokens`) when authentication is on for it ([`Auth`]), `None`
+/// otherwise.
+///
+/// Errors: the token file could not be written.
+fn auth_tokens(log_path: &Path, options: &ServiceOptions) -> anyhow::Result<Option<Tokens>> {
+    match options.auth {
+        Auth::On => true,
+        Auth::Off => false,
+        Auth::FromRun => run_auth(),
+    }
+    .then(|| {
+        Tokens::write(
+            log_path.with_extension("tokens"),
+            &options.clients,
+            &options.admins,
+        )
+    })
+    .transpose()
+}
+
+/// The command line of `ledger-svc` (`binary`) on `database_url`: both listeners on free
+/// loopback ports, the options' pool size, extra arguments, fault injection and token
+/// file; standard output piped (its first line names the addresses), standard error to
+/// `log`.
+///
+/// Errors: the log file handle could not be duplicated.
+fn service_command(
+    binary: &Path,
+    database_url: &str,
+    options: &ServiceOptions,
+    log: &File,
+    tokens: Option<&Tokens>,
+) -> anyhow::Result<Command> {
+    let mut command = Command::new(binary);
+    command
+        .arg("--database-url")
+        .arg(database_url)
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .arg("--pool-size")
+        .arg(options.pool_size.to_string())
+        .args(&options.extra_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log.try_clone()?);
+    if options.fault_injection {
+        command.arg("--enable-fault-injection");
+    }
+    if let Some(tokens) = tokens {
+        command.arg("--auth-tokens").arg(&tokens.file);
+    }
+    Ok(command)
+}
+
 /// The `ledger-svc` binary: `LEDGER_SVC_BIN`, else beside the running executable, else
 /// one folder up from it.
 ///
@@ -322,36 +376,8 @@ impl Service {
             .append(true)
             .open(&log_path)
             .with_context(|| format!("opening {}", log_path.display()))?;
-        let tokens = match options.auth {
-            Auth::On => true,
-            Auth::Off => false,
-            Auth::FromRun => run_auth(),
-        }
-        .then(|| {
-            Tokens::write(
-                log_path.with_extension("tokens"),
-                &options.clients,
-                &options.admins,
-            )
-        })
-        .transpose()?;
-        let mut command = Command::new(&binary);
-        command
-            .arg("--database-url")
-            .arg(database_url)
-            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-            .arg("--pool-size")
-            .arg(options.pool_size.to_string())
-            .args(&options.extra_args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log.try_clone()?);
-        if options.fault_injection {
-            command.arg("--enable-fault-injection");
-        }
-        if let Some(tokens) = &tokens {
-            command.arg("--auth-tokens").arg(&tokens.file);
-        }
+        let tokens = auth_tokens(&log_path, &options)?;
+        let command = service_command(&binary, database_url, &options, &log, tokens.as_ref())?;
         let mut child = scratch_pg::process::spawn_tied(command, None, libc::SIGKILL)
             .with_context(|| format!("starting {}", binary.display()))?;
         let stdout = child.stdout.take();
@@ -378,21 +404,29 @@ impl Service {
             .ok_or_else(|| anyhow!("unexpected first line from ledger-svc: {line:?}"))?;
         service.public = public;
         service.admin = admin;
+        service.wait_ready(deadline).await?;
+        Ok(service)
+    }
+
+    /// Probes `/readyz` every [`HEALTH_POLL_MS`] until it answers 200.
+    ///
+    /// Errors: not ready by `deadline`.
+    async fn wait_ready(&self, deadline: Instant) -> anyhow::Result<()> {
         loop {
-            let healthy = service
+            let healthy = self
                 .http
-                .get(service.public_url("/readyz"))
+                .get(self.public_url("/readyz"))
                 .send()
                 .await
                 .is_ok_and(|response| response.status() == 200);
             if healthy {
-                return Ok(service);
+                return Ok(());
             }
             if Instant::now() >= deadline {
                 bail!(
                     "ledger-svc was not ready (/readyz) within {SERVICE_START_TIMEOUT_MS} ms \
                      (log: {})",
-                    service.log_path.display()
+                    self.log_path.display()
                 );
             }
             tokio::time::sleep(Duration::from_millis(HEALTH_POLL_MS)).await;
