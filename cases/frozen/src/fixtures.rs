@@ -288,7 +288,7 @@ pub async fn invariant(ctx: &mut Ctx, db: &mut tokio_postgres::Client) -> anyhow
 
 /// How a negative control runs: with the fault forced (what `./run.sh` does), or under
 /// a plan where the fault cannot happen, so that its `negative control exposes` check
-/// must FAIL (what `cases/tests/frozen_controls.rs` shows).
+/// must FAIL (what `cases/frozen/tests/frozen_controls.rs` shows).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Plan {
     /// The window is forced open (barrier, hook point or injected failure).

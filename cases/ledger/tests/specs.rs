@@ -1,4 +1,4 @@
-//! The spec-file cases (`cases/src/ledger/specs/`, `case_kit::spec`):
+//! The spec-file cases (`cases/ledger/specs/`, `case_kit::spec`):
 //!
 //! - a spec whose expected lock wait does not happen fails its snapshot: L-S1 with
 //!   its transactions removed (each debit commits at once, so neither waits)
@@ -32,7 +32,7 @@ fn spec_file(name: &str) -> (String, Spec) {
     let text = std::fs::read_to_string(PathBuf::from(spec_calls::SPEC_DIR).join(name))
         .expect("read the spec");
     let spec = spec::parse(&text).expect("parse the spec");
-    (format!("cases/src/ledger/specs/{name}"), spec)
+    (format!("cases/ledger/specs/{name}"), spec)
 }
 
 async fn run(env: &Arc<Env>, family: &Family, id: &str, shown: String, spec: Spec) -> CaseReport {
@@ -160,7 +160,7 @@ fn the_readme_example_is_the_spec_that_runs() {
     .expect("L-S1");
     assert!(
         readme.contains(&format!("```text\n{spec}```")),
-        "README.md's spec example differs from cases/src/ledger/specs/s1_debit_rechecks_newest_row.spec"
+        "README.md's spec example differs from cases/ledger/specs/s1_debit_rechecks_newest_row.spec"
     );
     let lines = spec.lines().count();
     assert!((20..=40).contains(&lines), "the example has {lines} lines");
