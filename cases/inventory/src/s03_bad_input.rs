@@ -39,8 +39,32 @@ const CALLER_UNITS: i64 = 7;
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let store = seeded_store(ctx)?;
+    refuse_bad_input(ctx, &store)?;
+    leave_open_transaction_alone(ctx, &store)?;
 
-    // Bad input: each refused as Invalid, with its reason.
+    // Ids are compared exactly.
+    let lower = store.apply_change("ship-1", ITEM, -1);
+    let upper = store.apply_change("SHIP-1", ITEM, -1);
+    ctx.note(format!(
+        "ship-1 -1 -> {}; SHIP-1 -1 -> {}",
+        outcome_text(&lower),
+        outcome_text(&upper)
+    ));
+    ctx.check_eq("ship-1", "applied".to_string(), outcome_kind(&lower));
+    ctx.check_eq(
+        "SHIP-1 after ship-1 is a new event",
+        "applied".to_string(),
+        outcome_kind(&upper),
+    );
+    ctx.check_eq("rows", 2, store.change_count()?);
+    ctx.check_eq("units", START_UNITS - 2, units_of(&store, ITEM)?);
+    Ok(())
+}
+
+/// Bad input: checks each is refused as Invalid, with its reason, and nothing is stored.
+///
+/// Errors: the store cannot be read.
+fn refuse_bad_input(ctx: &mut Ctx, store: &Store) -> anyhow::Result<()> {
     let inputs = [
         json!({"event_id": "", "item": ITEM, "delta": 5}),
         json!({"event_id": "   ", "item": ITEM, "delta": 5}),
@@ -65,10 +89,18 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "units after the bad input",
         START_UNITS,
-        units_of(&store, ITEM)?,
+        units_of(store, ITEM)?,
     );
+    Ok(())
+}
 
-    // caller: its own transaction on the store's connection, with an uncommitted row.
+/// caller: its own transaction on the store's connection, with an uncommitted row.
+/// Checks the store refuses to apply on it (InTransaction), and that the caller's
+/// transaction stays open, keeps its row and commits it.
+///
+/// Errors: the caller's statements fail, the store cannot be read or a second connection
+/// opened.
+fn leave_open_transaction_alone(ctx: &mut Ctx, store: &Store) -> anyhow::Result<()> {
     let connection = store.connection();
     connection.execute_batch("BEGIN")?;
     connection.execute(
@@ -101,7 +133,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "the caller sees its uncommitted row",
         CALLER_UNITS,
-        units_of(&store, CALLER_ITEM)?,
+        units_of(store, CALLER_ITEM)?,
     );
     let other = Store::open(&ctx.sqlite_path())?;
     ctx.check_eq(
@@ -116,22 +148,5 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         units_of(&other, CALLER_ITEM)?,
     );
     ctx.check_eq("rows after the refusal", 0, store.change_count()?);
-
-    // Ids are compared exactly.
-    let lower = store.apply_change("ship-1", ITEM, -1);
-    let upper = store.apply_change("SHIP-1", ITEM, -1);
-    ctx.note(format!(
-        "ship-1 -1 -> {}; SHIP-1 -1 -> {}",
-        outcome_text(&lower),
-        outcome_text(&upper)
-    ));
-    ctx.check_eq("ship-1", "applied".to_string(), outcome_kind(&lower));
-    ctx.check_eq(
-        "SHIP-1 after ship-1 is a new event",
-        "applied".to_string(),
-        outcome_kind(&upper),
-    );
-    ctx.check_eq("rows", 2, store.change_count()?);
-    ctx.check_eq("units", START_UNITS - 2, units_of(&store, ITEM)?);
     Ok(())
 }

@@ -80,17 +80,39 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         consequence: "the retry is refused again; only a new id ships it",
     };
 
+    note_table(ctx, &key_free, &key_recorded);
+    check_stories(ctx, &key_free, &key_recorded);
+    let new_id = step("ship-4b", SHIP_UNITS);
+    ctx.check_eq("recorded: a new id ships it", "applied".to_string(), new_id);
+
+    for (name, store) in [("key free", &free), ("recorded", &recorded)] {
+        let findings = reconcile(store.connection())?;
+        ctx.check(
+            format!("{name}: the file reconciles"),
+            findings.is_empty(),
+            format!("findings={}", findings.len()),
+        );
+    }
+    Ok(())
+}
+
+/// The table: a header and one row per policy, as notes.
+fn note_table(ctx: &mut Ctx, key_free: &Story, key_recorded: &Story) {
     ctx.note(format!(
         "{:<34} | {:<24} | {:<14} | {:<24} | {:<5} | consequence",
         "policy", "ship-4 -150 at 100 units", "restock-4 +100", "retry ship-4 -150", "units"
     ));
-    for story in [&key_free, &key_recorded] {
+    for story in [key_free, key_recorded] {
         ctx.note(format!(
             "{:<34} | {:<24} | {:<14} | {:<24} | {:<5} | {}",
             story.policy, story.first, story.restock, story.retry, story.units, story.consequence
         ));
     }
+}
 
+/// Checks each step of both stories: key free (insufficient, applied, applied, 50 units)
+/// and recorded (refused, applied, refusal replayed, 200 units).
+fn check_stories(ctx: &mut Ctx, key_free: &Story, key_recorded: &Story) {
     ctx.check_eq(
         "key free: first attempt",
         "insufficient".to_string(),
@@ -131,16 +153,4 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         START_UNITS + RESTOCK_UNITS,
         key_recorded.units,
     );
-    let new_id = step("ship-4b", SHIP_UNITS);
-    ctx.check_eq("recorded: a new id ships it", "applied".to_string(), new_id);
-
-    for (name, store) in [("key free", &free), ("recorded", &recorded)] {
-        let findings = reconcile(store.connection())?;
-        ctx.check(
-            format!("{name}: the file reconciles"),
-            findings.is_empty(),
-            format!("findings={}", findings.len()),
-        );
-    }
-    Ok(())
 }

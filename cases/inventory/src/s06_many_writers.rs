@@ -64,7 +64,26 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let start_file = path.with_file_name(format!("{}.start", ctx.case_id()));
     remove_database_files(&start_file)?;
 
-    // workers: 4 processes, 8 connections each, all open before the start.
+    let mut workers = launch_writers(&path, &start_file)?;
+    release_when_ready(ctx, &mut workers, &start_file).await?;
+    let outcomes = collect_outcomes(ctx, &mut workers).await?;
+    check_outcomes(ctx, &store, &outcomes)?;
+
+    forced_control(ctx, &path, ControlSchedule::BCommitsBetweenReadAndWrite)?;
+    let findings = reconcile(store.connection())?;
+    ctx.check(
+        "the file reconciles",
+        findings.is_empty(),
+        format!("findings={}", findings.len()),
+    );
+    Ok(())
+}
+
+/// workers: 4 processes, 8 connections each, all open before the start; each waits for
+/// `start_file` to exist.
+///
+/// Errors: a worker cannot be launched.
+fn launch_writers(path: &Path, start_file: &Path) -> anyhow::Result<Vec<CrashWorker>> {
     let mut workers = Vec::new();
     for process in 0..PROCESSES {
         workers.push(CrashWorker::launch([
@@ -84,8 +103,21 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             start_file.display().to_string(),
         ])?);
     }
+    Ok(workers)
+}
+
+/// Checks every worker printed READY with its connections open (waiting up to
+/// [`READY_WAIT_MS`] each), then creates `start_file`: the start barrier across processes,
+/// which every worker polls for.
+///
+/// Errors: a worker's output cannot be read, the file cannot be written.
+async fn release_when_ready(
+    ctx: &mut Ctx,
+    workers: &mut [CrashWorker],
+    start_file: &Path,
+) -> anyhow::Result<()> {
     let mut ready = 0;
-    for worker in &mut workers {
+    for worker in workers.iter_mut() {
         let line = worker
             .next_line(Duration::from_millis(READY_WAIT_MS))
             .await?
@@ -94,12 +126,30 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     }
     ctx.check_eq("worker processes ready", PROCESSES, ready);
     // The start barrier across processes: every worker polls for this file.
-    std::fs::write(&start_file, b"go\n")?;
+    std::fs::write(start_file, b"go\n")?;
+    Ok(())
+}
 
+/// What the writers reported on their OUTCOME lines.
+struct Outcomes {
+    applied: usize,
+    insufficient: usize,
+    /// Any other outcome, as `outcome/code`.
+    other: Vec<String>,
+    event_ids: BTreeSet<String>,
+    /// The slowest writer's time for its change, lock wait included, milliseconds.
+    longest_ms: u64,
+}
+
+/// Reads each worker's OUTCOME lines (up to [`OUTCOME_WAIT_MS`] per line) until it ends,
+/// and checks it exited 0 (within [`EXIT_WAIT_MS`]). Returns the outcomes counted.
+///
+/// Errors: a worker's output cannot be read or it does not exit.
+async fn collect_outcomes(ctx: &mut Ctx, workers: &mut [CrashWorker]) -> anyhow::Result<Outcomes> {
     let (mut applied, mut insufficient, mut other) = (0usize, 0usize, Vec::new());
     let mut event_ids = BTreeSet::new();
     let mut longest_ms = 0u64;
-    for worker in &mut workers {
+    for worker in workers.iter_mut() {
         while let Some(line) = worker
             .next_line(Duration::from_millis(OUTCOME_WAIT_MS))
             .await?
@@ -124,6 +174,27 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         let end = worker.wait(Duration::from_millis(EXIT_WAIT_MS)).await?;
         ctx.check_eq("a writer process's exit status", 0, end.shell_status());
     }
+    Ok(Outcomes {
+        applied,
+        insufficient,
+        other,
+        event_ids,
+        longest_ms,
+    })
+}
+
+/// Notes the outcomes and checks the split (14 Applied, 18 Insufficient, nothing else)
+/// against the store's units and rows.
+///
+/// Errors: the store cannot be read.
+fn check_outcomes(ctx: &mut Ctx, store: &Store, outcomes: &Outcomes) -> anyhow::Result<()> {
+    let Outcomes {
+        applied,
+        insufficient,
+        ref other,
+        ref event_ids,
+        longest_ms,
+    } = *outcomes;
     ctx.note(format!(
         "applied={applied} insufficient={insufficient} other={} distinct_event_ids={}",
         other.len(),
@@ -148,16 +219,8 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             other.join(",")
         },
     );
-    ctx.check_eq("units", 2, units_of(&store, ITEM)?);
+    ctx.check_eq("units", 2, units_of(store, ITEM)?);
     ctx.check_eq("rows", 14, store.change_count()?);
-
-    forced_control(ctx, &path, ControlSchedule::BCommitsBetweenReadAndWrite)?;
-    let findings = reconcile(store.connection())?;
-    ctx.check(
-        "the file reconciles",
-        findings.is_empty(),
-        format!("findings={}", findings.len()),
-    );
     Ok(())
 }
 

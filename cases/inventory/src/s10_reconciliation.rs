@@ -38,36 +38,7 @@ const SECOND_START: i64 = 50;
 const TAMPER_UNITS: i64 = 5;
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
-    // Every other clean file of the family in this run (none when S10 runs alone). The
-    // list goes to the run record, not the transcript, so the snapshot does not depend on
-    // which cases ran.
-    let files = ctx.clean_sqlite_files();
-    let mut findings_in_clean = Vec::new();
-    for file in &files {
-        let store = Store::open_existing(file)?;
-        for finding in reconcile(store.connection())? {
-            let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
-            findings_in_clean.push(format!("{}: {finding}", name.unwrap_or_default()));
-        }
-    }
-    ctx.record(
-        "reconciled_databases",
-        serde_json::Value::from(
-            files
-                .iter()
-                .filter_map(|file| file.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .collect::<Vec<_>>(),
-        ),
-    );
-    ctx.check(
-        "every other clean file of the family: no findings",
-        findings_in_clean.is_empty(),
-        if findings_in_clean.is_empty() {
-            "findings=0".to_string()
-        } else {
-            findings_in_clean.join("; ")
-        },
-    );
+    check_clean_files(ctx)?;
 
     // Its own file: two items, applied, refused and replayed changes.
     let store = seeded_store(ctx)?;
@@ -96,7 +67,51 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         format!("findings={}", own.len()),
     );
 
-    // Tamper: units added to item 2 without a change.
+    tamper_and_check(ctx, &store)?;
+    Ok(())
+}
+
+/// Every other clean file of the family in this run (none when S10 runs alone): checks
+/// none has findings. The list goes to the run record, not the transcript, so the
+/// snapshot does not depend on which cases ran.
+///
+/// Errors: a file cannot be opened or reconciled.
+fn check_clean_files(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let files = ctx.clean_sqlite_files();
+    let mut findings_in_clean = Vec::new();
+    for file in &files {
+        let store = Store::open_existing(file)?;
+        for finding in reconcile(store.connection())? {
+            let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
+            findings_in_clean.push(format!("{}: {finding}", name.unwrap_or_default()));
+        }
+    }
+    ctx.record(
+        "reconciled_databases",
+        serde_json::Value::from(
+            files
+                .iter()
+                .filter_map(|file| file.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect::<Vec<_>>(),
+        ),
+    );
+    ctx.check(
+        "every other clean file of the family: no findings",
+        findings_in_clean.is_empty(),
+        if findings_in_clean.is_empty() {
+            "findings=0".to_string()
+        } else {
+            findings_in_clean.join("; ")
+        },
+    );
+    Ok(())
+}
+
+/// Tamper: units added to item 2 without a change. Checks reconciliation names item 2,
+/// stored = recomputed + 5, and not item 1.
+///
+/// Errors: the update or the reconciliation fails.
+fn tamper_and_check(ctx: &mut Ctx, store: &Store) -> anyhow::Result<()> {
     store.connection().execute(
         "UPDATE stock SET units = units + ?1 WHERE item_id = ?2",
         [TAMPER_UNITS, SECOND_ITEM],

@@ -7,10 +7,11 @@
 //! replayed, or the new key does not succeed with balance 9.
 
 use futures_util::FutureExt;
+use tokio_postgres::Client;
 
 use super::queries;
 use case_kit::{Case, Ctx};
-use launch::service::{Service, ServiceOptions};
+use launch::service::{Reply, Service, ServiceOptions};
 
 use super::http::{LedgerCalls, LedgerReply};
 
@@ -64,7 +65,21 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         queries::existing_balance(&db, ACCOUNT).await?,
     );
 
-    // Step 3: the same key again → the recorded refusal, replayed, nothing executed.
+    retry_rejected_key(ctx, &service, &db, &first).await?;
+    debit_new_key(ctx, &service, &db).await?;
+
+    service.stop_checked(ctx).await?;
+    Ok(())
+}
+
+/// Step 3: the same key again → the recorded refusal, replayed, nothing executed. Checks
+/// the retry's answer against `first` and the unchanged balance.
+async fn retry_rejected_key(
+    ctx: &mut Ctx,
+    service: &Service,
+    db: &Client,
+    first: &Reply,
+) -> anyhow::Result<()> {
     let retry = service
         .debit_once(CLIENT, REJECTED_KEY, ACCOUNT, DEBIT)
         .await?;
@@ -87,10 +102,14 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "balance unchanged by the retry",
         GRANT,
-        queries::existing_balance(&db, ACCOUNT).await?,
+        queries::existing_balance(db, ACCOUNT).await?,
     );
+    Ok(())
+}
 
-    // Step 4: a new key is a new request → executes.
+/// Step 4: a new key is a new request → executes. Checks its answer, the one debit, and
+/// that the rejected key is still recorded as INSUFFICIENT without a transaction.
+async fn debit_new_key(ctx: &mut Ctx, service: &Service, db: &Client) -> anyhow::Result<()> {
     let fresh = service.debit_once(CLIENT, NEW_KEY, ACCOUNT, DEBIT).await?;
     ctx.note(format!("debit 1 with {NEW_KEY}: {}", fresh.summary()));
     ctx.check_eq(
@@ -107,7 +126,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "debit transactions on the account",
         1,
-        queries::count_txns(&db, ACCOUNT, "DEBIT").await?,
+        queries::count_txns(db, ACCOUNT, "DEBIT").await?,
     );
     let recorded: (String, Option<i64>) = {
         let row = db
@@ -123,7 +142,5 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         recorded == ("INSUFFICIENT".to_string(), None),
         format!("outcome={} txn={}", recorded.0, recorded.1.is_some()),
     );
-
-    service.stop_checked(ctx).await?;
     Ok(())
 }

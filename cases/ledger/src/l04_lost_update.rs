@@ -81,8 +81,34 @@ pub async fn run_with(ctx: &mut Ctx, plan: RacePlan) -> anyhow::Result<()> {
         debited_by_entries,
     );
 
-    // The ledger's own reconciliation on this database.
-    let findings = reconcile(&mut db).await?;
+    check_reconciliation(ctx, &mut db, expected_balance, expected_recomputed).await?;
+
+    // The verdict: debits reported as done whose points never left the balance.
+    let fell_by = START_BALANCE - balance;
+    let lost_points = debited_by_entries - fell_by;
+    let misbehaved = tally.committed as i64 * DEBIT == debited_by_entries && lost_points > 0;
+    ctx.exposes(
+        ANOMALY,
+        misbehaved,
+        format!(
+            "reported_ok={} balance_fell_by={fell_by} lost_points={lost_points}",
+            tally.committed
+        ),
+    );
+    Ok(())
+}
+
+/// The ledger's own reconciliation on this database: checks it finds the account's stored
+/// `expected_balance` against `expected_recomputed` from the entries, and the 32 naive
+/// transactions without an idempotency registration.
+async fn check_reconciliation(
+    ctx: &mut Ctx,
+    db: &mut tokio_postgres::Client,
+    expected_balance: i64,
+    expected_recomputed: i64,
+) -> anyhow::Result<()> {
+    let participants = naive::RACE_PARTICIPANTS;
+    let findings = reconcile(db).await?;
     ctx.note(format!("reconcile: {}", findings.summary()));
     let mismatch = findings
         .balance_mismatches
@@ -117,19 +143,6 @@ pub async fn run_with(ctx: &mut Ctx, plan: RacePlan) -> anyhow::Result<()> {
         "of them written by the naive debit",
         findings.txns_without_request.len(),
         unregistered,
-    );
-
-    // The verdict: debits reported as done whose points never left the balance.
-    let fell_by = START_BALANCE - balance;
-    let lost_points = debited_by_entries - fell_by;
-    let misbehaved = tally.committed as i64 * DEBIT == debited_by_entries && lost_points > 0;
-    ctx.exposes(
-        ANOMALY,
-        misbehaved,
-        format!(
-            "reported_ok={} balance_fell_by={fell_by} lost_points={lost_points}",
-            tally.committed
-        ),
     );
     Ok(())
 }

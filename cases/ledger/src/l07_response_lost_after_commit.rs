@@ -19,6 +19,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use points_ledger::{HookPoint, reconcile};
 use serde_json::json;
+use tokio_postgres::Client;
 
 use super::modes::StatementsOnly;
 use super::queries;
@@ -57,15 +58,7 @@ const NAIVE_LOST_KEY: &str = "k-0702";
 const NAIVE_NEW_KEY: &str = "k-0703";
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
-    let service = Service::start(
-        ctx,
-        ServiceOptions {
-            fault_injection: true,
-            clients: vec![CLIENT.into()],
-            ..ServiceOptions::default()
-        },
-    )
-    .await?;
+    let service = start_service(ctx).await?;
     let db = ctx.connect().await?;
     service
         .grant("ops", "g-0701", ACCOUNT, START_BALANCE)
@@ -77,9 +70,32 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         "the service pauses after the commit; the client gives up once it sees the response held",
     );
 
-    // The positive path: lose the response, retry with the same key.
-    let lost = lose_response(ctx, &service, ACCOUNT, KEY).await?;
-    let balance_at_timeout = queries::existing_balance(&db, ACCOUNT).await?;
+    same_key_retry(ctx, &service, &db).await?;
+    new_key_retry(ctx, &service, &db).await?;
+
+    service.stop_checked(ctx).await?;
+    Ok(())
+}
+
+/// Starts ledger-svc with fault injection, for [`CLIENT`].
+async fn start_service(ctx: &Ctx) -> anyhow::Result<Service> {
+    Service::start(
+        ctx,
+        ServiceOptions {
+            fault_injection: true,
+            clients: vec![CLIENT.into()],
+            ..ServiceOptions::default()
+        },
+    )
+    .await
+}
+
+/// The positive path: loses the response, retries with the same key. Checks the balance
+/// was already debited when the client gave up, and that the retry replays the first
+/// attempt (txn id, balance) with one transaction for the key.
+async fn same_key_retry(ctx: &mut Ctx, service: &Service, db: &Client) -> anyhow::Result<()> {
+    let lost = lose_response(ctx, service, ACCOUNT, KEY).await?;
+    let balance_at_timeout = queries::existing_balance(db, ACCOUNT).await?;
     ctx.note(format!(
         "after the client gave up: balance={balance_at_timeout}"
     ));
@@ -106,7 +122,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         true,
         retry.replayed,
     );
-    let executed = executed_txn(&db, KEY).await?;
+    let executed = executed_txn(db, KEY).await?;
     ctx.check(
         "retry reports the txn id of the transaction the first attempt executed",
         retry.txn_id().is_some() && retry.txn_id() == executed,
@@ -124,22 +140,26 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "transactions for the key",
         1,
-        queries::txns_for_key(&db, CLIENT, KEY).await?,
+        queries::txns_for_key(db, CLIENT, KEY).await?,
     );
     ctx.check_eq(
         "balance after the retry",
         START_BALANCE - DEBIT,
-        queries::existing_balance(&db, ACCOUNT).await?,
+        queries::existing_balance(db, ACCOUNT).await?,
     );
+    Ok(())
+}
 
-    // Negative control: the same lost response, then a retry under a new key.
-    lose_response(ctx, &service, NAIVE_ACCOUNT, NAIVE_LOST_KEY).await?;
+/// Negative control: the same lost response, then a retry under a new key; the control
+/// sees whether it debits twice, and reconciliation is checked to find nothing wrong.
+async fn new_key_retry(ctx: &mut Ctx, service: &Service, db: &Client) -> anyhow::Result<()> {
+    lose_response(ctx, service, NAIVE_ACCOUNT, NAIVE_LOST_KEY).await?;
     let naive = service
         .debit_once(CLIENT, NAIVE_NEW_KEY, NAIVE_ACCOUNT, DEBIT)
         .await?;
     ctx.note(format!("new-key retry: {}", naive.summary()));
-    let naive_balance = queries::existing_balance(&db, NAIVE_ACCOUNT).await?;
-    let naive_debits = queries::count_txns(&db, NAIVE_ACCOUNT, "DEBIT").await?;
+    let naive_balance = queries::existing_balance(db, NAIVE_ACCOUNT).await?;
+    let naive_debits = queries::count_txns(db, NAIVE_ACCOUNT, "DEBIT").await?;
     ctx.exposes(
         "a retry under a new key debits twice (balance 40)",
         naive_balance == START_BALANCE - 2 * DEBIT && naive_debits == 2,
@@ -152,8 +172,6 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         findings.is_clean(),
         findings.summary(),
     );
-
-    service.stop_checked(ctx).await?;
     Ok(())
 }
 

@@ -17,6 +17,7 @@ use futures_util::FutureExt;
 use futures_util::future::join_all;
 use points_ledger::HookPoint;
 use serde_json::json;
+use tokio_postgres::Client;
 
 use super::modes::StatementsOnly;
 use super::queries;
@@ -60,16 +61,7 @@ WHERE datname = current_database() AND application_name = 'ledger-svc'
   AND wait_event_type = 'Lock'";
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
-    let service = Service::start(
-        ctx,
-        ServiceOptions {
-            fault_injection: true,
-            pool_size: POOL_SIZE,
-            clients: vec![CLIENT.into(), OTHER_CLIENT.into()],
-            ..ServiceOptions::default()
-        },
-    )
-    .await?;
+    let service = start_service(ctx).await?;
     let db = ctx.connect().await?;
     service
         .grant("ops", "g-0801", ACCOUNT, START_BALANCE)
@@ -81,6 +73,37 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         )
         .await?;
 
+    let replies = send_together(ctx, &service, &db).await?;
+    let txn_ids = check_one_execution(ctx, &db, replies).await?;
+    check_key_reused(ctx, &service, &db).await?;
+    check_other_client(ctx, &service, &db, &txn_ids).await?;
+
+    service.stop_checked(ctx).await?;
+    Ok(())
+}
+
+/// Starts ledger-svc with fault injection and a pool of [`POOL_SIZE`].
+async fn start_service(ctx: &Ctx) -> anyhow::Result<Service> {
+    Service::start(
+        ctx,
+        ServiceOptions {
+            fault_injection: true,
+            pool_size: POOL_SIZE,
+            clients: vec![CLIENT.into(), OTHER_CLIENT.into()],
+            ..ServiceOptions::default()
+        },
+    )
+    .await
+}
+
+/// 16 identical requests, sent together; meanwhile, waits (up to [`WAITERS_WAIT_MS`]) for
+/// 15 of them to queue on the key held by the paused first one, releases it, and checks
+/// both. Returns the requests' replies.
+async fn send_together(
+    ctx: &mut Ctx,
+    service: &Service,
+    db: &Client,
+) -> anyhow::Result<Vec<Result<Reply, reqwest::Error>>> {
     // 16 identical requests, sent together; meanwhile, wait for 15 of them to queue on
     // the key held by the paused first one, then release it.
     let requests = join_all((0..REQUESTS).map(|_| service.debit_once(CLIENT, KEY, ACCOUNT, DEBIT)));
@@ -108,7 +131,16 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         waiting,
     );
     ctx.check_eq("paused requests released", 1, released);
+    Ok(replies)
+}
 
+/// Checks that of the 16 replies one executed and 15 replayed the same 201, and that the
+/// key has one transaction and the balance one debit. Returns the replies' txn ids.
+async fn check_one_execution(
+    ctx: &mut Ctx,
+    db: &Client,
+    replies: Vec<Result<Reply, reqwest::Error>>,
+) -> anyhow::Result<BTreeSet<Option<i64>>> {
     let errors = replies.iter().filter(|r| r.is_err()).count();
     let replies: Vec<Reply> = replies.into_iter().filter_map(Result::ok).collect();
     let fresh = replies.iter().filter(|r| !r.replayed).count();
@@ -157,16 +189,20 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "transactions for the key",
         1,
-        queries::txns_for_key(&db, CLIENT, KEY).await?,
+        queries::txns_for_key(db, CLIENT, KEY).await?,
     );
     ctx.check_eq(
         "balance after 16 requests",
         START_BALANCE - DEBIT,
-        queries::existing_balance(&db, ACCOUNT).await?,
+        queries::existing_balance(db, ACCOUNT).await?,
     );
+    Ok(txn_ids)
+}
 
-    // The same key with another amount: refused, nothing recorded.
-    let before = recorded(&db).await?;
+/// The same key with another amount: checks it is refused (422 `KEY_REUSED`) and records
+/// nothing.
+async fn check_key_reused(ctx: &mut Ctx, service: &Service, db: &Client) -> anyhow::Result<()> {
+    let before = recorded(db).await?;
     let reused = service
         .debit_once(CLIENT, KEY, ACCOUNT, OTHER_AMOUNT)
         .await?;
@@ -179,7 +215,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         "422 KEY_REUSED".to_string(),
         reused.status_outcome(),
     );
-    let after = recorded(&db).await?;
+    let after = recorded(db).await?;
     ctx.check(
         "nothing recorded by the 422 (requests, transactions, entries)",
         after == before,
@@ -188,10 +224,19 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "balance unchanged by the 422",
         START_BALANCE - DEBIT,
-        queries::existing_balance(&db, ACCOUNT).await?,
+        queries::existing_balance(db, ACCOUNT).await?,
     );
+    Ok(())
+}
 
-    // The same key string under another client id: an independent request.
+/// The same key string under another client id: checks it is an independent request with
+/// its own transaction (none of `txn_ids`).
+async fn check_other_client(
+    ctx: &mut Ctx,
+    service: &Service,
+    db: &Client,
+    txn_ids: &BTreeSet<Option<i64>>,
+) -> anyhow::Result<()> {
     let other = service
         .debit_once(OTHER_CLIENT, KEY, ACCOUNT, DEBIT)
         .await?;
@@ -217,10 +262,8 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "balance after the other client's debit",
         START_BALANCE - 2 * DEBIT,
-        queries::existing_balance(&db, ACCOUNT).await?,
+        queries::existing_balance(db, ACCOUNT).await?,
     );
-
-    service.stop_checked(ctx).await?;
     Ok(())
 }
 

@@ -22,7 +22,8 @@
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use points_ledger::{HookPoint, debit, grant};
+use points_ledger::{HookPoint, LedgerError, TransferResult, debit, grant};
+use tokio_postgres::Client;
 
 use super::modes::StatementsOnly;
 use super::queries;
@@ -64,6 +65,30 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let mut observer = ctx.connect().await?;
     grant(&mut observer, "ops", "g-0901", ACCOUNT, START_BALANCE).await?;
 
+    let (mut worker, worker_backend) = pause_worker(ctx).await?;
+    check_worker_unseen(ctx, &observer, worker_backend).await?;
+    let mut waiter = start_waiter(ctx, &observer, worker_backend).await?;
+
+    // parent: a real SIGKILL, no chance to clean up.
+    let end = worker.kill().await?;
+    ctx.note(format!("worker SIGKILLed: {end}"));
+    ctx.check_eq(
+        "signal that ended the worker",
+        "9".to_string(),
+        end.signal()
+            .map_or_else(|| "none".into(), |s| s.to_string()),
+    );
+    ctx.check_eq("worker's shell status (128 + 9)", 137, end.shell_status());
+
+    let Some(result) = finish_waiter(ctx, &mut waiter).await else {
+        return Ok(());
+    };
+    check_after_kill(ctx, &observer, worker_backend, &result).await
+}
+
+/// worker: launches the crash-worker child with the debit of 40 and waits until it pauses
+/// just before COMMIT. Returns the worker and its backend's process id.
+async fn pause_worker(ctx: &mut Ctx) -> anyhow::Result<(CrashWorker, i32)> {
     // worker: the debit, stopped just before COMMIT.
     let spec = WorkerSpec {
         database_url: ctx.database_url()?,
@@ -80,9 +105,18 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.note(format!(
         "worker paused at before-commit backend_pid={worker_backend}"
     ));
+    Ok((worker, worker_backend))
+}
 
+/// observer: checks that the worker's session is idle in transaction and that nothing of
+/// its debit (balance, key registration) is visible to another session.
+async fn check_worker_unseen(
+    ctx: &mut Ctx,
+    observer: &Client,
+    worker_backend: i32,
+) -> anyhow::Result<()> {
     // observer: the open transaction, and what another session sees meanwhile.
-    let state = queries::session(&observer, worker_backend)
+    let state = queries::session(observer, worker_backend)
         .await?
         .map_or_else(|| "(no session)".to_string(), |session| session.state);
     ctx.check_eq(
@@ -93,9 +127,9 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "balance read by another session while the worker is paused",
         START_BALANCE,
-        queries::existing_balance(&observer, ACCOUNT).await?,
+        queries::existing_balance(observer, ACCOUNT).await?,
     );
-    let registered = queries::request_for_key(&observer, CLIENT, KEY).await?;
+    let registered = queries::request_for_key(observer, CLIENT, KEY).await?;
     ctx.check(
         "the worker's key registration is not visible to another session",
         registered.is_none(),
@@ -105,7 +139,18 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             "visible"
         },
     );
+    Ok(())
+}
 
+/// waiter: sends the same-key debit on its own connection, waits (up to
+/// [`LOCK_WAIT_LIMIT_MS`]) for it to reach a lock wait and [`WAITER_HOLD_MS`] in all, and
+/// checks that it is still waiting, on a lock held by the worker's backend. Returns the
+/// task running the debit.
+async fn start_waiter(
+    ctx: &mut Ctx,
+    observer: &Client,
+    worker_backend: i32,
+) -> anyhow::Result<AbortOnDrop<Result<TransferResult, LedgerError>>> {
     // waiter: the same-key debit on its own connection.
     let mut waiter_client = ctx.connect().await?;
     let waiter_backend: i32 = waiter_client
@@ -113,13 +158,13 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         .await?
         .get(0);
     let sent = Instant::now();
-    let mut waiter =
+    let waiter =
         AbortOnDrop::spawn(
             async move { debit(&mut waiter_client, CLIENT, KEY, ACCOUNT, DEBIT).await },
         );
     let deadline = sent + Duration::from_millis(LOCK_WAIT_LIMIT_MS);
     let waits_on = loop {
-        let session = queries::session(&observer, waiter_backend).await?;
+        let session = queries::session(observer, waiter_backend).await?;
         let waits_on = session
             .map(|s| format!("{}/{}", s.wait_event_type, s.wait_event))
             .unwrap_or_else(|| "(no session)".into());
@@ -143,37 +188,35 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         waits_on.starts_with("Lock/"),
         format!("wait_event={waits_on}"),
     );
-    let blockers = queries::blocking_pids(&observer, waiter_backend).await?;
+    let blockers = queries::blocking_pids(observer, waiter_backend).await?;
     let by_worker = blockers.contains(&worker_backend);
     ctx.check(
         "same-key debit is blocked by the worker's backend (pg_blocking_pids)",
         by_worker,
         format!("blockers={} worker_among_them={by_worker}", blockers.len()),
     );
+    Ok(waiter)
+}
 
-    // parent: a real SIGKILL, no chance to clean up.
-    let end = worker.kill().await?;
-    ctx.note(format!("worker SIGKILLed: {end}"));
-    ctx.check_eq(
-        "signal that ended the worker",
-        "9".to_string(),
-        end.signal()
-            .map_or_else(|| "none".into(), |s| s.to_string()),
-    );
-    ctx.check_eq("worker's shell status (128 + 9)", 137, end.shell_status());
-
+/// waiter: waits (up to [`WAITER_FINISH_LIMIT_MS`]) for the same-key debit to finish once
+/// the worker is dead and checks it ran as the first request (OK, not replayed, 60).
+/// Returns its result, or `None` after a failed check when it erred or did not finish.
+async fn finish_waiter(
+    ctx: &mut Ctx,
+    waiter: &mut AbortOnDrop<Result<TransferResult, LedgerError>>,
+) -> Option<TransferResult> {
     // waiter: proceeds once the backend has rolled the worker's transaction back.
     let finished =
-        tokio::time::timeout(Duration::from_millis(WAITER_FINISH_LIMIT_MS), &mut waiter).await;
+        tokio::time::timeout(Duration::from_millis(WAITER_FINISH_LIMIT_MS), waiter).await;
     let result = match finished {
         Ok(Ok(Ok(result))) => result,
         Ok(Ok(Err(error))) => {
             ctx.check("same-key debit finished", false, format!("error: {error}"));
-            return Ok(());
+            return None;
         }
         Ok(Err(join_error)) => {
             ctx.check("same-key debit finished", false, join_error);
-            return Ok(());
+            return None;
         }
         Err(_) => {
             ctx.check(
@@ -181,7 +224,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
                 false,
                 format!("still waiting after wait_ms={WAITER_FINISH_LIMIT_MS}"),
             );
-            return Ok(());
+            return None;
         }
     };
     ctx.note(format!(
@@ -203,10 +246,21 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         START_BALANCE - DEBIT,
         result.balance,
     );
+    Some(result)
+}
 
+/// observer: waits (up to [`BACKEND_EXIT_LIMIT_MS`]) for the worker's backend to end, then
+/// checks the figures: balance 60, one debit of 40, one ledger_txn row and the key's
+/// record naming the same-key debit's transaction.
+async fn check_after_kill(
+    ctx: &mut Ctx,
+    observer: &Client,
+    worker_backend: i32,
+    result: &TransferResult,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_millis(BACKEND_EXIT_LIMIT_MS);
     let backend_gone = loop {
-        let gone = queries::session(&observer, worker_backend).await?.is_none();
+        let gone = queries::session(observer, worker_backend).await?.is_none();
         if gone || Instant::now() > deadline {
             break gone;
         }
@@ -221,19 +275,19 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "stored balance",
         START_BALANCE - DEBIT,
-        queries::existing_balance(&observer, ACCOUNT).await?,
+        queries::existing_balance(observer, ACCOUNT).await?,
     );
     ctx.check_eq(
         "debits of 40 on the account",
         1,
-        queries::debits_of(&observer, ACCOUNT, DEBIT).await?,
+        queries::debits_of(observer, ACCOUNT, DEBIT).await?,
     );
     ctx.check_eq(
         "ledger_txn rows for the key",
         1,
-        queries::txns_for_key(&observer, CLIENT, KEY).await?,
+        queries::txns_for_key(observer, CLIENT, KEY).await?,
     );
-    let recorded = queries::request_for_key(&observer, CLIENT, KEY).await?;
+    let recorded = queries::request_for_key(observer, CLIENT, KEY).await?;
     ctx.check(
         "the key's record says OK with the same-key debit's transaction",
         recorded == Some(("OK".to_string(), result.txn_id)),
@@ -247,7 +301,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "balance recomputed from entries",
         START_BALANCE - DEBIT,
-        queries::sum_of_entries(&observer, ACCOUNT).await?,
+        queries::sum_of_entries(observer, ACCOUNT).await?,
     );
     Ok(())
 }

@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use points_ledger::{
-    HookAbort, HookContext, HookPoint, Hooks, TransferRequest, debit, grant, transfer,
+    HookAbort, HookContext, HookPoint, Hooks, LedgerError, TransferRequest, TransferResult, debit,
+    grant, transfer,
 };
 use tokio::sync::oneshot;
 
@@ -69,9 +70,48 @@ const RECONNECT_LIMIT_MS: u64 = 15_000;
 const RECONNECT_PAUSE_MS: u64 = 100;
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let (mut a, before) = commit_first_debit(ctx).await?;
+    let (open, held) = hold_open_debit(ctx, &a).await?;
+    flush_open_debit_wal(ctx, &mut a, &held, &before).await?;
+
+    // server: immediate stop (no checkpoint), start, WAL recovery.
+    ctx.restart_cluster_immediate().await?;
+    ctx.note("immediate stop and start: WAL recovery");
+    let old_closed = a.simple_query("SELECT 1").await.is_err();
+    ctx.check(
+        "connections from before the crash are closed",
+        old_closed,
+        if old_closed { "closed" } else { "still open" },
+    );
+    drop(open); // its connection died with the server; end the task that held it
+
+    // c: a new connection, as any client must open after a restart.
+    let mut c = reconnect(ctx).await?;
+    check_server_after_restart(ctx, &c, &before.started).await?;
+    check_recovered_state(ctx, &c, &held).await?;
+    check_same_key_retry(ctx, &mut c, &before.committed).await?;
+    Ok(())
+}
+
+/// What session a learned before the open debit began: the server's start time, the WAL
+/// position before the committed debit, and that debit's result.
+struct BeforeCrash {
+    /// `pg_postmaster_start_time()` as text.
+    started: String,
+    /// `pg_current_wal_insert_lsn()` as text, read just before the committed debit.
+    wal_before_commit: String,
+    /// The committed debit of 10 with key k-1001.
+    committed: TransferResult,
+}
+
+/// a: grants 100, then commits the debit of 10 and checks its outcome and balance.
+/// Returns session a's connection and what it learned; errors are database errors.
+async fn commit_first_debit(
+    ctx: &mut Ctx,
+) -> anyhow::Result<(tokio_postgres::Client, BeforeCrash)> {
     let mut a = ctx.connect().await?;
     grant(&mut a, "ops", "g-1001", ACCOUNT, START_BALANCE).await?;
-    let started_before: String = a
+    let started: String = a
         .query_one("SELECT pg_postmaster_start_time()::text", &[])
         .await?
         .get(0);
@@ -96,8 +136,21 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         START_BALANCE - COMMITTED_DEBIT,
         committed.balance,
     );
+    let before = BeforeCrash {
+        started,
+        wal_before_commit,
+        committed,
+    };
+    Ok((a, before))
+}
 
-    // b: the open debit, held at before-commit on its own connection.
+/// b: starts the debit of 20 on its own connection and holds it at before-commit (up to
+/// [`HOLD_READY_LIMIT_MS`] to get there), then checks from session `a` that the balance
+/// is still 90. Returns the task holding the debit and what it reported.
+async fn hold_open_debit(
+    ctx: &mut Ctx,
+    a: &tokio_postgres::Client,
+) -> anyhow::Result<(AbortOnDrop<Result<TransferResult, LedgerError>>, Held)> {
     let mut b = ctx.connect().await?;
     let (ready, held) = oneshot::channel();
     let hold = HoldOpen {
@@ -116,13 +169,24 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "balance read by another session while the debit of 20 is open",
         START_BALANCE - COMMITTED_DEBIT,
-        queries::existing_balance(&a, ACCOUNT).await?,
+        queries::existing_balance(a, ACCOUNT).await?,
     );
+    Ok((open, held))
+}
+
+/// a: commits another client's grant so that the open debit's WAL reaches disk, and checks
+/// that, and that no checkpoint has happened since the committed debit.
+async fn flush_open_debit_wal(
+    ctx: &mut Ctx,
+    a: &mut tokio_postgres::Client,
+    held: &Held,
+    before: &BeforeCrash,
+) -> anyhow::Result<()> {
     // Another client's commit flushes the WAL up to its commit record, which lies after the
     // open debit's records (one WAL for all sessions): recovery then meets that transaction
     // and must roll it back, instead of never learning of it. (A commit that wrote nothing
     // but its xid would not flush: PostgreSQL flushes only when the transaction wrote WAL.)
-    grant(&mut a, "ops", "g-1002", OTHER_ACCOUNT, OTHER_GRANT).await?;
+    grant(a, "ops", "g-1002", OTHER_ACCOUNT, OTHER_GRANT).await?;
     let flushed: bool = a
         .query_one(
             "SELECT pg_current_wal_flush_lsn() >= $1::text::pg_lsn",
@@ -141,7 +205,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let after_checkpoint: bool = a
         .query_one(
             "SELECT redo_lsn <= $1::text::pg_lsn FROM pg_control_checkpoint()",
-            &[&wal_before_commit],
+            &[&before.wal_before_commit],
         )
         .await?
         .get(0);
@@ -150,20 +214,16 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         after_checkpoint,
         format!("after_checkpoint={after_checkpoint}"),
     );
+    Ok(())
+}
 
-    // server: immediate stop (no checkpoint), start, WAL recovery.
-    ctx.restart_cluster_immediate().await?;
-    ctx.note("immediate stop and start: WAL recovery");
-    let old_closed = a.simple_query("SELECT 1").await.is_err();
-    ctx.check(
-        "connections from before the crash are closed",
-        old_closed,
-        if old_closed { "closed" } else { "still open" },
-    );
-    drop(open); // its connection died with the server; end the task that held it
-
-    // c: a new connection, as any client must open after a restart.
-    let mut c = reconnect(ctx).await?;
+/// c: checks the durability settings (fsync, synchronous_commit, full_page_writes are on)
+/// and that the postmaster start time moved past `started_before`.
+async fn check_server_after_restart(
+    ctx: &mut Ctx,
+    c: &tokio_postgres::Client,
+    started_before: &str,
+) -> anyhow::Result<()> {
     let settings = c
         .query_one(
             "SELECT current_setting('fsync'), current_setting('synchronous_commit'), \
@@ -191,8 +251,17 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         restarted,
         format!("restarted={restarted}"),
     );
+    Ok(())
+}
 
-    let balance = queries::existing_balance(&c, ACCOUNT).await?;
+/// c: checks what recovery left: balance 90 (also from entries), the other client's grant,
+/// the open debit's transaction `aborted` and its key neither recorded nor registered.
+async fn check_recovered_state(
+    ctx: &mut Ctx,
+    c: &tokio_postgres::Client,
+    held: &Held,
+) -> anyhow::Result<()> {
+    let balance = queries::existing_balance(c, ACCOUNT).await?;
     ctx.note(format!("after recovery: balance={balance}"));
     ctx.check_eq(
         "balance after recovery (10 kept, 20 gone)",
@@ -202,12 +271,12 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "balance recomputed from entries",
         START_BALANCE - COMMITTED_DEBIT,
-        queries::sum_of_entries(&c, ACCOUNT).await?,
+        queries::sum_of_entries(c, ACCOUNT).await?,
     );
     ctx.check_eq(
         "balance of acct-0001 (granted while the debit of 20 was open)",
         OTHER_GRANT,
-        queries::existing_balance(&c, OTHER_ACCOUNT).await?,
+        queries::existing_balance(c, OTHER_ACCOUNT).await?,
     );
     let status: Option<String> = c
         .query_one("SELECT pg_xact_status($1::text::xid8)", &[&held.xid])
@@ -222,18 +291,26 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "ledger_txn rows for the open debit's key",
         0,
-        queries::txns_for_key(&c, CLIENT, OPEN_KEY).await?,
+        queries::txns_for_key(c, CLIENT, OPEN_KEY).await?,
     );
     ctx.check(
         "the open debit's key is not registered",
-        queries::request_for_key(&c, CLIENT, OPEN_KEY)
+        queries::request_for_key(c, CLIENT, OPEN_KEY)
             .await?
             .is_none(),
         "",
     );
+    Ok(())
+}
 
-    // c: the client retries the committed debit with the same key.
-    let retry = debit(&mut c, CLIENT, COMMITTED_KEY, ACCOUNT, COMMITTED_DEBIT).await?;
+/// c: the client retries the committed debit with the same key; checks that it replays
+/// `committed` (outcome, transaction id, balance) and wrote nothing new.
+async fn check_same_key_retry(
+    ctx: &mut Ctx,
+    c: &mut tokio_postgres::Client,
+    committed: &TransferResult,
+) -> anyhow::Result<()> {
+    let retry = debit(c, CLIENT, COMMITTED_KEY, ACCOUNT, COMMITTED_DEBIT).await?;
     ctx.note(format!(
         "same-key retry: outcome={} replayed={} balance={}",
         retry.outcome, retry.replayed, retry.balance
@@ -258,12 +335,12 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "ledger_txn rows for the committed key",
         1,
-        queries::txns_for_key(&c, CLIENT, COMMITTED_KEY).await?,
+        queries::txns_for_key(c, CLIENT, COMMITTED_KEY).await?,
     );
     ctx.check_eq(
         "debit transactions on the account",
         1,
-        queries::count_txns(&c, ACCOUNT, "DEBIT").await?,
+        queries::count_txns(c, ACCOUNT, "DEBIT").await?,
     );
     Ok(())
 }

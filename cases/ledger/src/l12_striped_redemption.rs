@@ -13,10 +13,11 @@ use std::collections::BTreeSet;
 use futures_util::FutureExt;
 use points_ledger::SYS_REDEEM;
 use points_ledger::striping::{redeem_account_for, total_redeemed};
+use tokio_postgres::Client;
 
 use super::queries;
 use case_kit::{Case, Ctx};
-use launch::service::{Service, ServiceOptions};
+use launch::service::{Reply, Service, ServiceOptions};
 
 use super::http::{LedgerCalls, LedgerReply};
 
@@ -37,18 +38,11 @@ const DEBIT: i64 = 30;
 /// Concurrent debits per account: floor(100/30) = 3 succeed, 1 is refused.
 const DEBITS_PER_ACCOUNT: u32 = 4;
 const CLIENT: &str = "app-l12";
+/// Debits answered 201: 10 * floor(100/30).
+const EXPECTED_OK: usize = (ACCOUNTS * (GRANT / DEBIT) as u32) as usize;
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
-    let service = Service::start(
-        ctx,
-        ServiceOptions {
-            extra_args: vec!["--redeem-stripes".into(), STRIPES.to_string()],
-            pool_size: 16,
-            clients: vec![CLIENT.into()],
-            ..ServiceOptions::default()
-        },
-    )
-    .await?;
+    let service = start_service(ctx).await?;
     let db = ctx.connect().await?;
     let accounts: Vec<String> = (1..=ACCOUNTS).map(points_ledger::test_account).collect();
     for account in &accounts {
@@ -57,19 +51,56 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             .await?;
     }
 
-    // 40 debits at once over HTTP: 4 per account.
+    let replies = debit_all_at_once(&service, &accounts).await;
+    let first_ok = check_answers(ctx, &replies);
+    check_sums(ctx, &db, &accounts).await?;
+    check_retry_replays(ctx, &service, first_ok).await?;
+
+    let mut client = ctx.connect().await?;
+    let findings = points_ledger::reconcile(&mut client).await?;
+    ctx.check(
+        "reconciliation: no findings",
+        findings.is_clean(),
+        findings.summary(),
+    );
+    service.stop_checked(ctx).await?;
+    Ok(())
+}
+
+/// One debit's account, key, and reply (or the transport's error).
+type Attempt = (String, String, Result<Reply, reqwest::Error>);
+
+/// Starts ledger-svc with [`STRIPES`] redemption stripes.
+async fn start_service(ctx: &Ctx) -> anyhow::Result<Service> {
+    Service::start(
+        ctx,
+        ServiceOptions {
+            extra_args: vec!["--redeem-stripes".into(), STRIPES.to_string()],
+            pool_size: 16,
+            clients: vec![CLIENT.into()],
+            ..ServiceOptions::default()
+        },
+    )
+    .await
+}
+
+/// 40 debits at once over HTTP: 4 per account, keys `k-12-<account>-<n>`. Returns each
+/// one's attempt.
+async fn debit_all_at_once(service: &Service, accounts: &[String]) -> Vec<Attempt> {
     let requests = accounts.iter().flat_map(|account| {
         (0..DEBITS_PER_ACCOUNT).map(move |i| (account.clone(), format!("k-12-{account}-{i}")))
     });
-    let replies = futures_util::future::join_all(requests.map(|(account, key)| {
-        let service = &service;
-        async move {
-            let reply = service.debit_once(CLIENT, &key, &account, DEBIT).await;
-            (account, key, reply)
-        }
+    futures_util::future::join_all(requests.map(|(account, key)| async move {
+        let reply = service.debit_once(CLIENT, &key, &account, DEBIT).await;
+        (account, key, reply)
     }))
-    .await;
-    let ok: Vec<&(String, String, _)> = replies
+    .await
+}
+
+/// Counts the answers: checks 30 answered 201 and the rest 409 INSUFFICIENT, nothing
+/// else. Returns the first attempt answered 201, if any.
+fn check_answers<'a>(ctx: &mut Ctx, replies: &'a [Attempt]) -> Option<&'a Attempt> {
+    let ok: Vec<&Attempt> = replies
         .iter()
         .filter(|(_, _, reply)| {
             reply
@@ -86,7 +117,6 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         })
         .count();
     let other = replies.len() - ok.len() - refused;
-    let expected_ok = (ACCOUNTS * (GRANT / DEBIT) as u32) as usize;
     ctx.note(format!(
         "{} debits of {DEBIT}: ok={} refused={refused} other={other}",
         replies.len(),
@@ -94,19 +124,24 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ));
     ctx.check_eq(
         "debits answered 201 = 10 * floor(100/30)",
-        expected_ok,
+        EXPECTED_OK,
         ok.len(),
     );
     ctx.check_eq(
         "debits answered 409 INSUFFICIENT",
-        replies.len() - expected_ok,
+        replies.len() - EXPECTED_OK,
         refused,
     );
     ctx.check_eq("other answers", 0, other);
+    ok.first().copied()
+}
 
+/// Checks the sums: every account at 10, nothing on the plain sys-redeem row, the stripes
+/// holding what was debited, each debit credited to its account's stripe.
+async fn check_sums(ctx: &mut Ctx, db: &Client, accounts: &[String]) -> anyhow::Result<()> {
     let mut balances = BTreeSet::new();
-    for account in &accounts {
-        balances.insert(queries::existing_balance(&db, account).await?);
+    for account in accounts {
+        balances.insert(queries::existing_balance(db, account).await?);
     }
     ctx.check(
         "every account ends at 100 - 3*30 = 10",
@@ -116,12 +151,12 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "balance of the plain sys-redeem row (untouched)",
         0,
-        queries::existing_balance(&db, SYS_REDEEM).await?,
+        queries::existing_balance(db, SYS_REDEEM).await?,
     );
     ctx.check_eq(
         "sys-redeem and its stripes hold what was debited",
-        expected_ok as i64 * DEBIT,
-        total_redeemed(&db).await?,
+        EXPECTED_OK as i64 * DEBIT,
+        total_redeemed(db).await?,
     );
     let expected_stripes: BTreeSet<String> = accounts
         .iter()
@@ -146,10 +181,17 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             expected_stripes.len()
         ),
     );
+    Ok(())
+}
 
-    // A same-key retry of a successful striped debit is a replay, not a second debit.
-    if let Some((account, key, Ok(first))) = ok.first().map(|entry| (&entry.0, &entry.1, &entry.2))
-    {
+/// A same-key retry of a successful striped debit (`first_ok`) is a replay, not a second
+/// debit: checks status, outcome, replayed, txn id and balance.
+async fn check_retry_replays(
+    ctx: &mut Ctx,
+    service: &Service,
+    first_ok: Option<&Attempt>,
+) -> anyhow::Result<()> {
+    if let Some((account, key, Ok(first))) = first_ok.map(|entry| (&entry.0, &entry.1, &entry.2)) {
         let retry = service.debit_once(CLIENT, key, account, DEBIT).await?;
         ctx.check_eq(
             "same-key retry: status, outcome, replayed",
@@ -162,14 +204,5 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             format!("same_txn={}", retry.txn_id() == first.txn_id()),
         );
     }
-
-    let mut client = ctx.connect().await?;
-    let findings = points_ledger::reconcile(&mut client).await?;
-    ctx.check(
-        "reconciliation: no findings",
-        findings.is_clean(),
-        findings.summary(),
-    );
-    service.stop_checked(ctx).await?;
     Ok(())
 }

@@ -130,45 +130,89 @@ pub async fn run_with(ctx: &mut Ctx, interleaving: Interleaving) -> anyhow::Resu
             START_BALANCE,
         )
         .await?;
-        let ended = match interleaving {
-            Interleaving::Race => {
-                ctx.race(THREADS, move |mut racer| async move {
-                    let key = format!("k-13-{}-{:02}", strategy.name(), racer.index);
-                    debit_by(
-                        mode,
-                        strategy,
-                        &mut racer.client,
-                        &racer.barrier,
-                        &key,
-                        account,
-                    )
-                    .await
-                })
-                .await?
+        let ended = debit_all(ctx, mode, strategy, interleaving).await?;
+        check_row(ctx, &db, strategy, &Tally::of(&ended)).await?;
+        if strategy == Strategy::SerializableRetry {
+            serializable_retries = check_attempts(ctx, strategy.name(), &ended);
+        }
+    }
+    // The count varies from run to run; the redaction layer hides `*_retries=`.
+    ctx.note(format!("serializable_retries={serializable_retries}"));
+    ctx.record("serializable_retries", serializable_retries.into());
+    let findings = reconcile(&mut db).await?;
+    ctx.check(
+        "reconciliation of the case's database: no findings",
+        findings.is_clean(),
+        findings.summary(),
+    );
+    Ok(())
+}
+
+/// The [`THREADS`] debits of `strategy` on its account, scheduled as `interleaving` says
+/// (keys `k-13-<strategy>-NN`). Returns how each ended.
+///
+/// Errors: a racer could not connect.
+async fn debit_all(
+    ctx: &Ctx,
+    mode: points_ledger::TransferMode,
+    strategy: Strategy,
+    interleaving: Interleaving,
+) -> anyhow::Result<Vec<Ended>> {
+    let account = strategy.account();
+    Ok(match interleaving {
+        Interleaving::Race => {
+            ctx.race(THREADS, move |mut racer| async move {
+                let key = format!("k-13-{}-{:02}", strategy.name(), racer.index);
+                debit_by(
+                    mode,
+                    strategy,
+                    &mut racer.client,
+                    &racer.barrier,
+                    &key,
+                    account,
+                )
+                .await
+            })
+            .await?
+        }
+        Interleaving::Serial => {
+            let mut ended = Vec::with_capacity(THREADS);
+            for index in 0..THREADS {
+                // A race of one: its own connection, a barrier that waits for no one.
+                let mut one = ctx
+                    .race(1, move |mut racer| async move {
+                        let key = format!("k-13-{}-{index:02}", strategy.name());
+                        debit_by(
+                            mode,
+                            strategy,
+                            &mut racer.client,
+                            &racer.barrier,
+                            &key,
+                            account,
+                        )
+                        .await
+                    })
+                    .await?;
+                ended.append(&mut one);
             }
-            Interleaving::Serial => {
-                let mut ended = Vec::with_capacity(THREADS);
-                for index in 0..THREADS {
-                    // A race of one: its own connection, a barrier that waits for no one.
-                    let mut one = ctx
-                        .race(1, move |mut racer| async move {
-                            let key = format!("k-13-{}-{index:02}", strategy.name());
-                            debit_by(
-                                mode,
-                                strategy,
-                                &mut racer.client,
-                                &racer.barrier,
-                                &key,
-                                account,
-                            )
-                            .await
-                        })
-                        .await?;
-                    ended.append(&mut one);
-                }
-                ended
-            }
-        };
+            ended
+        }
+    })
+}
+
+/// How one strategy's debits ended, counted.
+struct Tally {
+    ok: usize,
+    insufficient: usize,
+    /// Errors with SQLSTATE 40001.
+    serialization_failures: usize,
+    /// Every other error.
+    other_errors: usize,
+}
+
+impl Tally {
+    /// Counts how the debits of `ended` ended.
+    fn of(ended: &[Ended]) -> Tally {
         let count = |want: Outcome| {
             ended
                 .iter()
@@ -185,75 +229,100 @@ pub async fn run_with(ctx: &mut Ctx, interleaving: Interleaving) -> anyhow::Resu
             .filter(|e| matches!(e, Ended::Error(_)))
             .count()
             - serialization_failures;
-        let balance = queries::existing_balance(&db, account).await?;
-        let entries = queries::sum_of_entries(&db, account).await?;
-        ctx.note(format!(
-            "{:<19} {ok:>2} {insufficient:>12} {serialization_failures:>5} {balance:>7} {entries:>11}",
-            strategy.name()
-        ));
-        let label = strategy.name();
-        match strategy {
-            Strategy::RepeatableReadNoRetry => {
-                ctx.exposes(
-                    ANOMALY,
-                    serialization_failures >= 1,
-                    format!("serialization_failures={serialization_failures}"),
-                );
-                ctx.check_eq(
-                    format!("{label}: 40001 reaches 31 of 32 callers"),
-                    THREADS - 1,
-                    serialization_failures,
-                );
-                ctx.check_eq(format!("{label}: one debit committed"), 1, ok);
-                ctx.check_eq(
-                    format!("{label}: balance = 100 - 7"),
-                    START_BALANCE - DEBIT,
-                    balance,
-                );
-            }
-            _ => {
-                ctx.check_eq(format!("{label}: ok = floor(100/7)"), 14, ok);
-                ctx.check_eq(format!("{label}: insufficient"), 18, insufficient);
-                ctx.check_eq(
-                    format!("{label}: errors reaching the caller"),
-                    0,
-                    serialization_failures + other_errors,
-                );
-                ctx.check_eq(format!("{label}: balance"), 2, balance);
-            }
-        }
-        ctx.check_eq(
-            format!("{label}: balance recomputed from entries"),
-            balance,
-            entries,
-        );
-        if strategy == Strategy::SerializableRetry {
-            let attempts: Vec<u32> = ended
-                .iter()
-                .filter_map(|e| match e {
-                    Ended::Outcome { attempts, .. } => Some(*attempts),
-                    Ended::Error(_) => None,
-                })
-                .collect();
-            serializable_retries = attempts.iter().map(|a| a - 1).sum::<u32>();
-            let most = attempts.iter().copied().max().unwrap_or(0);
-            ctx.check(
-                format!("{label}: every debit within {SERIALIZABLE_MAX_ATTEMPTS} attempts, and some retried"),
-                most <= SERIALIZABLE_MAX_ATTEMPTS && serializable_retries >= 1,
-                format!("within_bound={} retried={}", most <= SERIALIZABLE_MAX_ATTEMPTS, serializable_retries >= 1),
-            );
+        Tally {
+            ok,
+            insufficient,
+            serialization_failures,
+            other_errors,
         }
     }
-    // The count varies from run to run; the redaction layer hides `*_retries=`.
-    ctx.note(format!("serializable_retries={serializable_retries}"));
-    ctx.record("serializable_retries", serializable_retries.into());
-    let findings = reconcile(&mut db).await?;
-    ctx.check(
-        "reconciliation of the case's database: no findings",
-        findings.is_clean(),
-        findings.summary(),
+}
+
+/// One row of the table: notes `strategy`'s counts with its account's balance and sum of
+/// entries, and checks them (the REPEATABLE READ row: 40001 to 31 callers, the control's
+/// verdict; the others: 14 OK, 18 INSUFFICIENT, no error, balance 2).
+async fn check_row(
+    ctx: &mut Ctx,
+    db: &Client,
+    strategy: Strategy,
+    tally: &Tally,
+) -> anyhow::Result<()> {
+    let account = strategy.account();
+    let Tally {
+        ok,
+        insufficient,
+        serialization_failures,
+        other_errors,
+    } = *tally;
+    let balance = queries::existing_balance(db, account).await?;
+    let entries = queries::sum_of_entries(db, account).await?;
+    ctx.note(format!(
+        "{:<19} {ok:>2} {insufficient:>12} {serialization_failures:>5} {balance:>7} {entries:>11}",
+        strategy.name()
+    ));
+    let label = strategy.name();
+    match strategy {
+        Strategy::RepeatableReadNoRetry => {
+            ctx.exposes(
+                ANOMALY,
+                serialization_failures >= 1,
+                format!("serialization_failures={serialization_failures}"),
+            );
+            ctx.check_eq(
+                format!("{label}: 40001 reaches 31 of 32 callers"),
+                THREADS - 1,
+                serialization_failures,
+            );
+            ctx.check_eq(format!("{label}: one debit committed"), 1, ok);
+            ctx.check_eq(
+                format!("{label}: balance = 100 - 7"),
+                START_BALANCE - DEBIT,
+                balance,
+            );
+        }
+        _ => {
+            ctx.check_eq(format!("{label}: ok = floor(100/7)"), 14, ok);
+            ctx.check_eq(format!("{label}: insufficient"), 18, insufficient);
+            ctx.check_eq(
+                format!("{label}: errors reaching the caller"),
+                0,
+                serialization_failures + other_errors,
+            );
+            ctx.check_eq(format!("{label}: balance"), 2, balance);
+        }
+    }
+    ctx.check_eq(
+        format!("{label}: balance recomputed from entries"),
+        balance,
+        entries,
     );
     Ok(())
+}
+
+/// The SERIALIZABLE row's attempts: checks every debit took at most
+/// [`SERIALIZABLE_MAX_ATTEMPTS`] and some retried. Returns the number of retries.
+fn check_attempts(ctx: &mut Ctx, label: &str, ended: &[Ended]) -> u32 {
+    let attempts: Vec<u32> = ended
+        .iter()
+        .filter_map(|e| match e {
+            Ended::Outcome { attempts, .. } => Some(*attempts),
+            Ended::Error(_) => None,
+        })
+        .collect();
+    let serializable_retries = attempts.iter().map(|a| a - 1).sum::<u32>();
+    let most = attempts.iter().copied().max().unwrap_or(0);
+    ctx.check(
+        format!(
+            "{label}: every debit within {SERIALIZABLE_MAX_ATTEMPTS} attempts, and some retried"
+        ),
+        most <= SERIALIZABLE_MAX_ATTEMPTS && serializable_retries >= 1,
+        format!(
+            "within_bound={} retried={}",
+            most <= SERIALIZABLE_MAX_ATTEMPTS,
+            serializable_retries >= 1
+        ),
+    );
+    serializable_retries
 }
 
 /// One participant's debit of [`DEBIT`] from `account` by `strategy`; meets the others at

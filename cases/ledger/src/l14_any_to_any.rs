@@ -87,28 +87,30 @@ pub async fn run_with(ctx: &mut Ctx, plan: LockPlan) -> anyhow::Result<()> {
     let mode = super::modes::mode(ctx);
     let mut db = ctx.connect().await?;
     sorted_order(ctx, &mut db).await?;
-    for (a, b) in PAIRS {
-        grant_in(
-            mode,
-            &mut db,
-            "ops",
-            &format!("g-14-{a}"),
-            a,
-            PAIR_START_BALANCE,
-        )
-        .await?;
-        grant_in(
-            mode,
-            &mut db,
-            "ops",
-            &format!("g-14-{b}"),
-            b,
-            PAIR_START_BALANCE,
-        )
-        .await?;
-    }
+    grant_pairs(mode, &mut db).await?;
+    request_order_no_retry(ctx, plan).await?;
+    request_order_with_retry(ctx, plan, &db).await?;
+    let findings = reconcile(&mut db).await?;
+    ctx.check(
+        "reconciliation of the case's database: no findings",
+        findings.is_clean(),
+        findings.summary(),
+    );
+    Ok(())
+}
 
-    // Part 2: request order, no retry.
+/// Grants [`PAIR_START_BALANCE`] to both accounts of every pair.
+async fn grant_pairs(mode: points_ledger::TransferMode, db: &mut Client) -> anyhow::Result<()> {
+    for (a, b) in PAIRS {
+        grant_in(mode, db, "ops", &format!("g-14-{a}"), a, PAIR_START_BALANCE).await?;
+        grant_in(mode, db, "ops", &format!("g-14-{b}"), b, PAIR_START_BALANCE).await?;
+    }
+    Ok(())
+}
+
+/// Part 2: request order, no retry. The negative control sees whether a deadlock
+/// happened; checks every transfer either committed or was the deadlock victim.
+async fn request_order_no_retry(ctx: &mut Ctx, plan: LockPlan) -> anyhow::Result<()> {
     let ended = request_order_round(ctx, plan, "nr", 1).await?;
     let deadlocks = ended.iter().filter(|e| e.deadlocked).count();
     let ok = ended
@@ -125,8 +127,16 @@ pub async fn run_with(ctx: &mut Ctx, plan: LockPlan) -> anyhow::Result<()> {
         ended.len(),
         ok + deadlocks,
     );
+    Ok(())
+}
 
-    // Part 3: request order, bounded retry on 40P01 under the same key.
+/// Part 3: request order, bounded retry on 40P01 under the same key. Checks every
+/// transfer OK with one retry per pair, one transaction per key, and each pair's sum kept.
+async fn request_order_with_retry(
+    ctx: &mut Ctx,
+    plan: LockPlan,
+    db: &Client,
+) -> anyhow::Result<()> {
     let ended = request_order_round(ctx, plan, "rt", DEADLOCK_MAX_ATTEMPTS).await?;
     let ok = ended
         .iter()
@@ -151,7 +161,7 @@ pub async fn run_with(ctx: &mut Ctx, plan: LockPlan) -> anyhow::Result<()> {
     let mut once = 0;
     for (index, _) in ended.iter().enumerate() {
         let key = round_key("rt", index);
-        if queries::txns_for_key(&db, CLIENT, &key).await? == 1 {
+        if queries::txns_for_key(db, CLIENT, &key).await? == 1 {
             once += 1;
         }
     }
@@ -159,19 +169,13 @@ pub async fn run_with(ctx: &mut Ctx, plan: LockPlan) -> anyhow::Result<()> {
     let mut pairs_conserved = true;
     for (a, b) in PAIRS {
         let sum =
-            queries::existing_balance(&db, a).await? + queries::existing_balance(&db, b).await?;
+            queries::existing_balance(db, a).await? + queries::existing_balance(db, b).await?;
         pairs_conserved &= sum == 2 * PAIR_START_BALANCE;
     }
     ctx.check(
         "each pair's two balances still sum to 2000",
         pairs_conserved,
         format!("conserved={pairs_conserved}"),
-    );
-    let findings = reconcile(&mut db).await?;
-    ctx.check(
-        "reconciliation of the case's database: no findings",
-        findings.is_clean(),
-        findings.summary(),
     );
     Ok(())
 }
@@ -181,22 +185,7 @@ async fn sorted_order(ctx: &mut Ctx, db: &mut Client) -> anyhow::Result<()> {
     let mode = super::modes::mode(ctx);
     grant_in(mode, db, "ops", "g-14-a", ACCOUNT_A, START_BALANCE).await?;
     grant_in(mode, db, "ops", "g-14-b", ACCOUNT_B, START_BALANCE).await?;
-    let results = ctx
-        .race(CONNECTIONS, |mut racer| async move {
-            let mut ended = Vec::new();
-            for index in (racer.index..TRANSFERS).step_by(CONNECTIONS) {
-                let req = sorted_request(index);
-                let result = transfer_between(&mut racer.client, &req, &NoHooks).await;
-                ended.push(
-                    result
-                        .map(|r| r.outcome)
-                        .map_err(|e| e.sqlstate().map(str::to_owned)),
-                );
-            }
-            ended
-        })
-        .await?;
-    let results: Vec<_> = results.into_iter().flatten().collect();
+    let results = sorted_transfers(ctx).await?;
     let ok = results
         .iter()
         .filter(|r| matches!(r, Ok(Outcome::Ok)))
@@ -248,6 +237,27 @@ async fn sorted_order(ctx: &mut Ctx, db: &mut Client) -> anyhow::Result<()> {
         queries::sum_of_entries(db, ACCOUNT_A).await?,
     );
     Ok(())
+}
+
+/// Part 1's [`TRANSFERS`] transfers spread over [`CONNECTIONS`] racers, each in sorted
+/// lock order. Returns each one's outcome, or its error's SQLSTATE.
+async fn sorted_transfers(ctx: &Ctx) -> anyhow::Result<Vec<Result<Outcome, Option<String>>>> {
+    let results = ctx
+        .race(CONNECTIONS, |mut racer| async move {
+            let mut ended = Vec::new();
+            for index in (racer.index..TRANSFERS).step_by(CONNECTIONS) {
+                let req = sorted_request(index);
+                let result = transfer_between(&mut racer.client, &req, &NoHooks).await;
+                ended.push(
+                    result
+                        .map(|r| r.outcome)
+                        .map_err(|e| e.sqlstate().map(str::to_owned)),
+                );
+            }
+            ended
+        })
+        .await?;
+    Ok(results.into_iter().flatten().collect())
 }
 
 /// Part 1's transfer `index`: even ones go A→B, odd ones B→A, amounts 1..=9 in turn.

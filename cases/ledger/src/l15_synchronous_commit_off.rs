@@ -98,6 +98,30 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 /// The two halves; the caller restores the server setting whatever happens here.
 async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
     let mode = super::modes::mode(ctx);
+    let (on, mut after) = measure_on(ctx, mode).await?;
+    let mut off = open_async_session(ctx, mode, &mut after).await?;
+    let (first_async_start, off_acknowledged) =
+        async_debits_on_one_page(ctx, mode, &after, &mut off).await?;
+    look_before_crash(ctx, &off, &first_async_start).await?;
+    ctx.restart_cluster_immediate().await?;
+    let mut recovered = reconnect(ctx).await?;
+    check_off_recovery(ctx, &mut recovered, &on, off_acknowledged).await?;
+    retry_lost_debit(ctx, mode, &mut recovered).await
+}
+
+/// Acknowledged and lost debits of the `on` half.
+struct Tally {
+    acknowledged: usize,
+    lost: usize,
+}
+
+/// Half 1: [`DEBITS`] debits with `synchronous_commit = on`, an immediate stop, and the
+/// checks after recovery (none lost). Returns the half's tally and a connection opened
+/// after the restart.
+async fn measure_on(
+    ctx: &mut Ctx,
+    mode: points_ledger::TransferMode,
+) -> anyhow::Result<(Tally, Client)> {
     // Half 1: synchronous_commit = on (the server's setting, SPEC §5).
     let mut on = ctx.connect().await?;
     // What the run did so far need not be replayed by the recoveries below.
@@ -122,7 +146,7 @@ async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
         format!("flushed={flushed}"),
     );
     ctx.restart_cluster_immediate().await?;
-    let mut after = reconnect(ctx).await?;
+    let after = reconnect(ctx).await?;
     let on_lost = lost_debits(&after, "k-15-on").await?;
     ctx.note(format!(
         "synchronous_commit=on:  acknowledged={on_acknowledged} lost={on_lost}"
@@ -138,23 +162,29 @@ async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
         format!("{}s", WAL_WRITER_DELAY_MS / 1000),
         setting(&after, "wal_writer_delay").await?,
     );
+    let on = Tally {
+        acknowledged: on_acknowledged,
+        lost: on_lost,
+    };
+    Ok((on, after))
+}
 
+/// Half 2's start, on `after` (a session opened right after the restart): the grant and
+/// the warm-up debit, committed synchronously; then a new session with `synchronous_commit
+/// = off`, returned.
+async fn open_async_session(
+    ctx: &mut Ctx,
+    mode: points_ledger::TransferMode,
+    after: &mut Client,
+) -> anyhow::Result<Client> {
     // Half 2: synchronous_commit = off on this session only, right after the start of
     // the WAL writer (its next round is WAL_WRITER_DELAY_MS away). The grant and one
     // warm-up debit commit synchronously first: they flush the full-page images that
     // follow the end-of-recovery checkpoint, so the asynchronous debits write only
     // small records.
-    grant_in(
-        mode,
-        &mut after,
-        "ops",
-        "g-1502",
-        OFF_ACCOUNT,
-        START_BALANCE,
-    )
-    .await?;
-    debit_in(mode, &mut after, CLIENT, "k-15-warm", OFF_ACCOUNT, DEBIT).await?;
-    let mut off = ctx.connect().await?;
+    grant_in(mode, after, "ops", "g-1502", OFF_ACCOUNT, START_BALANCE).await?;
+    debit_in(mode, after, CLIENT, "k-15-warm", OFF_ACCOUNT, DEBIT).await?;
+    let off = ctx.connect().await?;
     off.batch_execute("SET synchronous_commit = off").await?;
     ctx.note("synchronous_commit = off set on the case's own session only (SPEC §5)");
     ctx.check_eq(
@@ -162,14 +192,26 @@ async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
         "off".to_string(),
         setting(&off, "synchronous_commit").await?,
     );
+    Ok(off)
+}
+
+/// Switches to a new WAL segment, runs the asynchronous debits on `off` and checks that
+/// their WAL lies on one WAL page. Returns the insert position before the first of them
+/// (an LSN as text) and how many were answered OK.
+async fn async_debits_on_one_page(
+    ctx: &mut Ctx,
+    mode: points_ledger::TransferMode,
+    after: &Client,
+    off: &mut Client,
+) -> anyhow::Result<(String, usize)> {
     // A new WAL segment (pg_switch_wal flushes the old one): the asynchronous debits
     // start at the beginning of a WAL page and, being small, end on that same page, so
     // no page is completed and the WAL writer is not woken to write one
     // (PostgreSQL wakes it early for a full page only).
     after.query_one("SELECT pg_switch_wal()", &[]).await?;
-    let first_async_start = insert_lsn(&off).await?;
-    let off_acknowledged = acknowledged_debits(mode, &mut off, "k-15-off", OFF_ACCOUNT).await?;
-    let last_async_end = insert_lsn(&off).await?;
+    let first_async_start = insert_lsn(off).await?;
+    let off_acknowledged = acknowledged_debits(mode, off, "k-15-off", OFF_ACCOUNT).await?;
+    let last_async_end = insert_lsn(off).await?;
     let one_page: bool = off
         .query_one(
             "SELECT floor(pg_wal_lsn_diff($1::text::pg_lsn, '0/0') / current_setting('wal_block_size')::numeric) \
@@ -183,6 +225,17 @@ async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
         one_page,
         format!("one_page={one_page}"),
     );
+    Ok((first_async_start, off_acknowledged))
+}
+
+/// The last look before the crash: checks that the server's WAL write position still lies
+/// at or before `first_async_start`, and notes and records how long after the WAL writer's
+/// start that was (`wal_writer_window`).
+async fn look_before_crash(
+    ctx: &mut Ctx,
+    off: &Client,
+    first_async_start: &str,
+) -> anyhow::Result<()> {
     // The last look before the crash: how far PostgreSQL has handed WAL to the
     // operating system (`pg_current_wal_lsn`, the write position; docs 9.27.3).
     let unwritten: bool = off
@@ -221,9 +274,18 @@ async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
             "in_window": in_window,
         }),
     );
-    ctx.restart_cluster_immediate().await?;
-    let mut recovered = reconnect(ctx).await?;
-    let off_lost = lost_debits(&recovered, "k-15-off").await?;
+    Ok(())
+}
+
+/// After the second crash: checks that every asynchronous debit answered OK is lost, that
+/// the balance agrees and that the ledger reconciles clean; records both halves' tallies.
+async fn check_off_recovery(
+    ctx: &mut Ctx,
+    recovered: &mut Client,
+    on: &Tally,
+    off_acknowledged: usize,
+) -> anyhow::Result<()> {
+    let off_lost = lost_debits(recovered, "k-15-off").await?;
     ctx.note(format!(
         "synchronous_commit=off: acknowledged={off_acknowledged} lost={off_lost}"
     ));
@@ -235,26 +297,34 @@ async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.record(
         "acknowledged_and_lost",
         serde_json::json!({
-            "on": {"acknowledged": on_acknowledged, "lost": on_lost},
+            "on": {"acknowledged": on.acknowledged, "lost": on.lost},
             "off": {"acknowledged": off_acknowledged, "lost": off_lost},
         }),
     );
-    let balance = queries::existing_balance(&recovered, OFF_ACCOUNT).await?;
+    let balance = queries::existing_balance(recovered, OFF_ACCOUNT).await?;
     ctx.check_eq(
         "off: balance after recovery = 100 - warm-up - kept debits",
         START_BALANCE - DEBIT * (1 + off_acknowledged - off_lost) as i64,
         balance,
     );
-    let findings = reconcile(&mut recovered).await?;
+    let findings = reconcile(recovered).await?;
     ctx.check(
         "off: the ledger reconciles clean (a lost debit vanished whole)",
         findings.is_clean(),
         findings.summary(),
     );
+    Ok(())
+}
 
-    // The client that got 201 for a lost debit retries it with the same key.
+/// The client that got 201 for a lost debit retries it with the same key: checks that it
+/// executes again as if new (not replayed), once.
+async fn retry_lost_debit(
+    ctx: &mut Ctx,
+    mode: points_ledger::TransferMode,
+    recovered: &mut Client,
+) -> anyhow::Result<()> {
     let lost_key = format!("k-15-off-{}", DEBITS - 1);
-    let retry = debit_in(mode, &mut recovered, CLIENT, &lost_key, OFF_ACCOUNT, DEBIT).await?;
+    let retry = debit_in(mode, recovered, CLIENT, &lost_key, OFF_ACCOUNT, DEBIT).await?;
     ctx.note(format!(
         "same-key retry of {lost_key}: outcome={} replayed={} balance={}",
         retry.outcome, retry.replayed, retry.balance
@@ -267,7 +337,7 @@ async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "off: transactions for the retried key",
         1,
-        queries::txns_for_key(&recovered, CLIENT, &lost_key).await?,
+        queries::txns_for_key(recovered, CLIENT, &lost_key).await?,
     );
     Ok(())
 }

@@ -70,6 +70,27 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     };
     let report = repair(&mut db, &attempts).await?;
     print_report(ctx, &report);
+    check_during_repair(ctx, &db, &report, attempts).await?;
+    check_append_only(ctx, &db, &entries_before).await?;
+    retry_after_repair(ctx, mode, &mut db).await?;
+    let findings = reconcile(&mut db).await?;
+    ctx.check(
+        "reconciliation at the end: no findings",
+        findings.is_clean(),
+        findings.summary(),
+    );
+    Ok(())
+}
+
+/// Checks what happened while the repair ran: the frozen accounts, the `attempts`' debits
+/// (refused on frozen accounts and recording nothing, the bystander's went through), and
+/// that reconciliation after the repair is clean with the accounts unfrozen.
+async fn check_during_repair(
+    ctx: &mut Ctx,
+    db: &Client,
+    report: &RepairReport,
+    attempts: DuringRepair,
+) -> anyhow::Result<()> {
     ctx.check_eq(
         "frozen accounts",
         format!("{TAMPERED},{PLANTED},{SYS_SUSPENSE}"),
@@ -101,7 +122,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     for key in ["k-1601", "k-1602"] {
         ctx.check(
             format!("{key}: the refusal recorded nothing (no registration)"),
-            queries::request_for_key(&db, CLIENT, key).await?.is_none(),
+            queries::request_for_key(db, CLIENT, key).await?.is_none(),
             "",
         );
     }
@@ -110,9 +131,17 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         report.after.is_clean() && report.unfrozen,
         report.after.summary(),
     );
+    Ok(())
+}
 
-    // Append-only: every entry that existed before is still there, unchanged.
-    let entries_after = all_entries(&db).await?;
+/// Append-only: checks every entry of `entries_before` is still there, unchanged, that
+/// three were added, and the rewritten and adjusted balances.
+async fn check_append_only(
+    ctx: &mut Ctx,
+    db: &Client,
+    entries_before: &[EntryRow],
+) -> anyhow::Result<()> {
+    let entries_after = all_entries(db).await?;
     let kept = entries_before
         .iter()
         .all(|entry| entries_after.contains(entry));
@@ -129,17 +158,24 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "acct-0001 rewritten from its entries (500 - 120)",
         500 - 120,
-        queries::existing_balance(&db, TAMPERED).await?,
+        queries::existing_balance(db, TAMPERED).await?,
     );
     ctx.check_eq(
         "sys-suspense holds the missing counter-entry",
         PLANTED_DEBIT,
-        queries::existing_balance(&db, SYS_SUSPENSE).await?,
+        queries::existing_balance(db, SYS_SUSPENSE).await?,
     );
+    Ok(())
+}
 
-    // The same keys, after the repair.
+/// The same keys, after the repair: checks each refused debit now succeeds (not a replay).
+async fn retry_after_repair(
+    ctx: &mut Ctx,
+    mode: points_ledger::TransferMode,
+    db: &mut Client,
+) -> anyhow::Result<()> {
     for (key, account) in &DURING_REPAIR[..2] {
-        let result = debit_in(mode, &mut db, CLIENT, key, account, DEBIT).await?;
+        let result = debit_in(mode, db, CLIENT, key, account, DEBIT).await?;
         ctx.note(format!(
             "after the repair: debit {key} on {account}: outcome={} replayed={} balance={}",
             result.outcome, result.replayed, result.balance
@@ -150,12 +186,6 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             format!("{} {}", result.outcome, result.replayed),
         );
     }
-    let findings = reconcile(&mut db).await?;
-    ctx.check(
-        "reconciliation at the end: no findings",
-        findings.is_clean(),
-        findings.summary(),
-    );
     Ok(())
 }
 

@@ -72,7 +72,42 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 ///
 /// Errors: the service, the proxy or the database could not be used.
 pub async fn run_with(ctx: &mut Ctx, plan: NetworkPlan) -> anyhow::Result<()> {
-    let service = Service::start(
+    let service = start_service(ctx).await?;
+    let mut db = ctx.connect().await?;
+    grant_accounts(&mut db).await?;
+    let keyless = KeylessEndpoint::start(ctx.connect().await?).await?;
+    let (to_service, to_keyless) = start_proxies(&service, &keyless).await?;
+    let faults = plan == NetworkPlan::Faults;
+    ctx.note(format!(
+        "proxy: upstream_retries={PROXY_UPSTREAM_RETRIES} on a dropped connection or 502; server_hold_ms={SERVER_HOLD_MS}"
+    ));
+
+    proxy_retries(
+        ctx,
+        &service,
+        &keyless,
+        &to_service,
+        &to_keyless,
+        &db,
+        faults,
+    )
+    .await?;
+    client_retries(ctx, &service, &to_service, &to_keyless, &db, faults).await?;
+
+    let findings = reconcile(&mut db).await?;
+    ctx.check(
+        "reconciliation finds nothing wrong (a keyless double debit balances)",
+        findings.is_clean(),
+        findings.summary(),
+    );
+    drop((to_service, to_keyless, keyless));
+    service.stop_checked(ctx).await?;
+    Ok(())
+}
+
+/// Starts ledger-svc with fault injection, for [`CLIENT`].
+async fn start_service(ctx: &Ctx) -> anyhow::Result<Service> {
+    Service::start(
         ctx,
         ServiceOptions {
             fault_injection: true,
@@ -80,8 +115,11 @@ pub async fn run_with(ctx: &mut Ctx, plan: NetworkPlan) -> anyhow::Result<()> {
             ..ServiceOptions::default()
         },
     )
-    .await?;
-    let mut db = ctx.connect().await?;
+    .await
+}
+
+/// Grants [`START_BALANCE`] to each of the four accounts (keys `g-17-0`…`g-17-3`).
+async fn grant_accounts(db: &mut tokio_postgres::Client) -> anyhow::Result<()> {
     for (n, account) in [
         RETRY_ACCOUNT,
         RETRY_NAIVE_ACCOUNT,
@@ -91,9 +129,17 @@ pub async fn run_with(ctx: &mut Ctx, plan: NetworkPlan) -> anyhow::Result<()> {
     .into_iter()
     .enumerate()
     {
-        grant(&mut db, "ops", &format!("g-17-{n}"), account, START_BALANCE).await?;
+        grant(db, "ops", &format!("g-17-{n}"), account, START_BALANCE).await?;
     }
-    let keyless = KeylessEndpoint::start(ctx.connect().await?).await?;
+    Ok(())
+}
+
+/// A proxy in front of the service and one in front of the keyless endpoint, each
+/// retrying upstream [`PROXY_UPSTREAM_RETRIES`] times.
+async fn start_proxies(
+    service: &Service,
+    keyless: &KeylessEndpoint,
+) -> anyhow::Result<(Proxy, Proxy)> {
     let to_service = Proxy::start(ProxyOptions {
         upstream: service.public_addr(),
         upstream_retries: PROXY_UPSTREAM_RETRIES,
@@ -104,12 +150,21 @@ pub async fn run_with(ctx: &mut Ctx, plan: NetworkPlan) -> anyhow::Result<()> {
         upstream_retries: PROXY_UPSTREAM_RETRIES,
     })
     .await?;
-    let faults = plan == NetworkPlan::Faults;
-    ctx.note(format!(
-        "proxy: upstream_retries={PROXY_UPSTREAM_RETRIES} on a dropped connection or 502; server_hold_ms={SERVER_HOLD_MS}"
-    ));
+    Ok((to_service, to_keyless))
+}
 
-    // Part 1: the upstream connection drops after the commit; the proxy retries.
+/// Part 1: the upstream connection drops after the commit (if `faults`); the proxy
+/// retries. Checks the keyed debit is replayed and happens once; the negative control
+/// sees whether the keyless one debits twice.
+async fn proxy_retries(
+    ctx: &mut Ctx,
+    service: &Service,
+    keyless: &KeylessEndpoint,
+    to_service: &Proxy,
+    to_keyless: &Proxy,
+    db: &tokio_postgres::Client,
+    faults: bool,
+) -> anyhow::Result<()> {
     if faults {
         service
             .arm_fault(
@@ -119,7 +174,7 @@ pub async fn run_with(ctx: &mut Ctx, plan: NetworkPlan) -> anyhow::Result<()> {
             .await?;
         keyless.drop_next_answers(1);
     }
-    let keyed = debit_via(&service, &to_service, RETRY_ACCOUNT, Some("k-1701")).await;
+    let keyed = debit_via(service, to_service, RETRY_ACCOUNT, Some("k-1701")).await;
     ctx.note(format!(
         "proxy retry, same key: client got {}; proxy retries={}",
         describe(&keyed),
@@ -130,9 +185,9 @@ pub async fn run_with(ctx: &mut Ctx, plan: NetworkPlan) -> anyhow::Result<()> {
         "201 OK replayed=true".to_string(),
         describe(&keyed),
     );
-    check_once(ctx, &db, "proxy retry, same key", RETRY_ACCOUNT, "k-1701").await?;
-    let naive = debit_via(&service, &to_keyless, RETRY_NAIVE_ACCOUNT, None).await;
-    let (balance, debits) = debited(&db, RETRY_NAIVE_ACCOUNT).await?;
+    check_once(ctx, db, "proxy retry, same key", RETRY_ACCOUNT, "k-1701").await?;
+    let naive = debit_via(service, to_keyless, RETRY_NAIVE_ACCOUNT, None).await;
+    let (balance, debits) = debited(db, RETRY_NAIVE_ACCOUNT).await?;
     ctx.note(format!(
         "proxy retry, keyless: client got {}; balance={balance} debit_txns={debits}",
         describe(&naive)
@@ -142,12 +197,24 @@ pub async fn run_with(ctx: &mut Ctx, plan: NetworkPlan) -> anyhow::Result<()> {
         balance == START_BALANCE - 2 * DEBIT && debits == 2,
         format!("balance={balance} debit_txns={debits}"),
     );
+    Ok(())
+}
 
-    // Part 2: the proxy withholds the service's complete answer; the client retries.
+/// Part 2: the proxy withholds the service's complete answer (if `faults`); the client
+/// retries. Checks the keyed retry is replayed and the debit happens once; the negative
+/// control sees whether the keyless one debits twice.
+async fn client_retries(
+    ctx: &mut Ctx,
+    service: &Service,
+    to_service: &Proxy,
+    to_keyless: &Proxy,
+    db: &tokio_postgres::Client,
+    faults: bool,
+) -> anyhow::Result<()> {
     let keyed = cut_then_retry(
         ctx,
-        &service,
-        &to_service,
+        service,
+        to_service,
         CUT_ACCOUNT,
         Some("k-1702"),
         faults,
@@ -158,14 +225,14 @@ pub async fn run_with(ctx: &mut Ctx, plan: NetworkPlan) -> anyhow::Result<()> {
         "201 OK replayed=true".to_string(),
         describe(&keyed),
     );
-    check_once(ctx, &db, "cut answer, same key", CUT_ACCOUNT, "k-1702").await?;
-    let last = cut_then_retry(ctx, &service, &to_keyless, CUT_NAIVE_ACCOUNT, None, faults).await;
+    check_once(ctx, db, "cut answer, same key", CUT_ACCOUNT, "k-1702").await?;
+    let last = cut_then_retry(ctx, service, to_keyless, CUT_NAIVE_ACCOUNT, None, faults).await;
     ctx.check_eq(
         "cut answer, keyless: the client's last attempt got 201",
         "201 OK replayed=false".to_string(),
         describe(&last),
     );
-    let (balance, debits) = debited(&db, CUT_NAIVE_ACCOUNT).await?;
+    let (balance, debits) = debited(db, CUT_NAIVE_ACCOUNT).await?;
     ctx.note(format!(
         "cut answer, keyless: balance={balance} debit_txns={debits}"
     ));
@@ -174,15 +241,6 @@ pub async fn run_with(ctx: &mut Ctx, plan: NetworkPlan) -> anyhow::Result<()> {
         balance == START_BALANCE - 2 * DEBIT && debits == 2,
         format!("balance={balance} debit_txns={debits}"),
     );
-
-    let findings = reconcile(&mut db).await?;
-    ctx.check(
-        "reconciliation finds nothing wrong (a keyless double debit balances)",
-        findings.is_clean(),
-        findings.summary(),
-    );
-    drop((to_service, to_keyless, keyless));
-    service.stop_checked(ctx).await?;
     Ok(())
 }
 

@@ -154,7 +154,24 @@ pub async fn run_with(ctx: &mut Ctx, plan: ControlPlan) -> anyhow::Result<()> {
 
     unbounded_control(ctx, &db, plan).await?;
 
-    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    check_service_log(ctx, &log_path, blocked.len(), plan);
+
+    let mut client = ctx.connect().await?;
+    let findings = points_ledger::reconcile(&mut client).await?;
+    ctx.check(
+        "reconciliation: no findings",
+        findings.is_clean(),
+        findings.summary(),
+    );
+    Ok(())
+}
+
+/// Reads the case's ledger-svc log (both modes' services and the control's append to it)
+/// and checks one 503 request line per debit that waited (10 in the default mode,
+/// `striped_blocked` in the striped one) and, when `plan` held the row, the control's
+/// debit logged with `client_gone=true`. An unreadable log reads as empty.
+fn check_service_log(ctx: &mut Ctx, log_path: &Path, striped_blocked: usize, plan: ControlPlan) {
+    let log = std::fs::read_to_string(log_path).unwrap_or_default();
     let logged_503 = log
         .lines()
         .filter(|line| {
@@ -165,7 +182,7 @@ pub async fn run_with(ctx: &mut Ctx, plan: ControlPlan) -> anyhow::Result<()> {
         .count();
     ctx.check_eq(
         "service log: one request line per 503 debit (both modes)",
-        ACCOUNTS as usize + blocked.len(),
+        ACCOUNTS as usize + striped_blocked,
         logged_503,
     );
 
@@ -183,15 +200,6 @@ pub async fn run_with(ctx: &mut Ctx, plan: ControlPlan) -> anyhow::Result<()> {
         usize::from(plan.hold),
         gone,
     );
-
-    let mut client = ctx.connect().await?;
-    let findings = points_ledger::reconcile(&mut client).await?;
-    ctx.check(
-        "reconciliation: no findings",
-        findings.is_clean(),
-        findings.summary(),
-    );
-    Ok(())
 }
 
 /// Negative control: the same stuck transaction in front of a service whose bounds are
@@ -436,9 +444,38 @@ async fn phase(
     let waited_keys: Vec<&str> = waited.iter().map(|a| a.key.as_str()).collect();
     let durations = logged_durations(service.log_path(), &waited_keys).await?;
     check_service_clock(ctx, mode, &durations, waited.len());
+    check_nothing_recorded(ctx, db, mode, &waited, accounts, blocked, &balances_before).await?;
 
+    // The holder committed: each 503 retried with its same key executes once; a second
+    // retry replays it; the 201s replay.
+    let (executed, replayed) = retry_each(service, &waited, &prompt).await?;
+    ctx.check_eq(
+        format!("{mode}: retries of the 503s executed (201, not replayed)"),
+        waited.len(),
+        executed,
+    );
+    ctx.check_eq(
+        format!("{mode}: further retries replayed"),
+        accounts.len(),
+        replayed,
+    );
+    check_once_each(ctx, db, mode, answers, accounts, &balances_before).await
+}
+
+/// Checks that nothing was recorded for the 503 debits (`waited`: no transaction, no
+/// request record) and that only the 201 debits were taken from the balances
+/// (`balances_before`, one per account; the `blocked` accounts unchanged).
+async fn check_nothing_recorded(
+    ctx: &mut Ctx,
+    db: &tokio_postgres::Client,
+    mode: &str,
+    waited: &[&Answer],
+    accounts: &[String],
+    blocked: &[String],
+    balances_before: &[i64],
+) -> anyhow::Result<()> {
     let mut recorded = 0;
-    for answer in &waited {
+    for answer in waited {
         recorded += queries::txns_for_key(db, CLIENT, &answer.key).await?;
         recorded += db
             .query_one(
@@ -456,7 +493,7 @@ async fn phase(
     let after_hold = balances(db, accounts).await?;
     let expected: Vec<i64> = accounts
         .iter()
-        .zip(&balances_before)
+        .zip(balances_before)
         .map(|(account, before)| {
             if blocked.contains(account) {
                 *before
@@ -470,12 +507,20 @@ async fn phase(
         after_hold == expected,
         format!("{after_hold:?}"),
     );
+    Ok(())
+}
 
-    // The holder committed: each 503 retried with its same key executes once; a second
-    // retry replays it; the 201s replay.
+/// Retries each 503 (`waited`) twice with its key and each 201 (`prompt`) once. Returns
+/// how many first retries of a 503 executed (201, not replayed) and how many further
+/// retries replayed (the 503's retry's transaction, or the 201's).
+async fn retry_each(
+    service: &Service,
+    waited: &[&Answer],
+    prompt: &[&Answer],
+) -> anyhow::Result<(usize, usize)> {
     let mut executed = 0;
     let mut replayed = 0;
-    for answer in &waited {
+    for answer in waited {
         let retry = service
             .debit_once(CLIENT, &answer.key, &answer.account, DEBIT)
             .await?;
@@ -489,7 +534,7 @@ async fn phase(
             replayed += 1;
         }
     }
-    for answer in &prompt {
+    for answer in prompt {
         let again = service
             .debit_once(CLIENT, &answer.key, &answer.account, DEBIT)
             .await?;
@@ -497,16 +542,19 @@ async fn phase(
             replayed += 1;
         }
     }
-    ctx.check_eq(
-        format!("{mode}: retries of the 503s executed (201, not replayed)"),
-        waited.len(),
-        executed,
-    );
-    ctx.check_eq(
-        format!("{mode}: further retries replayed"),
-        accounts.len(),
-        replayed,
-    );
+    Ok((executed, replayed))
+}
+
+/// Checks that each key of `answers` has exactly one transaction and every account was
+/// debited exactly once since `balances_before`.
+async fn check_once_each(
+    ctx: &mut Ctx,
+    db: &tokio_postgres::Client,
+    mode: &str,
+    answers: &[Answer],
+    accounts: &[String],
+    balances_before: &[i64],
+) -> anyhow::Result<()> {
     let mut once = 0;
     for answer in answers {
         if queries::txns_for_key(db, CLIENT, &answer.key).await? == 1 {
@@ -523,7 +571,7 @@ async fn phase(
         format!("{mode}: every account debited exactly once (balance - 10)"),
         after
             .iter()
-            .zip(&balances_before)
+            .zip(balances_before)
             .all(|(now, before)| *now == before - DEBIT),
         format!("{after:?}"),
     );

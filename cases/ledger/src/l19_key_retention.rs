@@ -19,10 +19,11 @@
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
+use tokio_postgres::Client;
 
 use super::queries;
 use case_kit::{Case, Ctx};
-use launch::service::{Service, ServiceOptions};
+use launch::service::{Reply, Service, ServiceOptions};
 
 use super::http::{LedgerCalls, LedgerReply};
 
@@ -53,7 +54,49 @@ const REFUSED_KEY: &str = "k-1902";
 const NEW_KEY: &str = "k-1903";
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
-    let service = Service::start(
+    let service = start_service(ctx).await?;
+    let db = ctx.connect().await?;
+    ctx.note(format!(
+        "retention window {RETENTION_MS} ms (--key-retention-ms), sweep every {SWEEP_INTERVAL_MS} ms"
+    ));
+    service
+        .grant("ops", "g-1901", ACCOUNT, START_BALANCE)
+        .await?;
+
+    let first = debit_and_retry_inside_window(ctx, &service).await?;
+    let refused = service
+        .debit_once(CLIENT, REFUSED_KEY, ACCOUNT, TOO_MUCH)
+        .await?;
+    ctx.note(format!("refused debit: {}", refused.summary()));
+    let original_txn = first.txn_id();
+
+    wait_for_tombstones(ctx, &db).await?;
+    check_tombstone(ctx, &db, original_txn).await?;
+    check_expired_retries(ctx, &service, &db, original_txn).await?;
+
+    // A new operation takes a new key.
+    let new = service.debit_once(CLIENT, NEW_KEY, ACCOUNT, DEBIT).await?;
+    ctx.note(format!("the same debit under a new key: {}", new.summary()));
+    ctx.check_eq(
+        "a new key executes (100 - 30 - 30)",
+        "201 OK balance=40 replayed=false".to_string(),
+        new.summary(),
+    );
+
+    let mut client = ctx.connect().await?;
+    let findings = points_ledger::reconcile(&mut client).await?;
+    ctx.check(
+        "reconciliation with tombstones: no findings",
+        findings.is_clean(),
+        findings.summary(),
+    );
+    service.stop_checked(ctx).await?;
+    Ok(())
+}
+
+/// Starts ledger-svc with the case's retention window and sweep interval.
+async fn start_service(ctx: &Ctx) -> anyhow::Result<Service> {
+    Service::start(
         ctx,
         ServiceOptions {
             pool_size: POOL_SIZE,
@@ -67,15 +110,13 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             ..ServiceOptions::default()
         },
     )
-    .await?;
-    let db = ctx.connect().await?;
-    ctx.note(format!(
-        "retention window {RETENTION_MS} ms (--key-retention-ms), sweep every {SWEEP_INTERVAL_MS} ms"
-    ));
-    service
-        .grant("ops", "g-1901", ACCOUNT, START_BALANCE)
-        .await?;
+    .await
+}
 
+/// The debit of 30, then its retry while the case holds the key's record `FOR SHARE` (so
+/// the sweep cannot expire it meanwhile); checks that the retry replays. Returns the first
+/// debit's reply.
+async fn debit_and_retry_inside_window(ctx: &mut Ctx, service: &Service) -> anyhow::Result<Reply> {
     let first = service.debit_once(CLIENT, KEY, ACCOUNT, DEBIT).await?;
     // Keep the record inside its window while the retry runs, whatever the machine's
     // load: the sweep skips locked records (FOR UPDATE SKIP LOCKED), and a replay takes no
@@ -107,12 +148,12 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         "201 OK balance=70 replayed=true".to_string(),
         inside.summary(),
     );
-    let refused = service
-        .debit_once(CLIENT, REFUSED_KEY, ACCOUNT, TOO_MUCH)
-        .await?;
-    ctx.note(format!("refused debit: {}", refused.summary()));
-    let original_txn = first.txn_id();
+    Ok(first)
+}
 
+/// Waits (up to [`TOMBSTONE_WAIT_MS`]) for the sweep to expire every record of the case's
+/// client, checks none is left live, and notes how long it took.
+async fn wait_for_tombstones(ctx: &mut Ctx, db: &Client) -> anyhow::Result<()> {
     // The window passes: wait for the sweep to leave both tombstones (the grant's too).
     let deadline = Instant::now() + Duration::from_millis(TOMBSTONE_WAIT_MS);
     let waited = Instant::now();
@@ -134,6 +175,16 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         "tombstones after waited_ms={}",
         waited.elapsed().as_millis()
     ));
+    Ok(())
+}
+
+/// Checks the debit's tombstone: fingerprint and `original_txn` kept, stored response
+/// dropped, expiry exactly creation + window.
+async fn check_tombstone(
+    ctx: &mut Ctx,
+    db: &Client,
+    original_txn: Option<i64>,
+) -> anyhow::Result<()> {
     let tombstone = db
         .query_one(
             "SELECT length(request_hash) AS hash_chars, txn_id, balance_after IS NULL AS dropped, \
@@ -167,6 +218,17 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     );
     ctx.check_eq("tombstone's expiry = creation + window", true, expiry_exact);
 
+    Ok(())
+}
+
+/// Retries both keys after the window: the debit's answers 422 `KEY_EXPIRED` naming
+/// `original_txn` and executes nothing; the refusal's answers 422 naming no transaction.
+async fn check_expired_retries(
+    ctx: &mut Ctx,
+    service: &Service,
+    db: &Client,
+    original_txn: Option<i64>,
+) -> anyhow::Result<()> {
     let expired = service.debit_once(CLIENT, KEY, ACCOUNT, DEBIT).await?;
     ctx.note(format!("retry after the window: {}", expired.summary()));
     ctx.check_eq(
@@ -186,12 +248,12 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "transactions for the key",
         1,
-        queries::txns_for_key(&db, CLIENT, KEY).await?,
+        queries::txns_for_key(db, CLIENT, KEY).await?,
     );
     ctx.check_eq(
         "balance unchanged by the expired retry (100 - 30)",
         START_BALANCE - DEBIT,
-        queries::existing_balance(&db, ACCOUNT).await?,
+        queries::existing_balance(db, ACCOUNT).await?,
     );
     let expired_refusal = service
         .debit_once(CLIENT, REFUSED_KEY, ACCOUNT, TOO_MUCH)
@@ -211,22 +273,5 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         ),
     );
 
-    // A new operation takes a new key.
-    let new = service.debit_once(CLIENT, NEW_KEY, ACCOUNT, DEBIT).await?;
-    ctx.note(format!("the same debit under a new key: {}", new.summary()));
-    ctx.check_eq(
-        "a new key executes (100 - 30 - 30)",
-        "201 OK balance=40 replayed=false".to_string(),
-        new.summary(),
-    );
-
-    let mut client = ctx.connect().await?;
-    let findings = points_ledger::reconcile(&mut client).await?;
-    ctx.check(
-        "reconciliation with tombstones: no findings",
-        findings.is_clean(),
-        findings.summary(),
-    );
-    service.stop_checked(ctx).await?;
     Ok(())
 }

@@ -109,11 +109,24 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 pub async fn run_with(ctx: &mut Ctx, plan: LoadPlan) -> anyhow::Result<()> {
     let mode = super::modes::mode(ctx);
     let mut reconciler = ctx.connect().await?;
+    grant_start_balances(mode, &mut reconciler).await?;
+    let writer = Mutex::new(ctx.connect().await?);
+    let naive = ctx.connect().await?;
+
+    let (load, snapshot, separate) =
+        load_and_phases(ctx, mode, plan, &mut reconciler, &writer, &naive).await?;
+    let forced_expected = check_load_and_rounds(ctx, plan, &load, &snapshot, &separate);
+    check_quiet_ledger(ctx, &mut reconciler, &naive, &separate, forced_expected).await
+}
+
+/// Grants [`LOAD_START`] to each load account and [`FORCED_START`] to the forced debits'
+/// account, on `reconciler`.
+async fn grant_start_balances(mode: TransferMode, reconciler: &mut Client) -> anyhow::Result<()> {
     for n in 1..=LOAD_ACCOUNTS {
         let account = points_ledger::test_account(n);
         grant_in(
             mode,
-            &mut reconciler,
+            reconciler,
             "ops",
             &format!("g-20{n:02}"),
             &account,
@@ -123,16 +136,28 @@ pub async fn run_with(ctx: &mut Ctx, plan: LoadPlan) -> anyhow::Result<()> {
     }
     grant_in(
         mode,
-        &mut reconciler,
+        reconciler,
         "ops",
         "g-2099",
         FORCED_ACCOUNT,
         FORCED_START,
     )
     .await?;
-    let writer = Mutex::new(ctx.connect().await?);
-    let naive = ctx.connect().await?;
+    Ok(())
+}
 
+/// Runs the load (under [`LoadPlan::Forced`]; none under [`LoadPlan::Quiet`]) and both
+/// reconciliation phases at once; the load stops when the phases end. Returns each racer's
+/// (transfers committed OK, transfers that failed) and the two phases (L11's snapshot,
+/// then the separate statements).
+async fn load_and_phases(
+    ctx: &Ctx,
+    mode: TransferMode,
+    plan: LoadPlan,
+    reconciler: &mut Client,
+    writer: &Mutex<Client>,
+    naive: &Client,
+) -> anyhow::Result<(Vec<(u64, u64)>, Phase, Phase)> {
     let stop = Arc::new(AtomicBool::new(false));
     let committed = Arc::new(AtomicU64::new(0));
     let load_racers = if plan == LoadPlan::Forced { RACERS } else { 0 };
@@ -148,8 +173,7 @@ pub async fn run_with(ctx: &mut Ctx, plan: LoadPlan) -> anyhow::Result<()> {
         .await
     };
     let phases = async {
-        let phases =
-            reconcile_phases(mode, plan, &mut reconciler, &writer, &naive, &committed).await;
+        let phases = reconcile_phases(mode, plan, reconciler, writer, naive, &committed).await;
         // Whatever happened, the load ends now.
         stop.store(true, Ordering::SeqCst);
         phases
@@ -157,7 +181,19 @@ pub async fn run_with(ctx: &mut Ctx, plan: LoadPlan) -> anyhow::Result<()> {
     let (load, phases) = tokio::join!(load, phases);
     let load = load?;
     let (snapshot, separate) = phases?;
+    Ok((load, snapshot, separate))
+}
 
+/// Notes the load and the rounds of both phases and checks them: no load transfer failed
+/// and every round overlapped a load transfer (under [`LoadPlan::Forced`]), every forced
+/// debit committed, L11 found nothing. Returns the forced debits expected per phase.
+fn check_load_and_rounds(
+    ctx: &mut Ctx,
+    plan: LoadPlan,
+    load: &[(u64, u64)],
+    snapshot: &Phase,
+    separate: &Phase,
+) -> u64 {
     if plan == LoadPlan::Forced {
         let failures: u64 = load.iter().map(|racer| racer.1).sum();
         let transfers: u64 = load.iter().map(|racer| racer.0).sum();
@@ -199,15 +235,26 @@ pub async fn run_with(ctx: &mut Ctx, plan: LoadPlan) -> anyhow::Result<()> {
     if let Some(first) = &separate.first_forced {
         ctx.note(format!("first round: {FORCED_ACCOUNT} {first}"));
     }
+    forced_expected
+}
 
-    // Once the writes stop, both reconcilers agree that the ledger is consistent.
-    let quiet = reconcile(&mut reconciler).await?;
+/// Once the writes stop, both reconcilers agree that the ledger is consistent: checks
+/// that, the forced account's balance (`forced_expected` debits per phase), and the
+/// negative control's verdict from the `separate` phase.
+async fn check_quiet_ledger(
+    ctx: &mut Ctx,
+    reconciler: &mut Client,
+    naive: &Client,
+    separate: &Phase,
+    forced_expected: u64,
+) -> anyhow::Result<()> {
+    let quiet = reconcile(reconciler).await?;
     ctx.check(
         "after the load: L11 finds nothing",
         quiet.is_clean(),
         quiet.summary(),
     );
-    let quiet_naive = naive_reconcile(&naive, |_| std::future::ready(())).await?;
+    let quiet_naive = naive_reconcile(naive, |_| std::future::ready(())).await?;
     ctx.check(
         "after the load: the separate statements find nothing either",
         quiet_naive.is_clean(),
@@ -216,7 +263,7 @@ pub async fn run_with(ctx: &mut Ctx, plan: LoadPlan) -> anyhow::Result<()> {
     ctx.check_eq(
         "acct-0010 after the forced debits",
         FORCED_START - 2 * forced_expected as i64 * FORCED_DEBIT,
-        queries::existing_balance(&reconciler, FORCED_ACCOUNT).await?,
+        queries::existing_balance(reconciler, FORCED_ACCOUNT).await?,
     );
 
     ctx.exposes(

@@ -20,6 +20,7 @@ use futures_util::FutureExt;
 use points_ledger::{HookPoint, Order, OrderFinding, reconcile, reconcile_orders};
 use reqwest::header::CONTENT_TYPE;
 use serde_json::json;
+use tokio_postgres::Client;
 
 use super::queries;
 use case_kit::{Case, Ctx};
@@ -79,74 +80,15 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
 ///
 /// Errors: the service, the database or a request failed.
 pub async fn run_with(ctx: &mut Ctx, plan: RetryPlan) -> anyhow::Result<()> {
-    let service = Service::start(
-        ctx,
-        ServiceOptions {
-            fault_injection: true,
-            ..ServiceOptions::default()
-        }
-        .with_clients(&[CLIENT]),
-    )
-    .await?;
+    let service = start_service(ctx).await?;
     let db = ctx.connect().await?;
-    for (index, (_, account, _, _)) in [SAME_KEY_ORDER, NEW_KEY_ORDER, PLAIN_ORDER]
-        .iter()
-        .enumerate()
-    {
-        service
-            .grant(
-                "ops",
-                &format!("g-210{}", index + 1),
-                account,
-                START_BALANCE,
-            )
-            .await?;
-    }
+    grant_each_account(&service).await?;
     ctx.note(
         "a lost response: the service pauses after the commit; the client gives up once it sees the response held",
     );
 
-    // ord-2101: the response is lost, the client retries with the same key.
-    let (order, account, amount, key) = SAME_KEY_ORDER;
-    lose_response(ctx, &service, order, account, amount, key).await?;
-    let retry = debit_for_order(&service, key, account, amount, order, None).await?;
-    ctx.note(format!("{order} same-key retry: {}", retry.summary()));
-    ctx.check_eq(
-        "same-key retry replays (201, Idempotent-Replayed)",
-        "201 true".to_string(),
-        format!("{} {}", retry.status, retry.replayed),
-    );
-
-    // The same key with another order id: another request, refused, nothing recorded.
-    let before = recorded(&db).await?;
-    let reused = debit_for_order(&service, key, account, amount, OTHER_ORDER, None).await?;
-    ctx.note(format!(
-        "{order}'s key with order {OTHER_ORDER}: {}",
-        reused.summary()
-    ));
-    ctx.check_eq(
-        "same key, another order id: status and outcome",
-        "422 KEY_REUSED".to_string(),
-        reused.status_outcome(),
-    );
-    ctx.check(
-        "nothing recorded by the 422",
-        recorded(&db).await? == before,
-        "rows unchanged",
-    );
-
-    // ord-2102: the response is lost, the client retries as `plan` says.
-    let (order, account, amount, key) = NEW_KEY_ORDER;
-    lose_response(ctx, &service, order, account, amount, key).await?;
-    let retry_key = match plan {
-        RetryPlan::NewKey => NEW_KEY,
-        RetryPlan::SameKey => key,
-    };
-    let retry = debit_for_order(&service, retry_key, account, amount, order, None).await?;
-    ctx.note(format!(
-        "{order} retry under key {retry_key}: {}",
-        retry.summary()
-    ));
+    pay_same_key_order(ctx, &service, &db).await?;
+    pay_new_key_order(ctx, &service, plan).await?;
 
     // ord-2103: paid plainly.
     let (order, account, amount, key) = PLAIN_ORDER;
@@ -166,6 +108,104 @@ pub async fn run_with(ctx: &mut Ctx, plan: RetryPlan) -> anyhow::Result<()> {
         findings.summary(),
     );
 
+    let found = reconcile_the_orders(ctx, &db).await?;
+    expose_paid_twice(ctx, &db, &found, findings.is_clean()).await?;
+
+    service.stop_checked(ctx).await?;
+    Ok(())
+}
+
+/// Starts ledger-svc with fault injection, for [`CLIENT`].
+async fn start_service(ctx: &Ctx) -> anyhow::Result<Service> {
+    Service::start(
+        ctx,
+        ServiceOptions {
+            fault_injection: true,
+            ..ServiceOptions::default()
+        }
+        .with_clients(&[CLIENT]),
+    )
+    .await
+}
+
+/// Grants [`START_BALANCE`] to each order's account (keys `g-2101`…`g-2103`).
+async fn grant_each_account(service: &Service) -> anyhow::Result<()> {
+    for (index, (_, account, _, _)) in [SAME_KEY_ORDER, NEW_KEY_ORDER, PLAIN_ORDER]
+        .iter()
+        .enumerate()
+    {
+        service
+            .grant(
+                "ops",
+                &format!("g-210{}", index + 1),
+                account,
+                START_BALANCE,
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// ord-2101: the response is lost, the client retries with the same key (checked to
+/// replay); then the same key with another order id is checked to be 422 and to record
+/// nothing.
+async fn pay_same_key_order(ctx: &mut Ctx, service: &Service, db: &Client) -> anyhow::Result<()> {
+    // ord-2101: the response is lost, the client retries with the same key.
+    let (order, account, amount, key) = SAME_KEY_ORDER;
+    lose_response(ctx, service, order, account, amount, key).await?;
+    let retry = debit_for_order(service, key, account, amount, order, None).await?;
+    ctx.note(format!("{order} same-key retry: {}", retry.summary()));
+    ctx.check_eq(
+        "same-key retry replays (201, Idempotent-Replayed)",
+        "201 true".to_string(),
+        format!("{} {}", retry.status, retry.replayed),
+    );
+
+    // The same key with another order id: another request, refused, nothing recorded.
+    let before = recorded(db).await?;
+    let reused = debit_for_order(service, key, account, amount, OTHER_ORDER, None).await?;
+    ctx.note(format!(
+        "{order}'s key with order {OTHER_ORDER}: {}",
+        reused.summary()
+    ));
+    ctx.check_eq(
+        "same key, another order id: status and outcome",
+        "422 KEY_REUSED".to_string(),
+        reused.status_outcome(),
+    );
+    ctx.check(
+        "nothing recorded by the 422",
+        recorded(db).await? == before,
+        "rows unchanged",
+    );
+    Ok(())
+}
+
+/// ord-2102: the response is lost, the client retries as `plan` says (under a new key, or
+/// the same one); the retry's reply is a note.
+async fn pay_new_key_order(
+    ctx: &mut Ctx,
+    service: &Service,
+    plan: RetryPlan,
+) -> anyhow::Result<()> {
+    // ord-2102: the response is lost, the client retries as `plan` says.
+    let (order, account, amount, key) = NEW_KEY_ORDER;
+    lose_response(ctx, service, order, account, amount, key).await?;
+    let retry_key = match plan {
+        RetryPlan::NewKey => NEW_KEY,
+        RetryPlan::SameKey => key,
+    };
+    let retry = debit_for_order(service, retry_key, account, amount, order, None).await?;
+    ctx.note(format!(
+        "{order} retry under key {retry_key}: {}",
+        retry.summary()
+    ));
+    Ok(())
+}
+
+/// The orders against the ledger ([`reconcile_orders`]): notes the findings and checks
+/// they are exactly "ord-2102 paid by 2 debits". Returns the findings.
+async fn reconcile_the_orders(ctx: &mut Ctx, db: &Client) -> anyhow::Result<Vec<OrderFinding>> {
     // The orders against the ledger.
     let orders: Vec<Order> = [SAME_KEY_ORDER, NEW_KEY_ORDER, PLAIN_ORDER]
         .iter()
@@ -175,7 +215,7 @@ pub async fn run_with(ctx: &mut Ctx, plan: RetryPlan) -> anyhow::Result<()> {
             amount: *amount,
         })
         .collect();
-    let found = reconcile_orders(&db, &orders).await?;
+    let found = reconcile_orders(db, &orders).await?;
     ctx.note(format!(
         "order reconciliation: {} finding(s) over {} orders",
         found.len(),
@@ -206,23 +246,30 @@ pub async fn run_with(ctx: &mut Ctx, plan: RetryPlan) -> anyhow::Result<()> {
         !names_other,
         if names_other { "named" } else { "none" },
     );
+    Ok(found)
+}
 
+/// The negative control's verdict: ord-2102 paid twice (by the order reconciliation and
+/// its debit count) while L11's reconciliation was clean (`l11_clean`).
+async fn expose_paid_twice(
+    ctx: &mut Ctx,
+    db: &Client,
+    found: &[OrderFinding],
+    l11_clean: bool,
+) -> anyhow::Result<()> {
     let paid_twice = found.iter().any(|finding| {
         matches!(finding, OrderFinding::PaidMoreThanOnce { order_id, debits: 2, .. }
             if order_id == NEW_KEY_ORDER.0)
     });
-    let debits = queries::count_txns(&db, NEW_KEY_ORDER.1, "DEBIT").await?;
-    let balance = queries::existing_balance(&db, NEW_KEY_ORDER.1).await?;
+    let debits = queries::count_txns(db, NEW_KEY_ORDER.1, "DEBIT").await?;
+    let balance = queries::existing_balance(db, NEW_KEY_ORDER.1).await?;
     ctx.exposes(
         ANOMALY,
-        paid_twice && debits == 2 && findings.is_clean(),
+        paid_twice && debits == 2 && l11_clean,
         format!(
-            "debit_txns={debits} balance={balance} order_finding={paid_twice} l11_clean={}",
-            findings.is_clean()
+            "debit_txns={debits} balance={balance} order_finding={paid_twice} l11_clean={l11_clean}"
         ),
     );
-
-    service.stop_checked(ctx).await?;
     Ok(())
 }
 

@@ -100,26 +100,7 @@ pub async fn run_with(ctx: &mut Ctx, plan: KillPlan) -> anyhow::Result<()> {
     let keys_url = ctx.database_url()?.replace(ctx.database(), &keys_db);
     let mut split = ctx.connect_to(&split_db).await?;
     let mut own = ctx.connect().await?;
-    for (n, (account, _)) in [KEY_FIRST, DEBIT_FIRST].iter().enumerate() {
-        grant(
-            &mut split,
-            "ops",
-            &format!("g-220{n}"),
-            account,
-            START_BALANCE,
-        )
-        .await?;
-    }
-    for (n, (account, _)) in [ONE_DB_BEFORE, ONE_DB_AFTER].iter().enumerate() {
-        grant(
-            &mut own,
-            "ops",
-            &format!("g-221{n}"),
-            account,
-            START_BALANCE,
-        )
-        .await?;
-    }
+    grant_rows(&mut split, &mut own).await?;
 
     let key_first = split_row(ctx, plan, &split_url, &keys_url, KEY_FIRST, "key").await?;
     let debit_first = split_row(ctx, plan, &split_url, &keys_url, DEBIT_FIRST, "debit").await?;
@@ -128,8 +109,53 @@ pub async fn run_with(ctx: &mut Ctx, plan: KillPlan) -> anyhow::Result<()> {
         let after = one_db_row(ctx, &mut own, HookPoint::AfterCommit, ONE_DB_AFTER).await?;
         (before, after)
     };
+    let rows = Rows {
+        key_first,
+        debit_first,
+        before,
+        after,
+    };
+    note_table(ctx, plan, &rows);
+    check_rows(ctx, &rows);
+    Ok(())
+}
 
-    // One table, three rows.
+/// The four rows of the table: the split design's two, the single database's two.
+struct Rows {
+    /// Split design, key committed first.
+    key_first: Row,
+    /// Split design, debit committed first.
+    debit_first: Row,
+    /// One database, killed before its commit.
+    before: Row,
+    /// One database, killed after its commit.
+    after: Row,
+}
+
+/// Grants [`START_BALANCE`] to the split rows' accounts on the split ledger (`split`)
+/// and to the single-database rows' accounts on the case's database (`own`).
+async fn grant_rows(
+    split: &mut tokio_postgres::Client,
+    own: &mut tokio_postgres::Client,
+) -> anyhow::Result<()> {
+    for (n, (account, _)) in [KEY_FIRST, DEBIT_FIRST].iter().enumerate() {
+        grant(split, "ops", &format!("g-220{n}"), account, START_BALANCE).await?;
+    }
+    for (n, (account, _)) in [ONE_DB_BEFORE, ONE_DB_AFTER].iter().enumerate() {
+        grant(own, "ops", &format!("g-221{n}"), account, START_BALANCE).await?;
+    }
+    Ok(())
+}
+
+/// One table, three rows (the single database's two share one), as notes; under
+/// [`KillPlan::NoKill`] the kill column says "not killed".
+fn note_table(ctx: &mut Ctx, plan: KillPlan, rows: &Rows) {
+    let Rows {
+        key_first,
+        debit_first,
+        before,
+        after,
+    } = rows;
     ctx.note(format!(
         "{:<28} | {:<15} | {:<32} | {:<30} | debits | balance",
         "design", "commits", "killed", "retry"
@@ -163,7 +189,17 @@ pub async fn run_with(ctx: &mut Ctx, plan: KillPlan) -> anyhow::Result<()> {
         "{:<28} | {:<15} | {:<32} | {retries:<30} | {debits:<6} | {balances}",
         "one database (ledger-svc)", "one", "before it / after it",
     ));
+}
 
+/// The verdicts: the two split rows' negative controls (a lost debit, a double debit) and
+/// the single database's checks (one debit of 40 either way).
+fn check_rows(ctx: &mut Ctx, rows: &Rows) {
+    let Rows {
+        key_first,
+        debit_first,
+        before,
+        after,
+    } = rows;
     ctx.exposes(
         KEY_FIRST_ANOMALY,
         key_first.replayed && key_first.debits == 0 && key_first.balance == START_BALANCE,
@@ -196,7 +232,6 @@ pub async fn run_with(ctx: &mut Ctx, plan: KillPlan) -> anyhow::Result<()> {
             after.replayed, after.debits, after.balance
         ),
     );
-    Ok(())
 }
 
 /// A split-design row: the worker on the split ledger and the registry, committing
@@ -210,56 +245,14 @@ async fn split_row(
     (account, key): (&str, &str),
     commit_first: &str,
 ) -> anyhow::Result<Row> {
-    let args = |stop: bool| {
-        let mut args = WorkerSpec {
-            database_url: split_url.to_string(),
-            client_id: CLIENT.into(),
-            idem_key: key.into(),
-            account: account.into(),
-            amount: DEBIT,
-            stop_at: HookPoint::BeforeCommit,
-            pause_limit_ms: None,
-        }
-        .args();
-        args.extend([
-            "--registry-database-url".to_string(),
-            keys_url.to_string(),
-            "--commit-first".into(),
-            commit_first.into(),
-        ]);
-        if stop {
-            args.push("--stop-between-commits".into());
-        }
-        args
-    };
+    let args =
+        |stop: bool| split_worker_args(split_url, keys_url, (account, key), commit_first, stop);
     let split = ctx.connect_to(&database_of(split_url)).await?;
     let keys = ctx.connect_to(&database_of(keys_url)).await?;
     match plan {
         KillPlan::BetweenCommits => {
-            let mut worker = CrashWorker::launch(args(true))?;
-            let paused = worker.wait_paused().await?;
-            ctx.note(format!(
-                "{commit_first} first: paused between the commits backend_pid={}",
-                paused.backend_pid()?
-            ));
-            let registered: Option<String> = keys
-                .query_opt(
-                    "SELECT outcome FROM idem_registry WHERE client_id = $1 AND idem_key = $2",
-                    &[&CLIENT, &key],
-                )
-                .await?
-                .map(|row| row.get(0));
-            let balance = queries::existing_balance(&split, account).await?;
-            ctx.note(format!(
-                "{commit_first} first, between the commits: key={} balance={balance}",
-                registered.as_deref().unwrap_or("none")
-            ));
-            let end = worker.kill().await?;
-            ctx.check_eq(
-                format!("{commit_first} first: the worker's shell status (128 + 9)"),
-                137,
-                end.shell_status(),
-            );
+            kill_between_commits(ctx, args(true), &keys, &split, (account, key), commit_first)
+                .await?;
         }
         KillPlan::NoKill => {
             let (result, end) = run_to_end(args(false)).await?;
@@ -268,7 +261,89 @@ async fn split_row(
             ));
         }
     }
-    let (retry, end) = run_to_end(args(false)).await?;
+    retry_row(ctx, args(false), &split, account, commit_first).await
+}
+
+/// The crash-worker's arguments for the split design: the debit of [`DEBIT`] with `key`
+/// from `account` on the split ledger, the registry at `keys_url`, `commit_first` first,
+/// and, if `stop`, a stop between the two commits.
+fn split_worker_args(
+    split_url: &str,
+    keys_url: &str,
+    (account, key): (&str, &str),
+    commit_first: &str,
+    stop: bool,
+) -> Vec<String> {
+    let mut args = WorkerSpec {
+        database_url: split_url.to_string(),
+        client_id: CLIENT.into(),
+        idem_key: key.into(),
+        account: account.into(),
+        amount: DEBIT,
+        stop_at: HookPoint::BeforeCommit,
+        pause_limit_ms: None,
+    }
+    .args();
+    args.extend([
+        "--registry-database-url".to_string(),
+        keys_url.to_string(),
+        "--commit-first".into(),
+        commit_first.into(),
+    ]);
+    if stop {
+        args.push("--stop-between-commits".into());
+    }
+    args
+}
+
+/// Launches the split design's worker with `args` (stopping between its commits), notes
+/// what the registry (`keys`) and the split ledger (`split`) hold there, SIGKILLs it and
+/// checks it ended by signal 9.
+async fn kill_between_commits(
+    ctx: &mut Ctx,
+    args: Vec<String>,
+    keys: &tokio_postgres::Client,
+    split: &tokio_postgres::Client,
+    (account, key): (&str, &str),
+    commit_first: &str,
+) -> anyhow::Result<()> {
+    let mut worker = CrashWorker::launch(args)?;
+    let paused = worker.wait_paused().await?;
+    ctx.note(format!(
+        "{commit_first} first: paused between the commits backend_pid={}",
+        paused.backend_pid()?
+    ));
+    let registered: Option<String> = keys
+        .query_opt(
+            "SELECT outcome FROM idem_registry WHERE client_id = $1 AND idem_key = $2",
+            &[&CLIENT, &key],
+        )
+        .await?
+        .map(|row| row.get(0));
+    let balance = queries::existing_balance(split, account).await?;
+    ctx.note(format!(
+        "{commit_first} first, between the commits: key={} balance={balance}",
+        registered.as_deref().unwrap_or("none")
+    ));
+    let end = worker.kill().await?;
+    ctx.check_eq(
+        format!("{commit_first} first: the worker's shell status (128 + 9)"),
+        137,
+        end.shell_status(),
+    );
+    Ok(())
+}
+
+/// The retry: the same worker run to the end with `args` (no stop); checks it exited 0
+/// and reads the row off the split ledger (`split`). The retry's answer keeps no txn id.
+async fn retry_row(
+    ctx: &mut Ctx,
+    args: Vec<String>,
+    split: &tokio_postgres::Client,
+    account: &str,
+    commit_first: &str,
+) -> anyhow::Result<Row> {
+    let (retry, end) = run_to_end(args).await?;
     ctx.check_eq(
         format!("{commit_first} first: the retry's worker exited 0"),
         0,
@@ -287,8 +362,8 @@ async fn split_row(
     Ok(Row {
         replayed: retry.contains("replayed=true"),
         retry,
-        debits: queries::debits_of(&split, account, DEBIT).await?,
-        balance: queries::existing_balance(&split, account).await?,
+        debits: queries::debits_of(split, account, DEBIT).await?,
+        balance: queries::existing_balance(split, account).await?,
     })
 }
 

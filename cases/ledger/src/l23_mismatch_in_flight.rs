@@ -12,16 +12,18 @@
 //! wait on a lock, gets anything but 422 KEY_REUSED, or leaves a row behind; or the
 //! first is not one fresh 201 with one transaction and balance 90.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use points_ledger::HookPoint;
 use serde_json::json;
+use tokio_postgres::Client;
 
 use super::modes::StatementsOnly;
 use super::queries;
 use case_kit::{AbortOnDrop, Case, Ctx};
-use launch::service::{Service, ServiceOptions};
+use launch::service::{Reply, Service, ServiceOptions};
 
 use super::http::{LedgerCalls, LedgerReply};
 
@@ -62,15 +64,7 @@ WHERE datname = current_database() AND application_name = 'ledger-svc'
   AND wait_event_type = 'Lock'";
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
-    let service = Service::start(
-        ctx,
-        ServiceOptions {
-            fault_injection: true,
-            ..ServiceOptions::default()
-        }
-        .with_clients(&[CLIENT]),
-    )
-    .await?;
+    let service = start_service(ctx).await?;
     let db = ctx.connect().await?;
     service
         .grant("ops", "g-2301", ACCOUNT, START_BALANCE)
@@ -83,8 +77,38 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         )
         .await?;
 
-    // The first request: registers the key, then pauses inside its transaction.
-    let service = std::sync::Arc::new(service);
+    let service = Arc::new(service);
+    let first = pause_first(ctx, &service).await?;
+    let mismatched = send_mismatched(ctx, &service, &db, &first).await?;
+    let first = release_and_answer(ctx, &service, first, mismatched).await?;
+    check_rows(ctx, &db, before).await?;
+    check_retry_replays(ctx, &service, &first).await?;
+
+    let service = Arc::into_inner(service)
+        .ok_or_else(|| anyhow::anyhow!("the service handle is still shared"))?;
+    service.stop_checked(ctx).await?;
+    Ok(())
+}
+
+/// A request running on its own task: its reply, or the transport's error.
+type InFlight = AbortOnDrop<Result<Reply, reqwest::Error>>;
+
+/// Starts ledger-svc with fault injection, for [`CLIENT`].
+async fn start_service(ctx: &Ctx) -> anyhow::Result<Service> {
+    Service::start(
+        ctx,
+        ServiceOptions {
+            fault_injection: true,
+            ..ServiceOptions::default()
+        }
+        .with_clients(&[CLIENT]),
+    )
+    .await
+}
+
+/// The first request: registers the key, then pauses inside its transaction. Waits (up
+/// to [`WAITER_WAIT_MS`]) for the pause and checks it; returns the request's task.
+async fn pause_first(ctx: &mut Ctx, service: &Arc<Service>) -> anyhow::Result<InFlight> {
     let first = {
         let service = service.clone();
         AbortOnDrop::spawn(async move { service.debit_once(CLIENT, KEY, ACCOUNT, DEBIT).await })
@@ -98,7 +122,18 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
     };
     ctx.check_eq("first request paused at registered", 1, paused);
+    Ok(first)
+}
 
+/// The same key with another amount, while the first is paused: checks that it waits on
+/// the first one's key, that neither is answered after [`WAITER_HOLD_MS`], and that the
+/// balance is untouched. Returns the mismatched request's task.
+async fn send_mismatched(
+    ctx: &mut Ctx,
+    service: &Arc<Service>,
+    db: &Client,
+    first: &InFlight,
+) -> anyhow::Result<InFlight> {
     // The same key with another amount, while the first is paused.
     let sent = Instant::now();
     let mismatched = {
@@ -134,10 +169,19 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "balance while the first is paused",
         START_BALANCE,
-        queries::existing_balance(&db, ACCOUNT).await?,
+        queries::existing_balance(db, ACCOUNT).await?,
     );
+    Ok(mismatched)
+}
 
-    // Release the first: it commits, then the mismatched one reads its fingerprint.
+/// Releases the first: it commits, then the mismatched one reads its fingerprint. Checks
+/// both answers (201 fresh, 422 `KEY_REUSED`); returns the first's reply.
+async fn release_and_answer(
+    ctx: &mut Ctx,
+    service: &Service,
+    first: InFlight,
+    mismatched: InFlight,
+) -> anyhow::Result<Reply> {
     let released = service.release_fault(HookPoint::Registered).await?;
     ctx.check_eq("paused requests released", 1, released);
     let first = first.await??;
@@ -159,9 +203,13 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         mismatched.status_outcome(),
     );
     ctx.check_eq("mismatched is not a replay", false, mismatched.replayed);
+    Ok(first)
+}
 
-    // Nothing but the first debit's own rows: one request, one transaction, two entries.
-    let after = recorded(&db).await?;
+/// Checks that nothing but the first debit's own rows were added since `before` (one
+/// request, one transaction, two entries), no debit of 20, and the balance.
+async fn check_rows(ctx: &mut Ctx, db: &Client, before: (i64, i64, i64)) -> anyhow::Result<()> {
+    let after = recorded(db).await?;
     let expected = (before.0 + 1, before.1 + 1, before.2 + 2);
     ctx.check(
         "rows added: the first debit's only (1 request, 1 transaction, 2 entries)",
@@ -171,20 +219,28 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "transactions for the key",
         1,
-        queries::txns_for_key(&db, CLIENT, KEY).await?,
+        queries::txns_for_key(db, CLIENT, KEY).await?,
     );
     ctx.check_eq(
         "debits of 20 on the account",
         0,
-        queries::debits_of(&db, ACCOUNT, OTHER_AMOUNT).await?,
+        queries::debits_of(db, ACCOUNT, OTHER_AMOUNT).await?,
     );
     ctx.check_eq(
         "balance after both",
         START_BALANCE - DEBIT,
-        queries::existing_balance(&db, ACCOUNT).await?,
+        queries::existing_balance(db, ACCOUNT).await?,
     );
+    Ok(())
+}
 
-    // A retry of the first request still replays it (the 422 changed nothing).
+/// A retry of the first request: checks it still replays `first` (the 422 changed
+/// nothing).
+async fn check_retry_replays(
+    ctx: &mut Ctx,
+    service: &Service,
+    first: &Reply,
+) -> anyhow::Result<()> {
     let retry = service.debit_once(CLIENT, KEY, ACCOUNT, DEBIT).await?;
     ctx.note(format!("retry of the first: {}", retry.summary()));
     ctx.check(
@@ -197,10 +253,6 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             retry.txn_id() == first.txn_id()
         ),
     );
-
-    let service = std::sync::Arc::into_inner(service)
-        .ok_or_else(|| anyhow::anyhow!("the service handle is still shared"))?;
-    service.stop_checked(ctx).await?;
     Ok(())
 }
 

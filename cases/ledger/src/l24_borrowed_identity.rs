@@ -15,6 +15,7 @@
 
 use futures_util::FutureExt;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use tokio_postgres::Client;
 
 use super::http::{LedgerCalls, LedgerReply};
 use super::queries;
@@ -135,8 +136,22 @@ async fn run_authenticated(ctx: &mut Ctx) -> anyhow::Result<()> {
         .map(str::to_owned)
         .ok_or_else(|| anyhow::anyhow!("no token for {CLIENT_B}"))?;
 
-    // B's token, A's id and key: refused, nothing of A's shown.
-    let borrowed = attempt(&service, Some(&b_token), Some(CLIENT_A), KEY, ACCOUNT).await?;
+    check_borrowed_id(ctx, &service, &b_token).await?;
+    check_missing_tokens(ctx, &service).await?;
+    let after_refusals = queries::recorded(&db).await?;
+    ctx.check(
+        "the refused attempts recorded nothing (requests, transactions, entries)",
+        after_refusals == recorded,
+        format!("before={recorded:?} after={after_refusals:?}"),
+    );
+
+    check_own_id(ctx, &service, &db, &b_token, &a, &under_a).await?;
+    service.stop_checked(ctx).await
+}
+
+/// B's token, A's id and key: checks it is refused (403) and shows nothing of A's.
+async fn check_borrowed_id(ctx: &mut Ctx, service: &Service, b_token: &str) -> anyhow::Result<()> {
+    let borrowed = attempt(service, Some(b_token), Some(CLIENT_A), KEY, ACCOUNT).await?;
     ctx.note(format!(
         "B's token, X-Client-Id {CLIENT_A}, key {KEY}: {}",
         borrowed.reply.summary()
@@ -153,13 +168,17 @@ async fn run_authenticated(ctx: &mut Ctx) -> anyhow::Result<()> {
             && !borrowed.reply.replayed,
         borrowed.reply.summary(),
     );
+    Ok(())
+}
 
-    // No token, and a token the service does not know: 401 with a Bearer challenge.
+/// No token, and a token the service does not know: checks each is 401 with a Bearer
+/// challenge and shows nothing of A's.
+async fn check_missing_tokens(ctx: &mut Ctx, service: &Service) -> anyhow::Result<()> {
     for (label, token) in [
         ("no token", None),
         ("an unknown token", Some(UNKNOWN_TOKEN)),
     ] {
-        let refused = attempt(&service, token, Some(CLIENT_A), KEY, ACCOUNT).await?;
+        let refused = attempt(service, token, Some(CLIENT_A), KEY, ACCOUNT).await?;
         ctx.note(format!(
             "{label}, X-Client-Id {CLIENT_A}, key {KEY}: {} challenge={}",
             refused.reply.summary(),
@@ -181,15 +200,21 @@ async fn run_authenticated(ctx: &mut Ctx) -> anyhow::Result<()> {
             refused.challenge.as_deref().unwrap_or("no challenge"),
         );
     }
-    let after_refusals = queries::recorded(&db).await?;
-    ctx.check(
-        "the refused attempts recorded nothing (requests, transactions, entries)",
-        after_refusals == recorded,
-        format!("before={recorded:?} after={after_refusals:?}"),
-    );
+    Ok(())
+}
 
-    // B's token, the same key under its own id: an independent debit.
-    let own = attempt(&service, Some(&b_token), Some(CLIENT_B), KEY, ACCOUNT).await?;
+/// B's token, the same key under its own id: checks it is an independent debit (a fresh
+/// 201 with its own transaction, not A's `a`), and that A's requests are still
+/// `under_a`.
+async fn check_own_id(
+    ctx: &mut Ctx,
+    service: &Service,
+    db: &Client,
+    b_token: &str,
+    a: &Reply,
+    under_a: &[(String, String, Option<i64>)],
+) -> anyhow::Result<()> {
+    let own = attempt(service, Some(b_token), Some(CLIENT_B), KEY, ACCOUNT).await?;
     ctx.note(format!(
         "B's token, X-Client-Id {CLIENT_B}, key {KEY}: {}",
         own.reply.summary()
@@ -211,14 +236,14 @@ async fn run_authenticated(ctx: &mut Ctx) -> anyhow::Result<()> {
     ctx.check_eq(
         "balance after A's and B's debits",
         START_BALANCE - 2 * DEBIT,
-        queries::existing_balance(&db, ACCOUNT).await?,
+        queries::existing_balance(db, ACCOUNT).await?,
     );
     ctx.check_eq(
         "B's key recorded under B's own id",
         1,
-        queries::txns_for_key(&db, CLIENT_B, KEY).await?,
+        queries::txns_for_key(db, CLIENT_B, KEY).await?,
     );
-    let under_a_after = queries::requests_of(&db, CLIENT_A).await?;
+    let under_a_after = queries::requests_of(db, CLIENT_A).await?;
     ctx.check(
         "nothing of B's attempts recorded under A (A's keys, outcomes and txn ids unchanged)",
         under_a_after == under_a,
@@ -228,7 +253,7 @@ async fn run_authenticated(ctx: &mut Ctx) -> anyhow::Result<()> {
             under_a_after.len()
         ),
     );
-    service.stop_checked(ctx).await
+    Ok(())
 }
 
 /// A service for the case's callers, with or without tokens.

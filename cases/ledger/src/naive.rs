@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use tokio::sync::Barrier;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, IsolationLevel};
+use tokio_postgres::{Client, IsolationLevel, Transaction};
 
 use case_kit::Ctx;
 
@@ -202,44 +202,7 @@ pub async fn naive_debit(
         };
     }
     let read_value = balance_read.unwrap_or_default();
-    let written = async {
-        match req.write {
-            BalanceWrite::AbsoluteFromRead => {
-                let new_balance = read_value - req.amount;
-                transaction
-                    .execute(WRITE_ABSOLUTE_SQL, &[&req.account, &new_balance])
-                    .await?
-            }
-            BalanceWrite::Relative => {
-                transaction
-                    .execute(WRITE_RELATIVE_SQL, &[&req.account, &req.amount])
-                    .await?
-            }
-        };
-        transaction
-            .execute(
-                CREDIT_REDEEM_SQL,
-                &[&points_ledger::SYS_REDEEM, &req.amount],
-            )
-            .await?;
-        let txn_id: i64 = transaction
-            .query_one(INSERT_TXN_SQL, &[&req.client_id, &req.idem_key])
-            .await?
-            .get(0);
-        transaction
-            .execute(
-                INSERT_ENTRIES_SQL,
-                &[
-                    &txn_id,
-                    &req.account,
-                    &points_ledger::SYS_REDEEM,
-                    &req.amount,
-                ],
-            )
-            .await?;
-        transaction.commit().await
-    }
-    .await;
+    let written = write_debit(transaction, req, read_value).await;
     NaiveReport {
         balance_read,
         outcome: match written {
@@ -247,6 +210,54 @@ pub async fn naive_debit(
             Err(error) => database_error(Some(&error)),
         },
     }
+}
+
+/// Step 4 of [`naive_debit`], once its check passed on `read_value`: writes the balance as
+/// `req.write` says, credits `sys-redeem` relatively, inserts the `ledger_txn` row and its
+/// two entries, and commits `transaction`.
+///
+/// Errors: the first statement (or the commit) PostgreSQL refused; the transaction is then
+/// rolled back as it is dropped.
+async fn write_debit(
+    transaction: Transaction<'_>,
+    req: &NaiveDebit,
+    read_value: i64,
+) -> Result<(), tokio_postgres::Error> {
+    match req.write {
+        BalanceWrite::AbsoluteFromRead => {
+            let new_balance = read_value - req.amount;
+            transaction
+                .execute(WRITE_ABSOLUTE_SQL, &[&req.account, &new_balance])
+                .await?
+        }
+        BalanceWrite::Relative => {
+            transaction
+                .execute(WRITE_RELATIVE_SQL, &[&req.account, &req.amount])
+                .await?
+        }
+    };
+    transaction
+        .execute(
+            CREDIT_REDEEM_SQL,
+            &[&points_ledger::SYS_REDEEM, &req.amount],
+        )
+        .await?;
+    let txn_id: i64 = transaction
+        .query_one(INSERT_TXN_SQL, &[&req.client_id, &req.idem_key])
+        .await?
+        .get(0);
+    transaction
+        .execute(
+            INSERT_ENTRIES_SQL,
+            &[
+                &txn_id,
+                &req.account,
+                &points_ledger::SYS_REDEEM,
+                &req.amount,
+            ],
+        )
+        .await?;
+    transaction.commit().await
 }
 
 async fn meet(barrier: Option<&Barrier>) {

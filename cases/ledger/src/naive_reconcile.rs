@@ -35,24 +35,52 @@ where
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let stored: BTreeMap<String, i64> = client
-        .query("SELECT account_id, balance FROM account", &[])
-        .await?
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect();
+    let stored = per_account(client, "SELECT account_id, balance FROM account").await?;
     pause(1).await;
-    let sums: BTreeMap<String, i64> = client
-        .query(
-            "SELECT account_id, SUM(amount)::bigint FROM ledger_entry GROUP BY account_id",
-            &[],
-        )
+    let sums = per_account(
+        client,
+        "SELECT account_id, SUM(amount)::bigint FROM ledger_entry GROUP BY account_id",
+    )
+    .await?;
+    pause(2).await;
+    let unbalanced_txns = unbalanced_txns(client).await?;
+    pause(3).await;
+    let requests = request_refs(client).await?;
+    pause(4).await;
+    let txns = txn_refs(client).await?;
+    pause(5).await;
+    let global_sum: i64 = client
+        .query_one("SELECT COALESCE(SUM(balance), 0)::bigint FROM account", &[])
+        .await?
+        .get(0);
+
+    Ok(compare(
+        &stored,
+        &sums,
+        unbalanced_txns,
+        &requests,
+        &txns,
+        global_sum,
+    ))
+}
+
+/// One statement whose rows are (account id, points): a map by account id.
+///
+/// Errors: database errors.
+async fn per_account(client: &Client, sql: &str) -> anyhow::Result<BTreeMap<String, i64>> {
+    Ok(client
+        .query(sql, &[])
         .await?
         .iter()
         .map(|row| (row.get(0), row.get(1)))
-        .collect();
-    pause(2).await;
-    let unbalanced_txns: Vec<UnbalancedTxn> = client
+        .collect())
+}
+
+/// L11's I3 query: transactions with fewer than two entries or entries not summing to 0.
+///
+/// Errors: database errors.
+async fn unbalanced_txns(client: &Client) -> anyhow::Result<Vec<UnbalancedTxn>> {
+    Ok(client
         .query(
             "SELECT t.txn_id, COUNT(e.entry_id), COALESCE(SUM(e.amount), 0)::bigint \
              FROM ledger_txn t LEFT JOIN ledger_entry e USING (txn_id) \
@@ -67,9 +95,14 @@ where
             entries: row.get(1),
             sum: row.get(2),
         })
-        .collect();
-    pause(3).await;
-    let requests: Vec<RequestRef> = client
+        .collect())
+}
+
+/// Every key record (client id, key, outcome, txn id), by client id and key.
+///
+/// Errors: database errors.
+async fn request_refs(client: &Client) -> anyhow::Result<Vec<RequestRef>> {
+    Ok(client
         .query(
             "SELECT client_id, idem_key, outcome, txn_id FROM idem_request \
              ORDER BY client_id, idem_key",
@@ -83,9 +116,14 @@ where
             outcome: row.get(2),
             txn_id: row.get(3),
         })
-        .collect();
-    pause(4).await;
-    let txns: Vec<TxnRef> = client
+        .collect())
+}
+
+/// Every transaction (txn id, client id, key), by txn id.
+///
+/// Errors: database errors.
+async fn txn_refs(client: &Client) -> anyhow::Result<Vec<TxnRef>> {
+    Ok(client
         .query(
             "SELECT txn_id, client_id, idem_key FROM ledger_txn ORDER BY txn_id",
             &[],
@@ -97,13 +135,20 @@ where
             client_id: row.get(1),
             idem_key: row.get(2),
         })
-        .collect();
-    pause(5).await;
-    let global_sum: i64 = client
-        .query_one("SELECT COALESCE(SUM(balance), 0)::bigint FROM account", &[])
-        .await?
-        .get(0);
+        .collect())
+}
 
+/// Compares what the separate statements read, in the client, into L11's [`Findings`]:
+/// `stored` balances against entry `sums` per account, key records against transactions
+/// both ways, and the PENDING records.
+fn compare(
+    stored: &BTreeMap<String, i64>,
+    sums: &BTreeMap<String, i64>,
+    unbalanced_txns: Vec<UnbalancedTxn>,
+    requests: &[RequestRef],
+    txns: &[TxnRef],
+    global_sum: i64,
+) -> Findings {
     let balance_mismatches = stored
         .iter()
         .filter_map(|(account_id, &stored)| {
@@ -135,12 +180,12 @@ where
         .filter(|r| r.outcome == "PENDING")
         .cloned()
         .collect();
-    Ok(Findings {
+    Findings {
         balance_mismatches,
         unbalanced_txns,
         requests_without_txn,
         txns_without_request,
         pending_requests,
         global_sum,
-    })
+    }
 }
