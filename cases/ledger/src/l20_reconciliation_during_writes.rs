@@ -13,7 +13,7 @@
 //! and the same forced debit between its first and second read: false findings appear in
 //! every round (at least acct-0010, stored one more than its entries), although the
 //! ledger is consistent, as L11 and the same naive reconciler confirm once the writes
-//! stop. `cases/tests/reconciliation_controls.rs` runs it without load and without the
+//! stop. `cases/ledger/tests/reconciliation_controls.rs` runs it without load and without the
 //! forced debit, where the control's check must FAIL.
 //! Fails if: L11 reports a finding in any round, the load fails, the forced debits do not
 //! commit, the naive reconciler reports no false finding, or the quiet ledger has one.

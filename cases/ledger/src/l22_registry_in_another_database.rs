@@ -15,7 +15,7 @@
 //! holds only the single-database runs and stays clean for L11. Each retry is the same
 //! design run again with the same key, to completion (the crash-worker without its stop
 //! for the split design, `points_ledger::debit` for the single one).
-//! Negative controls: the two split rows; `cases/tests/reconciliation_controls.rs` runs
+//! Negative controls: the two split rows; `cases/ledger/tests/reconciliation_controls.rs` runs
 //! them without the kill, where both controls' checks must FAIL.
 //! Fails if: a worker does not stop, or does not end by SIGKILL; a split row does not
 //! misbehave as predicted; a single-database row ends with anything but one debit of 40.

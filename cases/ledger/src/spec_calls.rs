@@ -1,5 +1,5 @@
 //! The ledger's library operations as spec steps (`call NAME: debit …`), and where the
-//! L family's spec files live: `cases/src/ledger/specs/sN_<what>.spec`, each a case
+//! L family's spec files live: `cases/ledger/specs/sN_<what>.spec`, each a case
 //! `L-SN` found on disk at start-up (no registration line; see `case_kit::spec`).
 //!
 //! Operations, each one `points_ledger::transfer` (its own READ COMMITTED transaction, SPEC
@@ -104,7 +104,7 @@ pub fn cases() -> Vec<case_kit::Case> {
     spec::cases_in(
         "L",
         Path::new(SPEC_DIR),
-        "cases/src/ledger/specs",
+        "cases/ledger/specs",
         super::TEMPLATE_DATABASE,
         Arc::new(LedgerCalls::default()),
     )
