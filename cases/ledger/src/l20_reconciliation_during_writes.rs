@@ -27,9 +27,9 @@ use points_ledger::{Findings, TransferMode, debit_in, grant_in, reconcile, recon
 use tokio::sync::Mutex;
 use tokio_postgres::Client;
 
-use super::naive_reconcile::{BALANCES_READ, naive_reconcile};
 use super::queries;
 use case_kit::{Case, Ctx};
+use points_ledger::naive::reconcile::{BALANCES_READ, naive_reconcile};
 
 /// The case's registration.
 pub fn case() -> Case {

@@ -16,7 +16,6 @@ mod l00_template;
 pub mod modes;
 pub mod naive;
 pub mod naive_keyless;
-pub mod naive_reconcile;
 pub mod queries;
 pub mod spec_calls;
 pub mod worker;

@@ -22,6 +22,7 @@
 pub mod error;
 pub mod fingerprint;
 pub mod mode;
+pub mod naive;
 pub mod onetrip;
 pub mod order_reconcile;
 pub mod reconcile;

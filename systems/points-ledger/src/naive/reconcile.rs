@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use points_ledger::{BalanceMismatch, Findings, RequestRef, TxnRef, UnbalancedTxn};
+use crate::{BalanceMismatch, Findings, RequestRef, TxnRef, UnbalancedTxn};
 use tokio_postgres::Client;
 
 /// Number of statements [`naive_reconcile`] runs; its pause comes after each but the last.
@@ -30,7 +30,10 @@ pub const BALANCES_READ: usize = 1;
 /// 4 key records, 5 transactions, 6 the global sum. Writes nothing.
 ///
 /// Errors: database errors.
-pub async fn naive_reconcile<F, Fut>(client: &Client, mut pause: F) -> anyhow::Result<Findings>
+pub async fn naive_reconcile<F, Fut>(
+    client: &Client,
+    mut pause: F,
+) -> Result<Findings, tokio_postgres::Error>
 where
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = ()>,
@@ -67,7 +70,10 @@ where
 /// One statement whose rows are (account id, points): a map by account id.
 ///
 /// Errors: database errors.
-async fn per_account(client: &Client, sql: &str) -> anyhow::Result<BTreeMap<String, i64>> {
+async fn per_account(
+    client: &Client,
+    sql: &str,
+) -> Result<BTreeMap<String, i64>, tokio_postgres::Error> {
     Ok(client
         .query(sql, &[])
         .await?
@@ -79,7 +85,7 @@ async fn per_account(client: &Client, sql: &str) -> anyhow::Result<BTreeMap<Stri
 /// L11's I3 query: transactions with fewer than two entries or entries not summing to 0.
 ///
 /// Errors: database errors.
-async fn unbalanced_txns(client: &Client) -> anyhow::Result<Vec<UnbalancedTxn>> {
+async fn unbalanced_txns(client: &Client) -> Result<Vec<UnbalancedTxn>, tokio_postgres::Error> {
     Ok(client
         .query(
             "SELECT t.txn_id, COUNT(e.entry_id), COALESCE(SUM(e.amount), 0)::bigint \
@@ -101,7 +107,7 @@ async fn unbalanced_txns(client: &Client) -> anyhow::Result<Vec<UnbalancedTxn>> 
 /// Every key record (client id, key, outcome, txn id), by client id and key.
 ///
 /// Errors: database errors.
-async fn request_refs(client: &Client) -> anyhow::Result<Vec<RequestRef>> {
+async fn request_refs(client: &Client) -> Result<Vec<RequestRef>, tokio_postgres::Error> {
     Ok(client
         .query(
             "SELECT client_id, idem_key, outcome, txn_id FROM idem_request \
@@ -122,7 +128,7 @@ async fn request_refs(client: &Client) -> anyhow::Result<Vec<RequestRef>> {
 /// Every transaction (txn id, client id, key), by txn id.
 ///
 /// Errors: database errors.
-async fn txn_refs(client: &Client) -> anyhow::Result<Vec<TxnRef>> {
+async fn txn_refs(client: &Client) -> Result<Vec<TxnRef>, tokio_postgres::Error> {
     Ok(client
         .query(
             "SELECT txn_id, client_id, idem_key FROM ledger_txn ORDER BY txn_id",
