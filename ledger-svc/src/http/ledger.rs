@@ -128,14 +128,7 @@ fn parse_transfer(
         .into());
     }
     let headers = request.headers();
-    let client_id = auth::client_id(caller, headers)?;
-    let key = grammar::parse_idempotency_key(
-        headers
-            .get_all("idempotency-key")
-            .iter()
-            .map(|value| value.as_bytes()),
-    )
-    .map_err(|bad| Box::new(Problem::bad_request(bad.0).into_response()))?;
+    let (client_id, key) = caller_and_key(caller, headers)?;
     let mut content_types = headers.get_all(CONTENT_TYPE).iter();
     let body_type = match (content_types.next(), content_types.next()) {
         (Some(value), None) => grammar::body_type(value.as_bytes()),
@@ -440,4 +433,24 @@ fn result_response(
         response = with_facts(response, ApiOutcome::Ok, result.txn_id);
     }
     response
+}
+
+/// The caller's id that scopes the key (`super::auth::client_id`: the authenticated
+/// caller, or a declared `X-Client-Id` without tokens) and the request's one
+/// `Idempotency-Key`, for a debit, a grant or a transfer.
+///
+/// Errors: the caller's 401/403, or 400 for a missing, repeated or malformed key.
+pub(super) fn caller_and_key(
+    caller: Option<&Caller>,
+    headers: &hyper::HeaderMap,
+) -> Result<(String, String), Box<HttpResponse>> {
+    let client_id = auth::client_id(caller, headers)?;
+    let key = grammar::parse_idempotency_key(
+        headers
+            .get_all("idempotency-key")
+            .iter()
+            .map(|value| value.as_bytes()),
+    )
+    .map_err(|bad| Box::new(Problem::bad_request(bad.0).into_response()))?;
+    Ok((client_id, key))
 }

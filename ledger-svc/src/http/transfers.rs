@@ -21,7 +21,7 @@ use points_ledger::{
 use serde::Deserialize;
 use serde_json::json;
 
-use super::auth::{self, Caller};
+use super::auth::Caller;
 use super::bound::{self, Failure};
 use super::grammar;
 use super::problem::{ApiOutcome, HttpResponse, Problem, json_response, mark_replayed};
@@ -78,14 +78,7 @@ async fn parse(
 ) -> Result<Parsed, Box<HttpResponse>> {
     let bad = |detail: &str| Box::new(Problem::bad_request(detail).into_response());
     let headers = request.headers();
-    let client_id = auth::client_id(caller, headers)?;
-    let key = grammar::parse_idempotency_key(
-        headers
-            .get_all("idempotency-key")
-            .iter()
-            .map(|value| value.as_bytes()),
-    )
-    .map_err(|bad_key| bad(&bad_key.0))?;
+    let (client_id, key) = super::ledger::caller_and_key(caller, headers)?;
     let body = read_body(request)
         .await
         .map_err(|problem| Box::new(problem.into_response()))?;
