@@ -1,4 +1,4 @@
-//! The service's bounds and honest errors (issues 17 and 28), against the real binary and
+//! The service's bounds and honest errors (SPEC §4), against the real binary and
 //! a real PostgreSQL: one bound per request over every wait it queues behind (pool, lock
 //! behind another waiter), bounded lock, statement and idle-in-transaction waits (503
 //! `UNKNOWN` with `Retry-After`, nothing recorded, the same key later executed once), liveness apart
