@@ -12,7 +12,7 @@ enum RaceError {
     Abandoned(usize),
 }
 
-/// One participant of [`Ctx::race`]: its index, its own connection, and the barrier all
+/// One participant of [`crate::Ctx::race`]: its index, its own connection, and the barrier all
 /// participants share (released when every participant has called `wait`).
 pub struct Racer {
     /// 0-based index.

@@ -20,7 +20,7 @@ pub const CLIENT_TIMEOUT_MS: u64 = 1_000;
 /// Interval between two looks for a running service while none is up, milliseconds.
 const ENDPOINT_POLL_MS: u64 = 10;
 
-/// Where the service is right now: its HTTP client (case-kit's, so whatever the kit adds
+/// Where the service is right now: its HTTP client (`launch::service`'s, so whatever the kit adds
 /// to every request reaches ours) and its two listeners.
 pub struct Endpoint {
     http: reqwest::Client,

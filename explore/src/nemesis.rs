@@ -1,7 +1,7 @@
 //! The nemesis: runs the seeded fault schedule ([`crate::plan::fault_plan`]) one fault
 //! at a time, each logged in the history with its start and end:
 //!
-//! - `kill-service`: SIGKILL ledger-svc (case-kit's [`Service::kill`]), wait, start a
+//! - `kill-service`: SIGKILL ledger-svc (`launch::service`'s [`Service::kill`]), wait, start a
 //!   new one on the same database (new ports; the gateway follows);
 //! - `crash-postgres`: immediate stop of the scratch cluster (no checkpoint), wait,
 //!   start it again, which runs WAL recovery (scratch-pg's `stop(Immediate)` and

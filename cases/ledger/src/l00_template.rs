@@ -7,7 +7,7 @@
 //! How to use it: copy to `lNN_<what>.rs`; set the id, title, schedule, `not_clean` and
 //! connections; write the claim and the failure condition above; keep setup, steps and
 //! checks in that order; add the module name as one line to `register_cases!` in
-//! `mod.rs`; run `./run.sh --accept LNN` and review the new
+//! `lib.rs`; add its row to `docs/cases.md`; run `./run.sh --accept LNN` and review the new
 //! `evidence/snapshots/L/LNN.snap`.
 //!
 //! Transcript rule: print only what is the same on every run — counts, balances of fixed

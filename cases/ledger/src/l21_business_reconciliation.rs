@@ -10,7 +10,7 @@
 //! records nothing; L11's reconciliation finds nothing; the order reconciliation finds
 //! exactly "order ord-2102 has 2 debits" and nothing about the other two.
 //! Negative control: the new-key retry of `ord-2102` pays it twice, visible only to the
-//! order reconciliation (`cases/tests/business_controls.rs` runs it with a same-key retry,
+//! order reconciliation (`cases/ledger/tests/reconciliation_controls.rs` runs it with a same-key retry,
 //! where the control's check must FAIL).
 //! Fails if: any check above does not hold.
 

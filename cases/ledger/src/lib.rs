@@ -1,7 +1,8 @@
 //! Family L: the points ledger on PostgreSQL (SPEC §1–§7), one file per case.
 //!
 //! Adding a case: copy `l00_template.rs` to `lNN_<what>.rs`, give it its id, title,
-//! claim and checks, and add its module name as one line to [`register_cases!`] below.
+//! claim and checks, and add its module name as one line to `register_cases!` below, and
+//! its row to `docs/cases.md`.
 //! Then `./run.sh --accept LNN` writes its snapshot `evidence/snapshots/L/LNN.snap` for
 //! review; commit both. A case that writes the ledger's tables with its own SQL (another
 //! locking strategy, say) records each transfer with [`points_ledger::record_transfer`] so

@@ -27,8 +27,8 @@ pub const DEFAULT_CLIENT: &str = "spec";
 /// Where the L family's spec files are (read when the family is built).
 pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
 
-/// The ledger's operations, in a transfer mode (a spec case runs them in its
-/// [`case_kit::Ctx::transfer_mode`], through [`Calls::in_mode`]).
+/// The ledger's operations, in a transfer mode (a spec case runs them in its mode,
+/// [`super::modes::mode`], through [`Calls::for_case`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LedgerCalls {
     /// How each `debit` and `grant` reaches the database.

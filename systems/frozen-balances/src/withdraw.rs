@@ -34,7 +34,7 @@
 //! nothing, and a deposit dropped (a reorganisation) before it was credited is never
 //! credited.
 //!
-//! Reconciliation ([`crate::reconcile`]) counts a pending withdrawal's amount as frozen:
+//! Reconciliation ([`mod@crate::reconcile`]) counts a pending withdrawal's amount as frozen:
 //! every account's frozen = the remainders of its open orders + the amounts of its
 //! withdrawals in `REQUESTED`, `BROADCAST` or `UNKNOWN`.
 

@@ -1,7 +1,7 @@
 //! Business reconciliation: the redemption orders of the business system against the
 //! ledger's debits (`ledger_txn.order_id`, the business reference a debit carries).
 //!
-//! [`crate::reconcile`] checks that the books are consistent with themselves: every
+//! [`mod@crate::reconcile`] checks that the books are consistent with themselves: every
 //! transaction balances, every balance is the sum of its entries. A debit made twice for
 //! one order (a client that retried under a new key) passes all of that, since both
 //! transactions balance. This asks the auditor's question instead: was each order paid

@@ -1,4 +1,4 @@
-//! Repair after reconciliation found a fault (SPEC §6 additions, L16), in four steps:
+//! Repair after reconciliation found a fault (SPEC §3.9, L16), in four steps:
 //!
 //! 1. **Freeze** the accounts the findings name (`account_freeze`): while frozen,
 //!    [`crate::transfer()`] and [`crate::transfer_between()`] refuse any transfer touching

@@ -290,7 +290,7 @@ WHERE client_id = $1 AND idem_key = $2";
 /// [`HookPoint::EntriesWritten`] (OK path only), [`HookPoint::BeforeCommit`] and
 /// [`HookPoint::AfterCommit`] (every committing path); a replay runs no hooks.
 ///
-/// Statements: START TRANSACTION, the freeze check ([`crate::repair`]; a frozen account
+/// Statements: START TRANSACTION, the freeze check ([`mod@crate::repair`]; a frozen account
 /// → [`LedgerError::AccountFrozen`], rolled back), then 4 statements and COMMIT on the OK
 /// path, 3 and COMMIT on a refusal, 2 and ROLLBACK on a replay; each is sent with its parameter types
 /// (`query_typed`), one round trip, no prepared statement.

@@ -1,4 +1,4 @@
-//! Transfers between any two user accounts (SPEC §3, "§6 additions": L14).
+//! Transfers between any two user accounts (SPEC §3.5, L14).
 //!
 //! A debit locks `from` then `sys-redeem`, a grant `sys-issuer` then the user: no two of
 //! them can each hold a row the other wants next. Once points move between two *user*
