@@ -9,9 +9,6 @@ use std::time::Duration;
 
 use crate::service::{FaultState, Service};
 
-/// How often [`give_up_once_held`] looks at the fault point, milliseconds.
-pub const HELD_POLL_MS: u64 = 5;
-
 /// What [`give_up_once_held`] saw.
 #[derive(Debug)]
 pub struct GaveUp<T> {
@@ -36,22 +33,7 @@ pub async fn give_up_once_held<T>(
     limit: Duration,
 ) -> anyhow::Result<GaveUp<T>> {
     let point = point.to_string();
-    let held = async {
-        let look = async {
-            loop {
-                let state = service.fault_state(&point).await?;
-                if state.holding >= 1 {
-                    return anyhow::Ok(state);
-                }
-                tokio::time::sleep(Duration::from_millis(HELD_POLL_MS)).await;
-            }
-        };
-        // `limit` only stops a hang: then the state as it is (`holding` 0).
-        match tokio::time::timeout(limit, look).await {
-            Ok(state) => state,
-            Err(_) => service.fault_state(&point).await,
-        }
-    };
+    let held = service.held_within(&point, limit);
     tokio::select! {
         answered = request => Ok(GaveUp {
             answered: Some(answered),

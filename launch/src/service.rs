@@ -62,6 +62,8 @@ pub const SERVICE_STOP_TIMEOUT_MS: u64 = 15_000;
 pub const CLIENT_TIMEOUT_MS: u64 = 10_000;
 /// Interval between `/readyz` probes while starting, milliseconds.
 const HEALTH_POLL_MS: u64 = 20;
+/// How often [`Service::held_within`] looks at a fault point, milliseconds.
+pub const HELD_POLL_MS: u64 = 5;
 
 /// Pooled database connections of a service started with default options.
 pub const DEFAULT_POOL_SIZE: usize = 16;
@@ -587,6 +589,33 @@ impl Service {
             .into_iter()
             .find(|state| state.point == point.to_string())
             .ok_or_else(|| anyhow!("GET /faults does not list {point}"))
+    }
+
+    /// The state of the fault at `point` once it holds at least one transfer, looking
+    /// every [`HELD_POLL_MS`]. `limit` only stops a hang:
+    /// when nothing is held by then, the state as it is (`holding` 0) is returned and the
+    /// caller's check decides.
+    ///
+    /// Errors: transport errors, or an unexpected body.
+    pub async fn held_within(
+        &self,
+        point: impl Display,
+        limit: Duration,
+    ) -> anyhow::Result<FaultState> {
+        let point = point.to_string();
+        let look = async {
+            loop {
+                let state = self.fault_state(&point).await?;
+                if state.holding >= 1 {
+                    return anyhow::Ok(state);
+                }
+                tokio::time::sleep(Duration::from_millis(HELD_POLL_MS)).await;
+            }
+        };
+        match tokio::time::timeout(limit, look).await {
+            Ok(state) => state,
+            Err(_) => self.fault_state(&point).await,
+        }
     }
 
     /// Releases the transfers paused at `point`; returns how many were holding.

@@ -20,7 +20,7 @@
 //! invariant and the reconciliation.
 //! Fails if: any round is neither history, or any figure differs.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use case_kit::{Case, Ctx};
 use frozen_balances::amount::format_units;
@@ -51,8 +51,6 @@ pub fn case() -> Case {
 const POOL_SIZE: usize = 2;
 /// Longest pause of a held event in the service, milliseconds (released long before).
 pub const HOLD_LIMIT_MS: u64 = 10_000;
-/// How often the case looks whether the service holds the event, milliseconds.
-pub const HOLD_POLL_MS: u64 = 2;
 /// The fault point the service rounds use.
 const POINT: &str = "spot-before-commit";
 
@@ -331,22 +329,16 @@ async fn service_round(
     ))
 }
 
-/// Waits until the service holds one event at [`POINT`], looking every
-/// [`HOLD_POLL_MS`] for at most [`HOLD_LIMIT_MS`].
+/// Waits until the service holds one event at [`POINT`], for at most
+/// [`HOLD_LIMIT_MS`] (a bound against a hang, not a claim).
 ///
 /// Errors: transport errors; the service never held the `held` event.
 async fn wait_until_held(service: &Service, held: &str) -> anyhow::Result<()> {
-    let began = Instant::now();
-    loop {
-        if service.fault_state(POINT).await?.holding >= 1 {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            began.elapsed() < Duration::from_millis(HOLD_LIMIT_MS),
-            "the service never held the {held}"
-        );
-        tokio::time::sleep(Duration::from_millis(HOLD_POLL_MS)).await;
-    }
+    let state = service
+        .held_within(POINT, Duration::from_millis(HOLD_LIMIT_MS))
+        .await?;
+    anyhow::ensure!(state.holding >= 1, "the service never held the {held}");
+    Ok(())
 }
 
 /// Fresh accounts `b3-<tag>` (10 000 USDT) and `s3-<tag>` (1 BTC), with the buyer's

@@ -113,14 +113,10 @@ async fn pause_first(ctx: &mut Ctx, service: &Arc<Service>) -> anyhow::Result<In
         let service = service.clone();
         AbortOnDrop::spawn(async move { service.debit_once(CLIENT, KEY, ACCOUNT, DEBIT).await })
     };
-    let deadline = Instant::now() + Duration::from_millis(WAITER_WAIT_MS);
-    let paused = loop {
-        let state = service.fault_state(HookPoint::Registered).await?;
-        if state.holding >= 1 || Instant::now() >= deadline {
-            break state.holding;
-        }
-        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
-    };
+    let paused = service
+        .held_within(HookPoint::Registered, Duration::from_millis(WAITER_WAIT_MS))
+        .await?
+        .holding;
     ctx.check_eq("first request paused at registered", 1, paused);
     Ok(first)
 }
