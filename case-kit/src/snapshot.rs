@@ -3,10 +3,19 @@
 //! `evidence/snapshots/<family>/<id>.snap`. A mismatch is a failed check with a unified
 //! diff.
 //!
-//! The files keep insta's `.snap` layout (a header between `---` lines, then the body),
-//! so they read the same as before and any insta tooling can open them; this module
-//! reads and writes them itself rather than driving insta's assertion macro from
-//! outside a test. What may be written follows insta's `INSTA_UPDATE` convention:
+//! The files are insta's: insta reads each snapshot ([`insta::Snapshot::from_file`]) and
+//! insta's own text comparison decides whether the transcript matches (the one insta's
+//! `assert_snapshot!` applies to a file snapshot: line endings unified, trailing
+//! whitespace trimmed). A proposal is written as insta's pending file `<id>.snap.new`
+//! beside the snapshot, where `cargo insta pending-snapshots`, `review`, `accept` and
+//! `reject` find it (cargo-insta scans the source folder of every target in `cargo
+//! metadata`; case-kit's test target `snapshot_review` has its source in `evidence/`
+//! so that `evidence/snapshots` is scanned, and checks that it is). The header is
+//! written here, in the bytes insta's own serializer gives (that test compares them),
+//! because insta writes a snapshot only from its assertion macro, which panics on a
+//! mismatch and reads `INSTA_UPDATE` once per process, while a run must decide per case
+//! (a case with a failed check is never proposed or accepted). What may be written
+//! follows insta's `INSTA_UPDATE` convention:
 //! - default (`INSTA_UPDATE` unset, `auto` or `new`): a mismatch of a case whose own
 //!   checks all passed leaves the proposed transcript as `<id>.snap.new` beside the
 //!   snapshot; a case with a failed check gets none (an older one is removed);
@@ -17,6 +26,8 @@
 
 use std::path::{Path, PathBuf};
 
+use insta::internals::{SnapshotContents, TextSnapshotContents};
+use insta::{Snapshot, TextSnapshotKind};
 use serde::Serialize;
 
 use crate::report::{CaseReport, Check, Line};
@@ -140,17 +151,23 @@ impl Snapshots {
     pub fn compare(&self, report: &CaseReport, uses_postgres: bool) -> anyhow::Result<Verdict> {
         let file = self.file(&report.family, &report.id);
         let pending = file.with_extension("snap.new");
-        let new = normalized(&crate::redact::redact(&report.transcript()));
-        let old = read_body(&file)?;
+        let new = SnapshotContents::from(TextSnapshotContents::new(
+            crate::redact::redact(&report.transcript()),
+            TextSnapshotKind::File,
+        ));
+        let old = read_snapshot(&file)?;
+        if old.as_ref().is_some_and(|old| old.contents() == &new) {
+            remove_if_present(&pending)?;
+            return Ok(Verdict::Matched);
+        }
+        // As insta writes and shows them: normalized.
+        let new = text_of(&new);
+        let old = old.as_ref().map(|old| text_of(old.contents()));
         let diff = unified_diff(
             old.as_deref().unwrap_or(""),
             &new,
             &self.shown_path(&report.family, &report.id),
         );
-        if old.as_deref() == Some(new.as_str()) {
-            remove_if_present(&pending)?;
-            return Ok(Verdict::Matched);
-        }
         let header = Header {
             case: &report.id,
             title: &report.title,
@@ -317,19 +334,50 @@ struct Header<'a> {
     postgres_major: Option<u32>,
 }
 
-/// A YAML scalar as insta writes one: plain when it is a simple word or path, else a
-/// double-quoted string (JSON's escaping is valid YAML).
+/// A YAML scalar as insta's serializer writes one (insta's vendored YAML emitter, whose
+/// rule this follows), so that `cargo insta accept` rewrites a proposal byte for byte:
+/// plain unless the text is empty, has a space at either end, starts with one of
+/// `&*?|-<>=!%@.` or `0x`, holds one of `:{}[],#`"'\` or a control character, or reads
+/// as a YAML boolean, null or number; then double-quoted with escapes.
 fn scalar(text: &str) -> String {
-    let plain = !text.is_empty()
-        && !text.starts_with(['.', '-'])
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '/' | '.' | '-'));
-    if plain {
-        text.to_string()
-    } else {
-        serde_json::to_string(text).unwrap_or_default()
+    const WORDS: [&str; 22] = [
+        "yes", "Yes", "YES", "no", "No", "NO", "True", "TRUE", "true", "False", "FALSE", "false",
+        "on", "On", "ON", "off", "Off", "OFF", "null", "Null", "NULL", "~",
+    ];
+    let quoted = text.is_empty()
+        || text.starts_with(' ')
+        || text.ends_with(' ')
+        || text.starts_with(['&', '*', '?', '|', '-', '<', '>', '=', '!', '%', '@', '.'])
+        || text.starts_with("0x")
+        || text.contains(|c: char| {
+            matches!(
+                c,
+                ':' | '{' | '}' | '[' | ']' | ',' | '#' | '`' | '"' | '\'' | '\\'
+            ) || (c.is_ascii_control()
+                && !matches!(c, '\x07' | '\x08' | '\x0b' | '\x0c' | '\x1b' | '\x7f'))
+        })
+        || WORDS.contains(&text)
+        || text.parse::<i64>().is_ok()
+        || text.parse::<f64>().is_ok();
+    if !quoted {
+        return text.to_string();
     }
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\x08' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\x0c' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_ascii_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 fn write_snapshot(file: &Path, header: &Header<'_>, body: &str) -> anyhow::Result<()> {
@@ -363,30 +411,26 @@ fn remove_if_present(file: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// The text as insta compares it: line endings unified, trailing newlines trimmed.
-fn normalized(text: &str) -> String {
-    text.replace("\r\n", "\n")
-        .trim_end_matches('\n')
-        .to_string()
+/// A snapshot's text as insta writes, compares and shows it (normalized: line endings
+/// unified, trailing whitespace trimmed); empty for a binary snapshot, which a case never
+/// has.
+fn text_of(contents: &SnapshotContents) -> String {
+    contents
+        .as_text()
+        .map(ToString::to_string)
+        .unwrap_or_default()
 }
 
-/// The body of the snapshot at `file` (after the header's closing `---` line);
-/// `None` when there is none.
+/// The snapshot at `file` as insta reads it; `None` when there is none.
 ///
-/// Errors: the file cannot be read, or has no header.
-fn read_body(file: &Path) -> anyhow::Result<Option<String>> {
-    let text = match std::fs::read_to_string(file) {
-        Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => anyhow::bail!("reading {}: {error}", file.display()),
-    };
-    let text = text.replace("\r\n", "\n");
-    let body = text
-        .strip_prefix("---\n")
-        .and_then(|rest| rest.split_once("\n---\n"))
-        .map(|(_, body)| body)
-        .ok_or_else(|| anyhow::anyhow!("{} has no snapshot header", file.display()))?;
-    Ok(Some(normalized(body)))
+/// Errors: the file cannot be read, or insta cannot parse it.
+fn read_snapshot(file: &Path) -> anyhow::Result<Option<Snapshot>> {
+    if !file.exists() {
+        return Ok(None);
+    }
+    Snapshot::from_file(file)
+        .map(Some)
+        .map_err(|error| anyhow::anyhow!("reading {}: {error}", file.display()))
 }
 
 fn unified_diff(old: &str, new: &str, shown: &str) -> String {
@@ -422,9 +466,16 @@ mod tests {
     }
 
     #[test]
-    fn normalization_ignores_trailing_newlines_only() {
-        assert_eq!(normalized("a\nb\n\n"), "a\nb");
-        assert_ne!(normalized("a\nb"), normalized("a\nc"));
+    fn insta_normalizes_trailing_whitespace_only() {
+        let text = |body: &str| {
+            text_of(&SnapshotContents::from(TextSnapshotContents::new(
+                body.into(),
+                TextSnapshotKind::File,
+            )))
+        };
+        assert_eq!(text("a\r\nb\n\n"), "a\nb");
+        assert_ne!(text("a\nb"), text("a\nc"));
+        assert_ne!(text("  a"), text("a"));
     }
 
     #[test]
@@ -451,10 +502,51 @@ mod tests {
         );
         assert!(text.contains("\n  command: \"./run.sh X1\"\n"), "{text}");
         assert!(text.contains("\n  postgres_major: 16\n---\n"), "{text}");
+        let read = read_snapshot(&file).unwrap().expect("just written");
         assert_eq!(
-            read_body(&file).unwrap().as_deref(),
-            Some("CASE X1 :: a title: with a colon\n  note n=1")
+            text_of(read.contents()),
+            "CASE X1 :: a title: with a colon\n  note n=1"
         );
+        assert_eq!(
+            read.metadata().description(),
+            Some("X1 :: a title: with a colon")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn headers_are_written_as_insta_writes_them() {
+        let dir = std::env::temp_dir().join(format!("case-kit-yaml-{}", std::process::id()));
+        let (file, resaved) = (dir.join("X/X1.snap"), dir.join("X/resaved.snap"));
+        let titles = [
+            "plain words; a semicolon",
+            "a colon: here",
+            "-leading dash",
+            ".leading dot",
+            "yes",
+            "123",
+            "1.5",
+            "0x1f",
+            "with \"quotes\" and \\",
+            "tab\there",
+            " spaces ",
+            "bell\x07 and escape\x1b",
+            "",
+            "unicode → ok",
+        ];
+        for title in titles {
+            let header = Header {
+                case: "X1",
+                title,
+                command: "./run.sh X1".into(),
+                postgres_major: None,
+            };
+            write_snapshot(&file, &header, "CASE X1 :: t").unwrap();
+            let ours = std::fs::read_to_string(&file).unwrap();
+            Snapshot::from_file(&file).unwrap().save(&resaved).unwrap();
+            let insta = std::fs::read_to_string(&resaved).unwrap();
+            assert_eq!(ours, insta, "title {title:?}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -514,7 +606,8 @@ mod tests {
     #[test]
     fn committed_snapshots_parse() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../evidence/snapshots/L/L1.snap");
-        let body = read_body(&root).unwrap().expect("L1.snap is committed");
+        let snapshot = read_snapshot(&root).unwrap().expect("L1.snap is committed");
+        let body = text_of(snapshot.contents());
         assert!(body.starts_with("CASE L1 :: "), "{body}");
     }
 }
