@@ -442,10 +442,17 @@ fn unified_diff(old: &str, new: &str, shown: &str) -> String {
         }
     };
     let (old, new) = (with_newline(old), with_newline(new));
-    similar::TextDiff::from_lines(&old, &new)
+    text_diff(&old, &new, (shown, "this run (redacted)"), 3)
+}
+
+/// A unified diff of two texts, line by line (`similar`'s, the diff insta shows too):
+/// `headers` name the old and the new text, `context` is the number of unchanged lines
+/// shown around each change. Empty when the texts are equal.
+pub fn text_diff(old: &str, new: &str, headers: (&str, &str), context: usize) -> String {
+    similar::TextDiff::from_lines(old, new)
         .unified_diff()
-        .context_radius(3)
-        .header(shown, "this run (redacted)")
+        .context_radius(context)
+        .header(headers.0, headers.1)
         .to_string()
 }
 

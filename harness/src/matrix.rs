@@ -441,16 +441,15 @@ fn differences(
         let mut diff = String::new();
         for (text, members) in &groups[1..] {
             let names: Vec<String> = members.iter().map(u32::to_string).collect();
-            diff.push_str(
-                &similar::TextDiff::from_lines(&reference, text)
-                    .unified_diff()
-                    .context_radius(2)
-                    .header(
-                        &format!("PostgreSQL {reference_major}"),
-                        &format!("PostgreSQL {}", names.join(", ")),
-                    )
-                    .to_string(),
-            );
+            diff.push_str(&case_kit::snapshot::text_diff(
+                &reference,
+                text,
+                (
+                    &format!("PostgreSQL {reference_major}"),
+                    &format!("PostgreSQL {}", names.join(", ")),
+                ),
+                2,
+            ));
         }
         let mut sorted_groups: Vec<Vec<u32>> = groups.into_iter().map(|(_, m)| m).collect();
         for group in &mut sorted_groups {

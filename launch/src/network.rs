@@ -52,7 +52,7 @@ impl StandIn {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log)?);
-        let mut child = scratch_pg::process::spawn_tied(command, None, libc::SIGKILL)
+        let mut child = scratch_pg::process::spawn_tied(command, None, nix::libc::SIGKILL)
             .with_context(|| format!("starting {}", binary.display()))?;
         let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
         let (sender, receiver) = tokio::sync::oneshot::channel();

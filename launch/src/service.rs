@@ -380,7 +380,7 @@ impl Service {
             .with_context(|| format!("opening {}", log_path.display()))?;
         let tokens = auth_tokens(&log_path, &options)?;
         let command = service_command(&binary, database_url, &options, &log, tokens.as_ref())?;
-        let mut child = scratch_pg::process::spawn_tied(command, None, libc::SIGKILL)
+        let mut child = scratch_pg::process::spawn_tied(command, None, nix::libc::SIGKILL)
             .with_context(|| format!("starting {}", binary.display()))?;
         let stdout = child.stdout.take();
         let mut service = Service {

@@ -219,7 +219,7 @@ impl CrashWorker {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = scratch_pg::process::spawn_tied(command, None, libc::SIGKILL)
+        let mut child = scratch_pg::process::spawn_tied(command, None, nix::libc::SIGKILL)
             .with_context(|| format!("starting {}", binary.display()))?;
 
         let (sender, lines) = mpsc::unbounded_channel();

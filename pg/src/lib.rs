@@ -8,7 +8,7 @@
 //! As root, `initdb` and `postgres` run as an unprivileged user (default `nobody`).
 //!
 //! ```no_run
-//! # async fn demo() -> anyhow::Result<()> {
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let mut cluster = scratch_pg::Cluster::start(scratch_pg::ClusterOptions::default())?;
 //! cluster.create_database("case_l1", None).await?;
 //! let client = cluster.connect("case_l1").await?;

@@ -5,10 +5,10 @@
 //! written here, from the request and the outcome; a driver's error text never goes
 //! into a response (it is logged to stderr instead).
 
-use bytes::Bytes;
 use http_body_util::Full;
 use hyper::Response;
 use hyper::StatusCode;
+use hyper::body::Bytes;
 use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use serde_json::{Map, Value, json};
 

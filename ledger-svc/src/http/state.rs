@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use deadpool_postgres::Pool;
 use http_body_util::{BodyExt, Limited};
+use hyper::body::Bytes;
 use hyper::body::Incoming;
 use hyper::header::CONTENT_LENGTH;
 use hyper::{Method, Request, StatusCode};

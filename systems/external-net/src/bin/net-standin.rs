@@ -20,13 +20,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use clap::Parser;
 use external_net::wire::{
     Action, Broadcast, BroadcastAnswer, CONFIRMED, ControlRequest, ControlState, DepositState,
     MAX_DELAY_MS, NOT_FOUND, QueryRecord, REJECTED, StatusAnswer, TransferRecord,
 };
 use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Bytes;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
