@@ -176,10 +176,11 @@ fn workspace_dependencies() -> Vec<String> {
     for line in text.lines().map(str::trim) {
         if line.starts_with('[') {
             inside = line == "[workspace.dependencies]";
-        } else if inside && let Some((name, _)) = line.split_once('=') {
-            if !line.starts_with('#') {
-                names.push(name.trim().to_string());
-            }
+        } else if inside
+            && !line.starts_with('#')
+            && let Some((name, _)) = line.split_once('=')
+        {
+            names.push(name.trim().to_string());
         }
     }
     names
