@@ -822,5 +822,6 @@ fn print_closing(
             "if the diffs are meant, accept the new transcripts: ./run.sh --accept {}",
             compared.acceptable.join(" ")
         );
+        println!("or review each pending evidence/snapshots/…/<id>.snap.new: cargo insta review");
     }
 }

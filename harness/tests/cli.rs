@@ -161,8 +161,8 @@ fn snapshot_mismatch_diff_and_modes() {
     );
     assert!(!scratch.snapshot("L1").with_extension("snap.new").exists());
     assert!(
-        !text.contains("--accept"),
-        "no accept hint under CI: {text}"
+        !text.contains("--accept") && !text.contains("cargo insta review"),
+        "no accept or review hint under CI: {text}"
     );
     let junit = std::fs::read_to_string(scratch.evidence().join("latest/junit.xml")).unwrap();
     assert!(
@@ -174,7 +174,8 @@ fn snapshot_mismatch_diff_and_modes() {
     let output = scratch.harness(&["L1"], false);
     assert_eq!(output.status.code(), Some(1));
     assert!(
-        stdout(&output).contains("accept the new transcripts: ./run.sh --accept L1"),
+        stdout(&output).contains("accept the new transcripts: ./run.sh --accept L1")
+            && stdout(&output).contains("<id>.snap.new: cargo insta review"),
         "{}",
         stdout(&output)
     );
