@@ -28,13 +28,14 @@
 //! cases S5–S7): see [`sqlite`]. `crash-worker spot …` runs one order placement of the
 //! frozen-balances system instead (SPEC §8, case F12): see [`spot`].
 
+use std::future::Future;
 use std::io::Write;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use futures_util::future::BoxFuture;
 use points_ledger::{
     HookAbort, HookContext, HookPoint, Hooks, Kind, LedgerError, TransferRequest, transfer,
 };
@@ -272,6 +273,10 @@ impl Stop {
         self.waited_out.load(Ordering::SeqCst)
     }
 }
+
+/// What a hook returns, in both systems: a boxed future that may be sent between threads
+/// (the type of futures-util's `BoxFuture`, written with the standard library's own types).
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Hooks that stop at one point of a transfer.
 struct StopAt {

@@ -23,9 +23,8 @@ use frozen_balances::{
     DEFAULT_TENANT, FrozenError, HookAbort, HookContext, HookPoint, Hooks, Market, PlaceRequest,
     Side,
 };
-use futures_util::future::BoxFuture;
 
-use crate::{EXIT_FAILED, EXIT_PAUSE_LIMIT, EXIT_WORK_LIMIT, PAUSE_LIMIT_MS};
+use crate::{BoxFuture, EXIT_FAILED, EXIT_PAUSE_LIMIT, EXIT_WORK_LIMIT, PAUSE_LIMIT_MS};
 
 /// One placement, stopped at a hook point until killed.
 #[derive(Debug, Parser)]

@@ -6,11 +6,16 @@
 //! crate must not depend on the service that serves it.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::str::FromStr;
 
-use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Transaction;
+
+/// A boxed future that may be sent between threads: what a hook returns. The same type as
+/// `futures_util::future::BoxFuture`, written with the standard library's own types.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The kind of a business event, stored in `balance_operation.kind`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -6,13 +6,13 @@
 use std::sync::{Arc, Mutex, Weak};
 
 use frozen_balances::amount::{format_units, parse_amount, parse_price, parse_quantity};
+use frozen_balances::hooks::BoxFuture;
 use frozen_balances::query::{balance, order};
 use frozen_balances::{
     Asset, CancelRequest, DEFAULT_TENANT, DepositRequest, FillRequest, FrozenError, HookAbort,
     HookContext, HookPoint, Hooks, Market, NoHooks, OrderStatus, Outcome, PlaceRequest, SYS_FEE,
     Side, cancel, deposit, fill, place, reconcile,
 };
-use futures_util::future::BoxFuture;
 use scratch_pg::{Cluster, ClusterOptions};
 use tokio_postgres::Client;
 

@@ -5,6 +5,7 @@
 //! reconciliation counts pending withdrawals as frozen and names one settled behind the
 //! product's back; a deposit is credited once at the required confirmations.
 
+use frozen_balances::hooks::BoxFuture;
 use frozen_balances::withdraw::{
     self, DepositReport, ReportEffect, SYS_WITHDRAWAL, Status, WithdrawRequest,
 };
@@ -12,7 +13,6 @@ use frozen_balances::{
     Asset, DEFAULT_TENANT, DepositRequest, FrozenError, HookAbort, HookContext, HookPoint, Hooks,
     NoHooks, Outcome,
 };
-use futures_util::future::BoxFuture;
 use scratch_pg::{Cluster, ClusterOptions};
 use tokio_postgres::Client;
 
