@@ -254,7 +254,8 @@ pub fn bench_line(points: &[Point]) -> String {
     )
 }
 
-/// Writes `results.md`, `results.json` and `throughput.svg` into `out`.
+/// Writes `results.md`, `results.json`, `throughput.svg` and the page showing both,
+/// `index.html` (`evidence_pages::bench`), into `out`.
 ///
 /// Errors: file system, serialization or drawing errors.
 pub fn write(
@@ -323,6 +324,9 @@ pub fn write(
         )?,
     )?;
     plot(&out.join("throughput.svg"), points)?;
+    let page =
+        evidence_pages::bench::render(&serde_json::json!({ "context": context, "points": points }));
+    evidence_pages::write(&out.join("index.html"), &page)?;
     Ok(())
 }
 
