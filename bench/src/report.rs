@@ -324,10 +324,19 @@ pub fn write(
         )?,
     )?;
     plot(&out.join("throughput.svg"), points)?;
-    let page =
-        evidence_pages::bench::render(&serde_json::json!({ "context": context, "points": points }));
-    evidence_pages::write(&out.join("index.html"), &page)?;
-    Ok(())
+    page(out)
+}
+
+/// Writes `out/index.html`, the bench page (`evidence_pages::bench`), from
+/// `out/results.json`.
+///
+/// Errors: reading the results, writing the page.
+pub fn page(out: &Path) -> anyhow::Result<()> {
+    let results = evidence_pages::read_json(&out.join("results.json"))?;
+    evidence_pages::write(
+        &out.join("index.html"),
+        &evidence_pages::bench::render(&results),
+    )
 }
 
 fn plot(path: &Path, points: &[Point]) -> anyhow::Result<()> {
