@@ -234,3 +234,41 @@ fn case_section(dir: &Path, case: &Value, headers: &BTreeMap<String, Header>) ->
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record with a failing case whose transcript holds markup: the page shows the
+    /// markup as text, marks the row FAIL and shows the diff.
+    #[test]
+    fn markup_in_a_record_is_escaped() {
+        let dir = std::env::temp_dir().join(format!("evidence-pages-run-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let results = serde_json::json!({
+            "status": "fail", "passed": 1, "failed": 1, "wall_ms": 5, "seed": 7,
+            "cases": [{ "id": "X<b>1", "title": "t <i>", "family": "L", "passed": 1, "failed": 1,
+                        "duration_ms": 3, "details": {},
+                        "checks": [{ "name": "c <script>", "passed": false, "expected": "1", "actual": "2" }] }]
+        });
+        std::fs::write(dir.join("results.json"), results.to_string()).unwrap();
+        std::fs::write(dir.join("X<b>1.txt"), "note <script>alert(1)</script>\n").unwrap();
+        std::fs::write(dir.join("X<b>1.snap.diff"), "-a <img>\n+b\n").unwrap();
+        let page = render(&dir, &BTreeMap::new()).unwrap().into_string();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            page.contains("note &lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{page}"
+        );
+        assert!(!page.contains("<script>"), "{page}");
+        assert!(!page.contains("<img>") && !page.contains("<b>1"), "{page}");
+        assert!(
+            page.contains(r#"<tr class="case-row fail" data-case="X&lt;b&gt;1">"#),
+            "{page}"
+        );
+        assert!(
+            page.contains(r#"<span class="del">-a &lt;img&gt;"#),
+            "{page}"
+        );
+    }
+}
