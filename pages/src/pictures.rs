@@ -44,18 +44,25 @@ pub fn for_case(case: &Value, transcript: &str) -> Markup {
 fn race_bars(number: usize, race: &Value) -> Markup {
     let empty = Vec::new();
     let sessions = race["sessions"].as_array().unwrap_or(&empty);
+    let first = sessions
+        .iter()
+        .filter_map(|s| s["start_us"].as_u64())
+        .min()
+        .unwrap_or(0);
     let end = sessions
         .iter()
         .filter_map(|s| s["end_us"].as_u64())
         .max()
         .unwrap_or(1)
+        .saturating_sub(first)
         .max(1);
     let height = LANE_PX * sessions.len() as u32 + 24;
-    let scale = |us: u64| LABEL_PX as f64 + (us as f64 / end as f64) * PLOT_PX as f64;
+    let scale =
+        |us: u64| LABEL_PX as f64 + (us.saturating_sub(first) as f64 / end as f64) * PLOT_PX as f64;
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     html! {
         figure.race {
-            figcaption { "Race " (number) ": " (sessions.len()) " sessions released by a barrier; each bar runs from its start to its result (clock read only to draw; " (end / 1000) " ms in all)" }
+            figcaption { "Race " (number) ": " (sessions.len()) " sessions released by a barrier; each bar runs from its start to its result (clock read only to draw; " (end / 1000) " ms from the first start to the last result)" }
             svg xmlns="http://www.w3.org/2000/svg" width=(LABEL_PX + PLOT_PX + 260) height=(height) role="img" {
                 @for (i, session) in sessions.iter().enumerate() {
                     @let y = 4 + LANE_PX * i as u32;
@@ -80,13 +87,18 @@ const PALETTE: [&str; 6] = [
     "#4c9a2a", "#c0392b", "#2e6fb7", "#d68910", "#7d3c98", "#5d6d7e",
 ];
 
-/// The kind of a result, for its colour: its text up to the first digit or bracket.
+/// The kind of a result, for its colour: its text with every run of digits as `#`
+/// (`Ok(Ok)` and `Ok(Insufficient)` differ, two balances do not).
 fn outcome_kind(outcome: &str) -> String {
-    outcome
-        .split(|c: char| c.is_ascii_digit() || c == '(' || c == '{')
-        .next()
-        .unwrap_or_default()
-        .to_string()
+    let mut kind = String::new();
+    for c in outcome.chars() {
+        if !c.is_ascii_digit() {
+            kind.push(c);
+        } else if !kind.ends_with('#') {
+            kind.push('#');
+        }
+    }
+    kind
 }
 
 fn short(text: &str, chars: usize) -> String {
