@@ -34,8 +34,11 @@ pub fn render(dir: &Path) -> Markup {
             ol #violations { @for violation in &found { li.fail { code { (crate::text(violation)) } } } }
         }
         h2 { "Faults" }
+        @for comment in faults.lines().filter(|l| l.starts_with('#')) {
+            p.muted { (comment.trim_start_matches('#').trim()) }
+        }
         table #faults {
-            @for (i, row) in faults.lines().enumerate() {
+            @for (i, row) in faults.lines().filter(|l| !l.starts_with('#')).enumerate() {
                 tr { @for cell in row.split('\t') { @if i == 0 { th { (cell) } } @else { td { (cell) } } } }
             }
         }
