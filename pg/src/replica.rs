@@ -236,17 +236,32 @@ impl Cluster {
     /// loses power takes them all. No shutdown checkpoint, no goodbye to any client or
     /// standby. Reaps the postmaster.
     ///
-    /// Errors: none beyond a server that was not running (a no-op).
+    /// Errors: [`ClusterError::Stop`] when a killed backend still runs after
+    /// [`STREAMING_TIMEOUT_MS`] (a hang bound). A server that is not running: a no-op.
     pub fn kill_server(&mut self) -> Result<(), ClusterError> {
         let Some(pid) = self.postmaster_pid() else {
             return Ok(());
         };
+        // Stopped first, the postmaster forks no new backend between the look at its
+        // children and the kill.
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGSTOP);
         let children = children_of(pid);
         let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
-        for child in children {
-            let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
+        for child in &children {
+            let _ = kill(Pid::from_raw(*child), Signal::SIGKILL);
         }
         self.forget_killed_postmaster();
+        // Until every backend has exited, the shared memory block stays attached and a
+        // new postmaster on this data directory refuses to start.
+        let deadline = Instant::now() + Duration::from_millis(STREAMING_TIMEOUT_MS);
+        while children.iter().any(|child| running(*child)) {
+            if Instant::now() > deadline {
+                return Err(ClusterError::Stop(format!(
+                    "backends of the killed postmaster {pid} still run after {STREAMING_TIMEOUT_MS} ms"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(POLL_MS));
+        }
         Ok(())
     }
 
@@ -272,6 +287,16 @@ impl Cluster {
             .query("SELECT pg_drop_replication_slot($1)", &[&name])
             .await?;
         Ok(())
+    }
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn running(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, after)| after.trim_start().starts_with('Z')),
+        Err(_) => false,
     }
 }
 
