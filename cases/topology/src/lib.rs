@@ -13,7 +13,9 @@ pub mod pair;
 pub mod wal;
 
 case_kit::register_cases! {
+    r2_sync_failover,
     pub r3_async_standby_loses,
+    pub r4_stale_read_decides_funds,
 }
 
 /// The family. Its engine is PostgreSQL so that a run boots the scratch cluster whose

@@ -56,3 +56,17 @@ async fn r3_loses_debits_only_with_the_receiver_stopped() {
     r3::run_with(&mut running, Receiver::Running).await.unwrap();
     assert_control_failed(&running, r3::ANOMALY);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_overdraws_only_with_replay_paused() {
+    use cases_topology::r4_stale_read_decides_funds::{self as r4, Replay};
+    let env = Env::for_tests(SEED, &[&cases_topology::family()])
+        .await
+        .expect("scratch cluster");
+    let mut paused = fresh_ctx(&env, "R4", "r4_paused").await;
+    r4::run_with(&mut paused, Replay::Paused).await.unwrap();
+    assert_all_passed(&paused);
+    let mut running = fresh_ctx(&env, "R4", "r4_running").await;
+    r4::run_with(&mut running, Replay::Running).await.unwrap();
+    assert_control_failed(&running, r4::ANOMALY);
+}
