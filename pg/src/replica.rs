@@ -300,23 +300,14 @@ fn running(pid: i32) -> bool {
     }
 }
 
-/// The pids whose parent is `pid` (from `/proc/<pid>/stat`, field 4).
+/// The children of `pid`, a single-threaded process such as the postmaster
+/// (`/proc/<pid>/task/<pid>/children`, proc(5)): read from that one process, not from
+/// every process's `stat`.
 fn children_of(pid: u32) -> Vec<i32> {
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|candidate| {
-            fs::read_to_string(format!("/proc/{candidate}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let after = stat.rsplit_once(')')?.1;
-                    after.split_whitespace().nth(1)?.parse::<u32>().ok()
-                })
-                == Some(pid)
-        })
+    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|child| child.parse().ok())
         .collect()
 }
 

@@ -16,6 +16,7 @@ case_kit::register_cases! {
     r2_sync_failover,
     pub r3_async_standby_loses,
     pub r4_stale_read_decides_funds,
+    pub r5_old_primary_returns,
 }
 
 /// The family. Its engine is PostgreSQL so that a run boots the scratch cluster whose

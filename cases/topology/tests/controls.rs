@@ -70,3 +70,17 @@ async fn r4_overdraws_only_with_replay_paused() {
     r4::run_with(&mut running, Replay::Running).await.unwrap();
     assert_control_failed(&running, r4::ANOMALY);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r5_splits_only_when_the_old_primary_returns_as_it_was() {
+    use cases_topology::r5_old_primary_returns::{self as r5, Return};
+    let env = Env::for_tests(SEED, &[&cases_topology::family()])
+        .await
+        .expect("scratch cluster");
+    let mut as_it_was = fresh_ctx(&env, "R5", "r5_as_it_was").await;
+    r5::control(&mut as_it_was, Return::AsItWas).await.unwrap();
+    assert_all_passed(&as_it_was);
+    let mut as_standby = fresh_ctx(&env, "R5", "r5_as_standby").await;
+    r5::control(&mut as_standby, Return::AsStandby).await.unwrap();
+    assert_control_failed(&as_standby, r5::ANOMALY);
+}
