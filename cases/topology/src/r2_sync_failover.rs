@@ -81,8 +81,15 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         let mut primary = pair.primary.connect(LEDGER_DATABASE).await?;
         for n in 1..=ACCOUNTS {
             let key = format!("g-r2-{n}");
-            grant_in(mode, &mut primary, "ops", &key, &test_account(n as u32), START_BALANCE)
-                .await?;
+            grant_in(
+                mode,
+                &mut primary,
+                "ops",
+                &key,
+                &test_account(n as u32),
+                START_BALANCE,
+            )
+            .await?;
         }
     }
     let url = pair::multi_host_url(&[&pair.primary, &pair.standby]);
@@ -94,7 +101,12 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let clients: Vec<_> = (0..CLIENTS)
         .map(|c| tokio::spawn(client(service.clone(), load.clone(), c)))
         .collect();
-    load.kill_now.notified().await;
+    tokio::time::timeout(
+        Duration::from_millis(RETRY_LIMIT_MS),
+        load.kill_now.notified(),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("{KILL_AFTER_ACKNOWLEDGED} debits were not acknowledged"))?;
     let acknowledged_before = load.acknowledged.load(Ordering::SeqCst);
     let _old_primary = pair::kill_node(pair.primary).await?;
     let killed_at = Instant::now();
@@ -126,11 +138,7 @@ fn key(c: usize, d: usize) -> String {
 
 /// One client: its debits in order, each retried with the same key until it is
 /// answered 201 (or the hang bound runs out).
-async fn client(
-    service: Arc<Service>,
-    load: Arc<Load>,
-    c: usize,
-) -> anyhow::Result<Vec<KeyStory>> {
+async fn client(service: Arc<Service>, load: Arc<Load>, c: usize) -> anyhow::Result<Vec<KeyStory>> {
     let account = test_account((c % ACCOUNTS + 1) as u32);
     let mut stories = Vec::new();
     for d in 0..DEBITS_PER_CLIENT {
@@ -138,7 +146,10 @@ async fn client(
         let mut story = KeyStory::default();
         let deadline = Instant::now() + Duration::from_millis(RETRY_LIMIT_MS);
         loop {
-            anyhow::ensure!(Instant::now() < deadline, "{key}: no answer but 503 for {RETRY_LIMIT_MS} ms");
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{key}: no answer but 503 for {RETRY_LIMIT_MS} ms"
+            );
             let answer = service.debit_once(CLIENT, &key, &account, DEBIT).await;
             match answer {
                 Ok(reply) if reply.status == 201 => {
@@ -148,7 +159,9 @@ async fn client(
                         let mut first = load.first_success_after_kill.lock().unwrap();
                         first.get_or_insert_with(Instant::now);
                     }
-                    if load.acknowledged.fetch_add(1, Ordering::SeqCst) + 1 == KILL_AFTER_ACKNOWLEDGED {
+                    if load.acknowledged.fetch_add(1, Ordering::SeqCst) + 1
+                        == KILL_AFTER_ACKNOWLEDGED
+                    {
                         load.kill_now.notify_one();
                     }
                     break;
@@ -183,21 +196,45 @@ async fn check(
         )
         .await?;
     let on_new: BTreeMap<String, i64> = rows.iter().map(|row| (row.get(0), row.get(1))).collect();
-    let acknowledged: Vec<&String> = stories.iter().filter(|(_, s)| s.final_status == 201).map(|(k, _)| k).collect();
-    ctx.check_eq("debits acknowledged (each key answered 201 in the end)", CLIENTS * DEBITS_PER_CLIENT, acknowledged.len());
+    let acknowledged: Vec<&String> = stories
+        .iter()
+        .filter(|(_, s)| s.final_status == 201)
+        .map(|(k, _)| k)
+        .collect();
+    ctx.check_eq(
+        "debits acknowledged (each key answered 201 in the end)",
+        CLIENTS * DEBITS_PER_CLIENT,
+        acknowledged.len(),
+    );
     let not_once: Vec<String> = acknowledged
         .iter()
         .filter(|key| on_new.get(key.as_str()) != Some(&1))
         .map(|key| format!("{key}×{}", on_new.get(key.as_str()).unwrap_or(&0)))
         .collect();
-    ctx.check("every acknowledged debit is on the new primary exactly once", not_once.is_empty(), format!("missing or doubled: {}", not_once.join(" ")));
+    ctx.check(
+        "every acknowledged debit is on the new primary exactly once",
+        not_once.is_empty(),
+        format!("missing or doubled: {}", not_once.join(" ")),
+    );
     let others: Vec<String> = stories
         .iter()
-        .flat_map(|(key, s)| s.other_answers.iter().map(move |answer| format!("{key}: {answer}")))
+        .flat_map(|(key, s)| {
+            s.other_answers
+                .iter()
+                .map(move |answer| format!("{key}: {answer}"))
+        })
         .collect();
-    ctx.check("every answer but 201 was 503 UNKNOWN", others.is_empty(), others.join("; "));
+    ctx.check(
+        "every answer but 201 was 503 UNKNOWN",
+        others.is_empty(),
+        others.join("; "),
+    );
     let unknown: Vec<&KeyStory> = stories.values().filter(|s| s.unknown_answers > 0).collect();
-    ctx.check("some debits were answered 503 UNKNOWN during the switch", !unknown.is_empty(), "");
+    ctx.check(
+        "some debits were answered 503 UNKNOWN during the switch",
+        !unknown.is_empty(),
+        "",
+    );
     ctx.note(format!(
         "unknown_keys_n={} unknown_replayed_n={}",
         unknown.len(),
@@ -207,14 +244,24 @@ async fn check(
         .query(
             "SELECT count(*) FROM account WHERE account_id = ANY($1) AND balance <> $2",
             &[
-                &(1..=ACCOUNTS).map(|n| test_account(n as u32)).collect::<Vec<_>>(),
+                &(1..=ACCOUNTS)
+                    .map(|n| test_account(n as u32))
+                    .collect::<Vec<_>>(),
                 &(START_BALANCE - (CLIENTS / ACCOUNTS * DEBITS_PER_CLIENT) as i64 * DEBIT),
             ],
         )
         .await?;
     let wrong: i64 = balances[0].get(0);
-    ctx.check_eq("accounts whose balance is not its start less its acknowledged debits", 0, wrong);
+    ctx.check_eq(
+        "accounts whose balance is not its start less its acknowledged debits",
+        0,
+        wrong,
+    );
     let findings = reconcile(&mut db).await?;
-    ctx.check("new primary reconciles clean", findings.is_clean(), findings.summary());
+    ctx.check(
+        "new primary reconciles clean",
+        findings.is_clean(),
+        findings.summary(),
+    );
     Ok(())
 }

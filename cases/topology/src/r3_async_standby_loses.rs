@@ -102,21 +102,36 @@ pub async fn run_with(ctx: &mut Ctx, receiver: Receiver) -> anyhow::Result<()> {
     ctx.note("primary and standby killed (kill -9), standby started again and promoted");
     let mut promoted = standby.connect(LEDGER_DATABASE).await?;
     let lost = lost_keys(&promoted, &acknowledged).await?;
-    ctx.note(format!("acknowledged={} lost={}", acknowledged.len(), lost.len()));
-    ctx.exposes(ANOMALY, !lost.is_empty(), format!("lost: {}", lost.join(" ")));
+    ctx.note(format!(
+        "acknowledged={} lost={}",
+        acknowledged.len(),
+        lost.len()
+    ));
+    ctx.exposes(
+        ANOMALY,
+        !lost.is_empty(),
+        format!("lost: {}", lost.join(" ")),
+    );
     ctx.check_eq(
         "lost debits are exactly those acknowledged after the receiver stopped",
         after.join(" "),
         lost.join(" "),
     );
     let findings = reconcile(&mut promoted).await?;
-    ctx.check("promoted ledger reconciles clean", findings.is_clean(), findings.summary());
+    ctx.check(
+        "promoted ledger reconciles clean",
+        findings.is_clean(),
+        findings.summary(),
+    );
     if let Some(key) = lost.first() {
         let retry = debit_in(mode, &mut promoted, CLIENT, key, ACCOUNT, DEBIT).await?;
         ctx.check(
             "a lost debit's same-key retry executes as new (its key record was lost with it)",
             retry.outcome == Outcome::Ok && !retry.replayed,
-            format!("{key}: outcome={:?} replayed={}", retry.outcome, retry.replayed),
+            format!(
+                "{key}: outcome={:?} replayed={}",
+                retry.outcome, retry.replayed
+            ),
         );
     }
     Ok(())

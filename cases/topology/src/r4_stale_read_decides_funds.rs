@@ -68,27 +68,52 @@ pub async fn run_with(ctx: &mut Ctx, replay: Replay) -> anyhow::Result<()> {
     wal::wait_replayed(&pair.primary, &pair.standby).await?;
     let standby = pair.standby.connect(LEDGER_DATABASE).await?;
     if replay == Replay::Paused {
-        standby.batch_execute("SELECT pg_wal_replay_pause()").await?;
+        standby
+            .batch_execute("SELECT pg_wal_replay_pause()")
+            .await?;
     }
-    let first = debit_in(mode, &mut primary, "app-r4", "k-r4-first", ACCOUNT, FIRST_DEBIT).await?;
+    let first = debit_in(
+        mode,
+        &mut primary,
+        "app-r4",
+        "k-r4-first",
+        ACCOUNT,
+        FIRST_DEBIT,
+    )
+    .await?;
     if replay == Replay::Paused {
         // The startup process pauses before it applies the next record: the first
         // debit's WAL arrives, and stays unapplied.
         wait_paused(&standby).await?;
         ctx.note("standby's replay paused (pg_get_wal_replay_pause_state() = paused)");
     }
-    ctx.check_eq("first debit on the primary", "Ok 20".to_string(), format!("{:?} {}", first.outcome, first.balance));
+    ctx.check_eq(
+        "first debit on the primary",
+        "Ok 20".to_string(),
+        format!("{:?} {}", first.outcome, first.balance),
+    );
     if replay == Replay::Running {
         wal::wait_replayed(&pair.primary, &pair.standby).await?;
     }
-    let product = debit_in(mode, &mut primary, "app-r4", "k-r4-product", ACCOUNT, PLACEMENT).await?;
+    let product = debit_in(
+        mode,
+        &mut primary,
+        "app-r4",
+        "k-r4-product",
+        ACCOUNT,
+        PLACEMENT,
+    )
+    .await?;
     ctx.check_eq(
         "product: the conditional debit on the primary refuses the placement",
         "Insufficient 20".to_string(),
         format!("{:?} {}", product.outcome, product.balance),
     );
     let read_on_standby: i64 = standby
-        .query_one("SELECT balance FROM account WHERE account_id = $1", &[&ACCOUNT])
+        .query_one(
+            "SELECT balance FROM account WHERE account_id = $1",
+            &[&ACCOUNT],
+        )
         .await?
         .get(0);
     let placed = read_on_standby >= PLACEMENT;
@@ -101,7 +126,10 @@ pub async fn run_with(ctx: &mut Ctx, replay: Replay) -> anyhow::Result<()> {
             .await?;
     }
     let balance: i64 = primary
-        .query_one("SELECT balance FROM account WHERE account_id = $1", &[&ACCOUNT])
+        .query_one(
+            "SELECT balance FROM account WHERE account_id = $1",
+            &[&ACCOUNT],
+        )
         .await?
         .get(0);
     ctx.note(format!(
@@ -124,7 +152,10 @@ async fn wait_paused(standby: &tokio_postgres::Client) -> anyhow::Result<()> {
         if state == "paused" {
             return Ok(());
         }
-        anyhow::ensure!(Instant::now() < deadline, "replay not paused after {PAUSE_TIMEOUT_MS} ms: {state}");
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "replay not paused after {PAUSE_TIMEOUT_MS} ms: {state}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

@@ -7,8 +7,8 @@
 //! product's rule (a demoted primary comes back only as a standby of the new one, or not
 //! at all: fencing, the failover manager's job) the returned node is in recovery,
 //! refuses writes (SQLSTATE 25006 `read_only_sql_transaction`), the host list's
-//! `target_session_attrs=read-write` takes the debit to the new primary, and the
-//! returned node replays both debits: one history.
+//! `target_session_attrs=read-write` takes the debit to the new primary, and every debit
+//! the returned node holds is one the new primary holds: one history.
 //!
 //! Fails if: the restarted old primary does not take a debit (shown in a test: returned
 //! as a standby, it cannot), or under the rule the two nodes' ledgers differ or the
@@ -87,7 +87,15 @@ async fn fail_over_and_return(ctx: &Ctx, how: Return) -> anyhow::Result<Returned
         .connect(tokio_postgres::NoTls)
         .await?;
     tokio::spawn(connection);
-    let result = debit_in(mode, &mut through_list, CLIENT, "k-r5-returned", ACCOUNT, 10).await?;
+    let result = debit_in(
+        mode,
+        &mut through_list,
+        CLIENT,
+        "k-r5-returned",
+        ACCOUNT,
+        10,
+    )
+    .await?;
     anyhow::ensure!(result.outcome == Outcome::Ok, "second debit: {result:?}");
     let port: i32 = through_list
         .query_one("SELECT inet_server_port()", &[])
@@ -109,7 +117,11 @@ async fn keys_on(node: &Cluster) -> anyhow::Result<String> {
             &[&CLIENT],
         )
         .await?;
-    Ok(rows.iter().map(|row| row.get::<_, String>(0)).collect::<Vec<_>>().join(" "))
+    Ok(rows
+        .iter()
+        .map(|row| row.get::<_, String>(0))
+        .collect::<Vec<_>>()
+        .join(" "))
 }
 
 /// The negative control: the old primary returns `how` ([`Return::AsItWas`] in a run)
@@ -119,7 +131,11 @@ async fn keys_on(node: &Cluster) -> anyhow::Result<String> {
 pub async fn control(ctx: &mut Ctx, how: Return) -> anyhow::Result<()> {
     let returned = fail_over_and_return(ctx, how).await?;
     let old_primary = !pair::in_recovery(&returned.old).await?;
-    let old_timeline = if old_primary { wal::timeline(&returned.old).await? } else { "standby".into() };
+    let old_timeline = if old_primary {
+        wal::timeline(&returned.old).await?
+    } else {
+        "standby".into()
+    };
     let new_timeline = wal::timeline(&returned.new).await?;
     let (old_keys, new_keys) = (keys_on(&returned.old).await?, keys_on(&returned.new).await?);
     ctx.note(format!(
@@ -127,8 +143,14 @@ pub async fn control(ctx: &mut Ctx, how: Return) -> anyhow::Result<()> {
     ));
     ctx.exposes(
         ANOMALY,
-        old_primary && returned.landed_on_old && old_timeline != new_timeline && old_keys != new_keys,
-        format!("second debit landed on the old node: {}", returned.landed_on_old),
+        old_primary
+            && returned.landed_on_old
+            && old_timeline != new_timeline
+            && old_keys != new_keys,
+        format!(
+            "second debit landed on the old node: {}",
+            returned.landed_on_old
+        ),
     );
     Ok(())
 }
@@ -154,10 +176,33 @@ async fn product_rule(ctx: &mut Ctx) -> anyhow::Result<()> {
         "25006".to_string(),
         refused.unwrap_or_else(|| "accepted".into()),
     );
-    ctx.check("rule: the host list took the debit to the new primary", !returned.landed_on_old, "");
-    wal::wait_replayed(&returned.new, &returned.old).await?;
+    ctx.check(
+        "rule: the host list took the debit to the new primary",
+        !returned.landed_on_old,
+        "",
+    );
+    // Whether the returned node can follow the new timeline depends on whether its own
+    // WAL went past the fork point before the kill (then it needs pg_rewind or a new
+    // base backup, LIMITS.md); recorded, not checked. What the rule guarantees is
+    // checked: every debit the returned node holds is one the new primary holds.
     let (old_keys, new_keys) = (keys_on(&returned.old).await?, keys_on(&returned.new).await?);
-    ctx.check_eq("rule: one history (the debits on both nodes)", new_keys, old_keys);
-    ctx.check_eq("rule: the new primary's timeline", "00000002".to_string(), wal::timeline(&returned.new).await?);
+    let foreign: Vec<&str> = old_keys
+        .split_whitespace()
+        .filter(|key| !new_keys.split_whitespace().any(|new| new == *key))
+        .collect();
+    ctx.record("r5_returned_node_debits", old_keys.clone().into());
+    ctx.check(
+        "rule: one history (every debit on the returned node is on the new primary)",
+        foreign.is_empty(),
+        format!(
+            "new primary [{new_keys}], only on the returned node [{}]",
+            foreign.join(" ")
+        ),
+    );
+    ctx.check_eq(
+        "rule: the new primary's timeline",
+        "00000002".to_string(),
+        wal::timeline(&returned.new).await?,
+    );
     Ok(())
 }

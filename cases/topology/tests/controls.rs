@@ -81,6 +81,8 @@ async fn r5_splits_only_when_the_old_primary_returns_as_it_was() {
     r5::control(&mut as_it_was, Return::AsItWas).await.unwrap();
     assert_all_passed(&as_it_was);
     let mut as_standby = fresh_ctx(&env, "R5", "r5_as_standby").await;
-    r5::control(&mut as_standby, Return::AsStandby).await.unwrap();
+    r5::control(&mut as_standby, Return::AsStandby)
+        .await
+        .unwrap();
     assert_control_failed(&as_standby, r5::ANOMALY);
 }
