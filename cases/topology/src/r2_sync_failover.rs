@@ -183,6 +183,7 @@ async fn client(service: Arc<Service>, load: Arc<Load>, c: usize) -> anyhow::Res
 }
 
 /// The checks on the new primary.
+// Long: the case's checks one after another, in the order its transcript shows them.
 async fn check(
     ctx: &mut Ctx,
     promoted: &scratch_pg::Cluster,

@@ -57,6 +57,8 @@ const DEBITS_AFTER: usize = 3;
 /// R3 with the receiver `receiver`: [`Receiver::Stopped`] in a run.
 ///
 /// Errors: a node did not start or promote; SQL errors outside the counted debits.
+// Long: the control's story in order, its fault step (`receiver`/`replay`) in the middle
+// of it, so a reader sees where the fault lands.
 pub async fn run_with(ctx: &mut Ctx, receiver: Receiver) -> anyhow::Result<()> {
     let mode = cases_ledger::modes::mode(ctx);
     let pair = pair::start_pair(ctx, Replication::Asynchronous).await?;

@@ -57,6 +57,8 @@ const PAUSE_TIMEOUT_MS: u64 = 30_000;
 /// R4 with `replay`: [`Replay::Paused`] in a run.
 ///
 /// Errors: a node did not start; SQL errors.
+// Long: the control's story in order, its fault step (`receiver`/`replay`) in the middle
+// of it, so a reader sees where the fault lands.
 pub async fn run_with(ctx: &mut Ctx, replay: Replay) -> anyhow::Result<()> {
     let mode = cases_ledger::modes::mode(ctx);
     let pair = pair::start_pair(ctx, Replication::Asynchronous).await?;
