@@ -127,6 +127,29 @@ impl Ctx {
         Ok(dir.join(format!("{}-{name}.log", self.case_id)))
     }
 
+    /// The folder of the run cluster's PostgreSQL binaries: for a case that starts
+    /// clusters of its own (a primary and its standby) at the run's major version.
+    ///
+    /// Errors: the run has no scratch cluster (an existing server, or none).
+    pub fn pg_bin(&self) -> anyhow::Result<PathBuf> {
+        Ok(self.env.cluster()?.binaries().bin_dir.clone())
+    }
+
+    /// A new path `<run>/files/<case>-<name>-<n>` for a folder this case makes itself
+    /// (a cluster of its own): it does not exist yet, its parent does, and the run
+    /// removes it with the run's folder (the janitor too, after a kill -9 of the
+    /// harness, once every postmaster under it has exited).
+    ///
+    /// Errors: the parent folder cannot be created.
+    pub fn own_folder(&self, name: &str) -> std::io::Result<PathBuf> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let dir = self.env.files_dir();
+        std::fs::create_dir_all(dir)?;
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        Ok(dir.join(format!("{}-{name}-{n}", self.case_id)))
+    }
+
     /// Name of this case's own database (a clone of its family's template).
     ///
     /// Panics when the family's engine is not PostgreSQL (the runner turns a panic into

@@ -2,8 +2,8 @@
 //! without cleaning up (SIGKILL). The harness re-executes itself as
 //! `harness --janitor-for <folder>` with a pipe on its standard input; end of file on that
 //! pipe means the harness is gone. By then every postgres, service and worker process
-//! has received its parent-death signal; the janitor waits for the postmaster to exit,
-//! removes the folder, and exits. It runs in its own process group so that a Ctrl-C
+//! has received its parent-death signal; the janitor waits for the postmasters to exit
+//! (the run's, and those cases start under `files/`), removes the folder, and exits. It runs in its own process group so that a Ctrl-C
 //! aimed at the harness does not kill it first.
 
 use std::io::Read;
@@ -67,8 +67,18 @@ pub fn run(run_dir: &Path) -> ! {
     std::process::exit(0);
 }
 
+/// Whether the run's postmaster, or one a case started under `files/` (a primary and
+/// its standby), is still alive.
 fn postmaster_alive(run_dir: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(run_dir.join("pg/data/postmaster.pid")) else {
+    let mut data_dirs = vec![run_dir.join("pg/data")];
+    if let Ok(entries) = std::fs::read_dir(run_dir.join("files")) {
+        data_dirs.extend(entries.flatten().map(|entry| entry.path().join("data")));
+    }
+    data_dirs.iter().any(|data_dir| alive_in(data_dir))
+}
+
+fn alive_in(data_dir: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(data_dir.join("postmaster.pid")) else {
         return false;
     };
     let Some(pid) = text.lines().next().map(str::trim) else {

@@ -167,9 +167,9 @@ fn reap(pid: i32, within: Duration) {
 pub struct Cluster {
     id: u64,
     binaries: PgBinaries,
-    credentials: Option<Credentials>,
+    pub(crate) credentials: Option<Credentials>,
     dir: PathBuf,
-    data_dir: PathBuf,
+    pub(crate) data_dir: PathBuf,
     socket_dir: PathBuf,
     log_path: PathBuf,
     port: u16,
@@ -195,6 +195,17 @@ impl Cluster {
     ///
     /// Errors: see [`ClusterError`]; nothing is left running or on disk after an error.
     pub fn start(options: ClusterOptions) -> Result<Cluster, ClusterError> {
+        let mut cluster = Cluster::prepare(options)?;
+        // On error, Drop stops whatever started and removes the folder.
+        cluster.initdb()?;
+        cluster.start_server(true)?;
+        Ok(cluster)
+    }
+
+    /// The folders of a cluster, registered for cleanup, with no data directory contents
+    /// and no server: [`Cluster::start`] runs `initdb` in it, a standby copies a base
+    /// backup into it (`crate::replica`).
+    pub(crate) fn prepare(options: ClusterOptions) -> Result<Cluster, ClusterError> {
         let cache_dir = options
             .cache_dir
             .clone()
@@ -230,7 +241,7 @@ impl Cluster {
             dir: dir.clone(),
             keep: options.keep,
         });
-        let mut cluster = Cluster {
+        let cluster = Cluster {
             id,
             binaries,
             credentials,
@@ -243,10 +254,7 @@ impl Cluster {
             keep: options.keep,
             postmaster: None,
         };
-        // On error, Drop stops whatever started and removes the folder.
         cluster.prepare_folders()?;
-        cluster.initdb()?;
-        cluster.start_server(true)?;
         Ok(cluster)
     }
 
@@ -324,7 +332,7 @@ impl Cluster {
     /// Launches the postmaster and waits until `postmaster.pid` says `ready`.
     /// `choose_port`: pick a free port (retrying if another process takes it first);
     /// otherwise reuse the current one, so clients keep their address across a restart.
-    fn start_server(&mut self, choose_port: bool) -> Result<(), ClusterError> {
+    pub(crate) fn start_server(&mut self, choose_port: bool) -> Result<(), ClusterError> {
         let attempts = if choose_port { PORT_ATTEMPTS } else { 1 };
         let mut last_error = None;
         for _ in 0..attempts {
@@ -467,6 +475,14 @@ impl Cluster {
         };
         self.set_registered_pid(None);
         result
+    }
+
+    /// After a SIGKILL of the postmaster (`crate::replica`): reaps it and forgets it.
+    pub(crate) fn forget_killed_postmaster(&mut self) {
+        if let Some(mut child) = self.postmaster.take() {
+            let _ = child.wait();
+        }
+        self.set_registered_pid(None);
     }
 
     /// Starts a stopped server again on the same port and socket.

@@ -20,12 +20,14 @@
 pub mod binaries;
 mod cluster;
 pub mod process;
+mod replica;
 pub mod versions;
 
 pub use binaries::PgBinaries;
 pub use cluster::{
     Cluster, ClusterOptions, DEFAULT_SERVER_USER, ServerFacts, StopMode, cleanup_all_clusters,
 };
+pub use replica::{PROMOTE_TIMEOUT_S, Replication, STREAMING_TIMEOUT_MS, StandbyOptions};
 
 /// Everything that can go wrong while managing a scratch cluster.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,36 @@
+//! Family R: the points ledger as it is deployed — a pooler in front, a standby behind,
+//! a failover (SPEC §5). Each case starts its own primary and standby (scratch clusters
+//! of the run's PostgreSQL version, in the run's folder; [`pair`]), so a kill -9 or a
+//! promotion touches no other case.
+//!
+//! Adding a case: a file `rNN_<what>.rs` with its id, title, claim and checks, one line
+//! in `register_cases!` below, and its row in `docs/cases.md`.
+
+use case_kit::{Engine, Family, PgTemplate};
+use futures_util::FutureExt;
+
+pub mod pair;
+pub mod wal;
+
+case_kit::register_cases! {
+    r2_sync_failover,
+    pub r3_async_standby_loses,
+    pub r4_stale_read_decides_funds,
+    pub r5_old_primary_returns,
+}
+
+/// The family. Its engine is PostgreSQL so that a run boots the scratch cluster whose
+/// binaries (the run's major version, `--pg`) the cases' own nodes use; the cases' own
+/// databases on it stay empty.
+pub fn family() -> Family {
+    Family {
+        prefix: "R",
+        title: "the points ledger behind a pooler, with a standby and a failover (SPEC §5)",
+        engine: Engine::Postgres(PgTemplate {
+            template: "topology_template",
+            install: |_client| async { Ok(()) }.boxed(),
+        }),
+        cases: cases(),
+        extras: Vec::new(),
+    }
+}
