@@ -351,8 +351,13 @@ impl BenchDb {
         for worker in 0..clients {
             let barriers = (warm_barrier.clone(), barrier.clone());
             workers.push(
-                self.spawn_client(&point, worker, (service.as_ref(), batcher.as_ref()), barriers)
-                    .await?,
+                self.spawn_client(
+                    &point,
+                    worker,
+                    (service.as_ref(), batcher.as_ref()),
+                    barriers,
+                )
+                .await?,
             );
         }
         let load = self
@@ -418,7 +423,11 @@ impl BenchDb {
             connections.push(self.cluster.connect(database).await?);
         }
         let source = Box::new(FixedConnections::new(connections));
-        Ok(Some(Arc::new(Batcher::start(source, Arc::new(NoHooks), limits))))
+        Ok(Some(Arc::new(Batcher::start(
+            source,
+            Arc::new(NoHooks),
+            limits,
+        ))))
     }
 
     /// Creates `database` afresh from the template and checkpoints; returns the admin

@@ -173,13 +173,13 @@ async fn as_one_batch(
     };
     let (replies, queued) = tokio::join!(sent, release);
     ctx.check_eq(
-        &format!("{what}: requests queued while held"),
+        format!("{what}: requests queued while held"),
         requests.len() as u64,
         queued?,
     );
     let after = batches_of(service, requests.len()).await?;
     ctx.check_eq(
-        &format!("{what}: batches of {} taken on release", requests.len()),
+        format!("{what}: batches of {} taken on release", requests.len()),
         before + 1,
         after,
     );
@@ -215,7 +215,7 @@ async fn mixed_batch(ctx: &mut Ctx, service: &Service, db: &Client) -> anyhow::R
     ];
     for ((request, seen), wanted) in requests.iter().zip(&shown).zip(expected) {
         ctx.check(
-            &format!(
+            format!(
                 "{} {} {}: answered as alone ({wanted})",
                 request.0, request.1, request.2
             ),

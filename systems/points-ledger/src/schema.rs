@@ -243,16 +243,20 @@ $fn$;
 /// `request_hash`, `outcome`, `txn_id` and `balance_after` (stored, executed).
 ///
 /// The steps, each one statement over the whole batch except the debit decisions:
-/// 1. the freeze check; 2. registration of every key, sorted by key, retried for keys
-/// whose conflicting row vanished; keys already known read back in a new statement;
+///
+/// 1. the freeze check;
+/// 2. registration of every key, sorted by key, retried for keys whose conflicting row
+///    vanished; keys already known read back in a new statement;
 /// 3. every account the registered requests name locked in one statement, sorted by
-/// account id (`ORDER BY … FOR UPDATE`), so two batches never wait on each other in a
-/// circle; 4. the debit decisions, one loop over the requests in arrival order on the
-/// locked balances held in arrays (no statement per request); 5. one UPDATE writing each
-/// changed balance once (the sink once per batch); 6. the transactions and their entries
-/// in one statement; 7. every outcome in one statement; 8. the registrations of requests
-/// that cannot be done (credit account missing, out of range) deleted, as a rollback of
-/// just that request would.
+///    account id (`ORDER BY … FOR UPDATE`), so two batches never wait on each other in a
+///    circle;
+/// 4. the debit decisions, one loop over the requests in arrival order on the locked
+///    balances held in arrays (no statement per request);
+/// 5. one UPDATE writing each changed balance once (the sink once per batch);
+/// 6. the transactions and their entries in one statement;
+/// 7. every outcome in one statement;
+/// 8. the registrations of requests that cannot be done (credit account missing, out of
+///    range) deleted, as a rollback of just that request would.
 pub const BATCH_FUNCTION_SQL: &str = r#"
 CREATE OR REPLACE FUNCTION ledger_transfer_batch(
     p_client_ids     text[],
