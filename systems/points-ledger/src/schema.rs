@@ -276,7 +276,15 @@ CREATE OR REPLACE FUNCTION ledger_transfer_batch(
     outcome       text,
     txn_id        bigint,
     balance_after bigint
-) LANGUAGE plpgsql VOLATILE AS $fn$
+) LANGUAGE plpgsql VOLATILE
+-- The batch's keys and accounts arrive as arrays, whose size the planner cannot see in a
+-- cached plan: left to itself it may read the whole idem_request table per batch (a
+-- sequential scan under a hash join). Every statement here reaches a handful of rows
+-- by their keys, so the function plans with index lookups only (docs 19.7.1), once per
+-- session (a generic plan, not one planned again for every batch's arrays; docs 19.7.6).
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan
+AS $fn$
 #variable_conflict use_column
 DECLARE
     v_n       integer := coalesce(cardinality(p_client_ids), 0);
