@@ -323,6 +323,8 @@ impl BenchDb {
     /// `repetition` only labels the result and the random draws.
     ///
     /// Errors: setup, SQL or reconciliation errors (a debit's own error is counted).
+    // Long: one point from setup to teardown (copy, service or batcher, clients, load,
+    // verdict, drop) reads best in order; each step is already a call of its own.
     pub async fn measure(
         &self,
         variant: Variant,

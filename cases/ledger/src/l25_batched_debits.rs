@@ -379,6 +379,18 @@ async fn killed_before_commit(
         status.signal() == Some(9),
         status,
     );
+    nothing_answered_or_left(ctx, db, &replies).await?;
+    start_service(ctx).await
+}
+
+/// After the kill: no debit of the killed batch was answered, the service's sessions
+/// ended, and nothing of the batch is in the ledger.
+async fn nothing_answered_or_left(
+    ctx: &mut Ctx,
+    db: &Client,
+    replies: &[Result<Reply, reqwest::Error>],
+) -> anyhow::Result<()> {
+    let keys = killed_keys();
     let answered: Vec<u16> = replies
         .iter()
         .filter_map(|r| r.as_ref().ok())
@@ -408,7 +420,7 @@ async fn killed_before_commit(
         100,
         queries::existing_balance(db, "acct-0007").await?,
     );
-    start_service(ctx).await
+    Ok(())
 }
 
 /// Whether the service's sessions left `pg_stat_activity` (looked at every
