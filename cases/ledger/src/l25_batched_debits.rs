@@ -248,6 +248,17 @@ async fn mixed_batch(ctx: &mut Ctx, service: &Service, db: &Client) -> anyhow::R
         1,
         queries::txns_for_key(db, CLIENT, "k-twice").await?,
     );
+    rows_written(ctx, db, recorded_before).await?;
+    Ok(())
+}
+
+/// The rows the mixed batch wrote: k-ok, k-poor, k-twice and k-nobody are recorded,
+/// k-ok and k-twice have a transaction with two entries each, k-used's 422 wrote nothing.
+async fn rows_written(
+    ctx: &mut Ctx,
+    db: &Client,
+    recorded_before: (i64, i64, i64),
+) -> anyhow::Result<()> {
     let recorded_after = queries::recorded(db).await?;
     let wanted = (
         recorded_before.0 + 4,

@@ -319,6 +319,8 @@ pub(super) fn key_expired(txn_id: Option<i64>, tombstone: bool) -> Problem {
 }
 
 /// The answer to a transfer's outcome (SPEC §4 table, plus the failures).
+// Long: one arm per answer of the SPEC §4 table and of each failure; split, the table
+// would be read in pieces.
 fn transfer_response(
     state: &AppState,
     kind: Kind,
