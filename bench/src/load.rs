@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use case_kit::{ChaCha8Rng, seeded_rng};
 use launch::service::{Service, ServiceOptions};
+use points_ledger::batcher::{BatchLimits, BatchSizes, Batcher, FixedConnections};
 use points_ledger::striping::{create_redeem_stripes, striped_debit};
 use points_ledger::{
     NoHooks, Outcome, TransferMode, TransferRequest, reconcile, transfer, transfer_in,
@@ -73,17 +74,29 @@ pub enum Variant {
     #[serde(rename = "onetrip+fix")]
     #[value(name = "onetrip+fix")]
     OneTripFix,
+    /// The batch transfer (`points_ledger::batch`): the clients submit to one
+    /// `points_ledger::batcher::Batcher` whose drainers (the default count, each on its
+    /// own connection) take what is queued and execute it in one transaction; hot sink,
+    /// updated once per batch.
+    Batch,
+    /// The same debits through ledger-svc `--transfer-mode batch` over HTTP (as
+    /// [`Variant::Service`]), hot sink.
+    #[serde(rename = "service+batch")]
+    #[value(name = "service+batch")]
+    ServiceBatch,
 }
 
 impl Variant {
     /// Every variant, in report order.
-    pub const ALL: [Variant; 6] = [
+    pub const ALL: [Variant; 8] = [
         Variant::Ceiling,
         Variant::Raw,
         Variant::Service,
         Variant::Fix,
         Variant::OneTrip,
         Variant::OneTripFix,
+        Variant::Batch,
+        Variant::ServiceBatch,
     ];
 
     /// Name used in tables and the plot.
@@ -95,6 +108,8 @@ impl Variant {
             Variant::Fix => "fix",
             Variant::OneTrip => "onetrip",
             Variant::OneTripFix => "onetrip+fix",
+            Variant::Batch => "batch",
+            Variant::ServiceBatch => "service+batch",
         }
     }
 
@@ -102,6 +117,7 @@ impl Variant {
     pub fn key(self) -> &'static str {
         match self {
             Variant::OneTripFix => "onetripfix",
+            Variant::ServiceBatch => "servicebatch",
             other => other.name(),
         }
     }
@@ -118,6 +134,11 @@ impl Variant {
         }
     }
 
+    /// Whether it executes debits in batches (and so reports the batch sizes seen).
+    pub fn is_batched(self) -> bool {
+        matches!(self, Variant::Batch | Variant::ServiceBatch)
+    }
+
     fn striped(self) -> bool {
         matches!(self, Variant::Fix | Variant::OneTripFix)
     }
@@ -127,6 +148,7 @@ impl Variant {
 enum Debitor {
     Sql(tokio_postgres::Client),
     Http(DebitClient),
+    Batch(Arc<Batcher>),
 }
 
 impl Debitor {
@@ -158,6 +180,11 @@ impl Debitor {
                     TransferRequest::debit("bench", key, account, amount)
                 };
                 let done = transfer_in(variant.mode(), client, &request, &NoHooks).await?;
+                Ok(done.outcome == Outcome::Ok)
+            }
+            Debitor::Batch(batcher) => {
+                let request = TransferRequest::debit("bench", key, account, amount);
+                let done = batcher.submit(request).await?;
                 Ok(done.outcome == Outcome::Ok)
             }
             Debitor::Http(client) => match client.debit(account, &key, amount).await? {
@@ -198,11 +225,35 @@ pub struct Measurement {
     /// CPU microseconds each part spent per committed debit (ceiling: per commit) in the
     /// measured seconds ([`crate::cpu`]).
     pub cpu: PerDebit,
+    /// Batched variants: the batches executed in the measured seconds, their mean size
+    /// and the size at or below which 99% of them were (requests per batch); else `None`.
+    pub batch_sizes: Option<BatchFigures>,
     /// Whether the reconciliation afterwards found nothing (for the ceiling: whether the
     /// table holds exactly one row per acknowledged commit).
     pub reconciled_clean: bool,
     /// The reconciliation's one-line summary.
     pub findings: String,
+}
+
+/// The batch sizes of a measured window.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BatchFigures {
+    /// Batches executed.
+    pub batches: u64,
+    /// Mean requests per batch.
+    pub mean: f64,
+    /// 99th percentile of requests per batch (nearest rank).
+    pub p99: usize,
+}
+
+impl BatchFigures {
+    fn of(sizes: &BatchSizes) -> BatchFigures {
+        BatchFigures {
+            batches: sizes.batches(),
+            mean: sizes.mean(),
+            p99: sizes.p99(),
+        }
+    }
 }
 
 /// The cluster and its funded template.
@@ -272,6 +323,8 @@ impl BenchDb {
     /// `repetition` only labels the result and the random draws.
     ///
     /// Errors: setup, SQL or reconciliation errors (a debit's own error is counted).
+    // Long: one point from setup to teardown (copy, service or batcher, clients, load,
+    // verdict, drop) reads best in order; each step is already a call of its own.
     pub async fn measure(
         &self,
         variant: Variant,
@@ -283,6 +336,7 @@ impl BenchDb {
         let database = format!("bench_{}_{clients}", variant.key());
         let admin = self.fresh_copy(&database).await?;
         let service = self.launch_service(variant, &database, clients).await?;
+        let batcher = self.start_batcher(variant, &database).await?;
         let point = Point {
             variant,
             clients,
@@ -299,13 +353,24 @@ impl BenchDb {
         for worker in 0..clients {
             let barriers = (warm_barrier.clone(), barrier.clone());
             workers.push(
-                self.spawn_client(&point, worker, service.as_ref(), barriers)
-                    .await?,
+                self.spawn_client(
+                    &point,
+                    worker,
+                    (service.as_ref(), batcher.as_ref()),
+                    barriers,
+                )
+                .await?,
             );
         }
         let load = self
-            .drive(&point, service.as_ref(), (&warm_barrier, &barrier), workers)
+            .drive(
+                &point,
+                (service.as_ref(), batcher.as_ref()),
+                (&warm_barrier, &barrier),
+                workers,
+            )
             .await?;
+        drop(batcher);
         if let Some(service) = service {
             service.stop().await?;
         }
@@ -319,6 +384,7 @@ impl BenchDb {
             elapsed_s,
             lock_wait_share,
             cpu,
+            batch_sizes,
         } = load;
         let mut latencies = total.latencies_us;
         latencies.sort_unstable();
@@ -335,9 +401,35 @@ impl BenchDb {
             p99_ms: percentile_ms(&latencies, 0.99),
             lock_wait_share,
             cpu,
+            batch_sizes,
             reconciled_clean,
             findings,
         })
+    }
+
+    /// For [`Variant::Batch`], a batcher on `database` with the default limits and one
+    /// connection per drainer; else `None`.
+    ///
+    /// Errors: a connection failed.
+    async fn start_batcher(
+        &self,
+        variant: Variant,
+        database: &str,
+    ) -> anyhow::Result<Option<Arc<Batcher>>> {
+        if variant != Variant::Batch {
+            return Ok(None);
+        }
+        let limits = BatchLimits::default();
+        let mut connections = Vec::new();
+        for _ in 0..limits.drainers {
+            connections.push(self.cluster.connect(database).await?);
+        }
+        let source = Box::new(FixedConnections::new(connections));
+        Ok(Some(Arc::new(Batcher::start(
+            source,
+            Arc::new(NoHooks),
+            limits,
+        ))))
     }
 
     /// Creates `database` afresh from the template and checkpoints; returns the admin
@@ -369,8 +461,15 @@ impl BenchDb {
         database: &str,
         clients: usize,
     ) -> anyhow::Result<Option<Service>> {
+        let mut extra_args = vec![
+            "--worker-threads".to_owned(),
+            SERVICE_WORKER_THREADS.to_string(),
+        ];
+        if variant == Variant::ServiceBatch {
+            extra_args.extend(["--transfer-mode".to_owned(), "batch".to_owned()]);
+        }
         Ok(match variant {
-            Variant::Service => Some(
+            Variant::Service | Variant::ServiceBatch => Some(
                 Service::launch(
                     &self.cluster.url(database),
                     self.cluster
@@ -379,10 +478,7 @@ impl BenchDb {
                     ServiceOptions {
                         pool_size: clients,
                         clients: vec![BENCH_CLIENT.into()],
-                        extra_args: vec![
-                            "--worker-threads".into(),
-                            SERVICE_WORKER_THREADS.to_string(),
-                        ],
+                        extra_args,
                         ..ServiceOptions::default()
                     },
                 )
@@ -402,17 +498,18 @@ impl BenchDb {
         &self,
         point: &Point<'_>,
         worker: usize,
-        service: Option<&Service>,
+        (service, batcher): (Option<&Service>, Option<&Arc<Batcher>>),
         (warm_barrier, barrier): (Arc<Barrier>, Arc<Barrier>),
     ) -> anyhow::Result<tokio::task::JoinHandle<(Tally, Client)>> {
-        let debitor = match service {
-            Some(service) => Debitor::Http(DebitClient::new(
+        let debitor = match (service, batcher) {
+            (Some(service), _) => Debitor::Http(DebitClient::new(
                 service.public_addr(),
                 BENCH_CLIENT,
                 service.token(BENCH_CLIENT),
                 Duration::from_millis(HTTP_TIMEOUT_MS),
             )),
-            None => Debitor::Sql(self.cluster.connect(point.database).await?),
+            (None, Some(batcher)) => Debitor::Batch(batcher.clone()),
+            (None, None) => Debitor::Sql(self.cluster.connect(point.database).await?),
         };
         let rng: ChaCha8Rng = seeded_rng(
             point.seed,
@@ -457,7 +554,7 @@ impl BenchDb {
     async fn drive(
         &self,
         point: &Point<'_>,
-        service: Option<&Service>,
+        (service, batcher): (Option<&Service>, Option<&Arc<Batcher>>),
         (warm_barrier, barrier): (&Barrier, &Barrier),
         workers: Vec<tokio::task::JoinHandle<(Tally, Client)>>,
     ) -> anyhow::Result<Load> {
@@ -468,6 +565,7 @@ impl BenchDb {
         barrier.wait().await;
         let started = Instant::now();
         let cpu_before = cpu::Sample::take(service_pid, postmaster_pid);
+        let sizes_before = batch_sizes(service, batcher).await?;
         let lock_wait_share =
             sample_lock_waits(&sampler_client, point.database, point.duration).await?;
         let mut total = Tally::default();
@@ -479,12 +577,18 @@ impl BenchDb {
         }
         let elapsed_s = started.elapsed().as_secs_f64();
         let cpu = cpu_before.per_debit(&cpu::Sample::take(service_pid, postmaster_pid), total.ok);
+        let sizes_after = batch_sizes(service, batcher).await?;
         drop(clients_done);
+        let batch_sizes = match (point.variant.is_batched(), sizes_before, sizes_after) {
+            (true, Some(before), Some(after)) => Some(BatchFigures::of(&after.since(&before))),
+            _ => None,
+        };
         Ok(Load {
             total,
             elapsed_s,
             lock_wait_share,
             cpu,
+            batch_sizes,
         })
     }
 
@@ -540,6 +644,32 @@ struct Load {
     lock_wait_share: f64,
     /// CPU per committed debit (or commit).
     cpu: PerDebit,
+    /// The batch sizes of the measured seconds (batched variants).
+    batch_sizes: Option<BatchFigures>,
+}
+
+/// The batch sizes seen so far: the library batcher's, or the service's (`GET /batch`
+/// on its admin listener); `None` without either.
+///
+/// Errors: the service's answer could not be read.
+async fn batch_sizes(
+    service: Option<&Service>,
+    batcher: Option<&Arc<Batcher>>,
+) -> anyhow::Result<Option<BatchSizes>> {
+    if let Some(batcher) = batcher {
+        return Ok(Some(batcher.sizes()));
+    }
+    let Some(service) = service else {
+        return Ok(None);
+    };
+    let reply = service
+        .send(service.http().get(service.admin_url("/batch")))
+        .await?;
+    let counts = reply.body["sizes"]
+        .as_array()
+        .map(|sizes| sizes.iter().map(|n| n.as_u64().unwrap_or(0)).collect())
+        .unwrap_or_default();
+    Ok(Some(BatchSizes { counts }))
 }
 
 /// One load client: its connection, its random draws, and its next key number.

@@ -58,7 +58,7 @@ pub fn machine() -> String {
 }
 
 /// The summary table's header (Markdown; also printed on stdout).
-pub const HEADER: &str = "| variant | clients | debits/s | share of ceiling | p50 ms | p99 ms | lock-wait share | CPU µs per debit: load / service / PostgreSQL | ok | errors | reconciled | debits/s of each repetition |";
+pub const HEADER: &str = "| variant | clients | debits/s | share of ceiling | p50 ms | p99 ms | lock-wait share | CPU µs per debit: load / service / PostgreSQL | batch size mean / p99 | ok | errors | reconciled | debits/s of each repetition |";
 
 /// One (variant, clients) point over its repetitions: the median repetition's figures.
 #[derive(Debug, Clone, Serialize)]
@@ -146,7 +146,7 @@ fn median_ratio(top: &[f64], bottom: &[f64]) -> Option<f64> {
 /// One repetition's line while the bench runs.
 pub fn progress(m: &Measurement) -> String {
     format!(
-        "{} @{}: {:.0}/s p50 {:.2} ms p99 {:.2} ms lock-wait {:.0}% cpu µs/debit {} ok {} errors {} {}",
+        "{} @{}: {:.0}/s p50 {:.2} ms p99 {:.2} ms lock-wait {:.0}% cpu µs/debit {} batch {} ok {} errors {} {}",
         m.variant.name(),
         m.clients,
         m.debits_per_s,
@@ -154,6 +154,7 @@ pub fn progress(m: &Measurement) -> String {
         m.p99_ms,
         m.lock_wait_share * 100.0,
         cpu_cell(&m.cpu),
+        batch_cell(m),
         m.ok,
         m.errors,
         if m.reconciled_clean {
@@ -162,6 +163,14 @@ pub fn progress(m: &Measurement) -> String {
             m.findings.as_str()
         },
     )
+}
+
+/// `mean / p99` requests per batch of a batched variant, `-` for the others.
+fn batch_cell(m: &Measurement) -> String {
+    match &m.batch_sizes {
+        Some(sizes) => format!("{:.1} / {}", sizes.mean, sizes.p99),
+        None => "-".to_owned(),
+    }
 }
 
 /// `load / service / PostgreSQL` CPU microseconds per debit, `-` where not measured.
@@ -179,7 +188,7 @@ fn cpu_cell(cpu: &crate::cpu::PerDebit) -> String {
 pub fn row(p: &Point) -> String {
     let m = &p.median;
     format!(
-        "| {} | {} | {:.0} | {} | {:.2} | {:.2} | {:.0}% | {} | {} | {} | {} | {} |",
+        "| {} | {} | {:.0} | {} | {:.2} | {:.2} | {:.0}% | {} | {} | {} | {} | {} | {} |",
         p.variant.name(),
         p.clients,
         m.debits_per_s,
@@ -192,6 +201,7 @@ pub fn row(p: &Point) -> String {
         m.p99_ms,
         m.lock_wait_share * 100.0,
         cpu_cell(&m.cpu),
+        batch_cell(m),
         m.ok,
         m.errors,
         if p.reconciled_clean {
@@ -236,14 +246,26 @@ fn best_ceiling_pct(points: &[Point], clients: usize) -> String {
         .map_or_else(|| "n/a".into(), |share| format!("{:.0}", share * 100.0))
 }
 
+/// The share of the ceiling of `variant` at `clients`, in percent, if it reconciled
+/// clean in every repetition.
+fn ceiling_pct(points: &[Point], variant: Variant, clients: usize) -> String {
+    points
+        .iter()
+        .find(|p| p.variant == variant && p.clients == clients && p.reconciled_clean)
+        .and_then(|p| p.share_of_ceiling)
+        .map_or_else(|| "n/a".into(), |share| format!("{:.0}", share * 100.0))
+}
+
 /// `BENCH service/raw@8=… service/raw@32=… fix/hot@32=… onetrip/raw@1=… onetrip/raw@8=…
-/// onetripfix/raw@32=… best_ceiling_pct@8=…`: ratios of debits per second in this run,
-/// each the median of the per-repetition ratios (`hot` is the `raw` variant, whose every
-/// debit updates the one `sys-redeem` row), and the best correct variant's share of the
-/// ceiling's commits/s in percent (likewise the median of per-repetition shares).
+/// onetripfix/raw@32=… best_ceiling_pct@8=… batch/onetripfix@32=… batch_ceiling_pct@32=…
+/// servicebatch/onetripfix@32=…`: ratios of debits per second in this run, each the
+/// median of the per-repetition ratios (`hot` is the `raw` variant, whose every debit
+/// updates the one `sys-redeem` row), the best correct variant's share of the ceiling's
+/// commits/s in percent and the batch variant's (likewise the median of per-repetition
+/// shares).
 pub fn bench_line(points: &[Point]) -> String {
     format!(
-        "BENCH service/raw@8={} service/raw@32={} fix/hot@32={} onetrip/raw@1={} onetrip/raw@8={} onetripfix/raw@32={} best_ceiling_pct@8={}",
+        "BENCH service/raw@8={} service/raw@32={} fix/hot@32={} onetrip/raw@1={} onetrip/raw@8={} onetripfix/raw@32={} best_ceiling_pct@8={} batch/onetripfix@32={} batch_ceiling_pct@32={} servicebatch/onetripfix@32={}",
         ratio(points, Variant::Service, Variant::Raw, 8),
         ratio(points, Variant::Service, Variant::Raw, 32),
         ratio(points, Variant::Fix, Variant::Raw, 32),
@@ -251,6 +273,9 @@ pub fn bench_line(points: &[Point]) -> String {
         ratio(points, Variant::OneTrip, Variant::Raw, 8),
         ratio(points, Variant::OneTripFix, Variant::Raw, 32),
         best_ceiling_pct(points, 8),
+        ratio(points, Variant::Batch, Variant::OneTripFix, 32),
+        ceiling_pct(points, Variant::Batch, 32),
+        ratio(points, Variant::ServiceBatch, Variant::OneTripFix, 32),
     )
 }
 
@@ -364,7 +389,16 @@ fn plot(path: &Path, points: &[Point]) -> anyhow::Result<()> {
         .y_desc("per second (median of the repetitions)")
         .draw()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let colors = [BLACK, RED, BLUE, GREEN, MAGENTA, RGBColor(230, 140, 0)];
+    let colors = [
+        BLACK,
+        RED,
+        BLUE,
+        GREEN,
+        MAGENTA,
+        RGBColor(230, 140, 0),
+        CYAN,
+        RGBColor(120, 60, 160),
+    ];
     for (variant, color) in Variant::ALL.iter().zip(colors) {
         let series: Vec<(f64, f64)> = points
             .iter()
@@ -418,6 +452,7 @@ mod tests {
             p50_ms: rate / 100.0,
             p99_ms: rate / 10.0,
             lock_wait_share: 0.0,
+            batch_sizes: None,
             cpu: crate::cpu::PerDebit {
                 load_us: Some(rate),
                 service_us: (variant == Variant::Service).then_some(200.0),
@@ -441,6 +476,8 @@ mod tests {
                 (Variant::Fix, 400.0),
                 (Variant::OneTrip, 250.0),
                 (Variant::OneTripFix, 300.0),
+                (Variant::Batch, 900.0),
+                (Variant::ServiceBatch, 450.0),
             ] {
                 for clients in [1, 8, 32] {
                     results.push(rep(variant, clients, repetition, rate * scale));
@@ -448,7 +485,7 @@ mod tests {
             }
         }
         let points = summarize(&results);
-        assert_eq!(points.len(), 18);
+        assert_eq!(points.len(), 24);
         let raw8 = points
             .iter()
             .find(|p| p.variant == Variant::Raw && p.clients == 8)
@@ -465,7 +502,8 @@ mod tests {
         assert_eq!(
             bench_line(&points),
             "BENCH service/raw@8=0.95 service/raw@32=0.95 fix/hot@32=4.00 onetrip/raw@1=2.50 \
-             onetrip/raw@8=2.50 onetripfix/raw@32=3.00 best_ceiling_pct@8=30"
+             onetrip/raw@8=2.50 onetripfix/raw@32=3.00 best_ceiling_pct@8=90 \
+             batch/onetripfix@32=3.00 batch_ceiling_pct@32=90 servicebatch/onetripfix@32=1.50"
         );
         assert!(row(&points[0]).contains("100% (the ceiling)"));
         let service8 = points

@@ -33,32 +33,45 @@ fn a_short_bench_measures_every_variant() {
     let names: Vec<&str> = rows.iter().map(|cells| cells[1]).collect();
     assert_eq!(
         names,
-        ["ceiling", "raw", "service", "fix", "onetrip", "onetrip+fix"],
+        [
+            "ceiling",
+            "raw",
+            "service",
+            "fix",
+            "onetrip",
+            "onetrip+fix",
+            "batch",
+            "service+batch"
+        ],
         "{stdout}"
     );
     for cells in &rows {
-        // ["", variant, clients, debits/s, share, p50, p99, lock-wait, CPU, ok, errors,
-        //  reconciled, rates, ""]
+        // ["", variant, clients, debits/s, share, p50, p99, lock-wait, CPU, batch sizes,
+        //  ok, errors, reconciled, rates, ""]
         assert_eq!(cells[2], "2", "{cells:?}");
         assert!(
-            cells[9].parse::<u64>().unwrap() > 0,
+            cells[10].parse::<u64>().unwrap() > 0,
             "no OK debit: {cells:?}"
         );
-        assert_eq!(cells[10], "0", "failed debits: {cells:?}");
-        assert_eq!(cells[11], "clean", "{cells:?}");
+        assert_eq!(cells[11], "0", "failed debits: {cells:?}");
+        assert_eq!(cells[12], "clean", "{cells:?}");
+        let batched = cells[1].contains("batch");
+        assert_eq!(cells[9] != "-", batched, "batch sizes: {cells:?}");
         let cpu: Vec<&str> = cells[8].split(" / ").collect();
         assert_eq!(cpu.len(), 3, "{cells:?}");
         assert_ne!(cpu[0], "-", "load CPU: {cells:?}");
         assert_ne!(cpu[2], "-", "PostgreSQL CPU: {cells:?}");
         assert_eq!(
             cpu[1] != "-",
-            cells[1] == "service",
+            cells[1].starts_with("service"),
             "service CPU: {cells:?}"
         );
     }
     let last = stdout.lines().last().unwrap_or_default();
     assert!(
-        last.starts_with("BENCH service/raw@8=n/a ") && last.contains(" best_ceiling_pct@8=n/a"),
+        last.starts_with("BENCH service/raw@8=n/a ")
+            && last.contains(" best_ceiling_pct@8=n/a")
+            && last.ends_with(" servicebatch/onetripfix@32=n/a"),
         "no 8-client point, so every @8 figure is n/a: {last}"
     );
     for file in ["results.md", "results.json", "throughput.svg", "index.html"] {

@@ -66,6 +66,12 @@ pub struct Args {
     /// Also on with `LEDGER_HARNESS_AUTH=1`.
     #[arg(long)]
     pub auth: bool,
+    /// How the service sends debits and grants to the database (`statements`, `onetrip`
+    /// or `batch`; ledger-svc's `--transfer-mode`). A pause planned at a hook point the
+    /// mode does not pass is refused by the service and recorded as a fault without
+    /// effect.
+    #[arg(long, env = points_ledger::TRANSFER_MODE_ENV, default_value = "statements")]
+    pub transfer_mode: points_ledger::TransferMode,
     /// Do not run: check the history and final state saved in this run folder again.
     #[arg(long)]
     pub recheck: Option<PathBuf>,
@@ -162,11 +168,14 @@ fn seed_from_clock() -> u64 {
 
 /// Prints the run's first line: its seed and options, and the command that replays it.
 fn announce(seed: u64, args: &Args) {
-    let planted = args
+    let mut planted = args
         .planted_bug
         .as_deref()
         .map(|bug| format!(" --planted-bug {bug}"))
         .unwrap_or_default();
+    if args.transfer_mode != points_ledger::TransferMode::default() {
+        planted.push_str(&format!(" --transfer-mode {}", args.transfer_mode));
+    }
     println!(
         "seed={seed} duration_s={} clients={}{planted} (replay: ./run.sh explore --seed {seed} --duration-s {} --clients {}{planted})",
         args.duration_s, args.clients, args.duration_s, args.clients
@@ -207,7 +216,7 @@ async fn start_cluster(args: &Args) -> anyhow::Result<(Cluster, scratch_pg::Serv
 /// an admin (each grants under its own id), its log in the run folder.
 fn service_launch(args: &Args, database_url: String, folder: &Path) -> Launch {
     let client_ids: Vec<String> = (0..args.clients).map(crate::plan::client_id).collect();
-    let mut extra_args = Vec::new();
+    let mut extra_args = vec!["--transfer-mode".to_owned(), args.transfer_mode.to_string()];
     if let Some(bug) = &args.planted_bug {
         extra_args.extend(["--planted-bug".to_owned(), bug.clone()]);
     }

@@ -672,6 +672,20 @@ impl Service {
         Ok(child.wait()?)
     }
 
+    /// Sends SIGKILL now, without waiting for the exit, while requests of the caller may
+    /// still be in flight on this service (a kill in the middle of a batch);
+    /// [`Service::kill`] then reaps it and returns its status.
+    ///
+    /// Errors: the service was already stopped, or the signal could not be sent.
+    pub fn sigkill_now(&self) -> anyhow::Result<()> {
+        let Some(child) = &self.child else {
+            bail!("ledger-svc was already stopped");
+        };
+        // Our own child, not yet reaped, so the pid cannot have been reused.
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL)
+            .context("sending SIGKILL to ledger-svc")
+    }
+
     /// [`Service::stop`], recording the check that the service exited with status 0
     /// on SIGTERM (its graceful, bounded shutdown).
     ///

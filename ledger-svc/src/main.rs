@@ -152,6 +152,13 @@ struct Args {
     /// point exists, the others are refused with 409).
     #[arg(long, default_value = "statements")]
     transfer_mode: points_ledger::TransferMode,
+    /// In `--transfer-mode batch`: most debits and grants one batch takes from the queue.
+    #[arg(long, default_value_t = points_ledger::batcher::BATCH_MAX_REQUESTS as u64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    batch_max_requests: u64,
+    /// In `--transfer-mode batch`: drainers, each executing one batch at a time on one
+    /// pooled connection.
+    #[arg(long, default_value_t = points_ledger::batcher::BATCH_DRAINERS as u64, value_parser = clap::value_parser!(u64).range(1..=64))]
+    batch_drainers: u64,
     /// A deliberate bug, for `./run.sh explore --planted-bug` only (it proves the
     /// explorer's checker can fail; see `http::planted`). Off by default.
     #[arg(long, value_enum)]
@@ -260,14 +267,23 @@ async fn start(args: &Args, pool: Pool) -> Result<Started, String> {
             return Err(format!("cannot read the bound address: {error}"));
         }
     };
+    let faults = args
+        .enable_fault_injection
+        .then(|| Arc::new(FaultHooks::new()));
+    let batcher = (args.transfer_mode == points_ledger::TransferMode::Batch).then(|| {
+        let limits = points_ledger::batcher::BatchLimits {
+            max_requests: args.batch_max_requests as usize,
+            drainers: args.batch_drainers as usize,
+        };
+        http::batch::start(pool.clone(), faults.clone(), limits)
+    });
     let state = Arc::new(AppState {
         pool,
-        faults: args
-            .enable_fault_injection
-            .then(|| Arc::new(FaultHooks::new())),
+        faults,
         tasks: TaskTracker::new(),
         redeem_stripes: args.redeem_stripes,
         transfer_mode: args.transfer_mode,
+        batcher,
         planted_bug: args.planted_bug,
         auth,
         request_timeout_ms: args.request_timeout_ms,
@@ -309,7 +325,7 @@ fn print_settings(args: &Args, database: &str, state: &AppState) {
     eprintln!(
         "ledger-svc: database={database} pool_size={} worker_threads={} redeem_stripes={} \
          request_timeout_ms={} lock_timeout_ms={} statement_timeout_ms={} idle_in_transaction_timeout_ms={} key_retention_ms={} \
-         transfer_mode={} fault_injection={} auth={}",
+         transfer_mode={} batch_max_requests={} batch_drainers={} fault_injection={} auth={}",
         args.pool_size,
         match args.worker_threads {
             0 => "per-core".to_owned(),
@@ -322,6 +338,8 @@ fn print_settings(args: &Args, database: &str, state: &AppState) {
         args.idle_in_transaction_timeout_ms,
         args.key_retention_ms,
         args.transfer_mode,
+        args.batch_max_requests,
+        args.batch_drainers,
         if args.enable_fault_injection {
             "on"
         } else {

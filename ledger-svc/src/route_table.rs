@@ -92,6 +92,8 @@ pub const ROUTES: &[RoutePath] = &[
     path(Served::Public, "/spot/accounts/{account}/balances", "GET"),
     path(Served::Admin, "/spot/accounts/{account}/deposits", "POST"),
     path(Served::Admin, "/spot/fills", "POST"),
+    path(Served::Admin, "/batch", "GET"),
+    fault("/batch/hold", "PUT, DELETE"),
     fault("/faults", "GET, DELETE"),
     fault("/faults/{point}", "PUT, DELETE"),
     fault("/faults/{point}/release", "POST"),

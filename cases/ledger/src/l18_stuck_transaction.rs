@@ -29,6 +29,7 @@
 //! 201, a retry executes twice or not at all, the service logged no line for a debit, or
 //! reconciliation has findings.
 
+use super::modes::StatementsOnly;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,9 @@ pub fn case() -> Case {
         |ctx| run_with(ctx, ControlPlan::FORCED).boxed(),
     )
     .connections(20)
+    // Its claim is each debit's own lock wait; in the batch mode a batch waits as a whole
+    // (LIMITS.md, "The batch transfer"), so it keeps the statement mode.
+    .statements_only()
 }
 
 /// Whether the negative control's session really holds the row: [`ControlPlan::FORCED`]

@@ -49,6 +49,7 @@ case_kit::register_cases! {
     pub l22_registry_in_another_database,
     l23_mismatch_in_flight,
     pub l24_borrowed_identity,
+    l25_batched_debits,
 }
 
 /// The template database every L case database is cloned from.

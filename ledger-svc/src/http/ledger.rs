@@ -246,11 +246,15 @@ async fn answer_in_task(
 }
 
 /// Runs the transfer on a pooled connection with the armed faults (if any), within the
-/// request's bound (`super::bound`).
+/// request's bound (`super::bound`); in the batch mode, in the next batch
+/// (`super::batch::run`).
 async fn run_transfer(
     state: &AppState,
     transfer_request: TransferRequest,
 ) -> Result<TransferResult, Failure> {
+    if let Some(batcher) = &state.batcher {
+        return super::batch::run(state, batcher, transfer_request).await;
+    }
     let (mode, planted_bug, faults) =
         (state.transfer_mode, state.planted_bug, state.faults.clone());
     let ran = bound::run(
@@ -315,6 +319,8 @@ pub(super) fn key_expired(txn_id: Option<i64>, tombstone: bool) -> Problem {
 }
 
 /// The answer to a transfer's outcome (SPEC §4 table, plus the failures).
+// Long: one arm per answer of the SPEC §4 table and of each failure; split, the table
+// would be read in pieces.
 fn transfer_response(
     state: &AppState,
     kind: Kind,
@@ -366,6 +372,12 @@ fn transfer_response(
         // A wait ran out (lock_timeout, statement_timeout, idle bound), the connection
         // failed, a deadlock: rolled back, nothing recorded; the same key may be retried.
         Err(Failure::Failed(error @ LedgerError::Db { .. })) if transient(&error) => {
+            eprintln!("ledger-svc: transfer failed: {error}");
+            Ok(Problem::unavailable().into_response())
+        }
+        // The request's batch failed as a whole (a lost connection, a deadlock, a failed
+        // COMMIT, a trigger's error): nothing of it was acknowledged; retry with the key.
+        Err(Failure::Failed(error @ LedgerError::BatchFailed { .. })) => {
             eprintln!("ledger-svc: transfer failed: {error}");
             Ok(Problem::unavailable().into_response())
         }

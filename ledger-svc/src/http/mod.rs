@@ -4,6 +4,7 @@
 //! frozen balances of SPEC §8 on the same listeners.
 
 pub mod auth;
+pub mod batch;
 pub mod bound;
 pub mod faults;
 pub mod grammar;

@@ -172,6 +172,9 @@ async fn route(
             let call = Call { caller };
             super::spot::route(state, listener, request, call, rest, &path).await
         }
+        (Listener::Admin, ["batch", rest @ ..]) => {
+            super::batch::route(state, &method, rest, &path).await
+        }
         (Listener::Admin, ["faults", rest @ ..]) => match &state.faults {
             Some(faults) => fault_route(faults, state.transfer_mode, request, rest, &path).await,
             None => Ok(Problem::no_route(&path).into_response()),

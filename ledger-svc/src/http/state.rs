@@ -54,8 +54,11 @@ pub struct AppState {
     /// (`points_ledger::striping`), which removes the hot row.
     pub redeem_stripes: u32,
     /// How debits and grants reach the database (`--transfer-mode`): SPEC §3's separate
-    /// statements, or one statement ([`points_ledger::transfer_onetrip`]).
+    /// statements, one statement ([`points_ledger::transfer_onetrip`]), or batches.
     pub transfer_mode: TransferMode,
+    /// The collector of the batch mode (`super::batch`), `Some` exactly when
+    /// `transfer_mode` is [`TransferMode::Batch`].
+    pub batcher: Option<Arc<points_ledger::batcher::Batcher>>,
     /// `--planted-bug`: a deliberate bug for `./run.sh explore` (`super::planted`);
     /// `None` in normal operation.
     pub planted_bug: Option<super::planted::PlantedBug>,

@@ -112,6 +112,19 @@ pub enum LedgerError {
     #[error("transfer aborted by hook at {0}")]
     HookAborted(HookPoint),
 
+    /// The batch this request was executed in ([`crate::batch`]) failed with a database
+    /// error (the connection lost, a deadlock, a failed COMMIT): the batch's transaction
+    /// was rolled back, or its COMMIT's reply was lost (then whether it committed is
+    /// unknown until a retry with the same key tells). No request of the batch was
+    /// acknowledged. The HTTP layer answers 503 `UNKNOWN`.
+    #[error("the batch failed with a database error{}: {message}", code.as_deref().map(|c| format!(" [SQLSTATE {c}]")).unwrap_or_default())]
+    BatchFailed {
+        /// The SQLSTATE of the batch's error, `None` when the connection failed.
+        code: Option<String>,
+        /// The batch's error, shown.
+        message: String,
+    },
+
     /// Any error from PostgreSQL or the connection (the transaction, if any, was rolled back
     /// or died with the connection).
     #[error("{}", DbDisplay { code: code.as_deref(), source })]
@@ -126,11 +139,12 @@ pub enum LedgerError {
 }
 
 impl LedgerError {
-    /// The SQLSTATE of a [`LedgerError::Db`] error reported by the server (e.g. `"23514"`),
+    /// The SQLSTATE of a [`LedgerError::Db`] or [`LedgerError::BatchFailed`] error reported
+    /// by the server (e.g. `"23514"`),
     /// `None` for every other variant and for errors without a server response.
     pub fn sqlstate(&self) -> Option<&str> {
         match self {
-            LedgerError::Db { code, .. } => code.as_deref(),
+            LedgerError::Db { code, .. } | LedgerError::BatchFailed { code, .. } => code.as_deref(),
             _ => None,
         }
     }

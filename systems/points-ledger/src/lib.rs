@@ -6,7 +6,9 @@
 //! - [`mod@transfer`]: one READ COMMITTED transaction per request, at most once per
 //!   `(client_id, idem_key)` (SPEC §3), with named hook points for fault injection.
 //! - [`onetrip`]: the same transfer in one round trip (a server-side function).
-//! - [`mode`]: [`TransferMode`], which of the two a caller uses.
+//! - [`batch`]: many requests in one transaction by one call over arrays, each with its
+//!   own outcome; [`batcher`] collects them from concurrent callers.
+//! - [`mode`]: [`TransferMode`], which of the three a caller uses.
 //! - [`mod@reconcile`]: the invariant checks of SPEC §6 L11 in one REPEATABLE READ snapshot.
 //! - [`order_reconcile`]: the business reconciliation, orders against the debits that
 //!   carry their order id.
@@ -19,6 +21,8 @@
 //!
 //! Amounts are integer points (`i64`), never floating point.
 
+pub mod batch;
+pub mod batcher;
 pub mod error;
 pub mod fingerprint;
 pub mod mode;

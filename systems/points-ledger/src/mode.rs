@@ -1,6 +1,6 @@
-//! Which of the two transfers a caller uses: SPEC §3's separate statements
-//! ([`crate::transfer()`]) or the one round trip ([`transfer_onetrip`]), and the calls
-//! that send a request by the chosen one.
+//! Which of the three transfers a caller uses: SPEC §3's separate statements
+//! ([`crate::transfer()`]), the one round trip ([`transfer_onetrip`]) or the batch
+//! ([`crate::batch`]), and the calls that send a request by the chosen one.
 
 use std::fmt;
 use std::str::FromStr;
@@ -23,26 +23,40 @@ pub enum TransferMode {
     /// The same work in one statement calling `ledger_transfer_onetrip`
     /// ([`transfer_onetrip`]); only the `after-commit` hook point exists.
     OneTrip,
+    /// Requests executed in batches by one server-side call over arrays
+    /// ([`crate::batch::transfer_batch`]); collected by [`crate::batcher::Batcher`] in the
+    /// service and the bench, a batch of one through [`transfer_in`]. Hook points:
+    /// `before-commit` (once per request, the batch's transaction open) and `after-commit`.
+    Batch,
 }
 
 impl TransferMode {
-    /// Both modes, the default first.
-    pub const ALL: [TransferMode; 2] = [TransferMode::Statements, TransferMode::OneTrip];
+    /// Every mode, the default first.
+    pub const ALL: [TransferMode; 3] = [
+        TransferMode::Statements,
+        TransferMode::OneTrip,
+        TransferMode::Batch,
+    ];
 
-    /// The spelling of `--transfer-mode`: `statements` or `onetrip`.
+    /// The spelling of `--transfer-mode`: `statements`, `onetrip` or `batch`.
     pub fn as_str(self) -> &'static str {
         match self {
             TransferMode::Statements => "statements",
             TransferMode::OneTrip => "onetrip",
+            TransferMode::Batch => "batch",
         }
     }
 
     /// Whether `point` is passed by a transfer in this mode (in [`TransferMode::OneTrip`]
-    /// only [`HookPoint::AfterCommit`]).
+    /// only [`HookPoint::AfterCommit`]; in [`TransferMode::Batch`] also
+    /// [`HookPoint::BeforeCommit`]).
     pub fn has_hook_point(self, point: HookPoint) -> bool {
         match self {
             TransferMode::Statements => true,
             TransferMode::OneTrip => point == HookPoint::AfterCommit,
+            TransferMode::Batch => {
+                matches!(point, HookPoint::BeforeCommit | HookPoint::AfterCommit)
+            }
         }
     }
 }
@@ -67,7 +81,8 @@ impl FromStr for TransferMode {
     }
 }
 
-/// [`crate::transfer()`] or [`transfer_onetrip`], by `mode`.
+/// [`crate::transfer()`], [`transfer_onetrip`] or a batch of one
+/// ([`crate::batch::transfer_batch`], then its after-commit point), by `mode`.
 ///
 /// Errors: those of the chosen function.
 pub async fn transfer_in(
@@ -79,6 +94,13 @@ pub async fn transfer_in(
     match mode {
         TransferMode::Statements => crate::transfer::transfer(client, req, hooks).await,
         TransferMode::OneTrip => transfer_onetrip(client, req, hooks).await,
+        TransferMode::Batch => {
+            let answer = crate::batch::transfer_batch(client, std::slice::from_ref(req), hooks)
+                .await
+                .pop()
+                .expect("one answer per request");
+            crate::transfer::after_commit(hooks, req, answer?).await
+        }
     }
 }
 
@@ -112,7 +134,7 @@ pub async fn debit_in(
     transfer_in(mode, client, &req, &NoHooks).await
 }
 
-/// Environment variable naming the transfer mode (`statements` or `onetrip`) of a run
+/// Environment variable naming the transfer mode (`statements`, `onetrip`, `batch`) of a run
 /// that chose none, and the default of the harness's `--transfer-mode`.
 pub const TRANSFER_MODE_ENV: &str = "LEDGER_TRANSFER_MODE";
 
@@ -147,5 +169,7 @@ mod tests {
         assert!(TransferMode::OneTrip.has_hook_point(HookPoint::AfterCommit));
         assert!(!TransferMode::OneTrip.has_hook_point(HookPoint::BeforeCommit));
         assert!(TransferMode::Statements.has_hook_point(HookPoint::Registered));
+        assert!(TransferMode::Batch.has_hook_point(HookPoint::BeforeCommit));
+        assert!(!TransferMode::Batch.has_hook_point(HookPoint::Registered));
     }
 }

@@ -234,9 +234,246 @@ END
 $fn$;
 "#;
 
+/// The batch transfer's server-side function `ledger_transfer_batch` ([`crate::batch`],
+/// which calls it), installed by [`install`] (`CREATE OR REPLACE`). It takes one request
+/// per array position (all arrays of one length; each `(client_id, idem_key)` at most
+/// once, else SQLSTATE `LD004`) and returns one row per request: `ord` (1-based position),
+/// `status` (`executed`, `stored`, `orphan`, `frozen`, `vanished`, `no_credit`,
+/// `out_of_range`), and per status the `account_id` (frozen, out of range), the stored
+/// `request_hash`, `outcome`, `txn_id` and `balance_after` (stored, executed).
+///
+/// The steps, each one statement over the whole batch except the debit decisions:
+///
+/// 1. the freeze check;
+/// 2. registration of every key, sorted by key, retried for keys whose conflicting row
+///    vanished; keys already known read back in a new statement;
+/// 3. every account the registered requests name locked in one statement, sorted by
+///    account id (`ORDER BY … FOR UPDATE`), so two batches never wait on each other in a
+///    circle;
+/// 4. the debit decisions, one loop over the requests in arrival order on the locked
+///    balances held in arrays (no statement per request);
+/// 5. one UPDATE writing each changed balance once (the sink once per batch);
+/// 6. the transactions and their entries in one statement;
+/// 7. every outcome in one statement;
+/// 8. the registrations of requests that cannot be done (credit account missing, out of
+///    range) deleted, as a rollback of just that request would.
+pub const BATCH_FUNCTION_SQL: &str = r#"
+CREATE OR REPLACE FUNCTION ledger_transfer_batch(
+    p_client_ids     text[],
+    p_idem_keys      text[],
+    p_request_hashes text[],
+    p_kinds          text[],
+    p_froms          text[],
+    p_tos            text[],
+    p_amounts        bigint[],
+    p_order_ids      text[],
+    p_attempts       integer DEFAULT 3
+) RETURNS TABLE (
+    ord           integer,
+    status        text,
+    account_id    text,
+    request_hash  text,
+    outcome       text,
+    txn_id        bigint,
+    balance_after bigint
+) LANGUAGE plpgsql VOLATILE
+-- The batch's keys and accounts arrive as arrays, whose size the planner cannot see in a
+-- cached plan: left to itself it may read the whole idem_request table per batch (a
+-- sequential scan under a hash join). Every statement here reaches a handful of rows
+-- by their keys, so the function plans with index lookups only (docs 19.7.1), once per
+-- session (a generic plan, not one planned again for every batch's arrays; docs 19.7.6).
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_n       integer := coalesce(cardinality(p_client_ids), 0);
+    v_status  text[];
+    v_account text[];
+    v_hash    text[];
+    v_outcome text[];
+    v_txn     bigint[];
+    v_balance bigint[];
+    v_todo    integer[];
+    v_new     integer[];
+    v_reg     integer[] := '{}';
+    v_attempt integer := 0;
+    v_ids     text[];
+    v_bal     bigint[];
+    v_old     bigint[];
+    v_neg     boolean[];
+    v_row     record;
+    i         integer;
+    f         integer;
+    t         integer;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'ledger_transfer_batch must run at READ COMMITTED, not %',
+            current_setting('transaction_isolation') USING ERRCODE = 'LD001';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    IF (SELECT count(DISTINCT (u.c, u.k)) FROM unnest(p_client_ids, p_idem_keys) u(c, k)) <> v_n THEN
+        RAISE EXCEPTION 'a batch names each (client_id, idem_key) once' USING ERRCODE = 'LD004';
+    END IF;
+    v_status := array_fill(NULL::text, ARRAY[v_n]);
+    v_account := v_status; v_hash := v_status; v_outcome := v_status;
+    v_txn := array_fill(NULL::bigint, ARRAY[v_n]);
+    v_balance := v_txn;
+
+    -- 1. A repair's freeze refuses a request before anything of it is recorded.
+    FOR v_row IN
+        SELECT u.g, min(f.account_id) AS frozen
+        FROM unnest(p_froms, p_tos) WITH ORDINALITY u(fr, tt, g)
+        JOIN account_freeze f ON f.account_id IN (u.fr, u.tt)
+        GROUP BY u.g
+    LOOP
+        v_status[v_row.g] := 'frozen';
+        v_account[v_row.g] := v_row.frozen;
+    END LOOP;
+
+    -- 2. Register every key, sorted by key (ON CONFLICT waits for a key another
+    -- transaction holds); a known key is read back in a new statement (new snapshot).
+    v_todo := ARRAY(SELECT g FROM generate_series(1, v_n) g WHERE v_status[g] IS NULL);
+    WHILE cardinality(v_todo) > 0 LOOP
+        WITH ins AS (
+            INSERT INTO idem_request (client_id, idem_key, request_hash, outcome)
+            SELECT p_client_ids[g], p_idem_keys[g], p_request_hashes[g], 'PENDING'
+            FROM unnest(v_todo) g
+            WHERE NOT EXISTS (SELECT 1 FROM ledger_txn x
+                              WHERE x.client_id = p_client_ids[g] AND x.idem_key = p_idem_keys[g])
+            ORDER BY p_client_ids[g], p_idem_keys[g]
+            ON CONFLICT (client_id, idem_key) DO NOTHING
+            RETURNING client_id, idem_key)
+        SELECT coalesce(array_agg(g), '{}') INTO v_new
+        FROM unnest(v_todo) g JOIN ins ON ins.client_id = p_client_ids[g] AND ins.idem_key = p_idem_keys[g];
+        v_reg := v_reg || v_new;
+        v_todo := ARRAY(SELECT g FROM unnest(v_todo) g WHERE g <> ALL (v_new));
+        FOR v_row IN
+            SELECT g, r.request_hash, r.outcome, r.txn_id, r.balance_after
+            FROM unnest(v_todo) g
+            JOIN idem_request r ON r.client_id = p_client_ids[g] AND r.idem_key = p_idem_keys[g]
+        LOOP
+            v_status[v_row.g] := 'stored';
+            v_hash[v_row.g] := v_row.request_hash;
+            v_outcome[v_row.g] := v_row.outcome;
+            v_txn[v_row.g] := v_row.txn_id;
+            v_balance[v_row.g] := v_row.balance_after;
+        END LOOP;
+        FOR v_row IN
+            SELECT g, x.txn_id
+            FROM unnest(v_todo) g
+            JOIN ledger_txn x ON x.client_id = p_client_ids[g] AND x.idem_key = p_idem_keys[g]
+            WHERE v_status[g] IS NULL
+        LOOP
+            v_status[v_row.g] := 'orphan';
+            v_txn[v_row.g] := v_row.txn_id;
+        END LOOP;
+        v_todo := ARRAY(SELECT g FROM unnest(v_todo) g WHERE v_status[g] IS NULL);
+        v_attempt := v_attempt + 1;
+        IF v_attempt >= p_attempts THEN
+            FOREACH i IN ARRAY v_todo LOOP
+                v_status[i] := 'vanished';
+            END LOOP;
+            EXIT;
+        END IF;
+    END LOOP;
+    IF cardinality(v_reg) = 0 THEN
+        RETURN QUERY SELECT g::integer, v_status[g], v_account[g], v_hash[g], v_outcome[g], v_txn[g], v_balance[g]
+        FROM generate_series(1, v_n) g;
+        RETURN;
+    END IF;
+    v_reg := ARRAY(SELECT g FROM unnest(v_reg) g ORDER BY g);
+
+    -- 3. Lock every account named, in one sorted order.
+    SELECT coalesce(array_agg(l.account_id ORDER BY l.account_id), '{}'),
+           array_agg(l.balance ORDER BY l.account_id),
+           array_agg(l.allow_negative ORDER BY l.account_id)
+    INTO v_ids, v_bal, v_neg
+    FROM (SELECT a.account_id, a.balance, a.allow_negative FROM account a
+          WHERE a.account_id IN (SELECT p_froms[g] FROM unnest(v_reg) g
+                                 UNION SELECT p_tos[g] FROM unnest(v_reg) g)
+          ORDER BY a.account_id FOR UPDATE) l;
+    v_old := v_bal;
+
+    -- 4. The debit decisions, in arrival order, on the locked balances.
+    FOREACH i IN ARRAY v_reg LOOP
+        f := array_position(v_ids, p_froms[i]);
+        t := array_position(v_ids, p_tos[i]);
+        v_status[i] := 'executed';
+        IF f IS NULL THEN
+            v_outcome[i] := 'NO_ACCOUNT';
+            v_balance[i] := 0;
+        ELSIF v_neg[f] AND v_bal[f] < p_amounts[i] + (-9223372036854775807 - 1) THEN
+            v_status[i] := 'out_of_range';
+            v_account[i] := p_froms[i];
+        ELSIF NOT (v_neg[f] OR v_bal[f] >= p_amounts[i]) THEN
+            v_outcome[i] := 'INSUFFICIENT';
+            v_balance[i] := v_bal[f];
+        ELSIF t IS NULL THEN
+            v_status[i] := 'no_credit';
+        ELSIF v_bal[t] > 9223372036854775807 - p_amounts[i] THEN
+            v_status[i] := 'out_of_range';
+            v_account[i] := p_tos[i];
+        ELSE
+            v_bal[f] := v_bal[f] - p_amounts[i];
+            v_bal[t] := v_bal[t] + p_amounts[i];
+            v_outcome[i] := 'OK';
+            v_balance[i] := CASE WHEN p_kinds[i] = 'GRANT' THEN v_bal[t] ELSE v_bal[f] END;
+        END IF;
+    END LOOP;
+
+    -- 5. Each changed balance written once (the sink once per batch).
+    UPDATE account a SET balance = n.balance
+    FROM unnest(v_ids, v_bal, v_old) n(id, balance, old)
+    WHERE a.account_id = n.id AND n.balance <> n.old;
+
+    -- 6. The transactions (with their order ids) and their entries (-amount first).
+    FOR v_row IN
+        WITH ok AS (
+            SELECT g FROM unnest(v_reg) g WHERE v_outcome[g] = 'OK' AND v_status[g] = 'executed'
+        ), txn AS (
+            INSERT INTO ledger_txn (client_id, idem_key, kind, order_id)
+            SELECT p_client_ids[g], p_idem_keys[g], p_kinds[g], p_order_ids[g] FROM ok ORDER BY g
+            RETURNING txn_id, client_id, idem_key
+        ), m AS (
+            SELECT ok.g, txn.txn_id AS id FROM ok
+            JOIN txn ON txn.client_id = p_client_ids[ok.g] AND txn.idem_key = p_idem_keys[ok.g]
+        ), entries AS (
+            INSERT INTO ledger_entry (txn_id, account_id, amount)
+            SELECT m.id, e.acct, e.amt
+            FROM m CROSS JOIN LATERAL (VALUES (1, p_froms[m.g], -p_amounts[m.g]),
+                                              (2, p_tos[m.g], p_amounts[m.g])) e(pos, acct, amt)
+            ORDER BY m.id, e.pos
+        )
+        SELECT m.g, m.id FROM m
+    LOOP
+        v_txn[v_row.g] := v_row.id;
+    END LOOP;
+
+    -- 7. Every outcome, with the reported balance.
+    UPDATE idem_request r
+    SET outcome = v_outcome[u.g], txn_id = v_txn[u.g], balance_after = v_balance[u.g]
+    FROM unnest(v_reg) u(g)
+    WHERE v_status[u.g] = 'executed'
+      AND r.client_id = p_client_ids[u.g] AND r.idem_key = p_idem_keys[u.g];
+
+    -- 8. A request that cannot be done leaves nothing, as its own rollback would.
+    DELETE FROM idem_request r
+    USING unnest(v_reg) u(g)
+    WHERE v_status[u.g] IN ('no_credit', 'out_of_range')
+      AND r.client_id = p_client_ids[u.g] AND r.idem_key = p_idem_keys[u.g];
+
+    RETURN QUERY SELECT g::integer, v_status[g], v_account[g], v_hash[g], v_outcome[g], v_txn[g], v_balance[g]
+    FROM generate_series(1, v_n) g;
+END
+$fn$;
+"#;
+
 /// Creates the tables of [`SCHEMA_SQL`] and the repair's ([`crate::repair::SCHEMA_SQL`])
-/// in the connected database, and the one-trip transfer's function
-/// ([`ONETRIP_FUNCTION_SQL`]).
+/// in the connected database, and the one-trip and batch transfers' functions
+/// ([`ONETRIP_FUNCTION_SQL`], [`BATCH_FUNCTION_SQL`]).
 ///
 /// The statements run as one simple-protocol query string, which PostgreSQL executes as a
 /// single implicit transaction: either all tables exist afterwards or none.
@@ -246,6 +483,7 @@ pub async fn install(client: &Client) -> Result<(), LedgerError> {
     client.batch_execute(SCHEMA_SQL).await?;
     client.batch_execute(crate::repair::SCHEMA_SQL).await?;
     client.batch_execute(ONETRIP_FUNCTION_SQL).await?;
+    client.batch_execute(BATCH_FUNCTION_SQL).await?;
     Ok(())
 }
 
