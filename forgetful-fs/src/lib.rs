@@ -79,6 +79,14 @@ impl Mounted {
         self.lock().unsynced()
     }
 
+    /// Writes everything back now, as the kernel's periodic write-back or `sync(1)`
+    /// would (a case uses it to make its setup durable before the part it tests).
+    ///
+    /// Errors: writing a backing file.
+    pub fn sync_all(&self) -> io::Result<()> {
+        self.lock().sync_all()
+    }
+
     /// The power cut: forgets every file's unsynced data and undoes the names not yet
     /// committed (tearing the last write of `tear`'s file, if given), and reports what
     /// was dropped. Stop every process using the mount first (SIGKILL): a process

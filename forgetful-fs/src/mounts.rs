@@ -26,12 +26,13 @@ fn unescape(field: &str) -> PathBuf {
     let bytes = field.as_bytes();
     let mut index = 0;
     while index < bytes.len() {
-        if bytes[index] == b'\\' && index + 4 <= bytes.len() {
-            if let Ok(value) = u8::from_str_radix(&field[index + 1..index + 4], 8) {
-                out.push(value);
-                index += 4;
-                continue;
-            }
+        if bytes[index] == b'\\'
+            && index + 4 <= bytes.len()
+            && let Ok(value) = u8::from_str_radix(&field[index + 1..index + 4], 8)
+        {
+            out.push(value);
+            index += 4;
+            continue;
         }
         out.push(bytes[index]);
         index += 1;

@@ -166,7 +166,14 @@ impl State {
             .collect();
         for (old, inode) in moved {
             self.by_path.remove(&old);
-            let new = to.join(old.strip_prefix(from).expect("filtered on the prefix"));
+            let rest = old.strip_prefix(from).expect("filtered on the prefix");
+            // `join("")` would add a trailing slash, and a file's path would then fail
+            // to open (ENOTDIR).
+            let new = if rest.as_os_str().is_empty() {
+                to.to_path_buf()
+            } else {
+                to.join(rest)
+            };
             if let Some(node) = self.nodes.get_mut(&inode) {
                 node.path = new.clone();
             }
@@ -194,6 +201,23 @@ impl State {
             }
         }
         Ok(())
+    }
+
+    /// Writes every file's unsynced data back and commits the journal, as the kernel's
+    /// periodic write-back (or `sync(1)`) would: after it a cut drops nothing.
+    ///
+    /// Errors: writing a backing file.
+    pub fn sync_all(&mut self) -> io::Result<()> {
+        let dirty: Vec<u64> = self
+            .nodes
+            .iter()
+            .filter(|(_, node)| node.dirty.is_some())
+            .map(|(inode, _)| *inode)
+            .collect();
+        for inode in dirty {
+            self.sync(Some(inode))?;
+        }
+        self.sync(None)
     }
 
     /// Drops a node's backing file when nothing holds it open or dirty.

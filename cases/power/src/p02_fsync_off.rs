@@ -1,0 +1,31 @@
+//! P2 — negative control: the same power cut with `fsync=off` loses acknowledged debits.
+//! Claim: as P1 but the server runs with `fsync=off` (PostgreSQL docs 20.5.1: "can
+//! result in unrecoverable data corruption … in the event of a power failure"): the WAL
+//! of the acknowledged debits never reached the disk, so after the cut acknowledged
+//! debits are gone (counted; their keys are in the run record) or the cluster is damaged
+//! (recovery fails, reconciliation or amcheck finds it).
+//! Fails if: nothing acknowledged is lost and the cluster is sound (the control proved
+//! nothing). A test runs the same body with `fsync=on` and sees this check fail.
+
+use futures_util::FutureExt;
+
+use case_kit::{Case, Ctx};
+
+use crate::durability;
+
+/// The case's registration.
+pub fn case() -> Case {
+    Case::new(
+        "P2",
+        "negative control: fsync=off loses acknowledged debits in a power cut",
+        |ctx| run(ctx).boxed(),
+    )
+    .not_clean()
+}
+
+/// The body: [`durability::Config::FsyncOff`].
+///
+/// Errors: as [`durability::run`].
+pub async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+    durability::run(ctx, durability::Config::FsyncOff).await
+}
