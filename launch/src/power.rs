@@ -28,6 +28,7 @@ pub fn unavailable() -> Option<String> {
 /// A forgetful disk mounted at `<work>/mnt` over `<work>/disk`. Dropping it unmounts.
 pub struct PowerDisk {
     mount: Mounted,
+    backing: PathBuf,
 }
 
 impl PowerDisk {
@@ -46,12 +47,24 @@ impl PowerDisk {
         }
         let mount = Mounted::mount(&work.join("disk"), &work.join("trash"), &work.join("mnt"))
             .with_context(|| format!("mounting the forgetful file system in {}", work.display()))?;
-        Ok(PowerDisk { mount })
+        Ok(PowerDisk {
+            mount,
+            backing: work.join("disk"),
+        })
     }
 
     /// The mount point.
     pub fn path(&self) -> &Path {
         self.mount.path()
+    }
+
+    /// The backing folder: what the disk holds. The harness process reads and writes
+    /// files there, never through the mount: the file system's daemon is a thread of
+    /// this process, and a page fault of this process on a mapping of the mount (SQLite
+    /// maps its `-shm` file) would wait for a daemon that waits for this process's
+    /// memory map lock.
+    pub fn backing(&self) -> &Path {
+        &self.backing
     }
 
     /// What a cut now would drop.

@@ -118,7 +118,7 @@ async fn after_recovery(
             ctx.exposes(
                 ANOMALY,
                 !lost.is_empty() || damaged,
-                format!("lost={} damaged={damaged}", lost.len()),
+                format!("lost_n={} damaged={damaged}", lost.len()),
             );
         }
     }

@@ -16,12 +16,16 @@ use case_kit::{Engine, Family};
 
 pub mod durability;
 pub mod ledger;
+pub mod sqlite;
 
 // One line per case, in id order. The negative controls are public so that a test can
 // run them where their fault cannot happen and see them fail.
 case_kit::register_cases! {
     p01_acknowledged_debits_survive,
     pub p02_fsync_off,
+    p05_sqlite_as_shipped,
+    pub p06_sqlite_wal_normal,
+    pub p07_sqlite_journal_sync_off,
 }
 
 /// The family: P1–P7, each on its own mount.
