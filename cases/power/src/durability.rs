@@ -4,30 +4,33 @@ use case_kit::Ctx;
 
 use crate::ledger::{self, Load};
 
-/// The server configuration under test.
+/// What the run checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Config {
-    /// The product configuration (P1): every commit's WAL is fsynced.
+    /// P1's claims: nothing acknowledged lost, the cluster sound.
     FsyncOn,
-    /// The negative control (P2): nothing is ever fsynced.
+    /// P2's negative control: something acknowledged lost or the cluster damaged.
     FsyncOff,
 }
 
-impl Config {
-    fn fsync(self) -> &'static str {
-        match self {
-            Config::FsyncOn => "on",
-            Config::FsyncOff => "off",
-        }
-    }
+/// P1's and P2's body: P1 runs [`Config::FsyncOn`] with `fsync=on`, P2 runs
+/// [`Config::FsyncOff`] with `fsync=off`.
+///
+/// Errors: as [`run_with`].
+pub async fn run(ctx: &mut Ctx, config: Config) -> anyhow::Result<()> {
+    let fsync = match config {
+        Config::FsyncOn => "on",
+        Config::FsyncOff => "off",
+    };
+    run_with(ctx, config, fsync).await
 }
 
-/// Runs the load and the cut on a cluster with `config`, then the checks: P1's claims
-/// for [`Config::FsyncOn`], P2's exposure for [`Config::FsyncOff`].
+/// Runs the load and the cut on a cluster with `fsync`, then the checks of `config`:
+/// P1's claims for [`Config::FsyncOn`], P2's exposure for [`Config::FsyncOff`] (a test
+/// runs P2's checks with `fsync=on` to see the control fail).
 ///
 /// Errors: the cluster, the service or SQL fail outside the checked steps.
-pub async fn run(ctx: &mut Ctx, config: Config) -> anyhow::Result<()> {
-    let fsync = config.fsync();
+pub async fn run_with(ctx: &mut Ctx, config: Config, fsync: &str) -> anyhow::Result<()> {
     let mut power = ledger::ledger_cluster(ctx, &[("fsync", fsync)], &[]).await?;
     ctx.note(format!(
         "cluster on the forgetful disk: fsync={fsync} synchronous_commit=on; {} clients debit through ledger-svc; the power is cut once {} debits were answered 201",

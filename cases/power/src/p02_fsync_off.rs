@@ -23,9 +23,16 @@ pub fn case() -> Case {
     .not_clean()
 }
 
-/// The body: [`durability::Config::FsyncOff`].
+/// The body: P2's checks on a cluster with `fsync=off`.
 ///
-/// Errors: as [`durability::run`].
+/// Errors: as [`durability::run_with`].
 pub async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
-    durability::run(ctx, durability::Config::FsyncOff).await
+    run_with(ctx, "off").await
+}
+
+/// P2's checks on a cluster with `fsync` (a test passes `on`: the control must fail).
+///
+/// Errors: as [`durability::run_with`].
+pub async fn run_with(ctx: &mut Ctx, fsync: &str) -> anyhow::Result<()> {
+    durability::run_with(ctx, durability::Config::FsyncOff, fsync).await
 }

@@ -6,7 +6,9 @@
 //! after the SIGKILL and the cut, acknowledged changes are lost or the file is damaged;
 //! the transcript says which (`integrity_check`, the count lost).
 //! Fails if: every acknowledged change is there and the file is sound (a test runs the
-//! body with `synchronous=FULL` and sees it fail).
+//! body with `synchronous=EXTRA` and sees it fail; with FULL the last commit is still
+//! lost here, since only EXTRA syncs the directory after the journal's unlink that
+//! commits a transaction in DELETE mode).
 
 use futures_util::FutureExt;
 
