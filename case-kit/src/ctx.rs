@@ -126,10 +126,7 @@ impl Ctx {
     ///
     /// Errors: the folder cannot be emptied or created.
     pub fn work_dir(&self) -> std::io::Result<PathBuf> {
-        let dir = self
-            .env
-            .files_dir()
-            .join(format!("{}-work", self.case_id));
+        let dir = self.env.files_dir().join(format!("{}-work", self.case_id));
         match std::fs::remove_dir_all(&dir) {
             Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
             _ => {}

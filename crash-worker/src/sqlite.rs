@@ -189,12 +189,16 @@ struct Settings {
 fn open_with_settings(file: &Path, settings: &Settings) -> anyhow::Result<Store> {
     let store = Store::open(file).with_context(|| format!("opening {}", file.display()))?;
     if let Some(mode) = &settings.journal_mode {
-        let now: String = store.connection().query_row(
-            &format!("PRAGMA journal_mode = {mode}"),
-            [],
-            |row| row.get(0),
-        )?;
-        anyhow::ensure!(now.eq_ignore_ascii_case(mode), "journal_mode is {now}, not {mode}");
+        let now: String =
+            store
+                .connection()
+                .query_row(&format!("PRAGMA journal_mode = {mode}"), [], |row| {
+                    row.get(0)
+                })?;
+        anyhow::ensure!(
+            now.eq_ignore_ascii_case(mode),
+            "journal_mode is {now}, not {mode}"
+        );
     }
     if let Some(level) = &settings.synchronous {
         store

@@ -103,15 +103,28 @@ fn a_tear_keeps_the_first_sector_of_the_last_write() {
 #[test]
 fn a_file_renamed_inside_a_new_folder_opens_again() {
     let work = tempfile::tempdir().unwrap();
-    let Some(mount) = mounted(work.path()) else { return };
+    let Some(mount) = mounted(work.path()) else {
+        return;
+    };
     let mnt = mount.path().to_path_buf();
     std::fs::create_dir(mnt.join("wal")).unwrap();
     std::fs::write(mnt.join("wal/tmp"), [0u8; 100]).unwrap();
-    std::fs::File::open(mnt.join("wal/tmp")).unwrap().sync_all().unwrap();
+    std::fs::File::open(mnt.join("wal/tmp"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
     std::fs::rename(mnt.join("wal/tmp"), mnt.join("wal/seg")).unwrap();
-    std::fs::OpenOptions::new().read(true).write(true).open(mnt.join("wal/seg")).unwrap();
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(mnt.join("wal/seg"))
+        .unwrap();
     std::fs::write(mnt.join("wal/tmp2"), [0u8; 100]).unwrap();
     std::fs::rename(mnt.join("wal/tmp2"), mnt.join("wal/seg")).unwrap();
-    std::fs::OpenOptions::new().read(true).write(true).open(mnt.join("wal/seg")).unwrap();
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(mnt.join("wal/seg"))
+        .unwrap();
     assert_eq!(std::fs::read_dir(mnt.join("wal")).unwrap().count(), 1);
 }

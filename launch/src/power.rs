@@ -216,7 +216,9 @@ impl PowerCluster {
     pub async fn start_after_crash(&mut self) -> anyhow::Result<Result<(), String>> {
         let cluster = &mut self.cluster;
         Ok(tokio::task::block_in_place(|| {
-            cluster.start_after_crash().map_err(|error| error.to_string())
+            cluster
+                .start_after_crash()
+                .map_err(|error| error.to_string())
         }))
     }
 }

@@ -55,7 +55,11 @@ pub async fn run_with(ctx: &mut Ctx, config: Config, fsync: &str) -> anyhow::Res
                 Ok(())
             }
             Config::FsyncOff => {
-                ctx.exposes(ANOMALY, true, "crash recovery failed (the run record has the log)");
+                ctx.exposes(
+                    ANOMALY,
+                    true,
+                    "crash recovery failed (the run record has the log)",
+                );
                 Ok(())
             }
         };
@@ -93,7 +97,11 @@ async fn after_recovery(
         Config::FsyncOn => {
             ctx.check_eq("acknowledged debits lost", 0, lost.len());
             ctx.check_eq("keys with two transactions", 0, doubled);
-            ctx.check("the ledger reconciles clean", findings.is_clean(), findings.summary());
+            ctx.check(
+                "the ledger reconciles clean",
+                findings.is_clean(),
+                findings.summary(),
+            );
             ctx.check(
                 "amcheck: bt_index_check finds nothing in any B-tree index",
                 failures.is_empty(),
@@ -107,7 +115,11 @@ async fn after_recovery(
                 wrong.join("; "),
             );
             let findings = points_ledger::reconcile(&mut client).await?;
-            ctx.check("the ledger reconciles clean after the retries", findings.is_clean(), findings.summary());
+            ctx.check(
+                "the ledger reconciles clean after the retries",
+                findings.is_clean(),
+                findings.summary(),
+            );
             service.kill()?;
         }
         Config::FsyncOff => {

@@ -221,7 +221,12 @@ pub async fn amcheck(client: &Client) -> anyhow::Result<(usize, Vec<String>)> {
             .execute("SELECT bt_index_check($1::text::regclass)", &[&index])
             .await
         {
-            failures.push(format!("{index}: {}", error.as_db_error().map_or_else(|| error.to_string(), |db| db.message().to_string())));
+            failures.push(format!(
+                "{index}: {}",
+                error
+                    .as_db_error()
+                    .map_or_else(|| error.to_string(), |db| db.message().to_string())
+            ));
         }
     }
     Ok((rows.len(), failures))

@@ -29,4 +29,7 @@ pub fn case() -> Case {
         |ctx| durability::run(ctx, durability::Config::FsyncOn).boxed(),
     )
     .not_clean()
+    // Alone: a cluster on a single-threaded FUSE daemon and 32 clients are slow enough
+    // without another case's load beside them.
+    .schedule(case_kit::Schedule::Exclusive)
 }

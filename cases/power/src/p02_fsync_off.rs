@@ -21,6 +21,9 @@ pub fn case() -> Case {
         |ctx| run(ctx).boxed(),
     )
     .not_clean()
+    // Alone: a cluster on a single-threaded FUSE daemon and 32 clients are slow enough
+    // without another case's load beside them.
+    .schedule(case_kit::Schedule::Exclusive)
 }
 
 /// The body: P2's checks on a cluster with `fsync=off`.

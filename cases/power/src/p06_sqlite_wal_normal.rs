@@ -45,7 +45,15 @@ pub async fn run_with(ctx: &mut Ctx, synchronous: &'static str) -> anyhow::Resul
         !after.lost.is_empty(),
         format!("lost={} of {}", after.lost.len(), after.acknowledged.len()),
     );
-    ctx.check_eq("integrity_check (consistency kept)", "ok".to_string(), after.integrity.clone());
-    ctx.check("units agree with the changes that remain", after.consistent, "");
+    ctx.check_eq(
+        "integrity_check (consistency kept)",
+        "ok".to_string(),
+        after.integrity.clone(),
+    );
+    ctx.check(
+        "units agree with the changes that remain",
+        after.consistent,
+        "",
+    );
     Ok(())
 }

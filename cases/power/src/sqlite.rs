@@ -120,7 +120,9 @@ async fn run_worker(path: &Path, pragmas: Pragmas) -> anyhow::Result<Vec<String>
             break;
         }
         if line.contains("outcome=applied")
-            && let Some(id) = line.split(' ').find_map(|word| word.strip_prefix("event_id="))
+            && let Some(id) = line
+                .split(' ')
+                .find_map(|word| word.strip_prefix("event_id="))
         {
             acknowledged.push(id.to_string());
         }

@@ -30,7 +30,9 @@ fn exposed(ctx: &Ctx) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p2_with_fsync_on_exposes_nothing() {
-    let Some((_env, mut ctx)) = ctx("P2").await else { return };
+    let Some((_env, mut ctx)) = ctx("P2").await else {
+        return;
+    };
     p02_fsync_off::run_with(&mut ctx, "on").await.unwrap();
     eprint!("{}", ctx.transcript());
     assert!(!exposed(&ctx), "{}", ctx.transcript());
@@ -38,8 +40,12 @@ async fn p2_with_fsync_on_exposes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p6_with_synchronous_full_exposes_nothing() {
-    let Some((_env, mut ctx)) = ctx("P6").await else { return };
-    p06_sqlite_wal_normal::run_with(&mut ctx, "full").await.unwrap();
+    let Some((_env, mut ctx)) = ctx("P6").await else {
+        return;
+    };
+    p06_sqlite_wal_normal::run_with(&mut ctx, "full")
+        .await
+        .unwrap();
     eprint!("{}", ctx.transcript());
     assert!(!exposed(&ctx), "{}", ctx.transcript());
     assert!(ctx.failed_checks().len() == 1, "{}", ctx.transcript());
@@ -50,8 +56,12 @@ async fn p7_with_synchronous_extra_exposes_nothing() {
     // EXTRA, not FULL: in DELETE mode a commit is the journal's unlink, and only EXTRA
     // syncs the directory after it (SQLite docs, "PRAGMA synchronous"); with FULL this
     // disk loses the last acknowledged change (LIMITS.md, the power-cut table).
-    let Some((_env, mut ctx)) = ctx("P7").await else { return };
-    p07_sqlite_journal_sync_off::run_with(&mut ctx, "extra").await.unwrap();
+    let Some((_env, mut ctx)) = ctx("P7").await else {
+        return;
+    };
+    p07_sqlite_journal_sync_off::run_with(&mut ctx, "extra")
+        .await
+        .unwrap();
     eprint!("{}", ctx.transcript());
     assert!(!exposed(&ctx), "{}", ctx.transcript());
 }
