@@ -395,11 +395,7 @@ impl Cluster {
                 "full_page_writes=on",
             ])
             .args(["-c", "log_line_prefix=%m [%p] %q%a "])
-            .args(
-                self.settings
-                    .iter()
-                    .flat_map(|(name, value)| ["-c".to_owned(), format!("{name}={value}")]),
-            )
+            .args(self.extra_settings())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err));
         // SIGQUIT on our death is an immediate shutdown: the postmaster takes its
@@ -435,6 +431,14 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// The caller's settings as `-c name=value` arguments (after the defaults: they win).
+    fn extra_settings(&self) -> Vec<String> {
+        self.settings
+            .iter()
+            .flat_map(|(name, value)| ["-c".to_owned(), format!("{name}={value}")])
+            .collect()
     }
 
     /// `postmaster.pid` line 1 is the pid, line 8 the status (`ready` once it accepts
