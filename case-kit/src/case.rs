@@ -47,6 +47,10 @@ pub struct Case {
     /// run against an existing server (`--database-url`) lists such cases as not run
     /// with this reason.
     pub restarts_server: Option<String>,
+    /// What the case needs from the machine, as a check that says why it is missing
+    /// (`None`: present), e.g. root and `/dev/fuse` to mount a file system. A run where
+    /// it is missing lists the case as not run with that reason ([`Case::requires`]).
+    pub requirement: Option<fn() -> Option<String>>,
     /// The body.
     pub body: Arc<CaseBody>,
 }
@@ -66,6 +70,7 @@ impl Case {
             connections: DEFAULT_CONNECTIONS,
             pinned: Choices::default(),
             restarts_server: None,
+            requirement: None,
             body: Arc::new(body),
         }
     }
@@ -103,6 +108,18 @@ impl Case {
 }
 
 impl Case {
+    /// Declares what the case needs from the machine: `check` returns why it is
+    /// missing, or `None` (see [`Case::requirement`](struct.Case.html#structfield.requirement)).
+    pub fn requires(mut self, check: fn() -> Option<String>) -> Case {
+        self.requirement = Some(check);
+        self
+    }
+
+    /// Why the case cannot run on this machine, or `None` when it can.
+    pub fn unavailable(&self) -> Option<String> {
+        self.requirement.and_then(|check| check())
+    }
+
     /// Keeps the choice of type `T` at `value` for this case whatever the run's (see
     /// [`crate::options`]); `name` is its name in the run record.
     pub fn pin<T>(mut self, name: &'static str, value: T) -> Case
@@ -124,6 +141,7 @@ impl fmt::Debug for Case {
             .field("connections", &self.connections)
             .field("pinned", &self.pinned)
             .field("restarts_server", &self.restarts_server)
+            .field("requirement", &self.requirement.is_some())
             .finish()
     }
 }

@@ -150,6 +150,21 @@ impl Ctx {
         Ok(dir.join(format!("{}-{name}-{n}", self.case_id)))
     }
 
+    /// A folder of this case's own in the run's folder (`<run>/files/<id>-work/`),
+    /// made empty on return (removed with the run): for a case that brings its own
+    /// system, say a PostgreSQL cluster on a file system it mounts.
+    ///
+    /// Errors: the folder cannot be emptied or created.
+    pub fn work_dir(&self) -> std::io::Result<PathBuf> {
+        let dir = self.env.files_dir().join(format!("{}-work", self.case_id));
+        match std::fs::remove_dir_all(&dir) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+            _ => {}
+        }
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
+
     /// Name of this case's own database (a clone of its family's template).
     ///
     /// Panics when the family's engine is not PostgreSQL (the runner turns a panic into

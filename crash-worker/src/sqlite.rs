@@ -7,7 +7,9 @@
 //!   change. With `--stop-at`, the first change that reaches that hook point prints
 //!   `PAUSED_IN_TX worker_pid=<pid> point=<point> event_id=<id>` there and waits to be
 //!   killed, bounded by `--pause-limit-ms` (then it gives up: rolled back unless the point
-//!   is `after-commit`, exit status 3).
+//!   is `after-commit`, exit status 3). With `--hold-at-end` it prints `HOLDING
+//!   worker_pid=<pid>` after the last change and waits to be killed with the connection
+//!   open; `--synchronous` and `--journal-mode` set those pragmas after opening.
 //! - `crash-worker sqlite writers --file F --connections N --event-prefix P --item I
 //!   --delta D --start-file S` opens N connections, each on its own thread, prints
 //!   `READY connections=<N>`, waits until the file S exists (the start barrier across
@@ -67,6 +69,18 @@ enum Mode {
         /// How long to wait at the stop point before giving up, in milliseconds.
         #[arg(long, default_value_t = PAUSE_LIMIT_MS)]
         pause_limit_ms: u64,
+        /// After every change, print `HOLDING worker_pid=<pid>` and wait to be killed
+        /// (bounded by the pause limit) with the connection open: no close, so no
+        /// checkpoint and no sync at close (a power cut's cases).
+        #[arg(long)]
+        hold_at_end: bool,
+        /// `PRAGMA synchronous` after opening (`off`, `normal`, `full`), instead of the
+        /// store's FULL.
+        #[arg(long)]
+        synchronous: Option<String>,
+        /// `PRAGMA journal_mode` after opening (`delete`), instead of the store's WAL.
+        #[arg(long)]
+        journal_mode: Option<String>,
     },
     /// Open N connections and apply one change on each, all released together.
     Writers {
@@ -110,7 +124,17 @@ pub fn main(argv: Vec<OsString>) -> i32 {
             changes,
             stop_at,
             pause_limit_ms,
-        } => apply(&file, &changes, stop_at, pause_limit_ms),
+            hold_at_end,
+            synchronous,
+            journal_mode,
+        } => {
+            let settings = Settings {
+                hold_at_end,
+                synchronous,
+                journal_mode,
+            };
+            apply(&file, &changes, stop_at, pause_limit_ms, &settings)
+        }
         Mode::Writers {
             file,
             connections,
@@ -153,13 +177,45 @@ fn say(line: &str) -> bool {
     writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
 }
 
+/// What `apply` changes about the store as shipped, and whether it holds at the end.
+struct Settings {
+    hold_at_end: bool,
+    synchronous: Option<String>,
+    journal_mode: Option<String>,
+}
+
+/// Opens `file` as the store does, then applies the settings' pragmas (checked by
+/// reading them back).
+fn open_with_settings(file: &Path, settings: &Settings) -> anyhow::Result<Store> {
+    let store = Store::open(file).with_context(|| format!("opening {}", file.display()))?;
+    if let Some(mode) = &settings.journal_mode {
+        let now: String =
+            store
+                .connection()
+                .query_row(&format!("PRAGMA journal_mode = {mode}"), [], |row| {
+                    row.get(0)
+                })?;
+        anyhow::ensure!(
+            now.eq_ignore_ascii_case(mode),
+            "journal_mode is {now}, not {mode}"
+        );
+    }
+    if let Some(level) = &settings.synchronous {
+        store
+            .connection()
+            .pragma_update(None, "synchronous", level)?;
+    }
+    Ok(store)
+}
+
 fn apply(
     file: &Path,
     changes: &[String],
     stop_at: Option<ChangePoint>,
     pause_limit_ms: u64,
+    settings: &Settings,
 ) -> anyhow::Result<i32> {
-    let store = Store::open(file).with_context(|| format!("opening {}", file.display()))?;
+    let store = open_with_settings(file, settings)?;
     for (index, text) in changes.iter().enumerate() {
         let change: serde_json::Value =
             serde_json::from_str(text).with_context(|| format!("--change {text:?} is not JSON"))?;
@@ -204,6 +260,13 @@ fn apply(
             "RESULT index={index} event_id={event_id} outcome={} units={units}",
             outcome_name(&outcome)
         ));
+    }
+    if settings.hold_at_end {
+        say(&format!("HOLDING worker_pid={}", std::process::id()));
+        std::thread::sleep(Duration::from_millis(pause_limit_ms));
+        eprintln!("crash-worker: not killed within pause_limit_ms={pause_limit_ms} while holding");
+        drop(store);
+        return Ok(EXIT_PAUSE_LIMIT);
     }
     Ok(0)
 }

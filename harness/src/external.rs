@@ -199,6 +199,35 @@ pub fn not_run(chosen: &[(&Family, &Case)]) -> Vec<NotRun> {
         .collect()
 }
 
+/// The cases set aside because this machine lacks what they need, with the reason.
+pub fn unavailable(set_aside: &[(&Family, &Case, String)]) -> Vec<NotRun> {
+    set_aside
+        .iter()
+        .map(|(_, case, reason)| NotRun {
+            id: case.id.clone(),
+            reason: reason.clone(),
+        })
+        .collect()
+}
+
+/// The block printed before the SUMMARY line for cases this machine cannot run (`not run
+/// here (N cases: this machine lacks what they need)`), one line each with the reason.
+/// Empty when there are none.
+pub fn unavailable_block(not_run: &[NotRun]) -> String {
+    if not_run.is_empty() {
+        return String::new();
+    }
+    let mut text = format!(
+        "not run here ({} case{}: this machine lacks what they need):\n",
+        not_run.len(),
+        if not_run.len() == 1 { "" } else { "s" }
+    );
+    for case in not_run {
+        text.push_str(&format!("  {:<7} {}\n", case.id, case.reason));
+    }
+    text
+}
+
 /// The block printed before the SUMMARY line: each case not run and why. Empty when all
 /// ran.
 pub fn not_run_block(not_run: &[NotRun]) -> String {

@@ -3,7 +3,9 @@
 //! `harness --janitor-for <folder>` with a pipe on its standard input; end of file on that
 //! pipe means the harness is gone. By then every postgres, service and worker process
 //! has received its parent-death signal; the janitor waits for the postmasters to exit
-//! (the run's, and those cases start under `files/`), removes the folder, and exits. It runs in its own process group so that a Ctrl-C
+//! (the run's, and those cases start under `files/`), detaches any mount left under the
+//! folder (a power-cut case's disk), removes the folder, and exits. It runs in its own
+//! process group so that a Ctrl-C
 //! aimed at the harness does not kill it first.
 
 use std::io::Read;
@@ -63,6 +65,9 @@ pub fn run(run_dir: &Path) -> ! {
     while postmaster_alive(run_dir) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
+    // A power-cut case's disk (family P) stays mounted after its daemon thread died
+    // with the harness; detach it before removing the folder under it.
+    forgetful_fs::unmount_under(run_dir);
     let _ = std::fs::remove_dir_all(run_dir);
     std::process::exit(0);
 }

@@ -6,13 +6,14 @@ use case_kit::Family;
 
 /// Every family, in the order a full run lists them: L (the points ledger), F (frozen
 /// balances), S (the SQLite inventory), R (the
-/// ledger behind a pooler, with a standby and a failover).
+/// ledger with a standby and a failover), P (power cuts).
 pub fn families() -> Vec<Family> {
     vec![
         cases_ledger::family(),
         cases_frozen::family(),
         cases_inventory::family(),
         cases_topology::family(),
+        cases_power::family(),
     ]
 }
 

@@ -180,6 +180,7 @@ fn prepare_selection<'a>(
     if args.database_url.is_some() {
         selection.set_aside_server_restarts();
     }
+    selection.set_aside_unavailable();
     if selection.needs_postgres()
         && args.database_url.is_none()
         && let Err(message) =
@@ -250,6 +251,7 @@ async fn after_signal((name, code): (&'static str, i32)) -> i32 {
     scratch_pg::cleanup_all_clusters();
     external::cleanup().await;
     if let Some(dir) = run_dir {
+        forgetful_fs::unmount_under(&dir);
         let _ = std::fs::remove_dir_all(dir);
     }
     println!("{}", interrupted::record(name));
@@ -310,6 +312,7 @@ async fn run(args: &Args, selection: &Selection<'_>, snapshot_mode: Mode) -> any
     let result = run_in(args, selection, &run_dir, start).await;
     external::cleanup().await; // after an error: the databases an external run left
     if !args.keep_cluster {
+        forgetful_fs::unmount_under(&run_dir);
         let _ = std::fs::remove_dir_all(&run_dir);
         if let Some(janitor) = janitor {
             janitor.finish();
@@ -574,14 +577,17 @@ fn record_run(
     start: RunStart,
     mut ran: Ran,
 ) -> anyhow::Result<i32> {
-    let not_run = external::not_run(selection.set_aside());
+    let mut not_run = external::not_run(selection.set_aside());
+    let unavailable = external::unavailable(selection.unavailable());
+    not_run.extend(unavailable.iter().cloned());
     ran.durations.wall_ms = start.launched.elapsed().as_millis();
     let (seed, snapshot_mode) = (start.seed, start.snapshot_mode);
     let environment = environment(args, selection, start, &ran, &not_run);
     let passed: usize = ran.compared.reports.iter().map(|r| r.passed).sum();
     let failed: usize = ran.compared.reports.iter().map(|r| r.failed).sum();
     let summary = format!("SUMMARY passed={passed} failed={failed}\n");
-    let not_run_block = external::not_run_block(&not_run);
+    let not_run_block = external::not_run_block(&external::not_run(selection.set_aside()))
+        + &external::unavailable_block(&unavailable);
     let mut transcript = ran.compared.transcript.clone();
     transcript.push_str(&not_run_block);
     transcript.push_str(&summary);

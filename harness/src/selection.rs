@@ -11,6 +11,8 @@ pub struct Selection<'a> {
     full: bool,
     /// Chosen but set aside by [`Selection::set_aside_server_restarts`].
     set_aside: Vec<(&'a Family, &'a Case)>,
+    /// Chosen but set aside by [`Selection::set_aside_unavailable`], with the reason.
+    unavailable: Vec<(&'a Family, &'a Case, String)>,
 }
 
 impl<'a> Selection<'a> {
@@ -67,6 +69,7 @@ impl<'a> Selection<'a> {
             chosen,
             full,
             set_aside: Vec::new(),
+            unavailable: Vec::new(),
         })
     }
 
@@ -80,6 +83,25 @@ impl<'a> Selection<'a> {
             .partition(|(_, case)| case.restarts_server.is_some());
         self.chosen = kept;
         self.set_aside = aside;
+    }
+
+    /// Removes the chosen cases whose requirement is missing on this machine
+    /// (`Case::requires`, e.g. root for a FUSE mount); they stay in
+    /// [`Selection::unavailable`] with the reason.
+    pub fn set_aside_unavailable(&mut self) {
+        let mut kept = Vec::new();
+        for (family, case) in self.chosen.drain(..) {
+            match case.unavailable() {
+                Some(reason) => self.unavailable.push((family, case, reason)),
+                None => kept.push((family, case)),
+            }
+        }
+        self.chosen = kept;
+    }
+
+    /// The cases not run because this machine lacks what they need, with the reason.
+    pub fn unavailable(&self) -> &[(&'a Family, &'a Case, String)] {
+        &self.unavailable
     }
 
     /// The cases chosen but not run (see [`Selection::set_aside_server_restarts`]).

@@ -9,6 +9,8 @@
 //!   seen holding the committed answer at a fault point.
 //! - [`network`]: the external network's stand-in (`net-standin`) and the
 //!   `withdrawal-executor` of F13–F16.
+//! - [`power`]: a disk that forgets what was never synced, a cluster on it, and the
+//!   power cut (SIGKILL of every postgres process, the drop, crash recovery).
 //! - [`proxy`]: an HTTP/1.1 TCP proxy in front of a service that cuts answers and retries
 //!   on its own.
 //!
@@ -16,6 +18,7 @@
 
 pub mod lost;
 pub mod network;
+pub mod power;
 pub mod proxy;
 pub mod service;
 pub mod worker;

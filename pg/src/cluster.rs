@@ -77,6 +77,14 @@ pub struct ClusterOptions {
     pub required_major: Option<u32>,
     /// `max_connections` of the server.
     pub max_connections: u32,
+    /// An existing empty folder for the data directory instead of `<dir>/data` (a
+    /// mount of a file system under test, say); the caller removes it.
+    pub data_dir: Option<PathBuf>,
+    /// Settings passed as `-c name=value` after the durable defaults, so they win
+    /// (`fsync=off` for a negative control); read them back with `SHOW`.
+    pub settings: Vec<(String, String)>,
+    /// Further `initdb` arguments (`--data-checksums`).
+    pub initdb_args: Vec<String>,
 }
 
 impl Default for ClusterOptions {
@@ -90,6 +98,9 @@ impl Default for ClusterOptions {
             major: crate::versions::DEFAULT_MAJOR,
             required_major: Some(crate::versions::DEFAULT_MAJOR),
             max_connections: 300,
+            data_dir: None,
+            settings: Vec::new(),
+            initdb_args: Vec::new(),
         }
     }
 }
@@ -176,6 +187,9 @@ pub struct Cluster {
     max_connections: u32,
     keep: bool,
     postmaster: Option<Child>,
+    own_data_dir: bool,
+    settings: Vec<(String, String)>,
+    initdb_args: Vec<String>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -245,7 +259,10 @@ impl Cluster {
             id,
             binaries,
             credentials,
-            data_dir: dir.join("data"),
+            data_dir: options.data_dir.clone().unwrap_or_else(|| dir.join("data")),
+            own_data_dir: options.data_dir.is_none(),
+            settings: options.settings.clone(),
+            initdb_args: options.initdb_args.clone(),
             socket_dir: dir.join("sock"),
             log_path: dir.join("postgres.log"),
             dir,
@@ -269,8 +286,10 @@ impl Cluster {
         fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o755))
             .map_err(ClusterError::io("cluster folder mode"))?;
         for folder in [&self.data_dir, &self.socket_dir] {
-            fs::create_dir(folder)
-                .map_err(ClusterError::io(format!("creating {}", folder.display())))?;
+            if folder != &self.data_dir || self.own_data_dir {
+                fs::create_dir(folder)
+                    .map_err(ClusterError::io(format!("creating {}", folder.display())))?;
+            }
             fs::set_permissions(folder, fs::Permissions::from_mode(0o700))
                 .map_err(ClusterError::io("folder mode"))?;
             if let Some(Credentials { uid, gid }) = self.credentials {
@@ -312,6 +331,7 @@ impl Cluster {
                 "UTF8",
             ])
             .args(["--locale", "C", "--no-instructions"])
+            .args(&self.initdb_args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let child = spawn_tied(command, self.credentials, libc::SIGKILL)
@@ -383,6 +403,7 @@ impl Cluster {
                 "full_page_writes=on",
             ])
             .args(["-c", "log_line_prefix=%m [%p] %q%a "])
+            .args(self.extra_settings())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err));
         // SIGQUIT on our death is an immediate shutdown: the postmaster takes its
@@ -418,6 +439,14 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// The caller's settings as `-c name=value` arguments (after the defaults: they win).
+    fn extra_settings(&self) -> Vec<String> {
+        self.settings
+            .iter()
+            .flat_map(|(name, value)| ["-c".to_owned(), format!("{name}={value}")])
+            .collect()
     }
 
     /// `postmaster.pid` line 1 is the pid, line 8 the status (`ready` once it accepts
@@ -502,6 +531,46 @@ impl Cluster {
     /// Errors: those of [`Cluster::stop`] and [`Cluster::start_again`].
     pub fn restart_immediate(&mut self) -> Result<(), ClusterError> {
         self.stop(StopMode::Immediate)?;
+        self.start_again()
+    }
+
+    /// SIGKILL of the postmaster and of every process it started (backends, checkpointer,
+    /// WAL writer, …) at once, as a power cut stops them: nothing is flushed, no
+    /// shutdown checkpoint. Waits until each is gone (a killed child is reaped by init,
+    /// which can take a while on a loaded machine); returns how many were killed.
+    /// [`Cluster::start_after_crash`] starts it again (WAL recovery).
+    pub fn kill_all(&mut self) -> usize {
+        let Some(mut child) = self.postmaster.take() else {
+            return 0;
+        };
+        let postmaster = child.id() as i32;
+        let _ = kill(Pid::from_raw(postmaster), Signal::SIGSTOP);
+        let children = crate::process::children_of(postmaster);
+        let _ = kill(Pid::from_raw(postmaster), Signal::SIGKILL);
+        for pid in &children {
+            let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+        }
+        let _ = child.wait();
+        for pid in &children {
+            crate::process::wait_gone(*pid, Duration::from_millis(STOP_TIMEOUT_MS));
+        }
+        self.set_registered_pid(None);
+        children.len() + 1
+    }
+
+    /// Starts the server again after [`Cluster::kill_all`] (and a power cut): removes a
+    /// `postmaster.pid` left empty or torn (the server refuses to start on one, "lock
+    /// file is empty"; what an operator removes after a power loss), then starts on
+    /// the same port; the server runs crash recovery.
+    ///
+    /// Errors: [`ClusterError::Start`] (recovery failed: the log says why).
+    pub fn start_after_crash(&mut self) -> Result<(), ClusterError> {
+        let pid_file = self.data_dir.join("postmaster.pid");
+        if let Ok(text) = fs::read_to_string(&pid_file)
+            && text.lines().count() < 2
+        {
+            let _ = fs::remove_file(&pid_file);
+        }
         self.start_again()
     }
 

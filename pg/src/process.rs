@@ -93,3 +93,33 @@ pub fn spawn_tied(
         .recv()
         .map_err(|_| io::Error::other("spawner thread dropped the job"))?
 }
+
+/// The pids whose parent is `parent`, from `/proc/<pid>/stat` (field 4).
+pub fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(") ")
+                    .and_then(|(_, rest)| rest.split(' ').nth(1)?.parse::<i32>().ok())
+                    == Some(parent)
+            })
+        })
+        .collect()
+}
+
+/// Waits until `pid` is gone or a zombie (at most `within`).
+pub fn wait_gone(pid: i32, within: std::time::Duration) {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) if !stat.contains(") Z ") => {
+                std::thread::sleep(std::time::Duration::from_millis(5))
+            }
+            _ => return,
+        }
+    }
+}

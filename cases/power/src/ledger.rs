@@ -1,0 +1,264 @@
+//! The points ledger on a forgetful disk, for P1–P4: a cluster on the disk with the
+//! ledger's schema and seeds, 32 clients debiting through `ledger-svc` until a number of
+//! acknowledgements is seen, the power cut at that moment (never after a measured
+//! time), and the checks after recovery: acknowledged debits present, unknown ones
+//! resolved once by a same-key retry, reconciliation, `amcheck`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use case_kit::Ctx;
+use launch::power::{PowerCluster, PowerCut};
+use launch::service::{Auth, Service, ServiceOptions};
+use tokio::sync::Notify;
+use tokio_postgres::Client;
+
+/// The database the P cases create on their own cluster.
+pub const DATABASE: &str = "ledger";
+/// The client id of every debit (`X-Client-Id`).
+pub const CLIENT_ID: &str = "app-p";
+/// Points granted to each test account before the load (never exhausted: no debit is
+/// refused for want of points).
+pub const GRANT: i64 = 1_000_000;
+/// Points per debit.
+pub const DEBIT: i64 = 1;
+/// Clients debiting at once.
+pub const CLIENTS: usize = 32;
+/// Acknowledged debits seen before the power is cut.
+pub const ACKNOWLEDGED_BEFORE_CUT: usize = 96;
+/// Per-request timeout of a debit during the load, milliseconds (a hang bound only).
+pub const DEBIT_TIMEOUT_MS: u64 = 10_000;
+
+/// Starts a cluster on a forgetful disk in the case's folder with `settings`, installs
+/// the ledger and grants [`GRANT`] to each test account, then checkpoints and writes
+/// everything back (the setup is durable; the load after it is what a cut tests).
+///
+/// Errors: the mount, the cluster or the SQL fail.
+pub async fn ledger_cluster(
+    ctx: &Ctx,
+    settings: &[(&str, &str)],
+    initdb_args: &[&str],
+) -> anyhow::Result<PowerCluster> {
+    let power = PowerCluster::start(&ctx.work_dir()?, settings, initdb_args).await?;
+    power.cluster.create_database(DATABASE, None).await?;
+    let mut client = power.cluster.connect(DATABASE).await?;
+    points_ledger::schema::install(&client).await?;
+    points_ledger::schema::seed(&client).await?;
+    for n in 1..=points_ledger::TEST_ACCOUNT_COUNT {
+        let account = points_ledger::test_account(n);
+        points_ledger::grant(&mut client, "ops", &format!("grant-{n}"), &account, GRANT).await?;
+    }
+    client.batch_execute("CHECKPOINT").await?;
+    power.disk.sync_all()?;
+    Ok(power)
+}
+
+/// Starts `ledger-svc` on the cluster's ledger database (no authentication: the P cases
+/// are about durability), its log `<case>-<name>.log`.
+///
+/// Errors: as `Service::launch`.
+pub async fn service(ctx: &Ctx, power: &PowerCluster, name: &str) -> anyhow::Result<Service> {
+    let options = ServiceOptions {
+        auth: Auth::Off,
+        pool_size: 8,
+        ..ServiceOptions::default()
+    };
+    Service::launch(&power.cluster.url(DATABASE), ctx.log_file(name)?, options).await
+}
+
+/// What the clients saw.
+#[derive(Debug, Default)]
+pub struct Load {
+    /// Keys answered 201.
+    pub acknowledged: Vec<String>,
+    /// Keys without an answer (the connection broke at the cut): unknown.
+    pub unknown: Vec<String>,
+    /// Keys refused (4xx): none expected.
+    pub refused: Vec<String>,
+}
+
+/// One client's loop: debits with keys `p-c<client>-<n>` until it sees no answer (the
+/// cut) or `stop`; counts acknowledgements into `acknowledged` and wakes `seen`.
+async fn client_loop(
+    http: reqwest::Client,
+    url: String,
+    client: usize,
+    shared: Arc<(AtomicUsize, Notify, AtomicBool)>,
+) -> Load {
+    let mut load = Load::default();
+    let account = points_ledger::test_account((client % 10) as u32 + 1);
+    for n in 0.. {
+        if shared.2.load(Ordering::SeqCst) {
+            break;
+        }
+        let key = format!("p-c{client:02}-{n:04}");
+        let sent = http
+            .post(format!("{url}/accounts/{account}/debits"))
+            .header("x-client-id", CLIENT_ID)
+            .header("idempotency-key", &key)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("amount={DEBIT}"))
+            .timeout(Duration::from_millis(DEBIT_TIMEOUT_MS))
+            .send()
+            .await;
+        match sent.map(|response| response.status().as_u16()) {
+            Ok(201) => {
+                load.acknowledged.push(key);
+                shared.0.fetch_add(1, Ordering::SeqCst);
+                shared.1.notify_one();
+            }
+            Ok(status) if (400..500).contains(&status) => load.refused.push(key),
+            _ => {
+                load.unknown.push(key);
+                break;
+            }
+        }
+    }
+    load
+}
+
+/// [`CLIENTS`] clients debit through `service` until [`ACKNOWLEDGED_BEFORE_CUT`]
+/// acknowledgements are seen; then the power is cut: SIGKILL of the service and of
+/// every postgres process, the disk's unsynced data dropped, the cluster started again.
+///
+/// Errors: a client task panicked; the service could not be killed.
+pub async fn load_then_cut(
+    power: &mut PowerCluster,
+    service: Service,
+    tear: Option<&forgetful_fs::Tear>,
+) -> anyhow::Result<(Load, PowerCut)> {
+    let shared = Arc::new((AtomicUsize::new(0), Notify::new(), AtomicBool::new(false)));
+    let url = service.public_url("");
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|client| {
+            tokio::spawn(client_loop(
+                service.http().clone(),
+                url.clone(),
+                client,
+                shared.clone(),
+            ))
+        })
+        .collect();
+    while shared.0.load(Ordering::SeqCst) < ACKNOWLEDGED_BEFORE_CUT {
+        let woken = shared.1.notified();
+        if shared.0.load(Ordering::SeqCst) >= ACKNOWLEDGED_BEFORE_CUT {
+            break;
+        }
+        // A hang bound only: the count, not the clock, decides when to cut.
+        let _ = tokio::time::timeout(Duration::from_millis(DEBIT_TIMEOUT_MS), woken).await;
+    }
+    service.kill()?;
+    let killed = power.kill_all().await?;
+    shared.2.store(true, Ordering::SeqCst);
+    let mut load = Load::default();
+    for task in tasks {
+        let one = task.await?;
+        load.acknowledged.extend(one.acknowledged);
+        load.unknown.extend(one.unknown);
+        load.refused.extend(one.refused);
+    }
+    let dropped = power.disk.cut(tear);
+    let recovery = power.start_after_crash().await?;
+    Ok((
+        load,
+        PowerCut {
+            killed: killed + 1,
+            dropped,
+            recovery,
+        },
+    ))
+}
+
+/// Transactions recorded for `key` of [`CLIENT_ID`].
+///
+/// Errors: SQL errors.
+pub async fn txns_for(client: &Client, key: &str) -> anyhow::Result<i64> {
+    Ok(client
+        .query_one(
+            "SELECT count(*) FROM ledger_txn WHERE client_id = $1 AND idem_key = $2",
+            &[&CLIENT_ID, &key],
+        )
+        .await?
+        .get(0))
+}
+
+/// The acknowledged keys with no transaction after recovery, in key order.
+///
+/// Errors: SQL errors.
+pub async fn lost_keys(client: &Client, load: &Load) -> anyhow::Result<Vec<String>> {
+    let mut lost = Vec::new();
+    for key in &load.acknowledged {
+        if txns_for(client, key).await? == 0 {
+            lost.push(key.clone());
+        }
+    }
+    lost.sort();
+    Ok(lost)
+}
+
+/// `bt_index_check` on every B-tree index of the database (catalogs included); returns
+/// the number checked and the failures (`index: error`).
+///
+/// Errors: the extension cannot be created or the index list cannot be read.
+pub async fn amcheck(client: &Client) -> anyhow::Result<(usize, Vec<String>)> {
+    client
+        .batch_execute("CREATE EXTENSION IF NOT EXISTS amcheck")
+        .await?;
+    let rows = client
+        .query(
+            "SELECT c.oid::regclass::text FROM pg_index i \
+             JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam \
+             WHERE a.amname = 'btree' AND c.relpersistence = 'p' AND i.indisready AND i.indisvalid \
+             ORDER BY 1",
+            &[],
+        )
+        .await?;
+    let mut failures = Vec::new();
+    for row in &rows {
+        let index: String = row.get(0);
+        if let Err(error) = client
+            .execute("SELECT bt_index_check($1::text::regclass)", &[&index])
+            .await
+        {
+            failures.push(format!(
+                "{index}: {}",
+                error
+                    .as_db_error()
+                    .map_or_else(|| error.to_string(), |db| db.message().to_string())
+            ));
+        }
+    }
+    Ok((rows.len(), failures))
+}
+
+/// Retries every unknown key once through `service` with the same key; returns the keys
+/// that do not have exactly one transaction afterwards.
+///
+/// Errors: SQL errors.
+pub async fn resolve_unknown(
+    service: &Service,
+    client: &Client,
+    load: &Load,
+) -> anyhow::Result<Vec<String>> {
+    let mut wrong = Vec::new();
+    for key in &load.unknown {
+        let client_number: usize = key[3..5].parse().unwrap_or(0);
+        let account = points_ledger::test_account((client_number % 10) as u32 + 1);
+        let request = service
+            .http()
+            .post(service.public_url(&format!("/accounts/{account}/debits")))
+            .header("x-client-id", CLIENT_ID)
+            .header("idempotency-key", key)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("amount={DEBIT}"));
+        let status = service
+            .send(request)
+            .await
+            .map_or_else(|error| error.to_string(), |reply| reply.status.to_string());
+        if status != "201" || txns_for(client, key).await? != 1 {
+            wrong.push(format!("{key}: {status}"));
+        }
+    }
+    Ok(wrong)
+}

@@ -1,0 +1,43 @@
+//! Family P: power cuts. Each case mounts its own disk that forgets what was never
+//! synced (`forgetful-fs`, a FUSE pass-through holding unsynced writes in memory) in its
+//! folder, runs its system on it (a PostgreSQL cluster, an SQLite file), cuts the power
+//! (SIGKILL of every process of the system, the unsynced data dropped) and checks what
+//! recovery kept. Each fault is paired: a configuration that must keep every
+//! acknowledged change (P1, P4, P5) and a negative control that must lose something
+//! (P2, P3, P6, P7).
+//!
+//! Mounting needs root and `/dev/fuse`: elsewhere the family is listed as not run, with
+//! the reason (`launch::power::unavailable`).
+//!
+//! Adding a case: copy P5 (SQLite) or P1 (PostgreSQL), give it its id, add its module
+//! to `register_cases!` below and a row to docs/cases.md, then `./run.sh --accept PN`.
+
+use case_kit::{Engine, Family};
+
+pub mod durability;
+pub mod ledger;
+pub mod sqlite;
+
+// One line per case, in id order. The negative controls are public so that a test can
+// run them where their fault cannot happen and see them fail.
+case_kit::register_cases! {
+    p01_acknowledged_debits_survive,
+    pub p02_fsync_off,
+    p05_sqlite_as_shipped,
+    pub p06_sqlite_wal_normal,
+    pub p07_sqlite_journal_sync_off,
+}
+
+/// The family: P1–P7, each on its own mount.
+pub fn family() -> Family {
+    Family {
+        prefix: "P",
+        title: "power cuts on a disk that forgets what was never synced (forgetful-fs)",
+        engine: Engine::None,
+        cases: cases()
+            .into_iter()
+            .map(|case| case.requires(launch::power::unavailable))
+            .collect(),
+        extras: Vec::new(),
+    }
+}

@@ -1,0 +1,35 @@
+//! P1 — a power cut under load, `fsync=on`: every acknowledged debit is on the disk.
+//! Claim: 32 clients debit through `ledger-svc` on a cluster whose data directory is on
+//! a disk that forgets what was never synced (`synchronous_commit=on`, `fsync=on`); once
+//! 96 debits were answered 201 the power is cut (SIGKILL of the service and of every
+//! postgres process, unsynced data dropped). After crash recovery every acknowledged
+//! debit is present, none twice; each debit left without an answer resolves exactly once
+//! on a same-key retry; the ledger reconciles clean and `bt_index_check` (amcheck)
+//! finds nothing in any B-tree index.
+//! Fails if: an acknowledged debit is lost, a key has two transactions, a retry does not
+//! end with exactly one, recovery fails, reconciliation or amcheck finds something.
+//!
+//! ```text
+//! clients ×32   POST /accounts/acct-…/debits  (201 counted; 96 seen → cut)
+//! cut           SIGKILL ledger-svc, postmaster and backends; drop unsynced; restart
+//! checks        acknowledged present; unknown retried once; reconcile; amcheck
+//! ```
+
+use futures_util::FutureExt;
+
+use case_kit::Case;
+
+use crate::durability;
+
+/// The case's registration.
+pub fn case() -> Case {
+    Case::new(
+        "P1",
+        "power cut under load with fsync=on: every acknowledged debit survives",
+        |ctx| durability::run(ctx, durability::Config::FsyncOn).boxed(),
+    )
+    .not_clean()
+    // Alone: a cluster on a single-threaded FUSE daemon and 32 clients are slow enough
+    // without another case's load beside them.
+    .schedule(case_kit::Schedule::Exclusive)
+}

@@ -1,0 +1,110 @@
+//! A file system that forgets: a FUSE pass-through to a backing folder that holds every
+//! file's written data in memory until that file is `fsync`ed (or `fdatasync`ed), and
+//! journals creates, renames and unlinks until any `fsync` commits them, so that a
+//! [`Mounted::cut_power`] can drop what the disk never got, the way a power cut drops
+//! the operating system's page cache. The model follows Jepsen's LazyFS (its
+//! `clear-cache` fault) and SQLite's crash simulation (`src/test6.c`): what reached the
+//! disk stays; what was only written is gone, or with a [`Tear`] the last write of one
+//! file reaches the disk up to a sector boundary.
+//!
+//! Mounting needs root (`/dev/fuse`): the daemon runs as a thread of the caller, the
+//! mount uses the `mount(2)` system call (fuser without libfuse), and files are created
+//! in the name of the user who asks (PostgreSQL as `nobody` works through it). The
+//! kernel caches no attribute and no name (time-to-live 0) and drops a file's cached
+//! pages on each open, so after a cut every new reader sees what the cut left.
+//!
+//! What it does not model: the drive's own volatile cache, reordering between synced
+//! writes, metadata other than names (modes, owners and times are applied at once),
+//! hard links, symbolic links, `fallocate` (the kernel falls back to writing zeros).
+
+mod cache;
+mod fs;
+mod mounts;
+mod report;
+mod state;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+pub use mounts::{is_mounted, unmount_under};
+pub use report::{DropReport, Tear};
+
+use crate::state::State;
+
+/// A mounted forgetful file system. Dropping it unmounts (lazily, so a process still
+/// holding a file there does not keep it mounted) and leaves the backing folder.
+pub struct Mounted {
+    state: Arc<Mutex<State>>,
+    session: Option<fuser::BackgroundSession>,
+    mountpoint: PathBuf,
+}
+
+impl Mounted {
+    /// Mounts a forgetful view of `backing` at `mountpoint` (both existing folders;
+    /// `trash` is created beside `backing` in `work`, and must be on its file system).
+    /// Everyone may use the mount (`allow_other`); the kernel checks permissions
+    /// (`default_permissions`).
+    ///
+    /// Errors: not root, no `/dev/fuse`, or the mount fails.
+    pub fn mount(backing: &Path, trash: &Path, mountpoint: &Path) -> io::Result<Mounted> {
+        let backing = std::path::absolute(backing)?;
+        let trash = std::path::absolute(trash)?;
+        let mountpoint = std::path::absolute(mountpoint)?;
+        let state = Arc::new(Mutex::new(State::new(backing, trash)));
+        let options = [
+            fuser::MountOption::FSName("forgetful".into()),
+            fuser::MountOption::AllowOther,
+            fuser::MountOption::DefaultPermissions,
+            fuser::MountOption::RW,
+        ];
+        let filesystem = fs::ForgetfulFs {
+            state: state.clone(),
+        };
+        let session = fuser::spawn_mount2(filesystem, &mountpoint, &options)?;
+        Ok(Mounted {
+            state,
+            session: Some(session),
+            mountpoint,
+        })
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// What a cut now would drop, without dropping it.
+    pub fn unsynced(&self) -> DropReport {
+        self.lock().unsynced()
+    }
+
+    /// Writes everything back now, as the kernel's periodic write-back or `sync(1)`
+    /// would (a case uses it to make its setup durable before the part it tests).
+    ///
+    /// Errors: writing a backing file.
+    pub fn sync_all(&self) -> io::Result<()> {
+        self.lock().sync_all()
+    }
+
+    /// The power cut: forgets every file's unsynced data and undoes the names not yet
+    /// committed (tearing the last write of `tear`'s file, if given), and reports what
+    /// was dropped. Stop every process using the mount first (SIGKILL): a process
+    /// still running would go on from memory the disk no longer matches.
+    pub fn cut_power(&self, tear: Option<&Tear>) -> DropReport {
+        self.lock().cut(tear)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = mounts::detach(&self.mountpoint);
+        drop(self.session.take());
+    }
+}
