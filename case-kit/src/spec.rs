@@ -575,22 +575,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let calls = calls.for_case(ctx).unwrap_or(calls);
     let orders = spec.orders();
-    let steps: usize = spec.sessions.iter().map(|s| s.steps.len()).sum();
-    let how = if spec.permutations.is_empty() {
-        "every order"
-    } else {
-        "as listed"
-    };
-    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
-    ctx.note(format!(
-        "spec {shown}: {}, {}, {} ({how})",
-        plural(spec.sessions.len(), "session"),
-        plural(steps, "step"),
-        plural(orders.len(), "permutation")
-    ));
-    if !spec.upstream.is_empty() {
-        ctx.note(format!("upstream: {}", spec.upstream));
-    }
+    summary(ctx, shown, spec, orders.len());
     let postgres = spec.layout == Layout::Postgres;
     let mut printed = String::new();
     if postgres {
@@ -641,6 +626,32 @@ pub async fn run(
         );
     }
     Ok(())
+}
+
+/// Notes what `spec` is: its sessions, steps and permutations, and where an upstream
+/// spec comes from.
+fn summary(ctx: &mut Ctx, shown: &str, spec: &Spec, orders: usize) {
+    let steps: usize = spec.sessions.iter().map(|s| s.steps.len()).sum();
+    let how = if spec.permutations.is_empty() {
+        "every order"
+    } else {
+        "as listed"
+    };
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    ctx.note(format!(
+        "spec {shown}: {}, {}, {} ({how})",
+        plural(spec.sessions.len(), "session"),
+        plural(steps, "step"),
+        plural(orders, "permutation")
+    ));
+    if !spec.upstream.is_empty() {
+        let upstream = spec
+            .upstream
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        ctx.note(format!("upstream: {upstream}"));
+    }
 }
 
 /// Plays `order` on `database`: the spec's setup, its sessions, each step sent in turn
