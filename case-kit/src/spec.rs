@@ -94,13 +94,14 @@ use crate::ctx::Ctx;
 mod layout;
 mod model;
 mod play;
+mod race;
 mod result;
 mod upstream;
 
 pub use layout::{meaningful, same_meaning, table};
 use model::error;
 pub use model::{
-    Action, Blocker, Call, Calls, Entry, Layout, NoCalls, ParseError, Session, Spec, Step,
+    Action, Blocker, Call, Calls, Entry, Layout, NoCalls, ParseError, Race, Session, Spec, Step,
 };
 pub use play::{POLL_INTERVAL_MS, STEP_WAIT_MS};
 pub use upstream::{MAX_UPSTREAM_SPEC_LINES, is_upstream, parse_upstream};
@@ -282,6 +283,8 @@ fn top_item(
         "setup" => spec.setup.push(Action::Sql(value)),
         "setup call" => spec.setup.push(Action::Call(parse_call(line, &value)?)),
         "teardown" => spec.teardown.push(value),
+        "check" => spec.checks.push(value),
+        "race call" | "race step" | "race hold" | "expect" => race_item(spec, line, key, value)?,
         "permutation" => {
             let names: Vec<Entry> = value.split_whitespace().map(Entry::plain).collect();
             if names.is_empty() {
@@ -291,6 +294,57 @@ fn top_item(
         }
         "step" | "call" => return Err(error(line, "a step belongs to a session")),
         other => return Err(error(line, format!("unknown key {other:?}"))),
+    }
+    Ok(())
+}
+
+/// One key of a race: `race call: N OP args`, `race step: N SQL`, `race hold: SQL`,
+/// `expect: kind=N …`.
+///
+/// Errors: a count that is not a positive number; a call that does not parse; a hold or
+/// expectation before the race; an expectation that is not `kind=N` words.
+fn race_item(spec: &mut Spec, line: usize, key: &str, value: String) -> Result<(), ParseError> {
+    if let Some(kind) = key.strip_prefix("race ").filter(|k| *k != "hold") {
+        let (count, rest) = value
+            .split_once(char::is_whitespace)
+            .unwrap_or((&value, ""));
+        let count: usize =
+            count.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                error(line, format!("a race starts with its count, not {count:?}"))
+            })?;
+        let rest = rest.trim();
+        let action = if kind == "call" {
+            Action::Call(parse_call(line, rest)?)
+        } else {
+            Action::Sql(rest.to_string())
+        };
+        spec.race = Some(Race {
+            count,
+            action,
+            hold: None,
+            expect: None,
+        });
+        return Ok(());
+    }
+    let race = spec.race.as_mut().ok_or_else(|| {
+        error(
+            line,
+            format!("`{key}:` follows a `race call:` or `race step:`"),
+        )
+    })?;
+    if key == "race hold" {
+        race.hold = Some(value);
+    } else {
+        let words: Vec<&str> = value.split_whitespace().collect();
+        let well_formed = !words.is_empty()
+            && words.iter().all(|w| {
+                w.split_once('=')
+                    .is_some_and(|(k, n)| !k.is_empty() && n.parse::<usize>().is_ok())
+            });
+        if !well_formed {
+            return Err(error(line, format!("expect: kind=N …, not {value:?}")));
+        }
+        race.expect = Some(words.join(" "));
     }
     Ok(())
 }
@@ -315,8 +369,15 @@ fn finish(
         }
     }
     spec.clean = clean.ok_or_else(|| error(0, "`clean: yes|no` is missing"))?;
-    if spec.sessions.is_empty() || spec.sessions.iter().any(|s| s.steps.is_empty()) {
-        return Err(error(0, "every spec has a session, every session a step"));
+    if spec.race.is_some() {
+        if !spec.sessions.is_empty() || !spec.permutations.is_empty() {
+            return Err(error(0, "a race spec has no sessions and no permutations"));
+        }
+    } else if spec.sessions.is_empty() || spec.sessions.iter().any(|s| s.steps.is_empty()) {
+        return Err(error(
+            0,
+            "every spec has a session (or a race), every session a step",
+        ));
     }
     for entry in spec.permutations.iter().flatten() {
         if !seen.contains(&entry.name) {
@@ -529,7 +590,8 @@ fn check_spec(spec: &Spec, template: &str, calls: &dyn Calls) -> Result<(), Stri
         .iter()
         .flat_map(|s| &s.steps)
         .map(|s| &s.action);
-    for action in spec.setup.iter().chain(steps) {
+    let race = spec.race.iter().map(|race| &race.action);
+    for action in spec.setup.iter().chain(steps).chain(race) {
         if let Action::Call(call) = action {
             calls
                 .check(call)
@@ -549,7 +611,10 @@ fn broken_case(id: String, reason: String) -> Case {
 
 /// A case that runs `spec`: one connection per session, a monitor and the setup's.
 pub fn spec_case(id: String, shown: String, spec: Arc<Spec>, calls: Arc<dyn Calls>) -> Case {
-    let connections = spec.sessions.len() as u32 + 2;
+    // A session each (or a racer each, a holder and the race's own), a monitor and the
+    // setup's.
+    let connections =
+        spec.sessions.len() as u32 + 2 + spec.race.as_ref().map_or(0, |r| r.count as u32 + 2);
     let clean = spec.clean;
     let case = Case::new(id, spec.title.clone(), move |ctx: &mut Ctx| {
         let spec = spec.clone();
@@ -576,6 +641,9 @@ pub async fn run(
     let calls = calls.for_case(ctx).unwrap_or(calls);
     let orders = spec.orders();
     summary(ctx, shown, spec, orders.len());
+    if let Some(race) = &spec.race {
+        return race::run(ctx, spec, race, calls).await;
+    }
     let postgres = spec.layout == Layout::Postgres;
     let mut printed = String::new();
     if postgres {
@@ -631,6 +699,10 @@ pub async fn run(
 /// Notes what `spec` is: its sessions, steps and permutations, and where an upstream
 /// spec comes from.
 fn summary(ctx: &mut Ctx, shown: &str, spec: &Spec, orders: usize) {
+    if let Some(race) = &spec.race {
+        ctx.note(format!("spec {shown}: a race of {} sessions", race.count));
+        return;
+    }
     let steps: usize = spec.sessions.iter().map(|s| s.steps.len()).sum();
     let how = if spec.permutations.is_empty() {
         "every order"

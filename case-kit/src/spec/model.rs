@@ -108,6 +108,30 @@ pub struct Spec {
     /// The expected output the transcript must match in meaning
     /// ([`super::same_meaning`]): the file as shown, and its text.
     pub expected: Option<(String, String)>,
+    /// A race instead of sessions: N sessions doing one operation, released together.
+    pub race: Option<Race>,
+    /// SQL run once everything else has, each returning one boolean that must be true
+    /// (`check: SELECT balance = 2 FROM account WHERE …`).
+    pub checks: Vec<String>,
+}
+
+/// A race (`race call: 32 debit … key=k-{i}` or `race step: 32 UPDATE …`): `count`
+/// sessions, each on its own connection opened beforehand, run `action` (with `{i}`
+/// replaced by the session's 0-based index) released together by a barrier; their
+/// outcomes are counted by kind (`ok=14 insufficient=18`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Race {
+    /// How many sessions.
+    pub count: usize,
+    /// What each does.
+    pub action: Action,
+    /// `race hold: SQL`: a holder runs it in an open transaction before the race and
+    /// rolls back only once all `count` sessions are seen waiting for a lock at one
+    /// moment, so the race is forced, not hoped for.
+    pub hold: Option<String>,
+    /// `expect: ok=14 insufficient=18`: the outcome counts that must be seen, every
+    /// other kind 0.
+    pub expect: Option<String>,
 }
 
 /// How a spec's transcript is laid out.

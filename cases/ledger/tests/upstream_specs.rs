@@ -7,7 +7,8 @@
 //! - the comparison can fail: read-only-anomaly-3 with s3's transaction no longer
 //!   `DEFERRABLE` runs, but s3 no longer waits for a safe snapshot, so its transcript
 //!   differs from the expected file and the check fails, naming the first line where
-//!   they part.
+//!   they part;
+//! - a race as one file (L-S13) counts its outcomes, and a wrong `expect:` fails.
 //!
 //! One scratch cluster with the ledger template for the binary.
 
@@ -83,4 +84,30 @@ async fn upstream_specs_mean_what_their_expected_files_say() {
         "without DEFERRABLE the comparison must fail: {check}"
     );
     assert!(check.contains("s3r"), "the difference is at s3r: {check}");
+}
+
+/// A race as one file (L-S13): it passes as written, and its `expect:` can fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_race_spec_counts_outcomes_and_its_expectation_can_fail() {
+    let family = ledger::family();
+    let env = Env::for_tests(SEED + 1, &[&family])
+        .await
+        .expect("scratch cluster and template");
+    let (shown, spec) = load("s13_debits_race_behind_held_row.spec");
+    let report = run(&env, &family, "L-S13", shown.clone(), spec.clone()).await;
+    assert_eq!(report.failed, 0, "L-S13 has a failed check");
+    assert!(report.transcript().contains("ok=14 insufficient=18"));
+
+    let mut wrong = spec;
+    wrong.race.as_mut().expect("a race").expect = Some("ok=15 insufficient=17".into());
+    let report = run(&env, &family, "L-S13", shown, wrong).await;
+    let outcomes = report
+        .checks()
+        .find(|check| check.name == "outcomes")
+        .expect("the outcomes check");
+    assert!(
+        !outcomes.passed,
+        "a wrong expectation must fail: {outcomes:?}"
+    );
+    assert_eq!(report.failed, 1, "only the outcomes check fails");
 }
