@@ -39,6 +39,10 @@
 //! - `permutation: NAMES` runs those steps in that order; with no permutation line, every
 //!   order that keeps each session's steps in their order runs ([`all_orders`]).
 //! - A value continues on the following lines indented deeper than its key.
+//! - `check: SQL` (may repeat) runs at the end and must return true.
+//! - Instead of sessions, a race: `race call: N OP key=value …` or `race step: N SQL`
+//!   (`{i}` is each session's index), `race hold: SQL` (held until all N wait for a
+//!   lock) and `expect: kind=N …` (the outcome counts); see the `race` module.
 //!
 //! # PostgreSQL's format
 //!
