@@ -697,6 +697,10 @@ pub async fn run(
             seen,
         );
     }
+    if !spec.checks.is_empty() {
+        let db = ctx.connect().await?;
+        race::checks(ctx, &db, spec).await?;
+    }
     Ok(())
 }
 

@@ -228,6 +228,13 @@ pub trait Calls: Send + Sync {
     fn for_case(&self, _ctx: &Ctx) -> Option<Arc<dyn Calls>> {
         None
     }
+
+    /// Backends the operations started outside the spec's sessions (a crash-worker's),
+    /// counted with the sessions when the runner asks whether a step is blocked by
+    /// another session. Default: none.
+    fn backends(&self) -> Vec<i32> {
+        Vec::new()
+    }
 }
 
 /// A family without library operations: every `call` is refused.

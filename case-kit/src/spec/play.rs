@@ -138,14 +138,17 @@ impl<'a> Play<'a> {
     }
 
     /// Whether `session` waits, per PostgreSQL: for a lock held by another session of
-    /// the spec, or for a safe snapshot (`pg_isolation_test_session_is_blocked`, the
+    /// the spec (or a backend the family's operations started, [`Calls::backends`]), or
+    /// for a safe snapshot (`pg_isolation_test_session_is_blocked`, the
     /// function PostgreSQL's own tester asks; PostgreSQL docs §9.27).
     async fn blocked(&self, session: usize) -> anyhow::Result<bool> {
+        let mut pids = self.pids.clone();
+        pids.extend(self.calls.backends());
         let row = self
             .monitor
             .query_one(
                 "SELECT pg_catalog.pg_isolation_test_session_is_blocked($1::int4, $2::int4[])",
-                &[&self.sessions[session].pid, &self.pids],
+                &[&self.sessions[session].pid, &pids],
             )
             .await?;
         Ok(row.get(0))

@@ -19,6 +19,7 @@ pub mod naive;
 pub mod naive_keyless;
 pub mod queries;
 pub mod spec_calls;
+pub mod spec_workers;
 pub mod worker;
 
 // One line per case, in id order. The negative controls are public so that a test can

@@ -8,7 +8,9 @@
 //!   `DEFERRABLE` runs, but s3 no longer waits for a safe snapshot, so its transcript
 //!   differs from the expected file and the check fails, naming the first line where
 //!   they part;
-//! - a race as one file (L-S13) counts its outcomes, and a wrong `expect:` fails.
+//! - a race as one file (L-S13) counts its outcomes, and a wrong `expect:` fails;
+//! - a kill as one file (L-S14): the same-key debit waits behind a paused crash-worker,
+//!   which ends by SIGKILL; the debit is then paid once.
 //!
 //! One scratch cluster with the ledger template for the binary.
 
@@ -110,4 +112,26 @@ async fn a_race_spec_counts_outcomes_and_its_expectation_can_fail() {
         "a wrong expectation must fail: {outcomes:?}"
     );
     assert_eq!(report.failed, 1, "only the outcomes check fails");
+}
+
+/// A kill as one file (L-S14): the same-key debit is shown waiting behind the paused
+/// crash-worker, the worker ends by SIGKILL, the debit is then paid once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_spec_shows_the_wait_and_the_signal() {
+    let family = ledger::family();
+    let env = Env::for_tests(SEED + 2, &[&family])
+        .await
+        .expect("scratch cluster and template");
+    let (shown, spec) = load("s14_killed_before_commit_same_key_proceeds.spec");
+    let report = run(&env, &family, "L-S14", shown, spec).await;
+    assert_eq!(report.failed, 0, "L-S14 has a failed check");
+    let transcript = report.transcript();
+    for expected in [
+        "step b_same_key: debit account=acct-0009 amount=40 key=k-kill client=app-a <waiting ...>",
+        "signal=9 shell_status=137",
+        "step b_same_key: <... completed>",
+        "outcome=OK balance=60",
+    ] {
+        assert!(transcript.contains(expected), "{expected:?} missing");
+    }
 }
