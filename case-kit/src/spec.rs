@@ -463,13 +463,23 @@ impl Spec {
 
 /// The id of spec file `sN_<what>.spec` in family `prefix`: `<prefix>-SN` (`L-S1`).
 /// Hand-written case ids are `<prefix>N` and never contain `-`, so the two cannot meet.
+/// A case converted from Rust keeps its id: `l03_<what>.spec` is `L3` (the family's
+/// prefix in lower case and the case's number, leading zeros dropped).
 pub fn spec_id(prefix: &str, file_name: &str) -> Option<String> {
     let stem = file_name.strip_suffix(".spec")?;
-    let number = stem.strip_prefix('s')?.split('_').next()?;
-    if number.is_empty() || !number.chars().all(|c| c.is_ascii_digit()) || number.starts_with('0') {
-        return None;
+    let digits = |rest: &str| {
+        let number = rest.split('_').next()?.to_string();
+        (!number.is_empty() && number.chars().all(|c| c.is_ascii_digit())).then_some(number)
+    };
+    if let Some(number) = stem.strip_prefix('s').and_then(digits) {
+        return (!number.starts_with('0')).then(|| format!("{prefix}-S{number}"));
     }
-    Some(format!("{prefix}-S{number}"))
+    let number: u32 = stem
+        .strip_prefix(&prefix.to_ascii_lowercase())
+        .and_then(digits)?
+        .parse()
+        .ok()?;
+    Some(format!("{prefix}{number}"))
 }
 
 /// The spec cases of family `prefix` found in `dir` (`*.spec`, read now; no registration
@@ -865,5 +875,8 @@ permutation: a1 b1 a2
         assert_eq!(spec_id("L", "s01_x.spec"), None);
         assert_eq!(spec_id("L", "debit.spec"), None);
         assert_eq!(spec_id("L", "s1_x.txt"), None);
+        assert_eq!(spec_id("L", "l03_real.spec").as_deref(), Some("L3"));
+        assert_eq!(spec_id("L", "l12_x.spec").as_deref(), Some("L12"));
+        assert_eq!(spec_id("L", "lx_x.spec"), None);
     }
 }

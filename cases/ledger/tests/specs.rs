@@ -150,7 +150,7 @@ fn a_broken_spec_file_is_a_failing_case() {
     assert_eq!(cases[0].title, "spec file that cannot be run");
 }
 
-/// README's "Adding a case" shows L-S1, L-S13 (a race) and L-S14 (a kill) complete: the examples are the files
+/// README's "Adding a case" shows L-S1, L3 (a race) and L-S14 (a kill) complete: the examples are the files
 /// that run.
 #[test]
 fn the_readme_example_is_the_spec_that_runs() {
@@ -166,7 +166,7 @@ fn the_readme_example_is_the_spec_that_runs() {
     let lines = spec.lines().count();
     assert!((20..=40).contains(&lines), "the example has {lines} lines");
     for name in [
-        "s13_debits_race_behind_held_row.spec",
+        "l03_real_concurrency.spec",
         "s14_killed_before_commit_same_key_proceeds.spec",
     ] {
         let example = std::fs::read_to_string(PathBuf::from(spec_calls::SPEC_DIR).join(name))

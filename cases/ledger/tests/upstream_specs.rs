@@ -8,7 +8,7 @@
 //!   `DEFERRABLE` runs, but s3 no longer waits for a safe snapshot, so its transcript
 //!   differs from the expected file and the check fails, naming the first line where
 //!   they part;
-//! - a race as one file (L-S13) counts its outcomes, and a wrong `expect:` fails;
+//! - a race as one file (L3, converted from Rust) counts its outcomes, and a wrong `expect:` fails;
 //! - a kill as one file (L-S14): the same-key debit waits behind a paused crash-worker,
 //!   which ends by SIGKILL; the debit is then paid once.
 //!
@@ -88,21 +88,21 @@ async fn upstream_specs_mean_what_their_expected_files_say() {
     assert!(check.contains("s3r"), "the difference is at s3r: {check}");
 }
 
-/// A race as one file (L-S13): it passes as written, and its `expect:` can fail.
+/// A race as one file (L3): it passes as written, and its `expect:` can fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_race_spec_counts_outcomes_and_its_expectation_can_fail() {
     let family = ledger::family();
     let env = Env::for_tests(SEED + 1, &[&family])
         .await
         .expect("scratch cluster and template");
-    let (shown, spec) = load("s13_debits_race_behind_held_row.spec");
-    let report = run(&env, &family, "L-S13", shown.clone(), spec.clone()).await;
-    assert_eq!(report.failed, 0, "L-S13 has a failed check");
+    let (shown, spec) = load("l03_real_concurrency.spec");
+    let report = run(&env, &family, "L3", shown.clone(), spec.clone()).await;
+    assert_eq!(report.failed, 0, "L3 has a failed check");
     assert!(report.transcript().contains("ok=14 insufficient=18"));
 
     let mut wrong = spec;
     wrong.race.as_mut().expect("a race").expect = Some("ok=15 insufficient=17".into());
-    let report = run(&env, &family, "L-S13", shown, wrong).await;
+    let report = run(&env, &family, "L3", shown, wrong).await;
     let outcomes = report
         .checks()
         .find(|check| check.name == "outcomes")
