@@ -484,7 +484,8 @@ pub fn spec_id(prefix: &str, file_name: &str) -> Option<String> {
 
 /// The spec cases of family `prefix` found in `dir` (`*.spec`, read now; no registration
 /// anywhere), sorted by number. A file that cannot be read or parsed, or whose name is
-/// not `sN_<what>.spec`, still becomes a case, one that fails with the reason, so a
+/// neither `sN_<what>.spec` nor a converted case's `<prefix>NN_<what>.spec` ([`spec_id`]),
+/// still becomes a case, one that fails with the reason, so a
 /// broken spec is never silently skipped. `shown_dir` is `dir` as printed (relative to the
 /// workspace); `template` the family's template database (the `system:` a spec must
 /// name).
