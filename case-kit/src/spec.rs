@@ -718,6 +718,7 @@ pub async fn run(
 /// Notes what `spec` is: its sessions, steps and permutations, and where an upstream
 /// spec comes from.
 fn summary(ctx: &mut Ctx, shown: &str, spec: &Spec, orders: usize) {
+    record_shape(ctx, spec);
     if let Some(race) = &spec.race {
         ctx.note(format!("spec {shown}: a race of {} sessions", race.count));
         return;
@@ -743,6 +744,27 @@ fn summary(ctx: &mut Ctx, shown: &str, spec: &Spec, orders: usize) {
             .join(" ");
         ctx.note(format!("upstream: {upstream}"));
     }
+}
+
+/// Records for the evidence page the spec's claim, its failure condition and which
+/// session each step belongs to (`details["claim"]`, `["fails"]`, `["spec_sessions"]`:
+/// session name → its step names).
+fn record_shape(ctx: &mut Ctx, spec: &Spec) {
+    ctx.record("claim", serde_json::Value::String(spec.claim.clone()));
+    ctx.record("fails", serde_json::Value::String(spec.fails.clone()));
+    let sessions: serde_json::Map<String, serde_json::Value> = spec
+        .sessions
+        .iter()
+        .map(|session| {
+            let steps = session
+                .steps
+                .iter()
+                .map(|step| step.name.clone().into())
+                .collect();
+            (session.name.clone(), serde_json::Value::Array(steps))
+        })
+        .collect();
+    ctx.record("spec_sessions", serde_json::Value::Object(sessions));
 }
 
 /// Plays `order` on `database`: the spec's setup, its sessions, each step sent in turn
