@@ -213,6 +213,14 @@ impl Ctx {
         Ok(name)
     }
 
+    /// The connection settings of `database` on the run's server, for a connection a
+    /// case drives itself (a spec session that keeps its notices).
+    ///
+    /// Errors: the run has no PostgreSQL server.
+    pub fn config_for(&self, database: &str) -> anyhow::Result<tokio_postgres::Config> {
+        self.env.config(database)
+    }
+
     /// A new connection to another database of the run (e.g. for reconciliation).
     ///
     /// Errors: connection failures.

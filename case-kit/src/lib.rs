@@ -13,7 +13,8 @@
 //!   connection budget and a timeout; shared by the harness and the tests.
 //! - [`redact`] and [`snapshot`]: the one redaction layer and the snapshot files.
 //! - [`spec`]: cases as data, interleaving specs of sessions, steps and permutations,
-//!   with lock waits read from PostgreSQL (`pg_blocking_pids`).
+//!   with waits read from PostgreSQL (`pg_isolation_test_session_is_blocked`), in our format
+//!   or PostgreSQL's own.
 //! - [`locks`]: how many sessions wait for a lock at one moment, so a case proves a race
 //!   by the queue it forced behind a lock it holds, not by a clock.
 //! - [`options`]: the run's choices for a system (the ledger's transfer mode), carried

@@ -2,7 +2,9 @@
 //! short steps and permutation lines; the runner plays each permutation on its own
 //! sessions and writes every step, its rows, SQLSTATE or outcome, and every lock wait to
 //! the transcript. The idea is PostgreSQL's isolation tester (`src/test/isolation`); the
-//! format, parser and runner here are our own.
+//! runner here is our own, and it reads two formats: ours (below), and PostgreSQL's own
+//! (`setup { … }`, `session s1`, `step "x" { … }`, `permutation s1a(*) s2b(s1a)`; see
+//! [`parse_upstream`]), so a spec copied from PostgreSQL runs unchanged.
 //!
 //! # The format
 //!
@@ -37,6 +39,27 @@
 //! - `permutation: NAMES` runs those steps in that order; with no permutation line, every
 //!   order that keeps each session's steps in their order runs ([`all_orders`]).
 //! - A value continues on the following lines indented deeper than its key.
+//! - `check: SQL` (may repeat) runs at the end and must return true.
+//! - Instead of sessions, a race: `race call: N OP key=value …` or `race step: N SQL`
+//!   (`{i}` is each session's index), `race hold: SQL` (held until all N wait for a
+//!   lock) and `expect: kind=N …` (the outcome counts); see the `race` module.
+//!
+//! # PostgreSQL's format
+//!
+//! A file `sN_<name>.spec` whose first word is `setup`, `teardown`, `session` or
+//! `permutation` (no colon) is read as PostgreSQL's format ([`parse_upstream`]). What
+//! PostgreSQL's format does not say, the case's description, comes from
+//! `sN_<name>.about` beside it: `title:`, `claim:`, `fails:`, `system:`, `clean:` as
+//! above and `upstream:` (where it was copied from, with the commit). When
+//! `sN_<name>.out` is there too (PostgreSQL's `expected/<name>.out`, unchanged), a
+//! check compares the transcript, printed in PostgreSQL's expected-output layout
+//! ([`Layout::Postgres`]), with that file in meaning ([`same_meaning`]).
+//!
+//! Markers work as in PostgreSQL's tester (14 and later): `step(*)` is reported
+//! `<waiting ...>` when sent, even if it completes at once; `step(other)` is reported
+//! waiting while `other` is in flight; `step(other notices N)` until the session of
+//! `other` has received N notices. Notices are kept per session in the order they
+//! arrive and printed as `s1: NOTICE:  message` before the next step line.
 //!
 //! # Running a permutation
 //!
@@ -45,8 +68,11 @@
 //! permutation starts from the same state; the family's reconciliation sees the case's
 //! own database, the first permutation's. A step is sent on its session's connection; the runner then
 //! polls until every step in flight has either completed or is blocked, which it learns
-//! from PostgreSQL itself: `pg_blocking_pids(pid) && <the spec's session pids>` on a
-//! separate monitor connection (PostgreSQL docs §9.27, "System Information Functions"),
+//! from PostgreSQL itself: `pg_isolation_test_session_is_blocked(pid, <the spec's
+//! session pids>)` on a separate monitor connection, the function PostgreSQL's own tester
+//! asks, which covers both `pg_blocking_pids` and `pg_safe_snapshot_blocking_pids` (a
+//! `SERIALIZABLE READ ONLY DEFERRABLE` transaction waiting for a safe snapshot;
+//! PostgreSQL docs §9.27, "System Information Functions"),
 //! never from how long a step took; a completed step counts once its backend is no
 //! longer `active` (after an error PostgreSQL answers before it releases the locks). A
 //! blocked step is printed as `<waiting ...>`; when it completes, `<... completed>` and
@@ -54,146 +80,38 @@
 //! still waiting first waits for that session (at most [`STEP_WAIT_MS`]), as when its
 //! waiting step ends in a deadlock error. Results: each row as `column=value`, `(0 rows)`
 //! for a statement that returns rows but found none, `ERROR <SQLSTATE>: <message>` (the
-//! primary message only: details name pids and xids), or the operation's outcome.
+//! primary message only: details name pids and xids), or the operation's outcome. The
+//! rows of a setup that returns rows are printed too (`setup: SQL` and its rows).
 //!
 //! Each permutation ends with a check that it ran every step and left none waiting; the
 //! transcript itself is compared with the case's snapshot, so a lock wait that no longer
 //! happens changes the transcript and fails the case.
 
-use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use futures_util::future::BoxFuture;
-use tokio::task::JoinHandle;
-use tokio_postgres::{Client, SimpleQueryMessage};
 
 use crate::case::Case;
 use crate::ctx::Ctx;
 
-/// Longest a step may stay in flight (running or waiting) before the permutation fails:
-/// the bound of every wait of the runner (for quiet, for a waiting session, at the end).
-pub const STEP_WAIT_MS: u64 = 10_000;
-/// How often the runner looks at steps in flight (completion, then `pg_blocking_pids`).
-pub const POLL_INTERVAL_MS: u64 = 5;
+mod layout;
+mod model;
+mod play;
+mod race;
+mod result;
+mod upstream;
+
+pub use layout::{meaningful, same_meaning, table};
+use model::error;
+pub use model::{
+    Action, Blocker, Call, Calls, Entry, Layout, NoCalls, ParseError, Race, Session, Spec, Step,
+};
+pub use play::{POLL_INTERVAL_MS, STEP_WAIT_MS};
+pub use upstream::{MAX_UPSTREAM_SPEC_LINES, is_upstream, parse_upstream};
+
 /// Longest a spec file may be: a spec is a short interleaving, not a program.
 pub const MAX_SPEC_LINES: usize = 200;
-
-/// A library operation as a step: an operation name and its `key=value` arguments.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Call {
-    /// The operation, e.g. `debit`.
-    pub op: String,
-    /// Its arguments in the order written, e.g. `[("account", "acct-0001")]`.
-    pub args: Vec<(String, String)>,
-}
-
-impl Call {
-    /// The value of argument `name`, if given.
-    pub fn arg(&self, name: &str) -> Option<&str> {
-        self.args
-            .iter()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| value.as_str())
-    }
-
-    fn display(&self) -> String {
-        let mut text = self.op.clone();
-        for (key, value) in &self.args {
-            let _ = write!(text, " {key}={value}");
-        }
-        text
-    }
-}
-
-/// What a setup item or a step does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// SQL, one or more statements, sent as one simple query.
-    Sql(String),
-    /// An operation of the family's library.
-    Call(Call),
-}
-
-impl Action {
-    fn display(&self) -> String {
-        match self {
-            Action::Sql(sql) => sql.split_whitespace().collect::<Vec<_>>().join(" "),
-            Action::Call(call) => call.display(),
-        }
-    }
-}
-
-/// One named step of a session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Step {
-    /// Unique across the spec's sessions.
-    pub name: String,
-    /// What it does.
-    pub action: Action,
-}
-
-/// One session: a connection of its own.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Session {
-    /// Its name (for messages only).
-    pub name: String,
-    /// SQL run on the session's connection before each permutation.
-    pub setup: Vec<String>,
-    /// SQL run on it after each permutation.
-    pub teardown: Vec<String>,
-    /// Its steps, in order.
-    pub steps: Vec<Step>,
-}
-
-/// A parsed spec file.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Spec {
-    /// The case's title.
-    pub title: String,
-    /// What the interleaving shows.
-    pub claim: String,
-    /// What counts as failure.
-    pub fails: String,
-    /// The template database the spec's SQL is written against (its family's).
-    pub system: String,
-    /// Whether the family's reconciliation may cover the database it leaves.
-    pub clean: bool,
-    /// Run before each permutation, in order, on a connection of its own.
-    pub setup: Vec<Action>,
-    /// SQL run after each permutation; its rows are printed.
-    pub teardown: Vec<String>,
-    /// The sessions.
-    pub sessions: Vec<Session>,
-    /// The permutation lines (step names); empty: every order.
-    pub permutations: Vec<Vec<String>>,
-}
-
-/// A spec file that could not be read: the line (1-based) and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParseError {
-    /// 1-based line number (0: the file as a whole).
-    pub line: usize,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl std::fmt::Display for ParseError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "line {}: {}", self.line, self.message)
-    }
-}
-
-impl std::error::Error for ParseError {}
-
-fn error(line: usize, message: impl Into<String>) -> ParseError {
-    ParseError {
-        line,
-        message: message.into(),
-    }
-}
 
 fn parse_call(line: usize, text: &str) -> Result<Call, ParseError> {
     let mut words = text.split_whitespace();
@@ -369,8 +287,10 @@ fn top_item(
         "setup" => spec.setup.push(Action::Sql(value)),
         "setup call" => spec.setup.push(Action::Call(parse_call(line, &value)?)),
         "teardown" => spec.teardown.push(value),
+        "check" => spec.checks.push(value),
+        "race call" | "race step" | "race hold" | "expect" => race_item(spec, line, key, value)?,
         "permutation" => {
-            let names: Vec<String> = value.split_whitespace().map(String::from).collect();
+            let names: Vec<Entry> = value.split_whitespace().map(Entry::plain).collect();
             if names.is_empty() {
                 return Err(error(line, "a permutation names at least one step"));
             }
@@ -378,6 +298,57 @@ fn top_item(
         }
         "step" | "call" => return Err(error(line, "a step belongs to a session")),
         other => return Err(error(line, format!("unknown key {other:?}"))),
+    }
+    Ok(())
+}
+
+/// One key of a race: `race call: N OP args`, `race step: N SQL`, `race hold: SQL`,
+/// `expect: kind=N …`.
+///
+/// Errors: a count that is not a positive number; a call that does not parse; a hold or
+/// expectation before the race; an expectation that is not `kind=N` words.
+fn race_item(spec: &mut Spec, line: usize, key: &str, value: String) -> Result<(), ParseError> {
+    if let Some(kind) = key.strip_prefix("race ").filter(|k| *k != "hold") {
+        let (count, rest) = value
+            .split_once(char::is_whitespace)
+            .unwrap_or((&value, ""));
+        let count: usize =
+            count.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                error(line, format!("a race starts with its count, not {count:?}"))
+            })?;
+        let rest = rest.trim();
+        let action = if kind == "call" {
+            Action::Call(parse_call(line, rest)?)
+        } else {
+            Action::Sql(rest.to_string())
+        };
+        spec.race = Some(Race {
+            count,
+            action,
+            hold: None,
+            expect: None,
+        });
+        return Ok(());
+    }
+    let race = spec.race.as_mut().ok_or_else(|| {
+        error(
+            line,
+            format!("`{key}:` follows a `race call:` or `race step:`"),
+        )
+    })?;
+    if key == "race hold" {
+        race.hold = Some(value);
+    } else {
+        let words: Vec<&str> = value.split_whitespace().collect();
+        let well_formed = !words.is_empty()
+            && words.iter().all(|w| {
+                w.split_once('=')
+                    .is_some_and(|(k, n)| !k.is_empty() && n.parse::<usize>().is_ok())
+            });
+        if !well_formed {
+            return Err(error(line, format!("expect: kind=N …, not {value:?}")));
+        }
+        race.expect = Some(words.join(" "));
     }
     Ok(())
 }
@@ -402,14 +373,20 @@ fn finish(
         }
     }
     spec.clean = clean.ok_or_else(|| error(0, "`clean: yes|no` is missing"))?;
-    if spec.sessions.is_empty() || spec.sessions.iter().any(|s| s.steps.is_empty()) {
-        return Err(error(0, "every spec has a session, every session a step"));
+    if spec.race.is_some() {
+        if !spec.sessions.is_empty() || !spec.permutations.is_empty() {
+            return Err(error(0, "a race spec has no sessions and no permutations"));
+        }
+    } else if spec.sessions.is_empty() || spec.sessions.iter().any(|s| s.steps.is_empty()) {
+        return Err(error(
+            0,
+            "every spec has a session (or a race), every session a step",
+        ));
     }
-    for permutation in &spec.permutations {
-        for name in permutation {
-            if !seen.contains(name) {
-                return Err(error(0, format!("permutation names unknown step {name:?}")));
-            }
+    for entry in spec.permutations.iter().flatten() {
+        if !seen.contains(&entry.name) {
+            let name = &entry.name;
+            return Err(error(0, format!("permutation names unknown step {name:?}")));
         }
     }
     Ok(spec)
@@ -452,9 +429,9 @@ pub fn all_orders(steps_per_session: &[usize]) -> Vec<Vec<(usize, usize)>> {
 }
 
 impl Spec {
-    /// The permutations to run, as step names: the permutation lines, else every order
+    /// The permutations to run: the permutation lines, else every order
     /// ([`all_orders`]).
-    pub fn orders(&self) -> Vec<Vec<String>> {
+    pub fn orders(&self) -> Vec<Vec<Entry>> {
         if !self.permutations.is_empty() {
             return self.permutations.clone();
         }
@@ -464,7 +441,7 @@ impl Spec {
             .map(|order| {
                 order
                     .into_iter()
-                    .map(|(session, step)| self.sessions[session].steps[step].name.clone())
+                    .map(|(session, step)| Entry::plain(&self.sessions[session].steps[step].name))
                     .collect()
             })
             .collect()
@@ -484,61 +461,31 @@ impl Spec {
     }
 }
 
-/// The library operations a family offers as steps (`call NAME: OP key=value …`), each
-/// run on the session's own connection, so the family's own transaction can be a step.
-pub trait Calls: Send + Sync {
-    /// Whether `call` names a known operation with the arguments it needs; the message
-    /// says what is wrong. Checked before anything runs.
-    fn check(&self, call: &Call) -> Result<(), String>;
-
-    /// Runs `call` on `client`. `Ok` is the outcome as printed (`outcome=OK balance=20`);
-    /// `Err` an error as printed after `ERROR ` (its SQLSTATE first when it has one).
-    fn run<'a>(
-        &'a self,
-        client: &'a mut Client,
-        call: &'a Call,
-    ) -> BoxFuture<'a, Result<String, String>>;
-
-    /// These operations as the case's choices run them ([`Ctx::choice`]), when that
-    /// matters to the family (the ledger's one-trip transfer); `None` (the default):
-    /// the same operations whatever the run chose.
-    fn for_case(&self, _ctx: &Ctx) -> Option<Arc<dyn Calls>> {
-        None
-    }
-}
-
-/// A family without library operations: every `call` is refused.
-pub struct NoCalls;
-
-impl Calls for NoCalls {
-    fn check(&self, call: &Call) -> Result<(), String> {
-        Err(format!("this family offers no operation {:?}", call.op))
-    }
-
-    fn run<'a>(
-        &'a self,
-        _: &'a mut Client,
-        call: &'a Call,
-    ) -> BoxFuture<'a, Result<String, String>> {
-        let message = format!("no operation {:?}", call.op);
-        async move { Err(message) }.boxed()
-    }
-}
-
 /// The id of spec file `sN_<what>.spec` in family `prefix`: `<prefix>-SN` (`L-S1`).
 /// Hand-written case ids are `<prefix>N` and never contain `-`, so the two cannot meet.
+/// A case converted from Rust keeps its id: `l03_<what>.spec` is `L3` (the family's
+/// prefix in lower case and the case's number, leading zeros dropped).
 pub fn spec_id(prefix: &str, file_name: &str) -> Option<String> {
     let stem = file_name.strip_suffix(".spec")?;
-    let number = stem.strip_prefix('s')?.split('_').next()?;
-    if number.is_empty() || !number.chars().all(|c| c.is_ascii_digit()) || number.starts_with('0') {
-        return None;
+    let digits = |rest: &str| {
+        let number = rest.split('_').next()?.to_string();
+        (!number.is_empty() && number.chars().all(|c| c.is_ascii_digit())).then_some(number)
+    };
+    if let Some(number) = stem.strip_prefix('s').and_then(digits) {
+        return (!number.starts_with('0')).then(|| format!("{prefix}-S{number}"));
     }
-    Some(format!("{prefix}-S{number}"))
+    let number: u32 = stem
+        .strip_prefix(&prefix.to_ascii_lowercase())
+        .and_then(digits)?
+        .parse()
+        .ok()?;
+    Some(format!("{prefix}{number}"))
 }
 
 /// The spec cases of family `prefix` found in `dir` (`*.spec`, read now; no registration
 /// anywhere), sorted by number. A file that cannot be read or parsed, or whose name is
-/// not `sN_<what>.spec`, still becomes a case, one that fails with the reason, so a
+/// neither `sN_<what>.spec` nor a converted case's `<prefix>NN_<what>.spec` ([`spec_id`]),
+/// still becomes a case, one that fails with the reason, so a
 /// broken spec is never silently skipped. `shown_dir` is `dir` as printed (relative to the
 /// workspace); `template` the family's template database (the `system:` a spec must
 /// name).
@@ -566,14 +513,11 @@ pub fn cases_in(
         .into_iter()
         .map(|name| {
             let shown = format!("{shown_dir}/{name}");
-            let loaded = std::fs::read_to_string(dir.join(&name))
-                .map_err(|error| format!("cannot read {shown}: {error}"))
-                .and_then(|text| parse(&text).map_err(|error| format!("{shown}: {error}")))
-                .and_then(|spec| {
-                    check_spec(&spec, template, calls.as_ref())
-                        .map(|()| spec)
-                        .map_err(|error| format!("{shown}: {error}"))
-                });
+            let loaded = load(dir, &name, &shown).and_then(|spec| {
+                check_spec(&spec, template, calls.as_ref())
+                    .map(|()| spec)
+                    .map_err(|error| format!("{shown}: {error}"))
+            });
             match (spec_id(prefix, &name), loaded) {
                 (Some(id), Ok(spec)) => spec_case(id, shown, Arc::new(spec), calls.clone()),
                 (id, outcome) => {
@@ -589,6 +533,66 @@ pub fn cases_in(
         .collect()
 }
 
+/// Reads spec file `name` of `dir`: ours, or PostgreSQL's format ([`is_upstream`])
+/// with its description in `<stem>.about` beside it ([`parse_about`]) and, when there
+/// is one, PostgreSQL's expected output in `<stem>.out`.
+///
+/// Errors: a file that cannot be read or parsed, as `<shown>: <reason>`.
+pub fn load(dir: &Path, name: &str, shown: &str) -> Result<Spec, String> {
+    let read = |file: &str| {
+        std::fs::read_to_string(dir.join(file)).map_err(|e| format!("cannot read {file}: {e}"))
+    };
+    let text = read(name).map_err(|e| format!("{shown}: {e}"))?;
+    if !is_upstream(&text) {
+        return parse(&text).map_err(|error| format!("{shown}: {error}"));
+    }
+    let stem = name.trim_end_matches(".spec");
+    let spec = parse_upstream(&text).map_err(|error| format!("{shown}: {error}"))?;
+    let about = format!("{stem}.about");
+    let mut spec = read(&about)
+        .and_then(|text| parse_about(&text, spec).map_err(|e| format!("{about}: {e}")))
+        .map_err(|e| format!("{shown}: {e}"))?;
+    let expected = format!("{stem}.out");
+    if dir.join(&expected).exists() {
+        let text = read(&expected).map_err(|e| format!("{shown}: {e}"))?;
+        let shown_expected = shown.trim_end_matches(name).to_string() + &expected;
+        spec.expected = Some((shown_expected, text));
+    }
+    Ok(spec)
+}
+
+/// Reads the description of a spec in PostgreSQL's format into `spec`: the keys of our
+/// format's header (`title:`, `claim:`, `fails:`, `system:`, `clean:`) and
+/// `upstream:` (where the spec comes from: path and commit).
+///
+/// Errors: an unknown key; a missing one.
+pub fn parse_about(text: &str, mut spec: Spec) -> Result<Spec, ParseError> {
+    let mut clean = None;
+    for (line, _, item) in meaningful_lines(text)? {
+        let (key, value) = item
+            .split_once(':')
+            .ok_or_else(|| error(line, format!("expected `key: value`, found {item:?}")))?;
+        let value = value.trim().to_string();
+        match key.trim() {
+            "upstream" => spec.upstream = value,
+            key @ ("title" | "claim" | "fails" | "system" | "clean") => {
+                top_item(&mut spec, &mut clean, line, key, value)?
+            }
+            other => return Err(error(line, format!("unknown key {other:?}"))),
+        }
+    }
+    if spec.upstream.is_empty() {
+        return Err(error(0, "`upstream:` is missing"));
+    }
+    let seen = spec
+        .sessions
+        .iter()
+        .flat_map(|s| &s.steps)
+        .map(|s| s.name.clone())
+        .collect();
+    finish(spec, clean, &seen)
+}
+
 fn check_spec(spec: &Spec, template: &str, calls: &dyn Calls) -> Result<(), String> {
     if spec.system != template {
         return Err(format!(
@@ -601,7 +605,8 @@ fn check_spec(spec: &Spec, template: &str, calls: &dyn Calls) -> Result<(), Stri
         .iter()
         .flat_map(|s| &s.steps)
         .map(|s| &s.action);
-    for action in spec.setup.iter().chain(steps) {
+    let race = spec.race.iter().map(|race| &race.action);
+    for action in spec.setup.iter().chain(steps).chain(race) {
         if let Action::Call(call) = action {
             calls
                 .check(call)
@@ -621,7 +626,10 @@ fn broken_case(id: String, reason: String) -> Case {
 
 /// A case that runs `spec`: one connection per session, a monitor and the setup's.
 pub fn spec_case(id: String, shown: String, spec: Arc<Spec>, calls: Arc<dyn Calls>) -> Case {
-    let connections = spec.sessions.len() as u32 + 2;
+    // A session each (or a racer each, a holder and the race's own), a monitor and the
+    // setup's.
+    let connections =
+        spec.sessions.len() as u32 + 2 + spec.race.as_ref().map_or(0, |r| r.count as u32 + 2);
     let clean = spec.clean;
     let case = Case::new(id, spec.title.clone(), move |ctx: &mut Ctx| {
         let spec = spec.clone();
@@ -633,269 +641,12 @@ pub fn spec_case(id: String, shown: String, spec: Arc<Spec>, calls: Arc<dyn Call
     if clean { case } else { case.not_clean() }
 }
 
-/// A step's result as printed below it.
-type Outcome = Vec<String>;
-
-fn db_error(error: &tokio_postgres::Error) -> String {
-    match error.as_db_error() {
-        Some(db) => format!("ERROR {}: {}", db.code().code(), db.message()),
-        None => format!("ERROR (no SQLSTATE): {error}"),
-    }
-}
-
-async fn run_sql(client: &Client, sql: &str) -> Outcome {
-    match client.simple_query(sql).await {
-        Err(error) => vec![db_error(&error)],
-        Ok(messages) => {
-            let mut out = Vec::new();
-            let mut rows: Option<usize> = None;
-            for message in messages {
-                match message {
-                    SimpleQueryMessage::RowDescription(_) => rows = Some(0),
-                    SimpleQueryMessage::Row(row) => {
-                        rows = Some(rows.unwrap_or(0) + 1);
-                        let cells: Vec<String> = row
-                            .columns()
-                            .iter()
-                            .enumerate()
-                            .map(|(i, column)| {
-                                format!("{}={}", column.name(), row.get(i).unwrap_or("null"))
-                            })
-                            .collect();
-                        out.push(cells.join(" "));
-                    }
-                    SimpleQueryMessage::CommandComplete(_) => {
-                        if rows == Some(0) {
-                            out.push("(0 rows)".into());
-                        }
-                        rows = None;
-                    }
-                    _ => {}
-                }
-            }
-            out
-        }
-    }
-}
-
-async fn run_action(client: &mut Client, action: &Action, calls: &dyn Calls) -> Outcome {
-    match action {
-        Action::Sql(sql) => run_sql(client, sql).await,
-        Action::Call(call) => match calls.run(client, call).await {
-            Ok(outcome) => vec![outcome],
-            Err(error) => vec![format!("ERROR {error}")],
-        },
-    }
-}
-
-/// A step in flight on its session's connection.
-struct Flight {
-    step: String,
-    /// Its place in the permutation: completions print in this order.
-    sent: usize,
-    handle: JoinHandle<(Client, Outcome)>,
-}
-
-struct Live {
-    pid: i32,
-    client: Option<Client>,
-    flight: Option<Flight>,
-}
-
-/// One permutation's sessions and its transcript lines.
-struct Play<'a> {
-    monitor: Client,
-    sessions: Vec<Live>,
-    pids: Vec<i32>,
-    calls: Arc<dyn Calls>,
-    notes: &'a mut Vec<String>,
-}
-
-impl Play<'_> {
-    fn print(&mut self, text: String) {
-        self.notes.push(text);
-    }
-
-    fn print_outcome(&mut self, outcome: Outcome) {
-        for line in outcome {
-            self.notes.push(format!("  {line}"));
-        }
-    }
-
-    async fn blocked(&self, session: usize) -> anyhow::Result<bool> {
-        let row = self
-            .monitor
-            .query_one(
-                "SELECT pg_blocking_pids($1::int4) && $2::int4[]",
-                &[&self.sessions[session].pid, &self.pids],
-            )
-            .await?;
-        Ok(row.get(0))
-    }
-
-    /// Whether the backend of `session` still runs a statement (`pg_stat_activity.state`
-    /// is `active`; PostgreSQL docs §27.2.3): it turns idle only once the statement, or
-    /// the abort after its error, is over, just before the backend says it is ready.
-    async fn active(&self, session: usize) -> anyhow::Result<bool> {
-        let row = self
-            .monitor
-            .query_opt(
-                "SELECT state = 'active' FROM pg_stat_activity WHERE pid = $1::int4",
-                &[&self.sessions[session].pid],
-            )
-            .await?;
-        Ok(row.is_some_and(|row| row.get::<_, Option<bool>>(0).unwrap_or(false)))
-    }
-
-    /// Polls until every step in flight has completed or is blocked (per PostgreSQL);
-    /// returns the sessions whose step completed, in the order the steps were sent.
-    /// Errors: a step ran (not blocked) for longer than [`STEP_WAIT_MS`].
-    async fn settle(&mut self, must_finish: Option<usize>) -> anyhow::Result<Vec<usize>> {
-        let deadline = Instant::now() + Duration::from_millis(STEP_WAIT_MS);
-        loop {
-            let mut quiet = true;
-            for index in 0..self.sessions.len() {
-                let Some(flight) = &self.sessions[index].flight else {
-                    continue;
-                };
-                if flight.handle.is_finished() {
-                    // Its result can reach us before its backend is done with the
-                    // statement: after an error PostgreSQL sends the error first, then
-                    // aborts the transaction and releases its locks (the error recovery
-                    // in PostgresMain, src/backend/tcop/postgres.c). Until the backend is
-                    // no longer active, the steps it blocks are not settled.
-                    if self.active(index).await? {
-                        quiet = false;
-                    }
-                    continue;
-                }
-                if must_finish == Some(index) || !self.blocked(index).await? {
-                    quiet = false;
-                }
-            }
-            if quiet {
-                break;
-            }
-            if Instant::now() >= deadline {
-                let stuck: Vec<String> = self
-                    .sessions
-                    .iter()
-                    .filter_map(|s| s.flight.as_ref())
-                    .filter(|f| !f.handle.is_finished())
-                    .map(|f| f.step.clone())
-                    .collect();
-                anyhow::bail!(
-                    "step {} still in flight after {} s",
-                    stuck.join(", "),
-                    STEP_WAIT_MS / 1000
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
-        }
-        let mut done: Vec<(usize, usize)> = Vec::new();
-        for (index, live) in self.sessions.iter().enumerate() {
-            if let Some(flight) = &live.flight
-                && flight.handle.is_finished()
-            {
-                done.push((flight.sent, index));
-            }
-        }
-        done.sort();
-        Ok(done.into_iter().map(|(_, index)| index).collect())
-    }
-
-    /// Takes the finished step of `session` back: its connection and its outcome.
-    async fn land(&mut self, session: usize) -> anyhow::Result<(Flight, Outcome)> {
-        let mut flight = self.sessions[session]
-            .flight
-            .take()
-            .expect("a step in flight");
-        let (client, outcome) = (&mut flight.handle).await?;
-        self.sessions[session].client = Some(client);
-        Ok((flight, outcome))
-    }
-
-    /// Prints the completions of steps that were shown waiting.
-    async fn print_completed(&mut self, done: Vec<usize>) -> anyhow::Result<()> {
-        for session in done {
-            let (flight, outcome) = self.land(session).await?;
-            self.print(format!("step {}: <... completed>", flight.step));
-            self.print_outcome(outcome);
-        }
-        Ok(())
-    }
-
-    async fn send(&mut self, session: usize, step: &Step, order: usize) -> anyhow::Result<()> {
-        if self.sessions[session].flight.is_some() {
-            // The session still waits: only another step can release it, or an error
-            // (a deadlock) ends its step. Wait for that, as PostgreSQL's tester does.
-            let done = self.settle(Some(session)).await?;
-            self.print_completed(done).await?;
-        }
-        let mut client = self.sessions[session]
-            .client
-            .take()
-            .expect("an idle session has its connection");
-        let action = step.action.clone();
-        let calls = self.calls.clone();
-        let handle = tokio::spawn(async move {
-            let outcome = run_action(&mut client, &action, calls.as_ref()).await;
-            (client, outcome)
-        });
-        self.sessions[session].flight = Some(Flight {
-            step: step.name.clone(),
-            sent: order,
-            handle,
-        });
-        let done = self.settle(None).await?;
-        let shown = step.action.display();
-        if done.contains(&session) {
-            let (_, outcome) = self.land(session).await?;
-            self.print(format!("step {}: {shown}", step.name));
-            self.print_outcome(outcome);
-        } else {
-            self.print(format!("step {}: {shown} <waiting ...>", step.name));
-        }
-        let others: Vec<usize> = done.into_iter().filter(|&s| s != session).collect();
-        self.print_completed(others).await
-    }
-
-    /// Waits for every step still in flight (at most [`STEP_WAIT_MS`] in all).
-    async fn finish(&mut self) -> anyhow::Result<()> {
-        while let Some(first) = self.sessions.iter().position(|s| s.flight.is_some()) {
-            let done = self.settle(Some(first)).await?;
-            self.print_completed(done).await?;
-        }
-        Ok(())
-    }
-
-    /// Cancels every step in flight and takes the connections back (on a failure).
-    async fn cancel(&mut self) {
-        for index in 0..self.sessions.len() {
-            if self.sessions[index].flight.is_some() {
-                let pid = self.sessions[index].pid;
-                let _ = self
-                    .monitor
-                    .execute("SELECT pg_cancel_backend($1::int4)", &[&pid])
-                    .await;
-                if let Some(flight) = self.sessions[index].flight.take() {
-                    let abort = flight.handle.abort_handle();
-                    if tokio::time::timeout(Duration::from_millis(STEP_WAIT_MS), flight.handle)
-                        .await
-                        .is_err()
-                    {
-                        abort.abort();
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Runs every permutation of `spec` in `ctx`'s database and writes the transcript.
+/// Runs every permutation of `spec` in `ctx`'s database and writes the transcript: in
+/// our layout, a summary and each permutation's lines under its label; in PostgreSQL's
+/// layout, the lines its tester prints. A spec with an expected output then checks
+/// that the transcript means the same ([`same_meaning`]).
 ///
-/// Errors: connection failures, a failed setup (a spec's setup must succeed), a step's
-/// task that panicked.
+/// Errors: connection failures; a database clone that fails.
 pub async fn run(
     ctx: &mut Ctx,
     shown: &str,
@@ -904,6 +655,74 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let calls = calls.for_case(ctx).unwrap_or(calls);
     let orders = spec.orders();
+    summary(ctx, shown, spec, orders.len());
+    if let Some(race) = &spec.race {
+        return race::run(ctx, spec, race, calls).await;
+    }
+    let postgres = spec.layout == Layout::Postgres;
+    let mut printed = String::new();
+    if postgres {
+        printed = format!("Parsed test spec with {} sessions\n", spec.sessions.len());
+        ctx.note(printed.trim_end().to_string());
+    }
+    for (number, order) in orders.iter().enumerate() {
+        let label = format!("permutation {} of {}", number + 1, orders.len());
+        let names: Vec<&str> = order.iter().map(|e| e.name.as_str()).collect();
+        let mut lines = Vec::new();
+        if postgres {
+            lines.push(String::new());
+            lines.push(format!("starting permutation: {}", names.join(" ")));
+        } else {
+            ctx.note(format!("{label}: {}", names.join(" ")));
+        }
+        let database = if number == 0 {
+            ctx.database().to_string()
+        } else {
+            ctx.extra_database(&format!("p{}", number + 1)).await?
+        };
+        let outcome = play_one(ctx, &database, spec, order, calls.clone(), &mut lines).await;
+        for line in &lines {
+            printed.push_str(line);
+            printed.push('\n');
+            if !line.trim().is_empty() {
+                let indent = if postgres { "" } else { "  " };
+                ctx.note(format!("{indent}{}", line.trim_end()));
+            }
+        }
+        let (passed, seen) = match outcome {
+            Ok(()) => (true, String::new()),
+            Err(error) => (false, format!("{error:#}")),
+        };
+        ctx.check(
+            format!("{label} ran every step, none left waiting"),
+            passed,
+            seen,
+        );
+    }
+    if let Some((file, expected)) = &spec.expected {
+        let verdict = same_meaning(&printed, expected);
+        let seen = verdict.clone().err().unwrap_or_default();
+        ctx.check(
+            format!("the transcript means what {file} says"),
+            verdict.is_ok(),
+            seen,
+        );
+    }
+    if !spec.checks.is_empty() {
+        let db = ctx.connect().await?;
+        race::checks(ctx, &db, spec).await?;
+    }
+    Ok(())
+}
+
+/// Notes what `spec` is: its sessions, steps and permutations, and where an upstream
+/// spec comes from.
+fn summary(ctx: &mut Ctx, shown: &str, spec: &Spec, orders: usize) {
+    record_shape(ctx, spec);
+    if let Some(race) = &spec.race {
+        ctx.note(format!("spec {shown}: a race of {} sessions", race.count));
+        return;
+    }
     let steps: usize = spec.sessions.iter().map(|s| s.steps.len()).sum();
     let how = if spec.permutations.is_empty() {
         "every order"
@@ -915,36 +734,16 @@ pub async fn run(
         "spec {shown}: {}, {}, {} ({how})",
         plural(spec.sessions.len(), "session"),
         plural(steps, "step"),
-        plural(orders.len(), "permutation")
+        plural(orders, "permutation")
     ));
-    record_shape(ctx, spec);
-    for (number, order) in orders.iter().enumerate() {
-        let label = format!("permutation {} of {}", number + 1, orders.len());
-        ctx.note(format!("{label}: {}", order.join(" ")));
-        let database = if number == 0 {
-            ctx.database().to_string()
-        } else {
-            ctx.extra_database(&format!("p{}", number + 1)).await?
-        };
-        let mut notes = Vec::new();
-        let outcome = play(ctx, &database, spec, order, calls.clone(), &mut notes).await;
-        for note in notes {
-            ctx.note(format!("  {note}"));
-        }
-        match outcome {
-            Ok(()) => ctx.check(
-                format!("{label} ran every step, none left waiting"),
-                true,
-                "",
-            ),
-            Err(error) => ctx.check(
-                format!("{label} ran every step, none left waiting"),
-                false,
-                format!("{error:#}"),
-            ),
-        };
+    if !spec.upstream.is_empty() {
+        let upstream = spec
+            .upstream
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        ctx.note(format!("upstream: {upstream}"));
     }
-    Ok(())
 }
 
 /// Records for the evidence page the spec's claim, its failure condition and which
@@ -968,90 +767,42 @@ fn record_shape(ctx: &mut Ctx, spec: &Spec) {
     ctx.record("spec_sessions", serde_json::Value::Object(sessions));
 }
 
-/// One session per spec session on `database`, each with its backend pid (for
-/// `pg_blocking_pids`) and its own setup run.
-///
-/// Errors: connection failures; a session setup that fails.
-async fn open_sessions(ctx: &Ctx, database: &str, spec: &Spec) -> anyhow::Result<Vec<Live>> {
-    let mut sessions = Vec::new();
-    for session in &spec.sessions {
-        let client = ctx.connect_to(database).await?;
-        let pid: i32 = client
-            .query_one("SELECT pg_backend_pid()", &[])
-            .await?
-            .get(0);
-        for sql in &session.setup {
-            client.batch_execute(sql).await.map_err(|error| {
-                anyhow::anyhow!("setup of session {}: {}", session.name, db_error(&error))
-            })?;
-        }
-        sessions.push(Live {
-            pid,
-            client: Some(client),
-            flight: None,
-        });
-    }
-    Ok(sessions)
-}
-
 /// Plays `order` on `database`: the spec's setup, its sessions, each step sent in turn
-/// (waits read from PostgreSQL), then every session's and the spec's teardown, noted.
+/// (waits read from PostgreSQL), then every session's and the spec's teardown.
 ///
 /// Errors: a setup that fails; a step that cannot be sent or finished (the sessions are
 /// cancelled and torn down first).
-async fn play(
+async fn play_one(
     ctx: &Ctx,
     database: &str,
     spec: &Spec,
-    order: &[String],
+    order: &[Entry],
     calls: Arc<dyn Calls>,
-    notes: &mut Vec<String>,
+    lines: &mut Vec<String>,
 ) -> anyhow::Result<()> {
     let mut setup = ctx.connect_to(database).await?;
-    for action in &spec.setup {
-        let outcome = run_action(&mut setup, action, calls.as_ref()).await;
-        if let Some(failed) = outcome.iter().find(|line| line.starts_with("ERROR")) {
-            anyhow::bail!("setup {} failed: {failed}", action.display());
-        }
-    }
-    let sessions = open_sessions(ctx, database, spec).await?;
-    let pids = sessions.iter().map(|s| s.pid).collect();
-    let mut play = Play {
-        monitor: ctx.connect_to(database).await?,
-        sessions,
-        pids,
-        calls,
-        notes,
-    };
+    play::setup(&mut setup, spec, calls.as_ref(), lines).await?;
     let mut result = Ok(());
-    for (sent, name) in order.iter().enumerate() {
-        let (session, step) = spec.find(name).expect("permutations name known steps");
-        if let Err(error) = play.send(session, step, sent).await {
-            result = Err(error);
-            break;
-        }
-    }
-    if result.is_ok() {
-        result = play.finish().await;
-    }
-    if result.is_err() {
-        play.cancel().await;
-    }
-    for (index, session) in spec.sessions.iter().enumerate() {
-        if let Some(client) = &play.sessions[index].client {
-            for sql in &session.teardown {
-                let _ = client.batch_execute(sql).await;
+    {
+        let mut play = play::Play::open(ctx, database, spec, calls, lines).await?;
+        for (sent, entry) in order.iter().enumerate() {
+            let (session, step) = spec
+                .find(&entry.name)
+                .expect("permutations name known steps");
+            if let Err(error) = play.send(session, step, entry, sent).await {
+                result = Err(error);
+                break;
             }
         }
-    }
-    drop(play.sessions);
-    for sql in &spec.teardown {
-        let shown = Action::Sql(sql.clone()).display();
-        play.notes.push(format!("teardown: {shown}"));
-        for line in run_sql(&setup, sql).await {
-            play.notes.push(format!("  {line}"));
+        if result.is_ok() {
+            result = play.finish().await;
         }
+        if result.is_err() {
+            play.cancel().await;
+        }
+        play.teardown().await;
     }
+    play::teardown(&setup, spec, lines).await;
     result
 }
 
@@ -1094,7 +845,14 @@ permutation: a1 b1 a2
         };
         assert_eq!(call.op, "debit");
         assert_eq!(call.arg("amount"), Some("30"));
-        assert_eq!(spec.orders(), vec![vec!["a1", "b1", "a2"]]);
+        assert_eq!(
+            spec.orders(),
+            vec![vec![
+                Entry::plain("a1"),
+                Entry::plain("b1"),
+                Entry::plain("a2")
+            ]]
+        );
     }
 
     #[test]
@@ -1140,5 +898,8 @@ permutation: a1 b1 a2
         assert_eq!(spec_id("L", "s01_x.spec"), None);
         assert_eq!(spec_id("L", "debit.spec"), None);
         assert_eq!(spec_id("L", "s1_x.txt"), None);
+        assert_eq!(spec_id("L", "l03_real.spec").as_deref(), Some("L3"));
+        assert_eq!(spec_id("L", "l12_x.spec").as_deref(), Some("L12"));
+        assert_eq!(spec_id("L", "lx_x.spec"), None);
     }
 }

@@ -19,6 +19,7 @@ pub mod naive;
 pub mod naive_keyless;
 pub mod queries;
 pub mod spec_calls;
+pub mod spec_workers;
 pub mod worker;
 
 // One line per case, in id order. The negative controls are public so that a test can
@@ -27,7 +28,6 @@ pub mod worker;
 case_kit::register_cases! {
     l01_normal_path,
     l02_rejected_key_stays_rejected,
-    l03_real_concurrency,
     pub l04_lost_update,
     pub l05_overdraft,
     pub l06_check_last_line,

@@ -19,20 +19,25 @@ use case_kit::spec::{self, Call, Calls};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use points_ledger::{NoHooks, TransferMode, TransferRequest, transfer_in};
+
+use super::spec_workers::{self, Workers};
 use tokio_postgres::Client;
 
 /// The client id of a call that names none.
-pub const DEFAULT_CLIENT: &str = "spec";
+pub use super::spec_workers::DEFAULT_CLIENT;
 
 /// Where the L family's spec files are (read when the family is built).
 pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
 
 /// The ledger's operations, in a transfer mode (a spec case runs them in its mode,
 /// [`super::modes::mode`], through [`Calls::for_case`]).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct LedgerCalls {
     /// How each `debit` and `grant` reaches the database.
     pub mode: TransferMode,
+    /// The crash-workers of the case (`worker`, `kill-worker`; [`super::spec_workers`]);
+    /// `None` until [`Calls::for_case`] gives the case's database.
+    pub workers: Option<Arc<Workers>>,
 }
 
 fn request(call: &Call) -> Result<TransferRequest, String> {
@@ -58,13 +63,25 @@ fn request(call: &Call) -> Result<TransferRequest, String> {
 
 impl Calls for LedgerCalls {
     fn check(&self, call: &Call) -> Result<(), String> {
-        request(call).map(|_| ())
+        spec_workers::check(call).unwrap_or_else(|| request(call).map(|_| ()))
     }
 
     fn for_case(&self, ctx: &Ctx) -> Option<Arc<dyn Calls>> {
+        let workers = ctx
+            .database_url()
+            .ok()
+            .map(|url| Arc::new(Workers::new(url)));
         Some(Arc::new(LedgerCalls {
             mode: super::modes::mode(ctx),
+            workers,
         }))
+    }
+
+    fn backends(&self) -> Vec<i32> {
+        self.workers
+            .as_ref()
+            .map(|w| w.backends())
+            .unwrap_or_default()
     }
 
     fn run<'a>(
@@ -73,6 +90,10 @@ impl Calls for LedgerCalls {
         call: &'a Call,
     ) -> BoxFuture<'a, Result<String, String>> {
         async move {
+            if spec_workers::check(call).is_some() {
+                let workers = self.workers.as_ref().ok_or("no database for a worker")?;
+                return workers.run(call).await;
+            }
             let request = request(call)?;
             match transfer_in(self.mode, client, &request, &NoHooks).await {
                 Ok(result) => {

@@ -150,7 +150,8 @@ fn a_broken_spec_file_is_a_failing_case() {
     assert_eq!(cases[0].title, "spec file that cannot be run");
 }
 
-/// docs/adding-a-case.md shows L-S1 complete: the example is the file that runs.
+/// docs/adding-a-case.md shows L-S1, L3 (a race) and L-S14 (a kill) complete: the
+/// examples are the files that run.
 #[test]
 fn the_readme_example_is_the_spec_that_runs() {
     let readme = std::fs::read_to_string(workspace().join("docs/adding-a-case.md"))
@@ -165,4 +166,15 @@ fn the_readme_example_is_the_spec_that_runs() {
     );
     let lines = spec.lines().count();
     assert!((20..=40).contains(&lines), "the example has {lines} lines");
+    for name in [
+        "l03_real_concurrency.spec",
+        "s14_killed_before_commit_same_key_proceeds.spec",
+    ] {
+        let example = std::fs::read_to_string(PathBuf::from(spec_calls::SPEC_DIR).join(name))
+            .expect("the example spec");
+        assert!(
+            readme.contains(&format!("```text\n{example}```")),
+            "docs/adding-a-case.md's example differs from cases/ledger/specs/{name}"
+        );
+    }
 }
