@@ -2,7 +2,8 @@
 //! without cleaning up (SIGKILL). The harness re-executes itself as
 //! `harness --janitor-for <folder>` with a pipe on its standard input; end of file on that
 //! pipe means the harness is gone. By then every postgres, service and worker process
-//! has received its parent-death signal; the janitor waits for the postmaster to exit,
+//! has received its parent-death signal; the janitor waits for the postmaster (and the
+//! scratch MariaDB's `mariadbd`) to exit,
 //! removes the folder, and exits. It runs in its own process group so that a Ctrl-C
 //! aimed at the harness does not kill it first.
 
@@ -60,7 +61,8 @@ pub fn run(run_dir: &Path) -> ! {
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);
     let deadline = Instant::now() + Duration::from_millis(POSTMASTER_EXIT_WAIT_MS);
-    while postmaster_alive(run_dir) && Instant::now() < deadline {
+    while (postmaster_alive(run_dir) || crate::mariadb::alive(run_dir)) && Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = std::fs::remove_dir_all(run_dir);

@@ -5,12 +5,13 @@
 use case_kit::Family;
 
 /// Every family, in the order a full run lists them: L (the points ledger), F (frozen
-/// balances), S (the SQLite inventory).
+/// balances), S (the SQLite inventory), I (frozen balances on InnoDB, a scratch MariaDB).
 pub fn families() -> Vec<Family> {
     vec![
         cases_ledger::family(),
         cases_frozen::family(),
         cases_inventory::family(),
+        cases_innodb::family(),
     ]
 }
 

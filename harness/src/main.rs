@@ -19,6 +19,7 @@ mod evidence;
 mod external;
 mod interrupted;
 mod janitor;
+mod mariadb;
 mod matrix;
 mod preflight;
 mod repeat;
@@ -180,6 +181,7 @@ fn prepare_selection<'a>(
     if args.database_url.is_some() {
         selection.set_aside_server_restarts();
     }
+    mariadb::set_aside_if_unavailable(&mut selection);
     if selection.needs_postgres()
         && args.database_url.is_none()
         && let Err(message) =
@@ -248,6 +250,7 @@ async fn after_signal((name, code): (&'static str, i32)) -> i32 {
         None => eprintln!("harness: {name} received; stopping postgres (run folder kept)"),
     }
     scratch_pg::cleanup_all_clusters();
+    mariadb::stop();
     external::cleanup().await;
     if let Some(dir) = run_dir {
         let _ = std::fs::remove_dir_all(dir);
@@ -308,6 +311,7 @@ async fn run(args: &Args, selection: &Selection<'_>, snapshot_mode: Mode) -> any
         snapshot_mode,
     };
     let result = run_in(args, selection, &run_dir, start).await;
+    mariadb::stop(); // after an error: the scratch MariaDB, if one started
     external::cleanup().await; // after an error: the databases an external run left
     if !args.keep_cluster {
         let _ = std::fs::remove_dir_all(&run_dir);
@@ -387,6 +391,7 @@ async fn run_in(
     start: RunStart,
 ) -> anyhow::Result<i32> {
     let (postgres, opened) = open_server(args, selection, run_dir).await?;
+    mariadb::start(selection, run_dir).await?;
     let folder = RunFolder::create(&args.evidence_dir, &start.started_at.replace(':', ""))
         .context("creating the evidence folder")?;
     interrupted::begin(
@@ -405,6 +410,7 @@ async fn run_in(
         ..Durations::default()
     };
     let reports = run_phases(&env, selection, args.sequential, &mut durations).await;
+    mariadb::stop();
 
     let major = postgres_record.as_ref().map(|record| record.major);
     let store = snapshot_store(&args.evidence_dir, start.snapshot_mode, major)?;
@@ -574,14 +580,25 @@ fn record_run(
     start: RunStart,
     mut ran: Ran,
 ) -> anyhow::Result<i32> {
-    let not_run = external::not_run(selection.set_aside());
+    let restarts_not_run = external::not_run(selection.set_aside());
+    let mut not_run = restarts_not_run.clone();
+    not_run.extend(
+        selection
+            .unavailable()
+            .iter()
+            .map(|(case, reason)| external::NotRun {
+                id: case.id.clone(),
+                reason: reason.clone(),
+            }),
+    );
     ran.durations.wall_ms = start.launched.elapsed().as_millis();
     let (seed, snapshot_mode) = (start.seed, start.snapshot_mode);
     let environment = environment(args, selection, start, &ran, &not_run);
     let passed: usize = ran.compared.reports.iter().map(|r| r.passed).sum();
     let failed: usize = ran.compared.reports.iter().map(|r| r.failed).sum();
     let summary = format!("SUMMARY passed={passed} failed={failed}\n");
-    let not_run_block = external::not_run_block(&not_run);
+    let not_run_block =
+        external::not_run_block(&restarts_not_run) + &mariadb::not_run_block(selection);
     let mut transcript = ran.compared.transcript.clone();
     transcript.push_str(&not_run_block);
     transcript.push_str(&summary);

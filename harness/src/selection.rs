@@ -11,6 +11,9 @@ pub struct Selection<'a> {
     full: bool,
     /// Chosen but set aside by [`Selection::set_aside_server_restarts`].
     set_aside: Vec<(&'a Family, &'a Case)>,
+    /// Chosen but not run because their family's engine cannot be had, with the reason
+    /// ([`Selection::set_aside_family`]).
+    unavailable: Vec<(&'a Case, String)>,
 }
 
 impl<'a> Selection<'a> {
@@ -67,6 +70,7 @@ impl<'a> Selection<'a> {
             chosen,
             full,
             set_aside: Vec::new(),
+            unavailable: Vec::new(),
         })
     }
 
@@ -80,6 +84,30 @@ impl<'a> Selection<'a> {
             .partition(|(_, case)| case.restarts_server.is_some());
         self.chosen = kept;
         self.set_aside = aside;
+    }
+
+    /// Sets aside every chosen case of the family `prefix`, which cannot run here for
+    /// `reason` (one line: its engine's binaries cannot be had, say).
+    pub fn set_aside_family(&mut self, prefix: &str, reason: &str) {
+        let (aside, kept): (Vec<_>, Vec<_>) = self
+            .chosen
+            .drain(..)
+            .partition(|(family, _)| family.prefix == prefix);
+        self.chosen = kept;
+        self.unavailable
+            .extend(aside.into_iter().map(|(_, case)| (case, reason.to_owned())));
+    }
+
+    /// The cases set aside by [`Selection::set_aside_family`], with the reason.
+    pub fn unavailable(&self) -> &[(&'a Case, String)] {
+        &self.unavailable
+    }
+
+    /// Whether a chosen case belongs to the family `prefix`.
+    pub fn has_family(&self, prefix: &str) -> bool {
+        self.chosen
+            .iter()
+            .any(|(family, _)| family.prefix == prefix)
     }
 
     /// The cases chosen but not run (see [`Selection::set_aside_server_restarts`]).
