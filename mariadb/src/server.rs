@@ -122,10 +122,12 @@ impl Server {
         Ok(())
     }
 
-    /// Starts `mariadbd` on a free loopback port and waits until it accepts a
+    /// Starts `mariadbd` on a free loopback port (the same one again on a restart) and waits until it accepts a
     /// connection (or exits: then the error log's tail is the error).
     fn launch(&mut self) -> Result<(), MariaError> {
-        self.port = free_port()?;
+        if self.port == 0 {
+            self.port = free_port()?;
+        }
         let usr = &self.binaries.usr;
         let mut command = Command::new(self.binaries.mariadbd());
         command

@@ -24,6 +24,14 @@ case_kit::register_cases! {
     i02_partial_fill_then_cancel,
     i03_cancel_races_a_fill,
     pub i04_sixteen_inserters_deadlock,
+    i05_orders_compete_for_too_little,
+    i06_failure_between_update_and_movement,
+    i07_response_lost_after_commit,
+    i08_server_killed_inside_a_placement,
+    i09_per_asset_reconciliation,
+    pub i10_read_inside_the_failed_transaction,
+    pub i11_affected_rows,
+    pub i12_gap_locks_of_a_locking_read,
 }
 
 /// The family's id prefix.
