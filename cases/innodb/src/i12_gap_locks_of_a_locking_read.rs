@@ -52,7 +52,7 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
         .query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         .await?;
     let sum: Option<i64> = reader.exec_first(SUM_SQL, (T,)).await?;
-    let waited = deposit_while_open(&db, &mut conn, "dep-i1202").await?;
+    let waited = deposit_while_open(&db, "dep-i1202").await?;
     let still: Option<i64> = reader.exec_first(SUM_SQL, (T,)).await?;
     reader.query_drop("COMMIT").await?;
     ctx.check(
@@ -70,7 +70,7 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     reader.query_drop("START TRANSACTION").await?;
     let _: Option<i64> = reader.exec_first(sql, (T,)).await?;
     let mut releasing = Some(reader);
-    let waited = deposit_while_open_then(&db, &mut conn, "dep-i1203", &mut releasing).await?;
+    let waited = deposit_while_open_then(&db, "dep-i1203", &mut releasing).await?;
     ctx.exposes(
         "a locking read (LOCK IN SHARE MODE) of alice's movements makes the deposit wait (gap lock)",
         waited,
@@ -88,23 +88,21 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
 /// Deposits 1 USDT to alice under `business_id` while a reading transaction is open;
 /// whether it waited for a lock (observed) instead of completing. A deposit that waits
 /// is abandoned (its connection closed, its transaction rolled back).
-async fn deposit_while_open(
-    db: &Db,
-    observer: &mut mysql_async::Conn,
-    business_id: &str,
-) -> anyhow::Result<bool> {
-    deposit_while_open_then(db, observer, business_id, &mut None).await
+async fn deposit_while_open(db: &Db, business_id: &str) -> anyhow::Result<bool> {
+    deposit_while_open_then(db, business_id, &mut None).await
 }
 
 /// As [`deposit_while_open`]; with a `reader`, commits it (the reading transaction) and,
 /// when the deposit waited, waits for the deposit to complete.
 async fn deposit_while_open_then(
     db: &Db,
-    observer: &mut mysql_async::Conn,
     business_id: &str,
     reader: &mut Option<mysql_async::Conn>,
 ) -> anyhow::Result<bool> {
     let mut depositor = db.connect().await?;
+    // Its own observer: the observation is dropped mid-query when the deposit completes
+    // first, which leaves that connection unusable.
+    let mut observer = db.connect().await?;
     let id = business_id.to_string();
     let mut task =
         tokio::spawn(async move { deposit(&mut depositor, &id, "alice", Asset::Usdt, 1).await });
@@ -113,7 +111,7 @@ async fn deposit_while_open_then(
             done??;
             false
         }
-        seen = db.wait_for_lock_waiters(observer, 1) => {
+        seen = db.wait_for_lock_waiters(&mut observer, 1) => {
             seen?;
             true
         }
