@@ -30,6 +30,10 @@ const TRX_CACHE_IDLE_MS: u64 = 120;
 /// When the last read of `INNODB_TRX` in this process ended.
 static LAST_TRX_READ: tokio::sync::Mutex<Option<Instant>> = tokio::sync::Mutex::const_new(None);
 
+/// A session of the process list for a failure message: id, state, transaction state,
+/// the start of its statement.
+type Session = (u64, Option<String>, Option<String>, Option<String>);
+
 /// A case's own database on the run's scratch MariaDB, with the product's tables.
 pub struct Db {
     /// The database's name, `i_<case id>[_<suffix>]`.
@@ -122,7 +126,7 @@ impl Db {
                 return Ok(());
             }
         }
-        let sessions: Vec<(u64, Option<String>, Option<String>, Option<String>)> = observer
+        let sessions: Vec<Session> = observer
             .exec(
                 "SELECT p.ID, p.STATE, t.trx_state, LEFT(p.INFO, 60) FROM information_schema.PROCESSLIST p \
                  LEFT JOIN information_schema.INNODB_TRX t ON p.ID = t.trx_mysql_thread_id \

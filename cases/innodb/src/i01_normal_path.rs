@@ -73,17 +73,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         "Some(Filled) Some(Filled)".to_string(),
         format!("{:?} {:?}", last.buy_status, last.sell_status),
     );
-    let figures = [
-        ("alice", Asset::Usdt),
-        ("alice", Asset::Btc),
-        ("bob", Asset::Usdt),
-        ("bob", Asset::Btc),
-        ("sys-fee", Asset::Usdt),
-    ];
-    for (account, asset) in figures {
-        let text = line(&mut conn, account, asset).await?;
-        ctx.note(format!("{account} {asset}: {text}"));
-    }
+    note_balances(ctx, &mut conn).await?;
     ctx.check_eq(
         "alice USDT: 10000 − 4900 − fee 4.9",
         "available=5095.100000 frozen=0.000000".to_string(),
@@ -98,5 +88,21 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         format!("replayed={}", again.replayed),
     );
     invariant(ctx, &mut conn).await?;
+    Ok(())
+}
+
+/// Notes the balances the fills moved.
+async fn note_balances(ctx: &mut Ctx, conn: &mut mysql_async::Conn) -> anyhow::Result<()> {
+    let figures = [
+        ("alice", Asset::Usdt),
+        ("alice", Asset::Btc),
+        ("bob", Asset::Usdt),
+        ("bob", Asset::Btc),
+        ("sys-fee", Asset::Usdt),
+    ];
+    for (account, asset) in figures {
+        let text = line(conn, account, asset).await?;
+        ctx.note(format!("{account} {asset}: {text}"));
+    }
     Ok(())
 }

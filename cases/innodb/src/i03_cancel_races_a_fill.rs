@@ -63,17 +63,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             .await
     });
     gate.reached().await;
-    let mut cancel_conn = db.connect().await?;
-    let cancel_req = CancelRequest {
-        tenant_id: T.into(),
-        business_id: "cancel-i301".into(),
-        account_id: "alice".into(),
-        order_id: buy_id,
-    };
-    let cancelling = tokio::spawn(async move {
-        frozen_balances_innodb::cancel(&mut cancel_conn, &cancel_req, &NoHooks, &Tally::default())
-            .await
-    });
+    let cancelling = start_cancel(&db, buy_id).await?;
     let waited = db.wait_for_lock_waiters(&mut conn, 1).await;
     ctx.check(
         "the cancel waits for a lock while the fill holds the order (INNODB_TRX: LOCK WAIT)",
@@ -103,4 +93,23 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     );
     invariant(ctx, &mut conn).await?;
     Ok(())
+}
+
+type Cancelling = tokio::task::JoinHandle<
+    Result<frozen_balances::CancelResult, frozen_balances_innodb::InnoError>,
+>;
+
+/// Starts alice's cancel of `order_id` on its own connection.
+async fn start_cancel(db: &Db, order_id: i64) -> anyhow::Result<Cancelling> {
+    let mut cancel_conn = db.connect().await?;
+    let cancel_req = CancelRequest {
+        tenant_id: T.into(),
+        business_id: "cancel-i301".into(),
+        account_id: "alice".into(),
+        order_id,
+    };
+    Ok(tokio::spawn(async move {
+        frozen_balances_innodb::cancel(&mut cancel_conn, &cancel_req, &NoHooks, &Tally::default())
+            .await
+    }))
 }

@@ -127,6 +127,19 @@ async fn freeze_and_record(
         return Ok((Outcome::Insufficient, result));
     }
     event.hook(hooks, HookPoint::BalancesUpdated).await?;
+    result.order_id = Some(record_order(tx, event, req, freeze).await?);
+    result.outcome = Outcome::Ok;
+    Ok((Outcome::Ok, result))
+}
+
+/// Inside `tx`, after the freeze: writes its movement and the order row; the new order's
+/// id.
+async fn record_order(
+    tx: &mut Transaction<'_>,
+    event: &Event<'_>,
+    req: &PlaceRequest,
+    freeze: &Freeze,
+) -> Result<i64, InnoError> {
     let mut deltas = Deltas::new();
     add_delta(
         &mut deltas,
@@ -142,18 +155,18 @@ async fn freeze_and_record(
             &req.tenant_id,
             &req.account_id,
             &req.business_id,
-            market.as_str(),
+            req.market.as_str(),
             req.side.as_str(),
             req.quantity,
             req.limit_price,
-            asset,
+            freeze.asset.as_str(),
             freeze.amount,
             freeze.fee_reserve,
         ),
     )
     .await?;
     expect_one(tx, "the new order")?;
-    result.outcome = Outcome::Ok;
-    result.order_id = tx.last_insert_id().map(|id| id as i64);
-    Ok((Outcome::Ok, result))
+    tx.last_insert_id()
+        .map(|id| id as i64)
+        .ok_or_else(|| InnoError::invariant("no id for the new order"))
 }
