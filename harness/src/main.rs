@@ -390,8 +390,14 @@ async fn run_in(
     run_dir: &Path,
     start: RunStart,
 ) -> anyhow::Result<i32> {
-    let (postgres, opened) = open_server(args, selection, run_dir).await?;
-    mariadb::start(selection, run_dir).await?;
+    // PostgreSQL and MariaDB (family I) start side by side: each waits on its own
+    // processes.
+    let (server, mariadb) = tokio::join!(
+        open_server(args, selection, run_dir),
+        mariadb::start(selection, run_dir)
+    );
+    let (postgres, opened) = server?;
+    mariadb?;
     let folder = RunFolder::create(&args.evidence_dir, &start.started_at.replace(':', ""))
         .context("creating the evidence folder")?;
     interrupted::begin(

@@ -271,4 +271,27 @@ mod tests {
     fn the_registered_families_have_unique_ids() {
         check_unique_ids(&harness::families()).unwrap();
     }
+
+    #[test]
+    fn a_family_set_aside_is_listed_with_its_reason() {
+        let families = vec![family("F", &["F1"]), family("I", &["I1", "I2"])];
+        let mut selection = Selection::parse(&families, &[]).unwrap();
+        assert!(selection.has_family("I"));
+        selection.set_aside_family("I", "MariaDB unavailable: no root");
+        assert!(!selection.has_family("I"));
+        let kept: Vec<&str> = selection.cases().map(|(_, c)| c.id.as_str()).collect();
+        assert_eq!(kept, ["F1"]);
+        let aside: Vec<(&str, &str)> = selection
+            .unavailable()
+            .iter()
+            .map(|(c, r)| (c.id.as_str(), r.as_str()))
+            .collect();
+        assert_eq!(
+            aside,
+            [
+                ("I1", "MariaDB unavailable: no root"),
+                ("I2", "MariaDB unavailable: no root")
+            ]
+        );
+    }
 }
