@@ -25,10 +25,19 @@ pub fn set_aside_if_unavailable(selection: &mut Selection<'_>) {
         return;
     }
     let cache = scratch_pg::binaries::default_cache_dir();
-    if let Err(error) = scratch_mariadb::binaries::resolve(&cache) {
-        let reason = format!("MariaDB unavailable: {error}");
-        eprintln!("harness: family {} not run: {reason}", cases_innodb::PREFIX);
-        selection.set_aside_family(cases_innodb::PREFIX, &reason);
+    match scratch_mariadb::binaries::resolve(&cache) {
+        Ok(binaries) if binaries.source != "cache" => println!(
+            "mariadb: fetched {} with {} into {}",
+            scratch_mariadb::binaries::PACKAGES.join(" "),
+            binaries.source,
+            cache.display()
+        ),
+        Ok(_) => {}
+        Err(error) => {
+            let reason = format!("MariaDB unavailable: {error}");
+            eprintln!("harness: family {} not run: {reason}", cases_innodb::PREFIX);
+            selection.set_aside_family(cases_innodb::PREFIX, &reason);
+        }
     }
 }
 
