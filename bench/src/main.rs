@@ -145,7 +145,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     report::write(&args.out, &context, &points, &results)?;
     println!(
-        "wrote {}/results.md, results.json, throughput.svg",
+        "wrote {}/results.md, results.json, throughput.svg, index.html (the page)",
         args.out.display()
     );
     println!("{}", report::bench_line(&points));

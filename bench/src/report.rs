@@ -254,7 +254,8 @@ pub fn bench_line(points: &[Point]) -> String {
     )
 }
 
-/// Writes `results.md`, `results.json` and `throughput.svg` into `out`.
+/// Writes `results.md`, `results.json`, `throughput.svg` and the page showing both,
+/// `index.html` (`evidence_pages::bench`), into `out`.
 ///
 /// Errors: file system, serialization or drawing errors.
 pub fn write(
@@ -323,7 +324,19 @@ pub fn write(
         )?,
     )?;
     plot(&out.join("throughput.svg"), points)?;
-    Ok(())
+    page(out)
+}
+
+/// Writes `out/index.html`, the bench page (`evidence_pages::bench`), from
+/// `out/results.json`.
+///
+/// Errors: reading the results, writing the page.
+pub fn page(out: &Path) -> anyhow::Result<()> {
+    let results = evidence_pages::read_json(&out.join("results.json"))?;
+    evidence_pages::write(
+        &out.join("index.html"),
+        &evidence_pages::bench::render(&results),
+    )
 }
 
 fn plot(path: &Path, points: &[Point]) -> anyhow::Result<()> {

@@ -1,7 +1,7 @@
 //! The bench end to end in a few seconds: every variant at 2 clients, one repetition of
 //! 1 s after a 100 ms warm-up, 50 funded accounts. It must exit 0, reconcile every point
 //! clean without a failed debit, fill the CPU column (the service's own figure only for
-//! the service), write its three files and end with a BENCH line. Starts a scratch
+//! the service), write its four files (the page too) and end with a BENCH line. Starts a scratch
 //! cluster and the debug `ledger-svc` found next to the `bench` binary (`cargo build
 //! --bins` builds both). The figures themselves are not checked: a test asserts
 //! behaviour, the bench reports speed.
@@ -61,7 +61,7 @@ fn a_short_bench_measures_every_variant() {
         last.starts_with("BENCH service/raw@8=n/a ") && last.contains(" best_ceiling_pct@8=n/a"),
         "no 8-client point, so every @8 figure is n/a: {last}"
     );
-    for file in ["results.md", "results.json", "throughput.svg"] {
+    for file in ["results.md", "results.json", "throughput.svg", "index.html"] {
         assert!(out.path().join(file).is_file(), "{file} missing");
     }
 }

@@ -19,6 +19,9 @@ use crate::report::{Check, Line};
 use crate::resource::Resource;
 use crate::rng::seeded_rng;
 
+/// How many characters of a racer's result `{:?}` the evidence page shows.
+pub const RACE_OUTCOME_CHARS: usize = 120;
+
 /// The context a case runs in.
 pub struct Ctx {
     env: Arc<Env>,
@@ -29,6 +32,9 @@ pub struct Ctx {
     details: BTreeMap<String, serde_json::Value>,
     pinned: Choices,
     may_restart_server: bool,
+    /// Each race's sessions as drawn on the evidence page ([`Ctx::race`]); moved into
+    /// `details["races"]` by [`Ctx::take`].
+    races: std::sync::Mutex<Vec<serde_json::Value>>,
 }
 
 impl Ctx {
@@ -49,6 +55,7 @@ impl Ctx {
             details: BTreeMap::new(),
             pinned: Choices::default(),
             may_restart_server: true,
+            races: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -215,13 +222,55 @@ impl Ctx {
     ///
     /// Errors: a participant could not connect (then no participant runs `body`, so none
     /// waits at the barrier for one that never comes), or a participant panicked.
+    ///
+    /// For the run's evidence page each participant's start and end (microseconds after
+    /// the race was called, read off the clock only to draw it, never to decide a check)
+    /// and its result (`{:?}`, cut to [`RACE_OUTCOME_CHARS`]) go to the case's
+    /// `details["races"]`.
     pub async fn race<T, F, Fut>(&self, participants: usize, body: F) -> anyhow::Result<Vec<T>>
     where
-        T: Send + 'static,
+        T: Send + std::fmt::Debug + 'static,
         F: Fn(Racer) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = T>,
     {
-        race(self.env.config(self.database())?, participants, body).await
+        let origin = std::time::Instant::now();
+        let spans = Arc::new(std::sync::Mutex::new(vec![(0u128, 0u128); participants]));
+        let recorded = spans.clone();
+        let results = race(
+            self.env.config(self.database())?,
+            participants,
+            move |racer| {
+                let index = racer.index;
+                let spans = recorded.clone();
+                let running = body(racer);
+                async move {
+                    let start = origin.elapsed().as_micros();
+                    let result = running.await;
+                    let end = origin.elapsed().as_micros();
+                    if let Ok(mut spans) = spans.lock() {
+                        spans[index] = (start, end);
+                    }
+                    result
+                }
+            },
+        )
+        .await?;
+        let spans = spans.lock().map(|s| s.clone()).unwrap_or_default();
+        let sessions: Vec<serde_json::Value> = results
+            .iter()
+            .zip(spans)
+            .map(|(result, (start_us, end_us))| {
+                let outcome: String = format!("{result:?}")
+                    .chars()
+                    .take(RACE_OUTCOME_CHARS)
+                    .collect();
+                serde_json::json!({ "start_us": start_us, "end_us": end_us, "outcome": outcome })
+            })
+            .collect();
+        if let Ok(mut races) = self.races.lock() {
+            races.push(serde_json::json!({ "sessions": sessions }));
+        }
+        Ok(results)
     }
 
     /// Restarts the cluster in immediate mode (no checkpoint; WAL recovery on start).
@@ -338,6 +387,11 @@ impl Ctx {
 
     /// Takes the recorded lines and details (the runner does this when the case ends).
     pub fn take(&mut self) -> (Vec<Line>, BTreeMap<String, serde_json::Value>) {
+        let races = std::mem::take(self.races.get_mut().unwrap_or_else(|p| p.into_inner()));
+        if !races.is_empty() {
+            self.details
+                .insert("races".into(), serde_json::Value::Array(races));
+        }
         (
             std::mem::take(&mut self.lines),
             std::mem::take(&mut self.details),

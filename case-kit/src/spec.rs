@@ -917,6 +917,7 @@ pub async fn run(
         plural(steps, "step"),
         plural(orders.len(), "permutation")
     ));
+    record_shape(ctx, spec);
     for (number, order) in orders.iter().enumerate() {
         let label = format!("permutation {} of {}", number + 1, orders.len());
         ctx.note(format!("{label}: {}", order.join(" ")));
@@ -944,6 +945,27 @@ pub async fn run(
         };
     }
     Ok(())
+}
+
+/// Records for the evidence page the spec's claim, its failure condition and which
+/// session each step belongs to (`details["claim"]`, `["fails"]`, `["spec_sessions"]`:
+/// session name → its step names).
+fn record_shape(ctx: &mut Ctx, spec: &Spec) {
+    ctx.record("claim", serde_json::Value::String(spec.claim.clone()));
+    ctx.record("fails", serde_json::Value::String(spec.fails.clone()));
+    let sessions: serde_json::Map<String, serde_json::Value> = spec
+        .sessions
+        .iter()
+        .map(|session| {
+            let steps = session
+                .steps
+                .iter()
+                .map(|step| step.name.clone().into())
+                .collect();
+            (session.name.clone(), serde_json::Value::Array(steps))
+        })
+        .collect();
+    ctx.record("spec_sessions", serde_json::Value::Object(sessions));
 }
 
 /// One session per spec session on `database`, each with its backend pid (for

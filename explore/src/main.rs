@@ -1,4 +1,4 @@
-//! `explore` (`./run.sh explore`): see the crate documentation and README "Exploration".
+//! `explore` (`./run.sh explore`): see the crate documentation and docs/explore.md.
 //!
 //! Exit status: 0 when the checker found no violation, 1 when it found one, 2 on a
 //! harness or usage error, 130/143/129 when interrupted (every process of the run is

@@ -1,7 +1,7 @@
 //! The seeded schedules: each client's operations and the nemesis's faults. Both are
 //! pure functions of the seed (and, for the faults, the duration), so the same seed
 //! replays the same schedule; which prefix of a client's operations a run reaches, and
-//! each attempt's outcome, depend on timing (see README "Exploration").
+//! each attempt's outcome, depend on timing (see docs/explore.md).
 
 use case_kit::{ChaCha8Rng, seeded_rng};
 use rand::RngExt;

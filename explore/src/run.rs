@@ -349,6 +349,11 @@ fn check_and_report(
         println!("replay: ./run.sh explore --seed {seed} (see the first line for all options)");
     }
     std::fs::write(folder.join("explore-line.txt"), format!("{line}\n"))?;
+    evidence_pages::write(
+        &folder.join("timeline.html"),
+        &evidence_pages::explore::render(folder),
+    )?;
+    println!("timeline: {}", folder.join("timeline.html").display());
     Ok(if report.violations.is_empty() {
         0
     } else {

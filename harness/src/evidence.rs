@@ -6,6 +6,7 @@
 //! | `transcript.txt` | everything the run printed for its cases, diffs included, and SUMMARY |
 //! | `<id>.txt` | one case's raw (unredacted) transcript |
 //! | `<id>.snap.diff` | snapshot → this run, when they differ |
+//! | `index.html` | the run as a page: SUMMARY, environment, a table per family, each case's claim, checks, pictures, transcript and diff (`evidence_pages::run`) |
 //! | `results.json` | per case: status, checks, notes, duration; the totals |
 //! | `junit.xml` | one test suite per case, one test case per check |
 //! | `environment.json` | families, PostgreSQL version, package and durability settings (when a family needed it; the existing server and its database prefix with `--database-url`), cases not run and why, SQLite version and settings (likewise), commit, command, seed, durations |
@@ -205,7 +206,8 @@ impl RunFolder {
         Ok(())
     }
 
-    /// Writes `transcript.txt`, `results.json`, `junit.xml`, `environment.json`, and
+    /// Writes `transcript.txt`, `results.json`, `junit.xml`, `environment.json`,
+    /// `index.html`, and
     /// points `evidence/latest` at this run (atomically, so concurrent runs do not clash).
     ///
     /// Errors: file system or serialization errors.
@@ -229,6 +231,7 @@ impl RunFolder {
             self.dir.join("environment.json"),
             serde_json::to_string_pretty(environment)?,
         )?;
+        harness::write_run_page(&self.dir)?;
         let relative = self.dir.strip_prefix(&self.root).unwrap_or(&self.dir);
         let staging = self.root.join(format!(".latest-{}", std::process::id()));
         let _ = fs::remove_file(&staging);

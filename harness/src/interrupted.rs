@@ -1,4 +1,4 @@
-//! What an interrupted run leaves (README "Reading the output"): the signal path writes
+//! What an interrupted run leaves (docs/reading-a-run.md): the signal path writes
 //! `results.json` with `"status": "interrupted"`, the cases that had finished with their
 //! checks, and the ids of those that had not; the finished cases' raw transcripts are
 //! already in the folder (each is written as soon as the case ends). The run's last

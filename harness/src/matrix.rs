@@ -182,6 +182,12 @@ fn run_matrix(args: &MatrixArgs) -> anyhow::Result<i32> {
     let md_path = args.evidence_dir.join("matrix.md");
     fs::write(&json_path, serde_json::to_string_pretty(&matrix)? + "\n")?;
     fs::write(&md_path, markdown(&matrix))?;
+    let html_path = args.evidence_dir.join("matrix.html");
+    evidence_pages::write(
+        &html_path,
+        &evidence_pages::matrix::render(&serde_json::to_value(&matrix)?),
+    )?;
+    println!("matrix page: {}", html_path.display());
     print_outcome(&matrix, &md_path, &json_path);
     Ok(exit_status(&matrix))
 }

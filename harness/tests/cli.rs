@@ -362,20 +362,13 @@ fn repeat_reports_failing_runs_and_old_records_are_pruned() {
     assert_eq!(refused.status.code(), Some(2));
 }
 
-/// README's claims table names every default case of every family, and only cases that
-/// exist.
+/// The claims table (`docs/claims.md`, linked from the README) names every default case
+/// of every family, and only cases that exist.
 #[test]
 fn claims_table_names_every_default_case() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+    let section =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/claims.md"))
             .unwrap();
-    let start = readme
-        .find("## Claims and the cases that show them")
-        .expect("the claims section");
-    let section = &readme[start..];
-    let section = &section[..section[3..]
-        .find("\n## ")
-        .map_or(section.len(), |end| end + 3)];
     let rows: Vec<&str> = section
         .lines()
         .filter(|line| line.starts_with("| ") && !line.starts_with("| family"))
@@ -391,7 +384,7 @@ fn claims_table_names_every_default_case() {
             ids.insert(case.id.to_string());
             assert!(
                 words.contains(case.id.as_str()),
-                "{} is in no row of README's claims table",
+                "{} is in no row of the claims table (docs/claims.md)",
                 case.id
             );
         }
@@ -417,4 +410,54 @@ fn looks_like_case_id(word: &str) -> bool {
     matches!(first, 'L' | 'F' | 'S')
         && !digits.is_empty()
         && digits.chars().all(|c| c.is_ascii_digit())
+}
+
+/// The README's commands stay true: every `--option` its `./run.sh` lines name (bench
+/// and explore aside) is one the harness accepts, and every file it links to exists.
+#[test]
+fn readme_commands_and_links_resolve() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let harness_help = stdout(
+        &Command::new(env!("CARGO_BIN_EXE_harness"))
+            .arg("--help")
+            .output()
+            .expect("--help runs"),
+    );
+    let option = regex::Regex::new(r"--[a-z][a-z-]+").unwrap();
+    let mut seen = 0;
+    for line in readme
+        .lines()
+        .filter(|l| l.trim_start().starts_with("./run.sh"))
+    {
+        let command = line.split('#').next().unwrap();
+        // bench and explore are other binaries, with their own --help.
+        if command
+            .split_whitespace()
+            .nth(1)
+            .is_some_and(|w| w == "bench" || w == "explore")
+        {
+            continue;
+        }
+        for found in option.find_iter(command) {
+            assert!(
+                harness_help.contains(found.as_str()),
+                "README: {line:?} names {}, which the harness does not take",
+                found.as_str()
+            );
+            seen += 1;
+        }
+    }
+    assert!(
+        seen >= 3,
+        "README names too few options ({seen}): the check checks nothing"
+    );
+    let link = regex::Regex::new(r"\]\(([^)#:]+)\)").unwrap();
+    for target in link.captures_iter(&readme) {
+        assert!(
+            root.join(&target[1]).exists(),
+            "README links to {}, which does not exist",
+            &target[1]
+        );
+    }
 }

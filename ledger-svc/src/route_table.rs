@@ -74,7 +74,7 @@ const fn fault(template: &'static str, allow: &'static str) -> RoutePath {
     }
 }
 
-/// Every route of both listeners (README "The service"; SPEC §4 and §8).
+/// Every route of both listeners (docs/service.md; SPEC §4 and §8).
 pub const ROUTES: &[RoutePath] = &[
     path(Served::Both, "/healthz", "GET"),
     path(Served::Both, "/readyz", "GET"),

@@ -4,6 +4,8 @@
 //! passes, the runner lost a failure (a check not recorded, a count not summed, an exit
 //! status not set), and no green run can be trusted. `harness/tests/cases.rs` runs it and
 //! asserts that it fails.
+//! It also notes [`HOSTILE_NOTE`], markup that must render as text on the run's
+//! evidence page (`harness/tests/browser.rs` looks for it in a real browser).
 
 use futures_util::FutureExt;
 use points_ledger::{Outcome, debit, grant};
@@ -28,7 +30,13 @@ pub fn case() -> Case {
 
 const ACCOUNT: &str = "acct-0010";
 
+/// A note holding markup: on the evidence page it must read as this text, never run
+/// (the script would retitle the page) nor become an element (`#hostile-markup`).
+pub const HOSTILE_NOTE: &str = "hostile text for the evidence page: \
+    <script>document.title='pwned'</script><img src=x id=hostile-markup> & \"quotes\"";
+
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+    ctx.note(HOSTILE_NOTE);
     let mut db = ctx.connect().await?;
     grant(&mut db, "ops", "g-c001", ACCOUNT, 100).await?;
     let debited = debit(&mut db, "app-canary", "k-c001", ACCOUNT, 7).await?;

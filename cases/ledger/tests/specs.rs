@@ -150,17 +150,18 @@ fn a_broken_spec_file_is_a_failing_case() {
     assert_eq!(cases[0].title, "spec file that cannot be run");
 }
 
-/// README's "Adding a case" shows L-S1 complete: the example is the file that runs.
+/// docs/adding-a-case.md shows L-S1 complete: the example is the file that runs.
 #[test]
 fn the_readme_example_is_the_spec_that_runs() {
-    let readme = std::fs::read_to_string(workspace().join("README.md")).expect("README");
+    let readme = std::fs::read_to_string(workspace().join("docs/adding-a-case.md"))
+        .expect("docs/adding-a-case.md");
     let spec = std::fs::read_to_string(
         PathBuf::from(spec_calls::SPEC_DIR).join("s1_debit_rechecks_newest_row.spec"),
     )
     .expect("L-S1");
     assert!(
         readme.contains(&format!("```text\n{spec}```")),
-        "README.md's spec example differs from cases/ledger/specs/s1_debit_rechecks_newest_row.spec"
+        "docs/adding-a-case.md's spec example differs from cases/ledger/specs/s1_debit_rechecks_newest_row.spec"
     );
     let lines = spec.lines().count();
     assert!((20..=40).contains(&lines), "the example has {lines} lines");
