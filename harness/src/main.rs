@@ -19,6 +19,7 @@ mod evidence;
 mod external;
 mod interrupted;
 mod janitor;
+mod mariadb;
 mod matrix;
 mod preflight;
 mod repeat;
@@ -181,6 +182,7 @@ fn prepare_selection<'a>(
         selection.set_aside_server_restarts();
     }
     selection.set_aside_unavailable();
+    mariadb::set_aside_if_unavailable(&mut selection);
     if selection.needs_postgres()
         && args.database_url.is_none()
         && let Err(message) =
@@ -249,6 +251,7 @@ async fn after_signal((name, code): (&'static str, i32)) -> i32 {
         None => eprintln!("harness: {name} received; stopping postgres (run folder kept)"),
     }
     scratch_pg::cleanup_all_clusters();
+    mariadb::stop();
     external::cleanup().await;
     if let Some(dir) = run_dir {
         forgetful_fs::unmount_under(&dir);
@@ -310,6 +313,7 @@ async fn run(args: &Args, selection: &Selection<'_>, snapshot_mode: Mode) -> any
         snapshot_mode,
     };
     let result = run_in(args, selection, &run_dir, start).await;
+    mariadb::stop(); // after an error: the scratch MariaDB, if one started
     external::cleanup().await; // after an error: the databases an external run left
     if !args.keep_cluster {
         forgetful_fs::unmount_under(&run_dir);
@@ -389,7 +393,14 @@ async fn run_in(
     run_dir: &Path,
     start: RunStart,
 ) -> anyhow::Result<i32> {
-    let (postgres, opened) = open_server(args, selection, run_dir).await?;
+    // PostgreSQL and MariaDB (family I) start side by side: each waits on its own
+    // processes.
+    let (server, mariadb) = tokio::join!(
+        open_server(args, selection, run_dir),
+        mariadb::start(selection, run_dir)
+    );
+    let (postgres, opened) = server?;
+    mariadb?;
     let folder = RunFolder::create(&args.evidence_dir, &start.started_at.replace(':', ""))
         .context("creating the evidence folder")?;
     interrupted::begin(
@@ -408,6 +419,7 @@ async fn run_in(
         ..Durations::default()
     };
     let reports = run_phases(&env, selection, args.sequential, &mut durations).await;
+    mariadb::stop();
 
     let major = postgres_record.as_ref().map(|record| record.major);
     let store = snapshot_store(&args.evidence_dir, start.snapshot_mode, major)?;

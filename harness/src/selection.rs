@@ -11,7 +11,9 @@ pub struct Selection<'a> {
     full: bool,
     /// Chosen but set aside by [`Selection::set_aside_server_restarts`].
     set_aside: Vec<(&'a Family, &'a Case)>,
-    /// Chosen but set aside by [`Selection::set_aside_unavailable`], with the reason.
+    /// Chosen but set aside because this machine lacks what they need
+    /// ([`Selection::set_aside_unavailable`], [`Selection::set_aside_family`]), with the
+    /// reason.
     unavailable: Vec<(&'a Family, &'a Case, String)>,
 }
 
@@ -102,6 +104,25 @@ impl<'a> Selection<'a> {
     /// The cases not run because this machine lacks what they need, with the reason.
     pub fn unavailable(&self) -> &[(&'a Family, &'a Case, String)] {
         &self.unavailable
+    }
+
+    /// Sets aside every chosen case of the family `prefix`, which cannot run here for
+    /// `reason` (one line: its engine's binaries cannot be had, say).
+    pub fn set_aside_family(&mut self, prefix: &str, reason: &str) {
+        let (aside, kept): (Vec<_>, Vec<_>) = self
+            .chosen
+            .drain(..)
+            .partition(|(family, _)| family.prefix == prefix);
+        self.chosen = kept;
+        self.unavailable
+            .extend(aside.into_iter().map(|(family, case)| (family, case, reason.to_owned())));
+    }
+
+    /// Whether a chosen case belongs to the family `prefix`.
+    pub fn has_family(&self, prefix: &str) -> bool {
+        self.chosen
+            .iter()
+            .any(|(family, _)| family.prefix == prefix)
     }
 
     /// The cases chosen but not run (see [`Selection::set_aside_server_restarts`]).
@@ -264,5 +285,28 @@ mod tests {
     #[test]
     fn the_registered_families_have_unique_ids() {
         check_unique_ids(&harness::families()).unwrap();
+    }
+
+    #[test]
+    fn a_family_set_aside_is_listed_with_its_reason() {
+        let families = vec![family("F", &["F1"]), family("I", &["I1", "I2"])];
+        let mut selection = Selection::parse(&families, &[]).unwrap();
+        assert!(selection.has_family("I"));
+        selection.set_aside_family("I", "MariaDB unavailable: no root");
+        assert!(!selection.has_family("I"));
+        let kept: Vec<&str> = selection.cases().map(|(_, c)| c.id.as_str()).collect();
+        assert_eq!(kept, ["F1"]);
+        let aside: Vec<(&str, &str)> = selection
+            .unavailable()
+            .iter()
+            .map(|(_, c, r)| (c.id.as_str(), r.as_str()))
+            .collect();
+        assert_eq!(
+            aside,
+            [
+                ("I1", "MariaDB unavailable: no root"),
+                ("I2", "MariaDB unavailable: no root")
+            ]
+        );
     }
 }

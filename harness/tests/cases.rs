@@ -57,12 +57,27 @@ fn env() -> Result<Arc<Env>, Failed> {
     ENV.get_or_init(|| {
         let seed = seed();
         eprintln!("cases: seed={seed} (replay with LEDGER_SEED={seed})");
-        runtime()
+        let env = runtime()
             .block_on(Env::for_tests(seed, &families().iter().collect::<Vec<_>>()))
-            .map_err(|error| format!("scratch cluster for the cases: {error:#}"))
+            .map_err(|error| format!("scratch cluster for the cases: {error:#}"))?;
+        start_mariadb(&env)?;
+        Ok(env)
     })
     .clone()
     .map_err(Failed::from)
+}
+
+/// Family I's scratch MariaDB, in the environment's own folder, handed to the family
+/// (stopped at the end of `main`).
+fn start_mariadb(env: &Arc<Env>) -> Result<(), String> {
+    let Some(folder) = env.test_folder() else {
+        return Ok(());
+    };
+    let options = scratch_mariadb::ServerOptions::new(folder.join("mariadb"));
+    let server = scratch_mariadb::Server::start(options)
+        .map_err(|error| format!("scratch MariaDB for family I: {error}"))?;
+    cases_innodb::server::install(server);
+    Ok(())
 }
 
 fn families() -> &'static [Family] {
@@ -144,6 +159,7 @@ fn main() {
     // The shared cluster and folder live in a static that is never dropped: stop and
     // remove them here.
     scratch_pg::cleanup_all_clusters();
+    drop(cases_innodb::server::take());
     if let Some(Ok(env)) = ENV.get()
         && let Some(folder) = env.test_folder()
     {

@@ -34,6 +34,8 @@ pub use events::{
     CancelRequest, CancelResult, DepositRequest, DepositResult, FillRequest, FillResult,
     OrderStatus, Outcome, PlaceRequest, PlaceResult, cancel, deposit, fill, place,
 };
+// The engine-independent parts a second engine (frozen-balances-innodb) shares.
+pub use events::{Delta, Deltas, ORDER_COLUMNS, OrderRow, Settlement, add_delta, check_id, settle};
 pub use hooks::{EventKind, HookAbort, HookContext, HookPoint, Hooks, NoHooks};
 pub use reconcile::{Findings, reconcile};
 pub use schema::{DEFAULT_TENANT, SYS_DEPOSIT, SYS_FEE};

@@ -80,19 +80,32 @@ impl Recorded for FillResult {
 
 /// A locked order row.
 #[derive(Debug, Clone)]
-pub(crate) struct OrderRow {
+pub struct OrderRow {
+    /// The order.
     pub order_id: i64,
+    /// Its account.
     pub account_id: String,
+    /// Its market (`BTC-USDT`).
     pub market: String,
+    /// `BUY` or `SELL`.
     pub side: String,
+    /// Ordered quantity, base units.
     pub quantity: i64,
+    /// Limit, quote units per whole base coin.
     pub limit_price: i64,
+    /// The asset its freeze holds.
     pub frozen_asset: String,
+    /// The freeze, fee reserve included, minor units.
     pub frozen_amount: i64,
+    /// The fee reserve inside the freeze (0 for a SELL).
     pub fee_reserve: i64,
+    /// Base units filled so far.
     pub filled_quantity: i64,
+    /// Of the freeze, paid out by fills.
     pub consumed: i64,
+    /// Of the freeze, returned to available (price improvement, cancel).
     pub released: i64,
+    /// Its status.
     pub status: OrderStatus,
 }
 
@@ -116,12 +129,13 @@ impl OrderRow {
     }
 
     /// What the order still holds of its freeze: original − consumed − released.
-    pub(crate) fn remainder(&self) -> i64 {
+    pub fn remainder(&self) -> i64 {
         self.frozen_amount - self.consumed - self.released
     }
 }
 
-pub(crate) const ORDER_COLUMNS: &str = "order_id, account_id, market, side, quantity, \
+/// The columns of an [`OrderRow`], in its field order.
+pub const ORDER_COLUMNS: &str = "order_id, account_id, market, side, quantity, \
      limit_price, frozen_asset, frozen_amount, fee_reserve, filled_quantity, consumed, \
      released, status";
 
@@ -373,22 +387,32 @@ async fn settle_order(
 
 /// The figures of one fill, minor units.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Settlement {
+pub struct Settlement {
+    /// Quote amount, `quantity × price`.
     pub notional: i64,
+    /// The buyer's fee (quote).
     pub buyer_fee: i64,
+    /// The seller's fee (quote).
     pub seller_fee: i64,
+    /// The buyer's frozen quote taken.
     pub buyer_taken: i64,
+    /// The market.
     pub market: Market,
+    /// Notional plus the buyer fee.
     pub buyer_paid: i64,
+    /// Of `buyer_taken`, returned to the buyer's available.
     pub buyer_returned: i64,
+    /// The seller's frozen base taken.
     pub seller_taken: i64,
+    /// Quote credited to the seller, `notional − seller_fee`.
     pub seller_received: i64,
+    /// The balance changes, in lock order.
     pub deltas: Deltas,
 }
 
 /// Checks that the fill fits both (open, locked) orders and computes its settlement,
 /// asserting SPEC §8's rounding rule before anything is written.
-pub(crate) fn settle(
+pub fn settle(
     req: &FillRequest,
     buy: &OrderRow,
     sell: &OrderRow,

@@ -36,7 +36,7 @@ use crate::hooks::{EventKind, HookContext, HookPoint, Hooks};
 
 pub use cancel::{CancelRequest, CancelResult, cancel};
 pub use deposit::{DepositRequest, DepositResult, deposit};
-pub use fill::{FillRequest, FillResult, fill};
+pub use fill::{FillRequest, FillResult, ORDER_COLUMNS, OrderRow, Settlement, fill, settle};
 pub use place::{PlaceRequest, PlaceResult, place};
 
 /// Attempts of one event when each ends in a deadlock (40P01), the first included.
@@ -73,7 +73,9 @@ impl Outcome {
         }
     }
 
-    fn parse(text: &str) -> Option<Outcome> {
+    /// The outcome stored as `text` (`OK`, `INSUFFICIENT`, `ORDER_CLOSED`); `None` for
+    /// anything else (`PENDING`).
+    pub fn parse(text: &str) -> Option<Outcome> {
         [Outcome::Ok, Outcome::Insufficient, Outcome::OrderClosed]
             .into_iter()
             .find(|o| o.as_str() == text)
@@ -102,7 +104,10 @@ impl OrderStatus {
         }
     }
 
-    pub(crate) fn parse(text: &str) -> Result<OrderStatus, FrozenError> {
+    /// The status stored as `text`.
+    ///
+    /// Errors: [`FrozenError::InvariantViolated`] for an unknown status.
+    pub fn parse(text: &str) -> Result<OrderStatus, FrozenError> {
         [
             OrderStatus::Open,
             OrderStatus::Filled,
@@ -174,7 +179,7 @@ impl<'r> Event<'r> {
 
 /// Checks a tenant id, business id or account id: 1 to [`MAX_ID_CHARS`] characters,
 /// none of them a control character.
-pub(crate) fn check_id(what: &str, id: &str) -> Result<(), FrozenError> {
+pub fn check_id(what: &str, id: &str) -> Result<(), FrozenError> {
     if id.is_empty() || id.chars().count() > MAX_ID_CHARS || id.chars().any(char::is_control) {
         return Err(FrozenError::Invalid(format!(
             "{what} must have 1 to {MAX_ID_CHARS} characters and no control characters"
@@ -332,17 +337,19 @@ pub(crate) async fn hook_in_tx<'t>(
 
 /// One balance row's change inside an event, minor units.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Delta {
+pub struct Delta {
+    /// Change of `available`.
     pub available: i64,
+    /// Change of `frozen`.
     pub frozen: i64,
 }
 
 /// The changes of one event, keyed and therefore iterated in lock order: sorted by
 /// account id, then asset name (the tenant is the same for all rows of an event).
-pub(crate) type Deltas = BTreeMap<(String, &'static str), Delta>;
+pub type Deltas = BTreeMap<(String, &'static str), Delta>;
 
 /// Adds `available` and `frozen` to the change of (`account`, `asset`).
-pub(crate) fn add_delta(
+pub fn add_delta(
     deltas: &mut Deltas,
     account: &str,
     asset: Asset,

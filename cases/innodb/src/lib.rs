@@ -1,0 +1,49 @@
+//! Family I: the frozen balances of SPEC §8 on InnoDB, the engine the seed's design was
+//! written for (`frozen-balances-innodb` on a scratch MariaDB 10.11). The F claims that
+//! carry over, run on this engine, and InnoDB's own: the read of the committed operation
+//! inside the failed REPEATABLE READ transaction, deadlocks among inserters of one key,
+//! affected rows, and the gap locks a locking reconciliation read would take.
+//!
+//! The family's engine is [`case_kit::Engine::None`]: its cases bring their own system.
+//! The harness starts one scratch MariaDB for the run when a selected case is an I case
+//! and hands it to [`server::install`]; each case gets its own database on it
+//! ([`fixtures::Db::open`]). Where MariaDB cannot be had (no cached binaries and no root
+//! to fetch them), the harness lists the family as not run with the reason.
+//!
+//! Adding a case: a new file `iNN_<what>.rs` with `pub fn case() -> Case`, one line in
+//! `register_cases!` below, a row in `docs/cases.md`, then `./run.sh --accept INN`.
+
+use case_kit::{Engine, Family};
+
+pub mod fixtures;
+pub mod server;
+
+// One line per case, in id order.
+case_kit::register_cases! {
+    i01_normal_path,
+    i02_partial_fill_then_cancel,
+    i03_cancel_races_a_fill,
+    pub i04_sixteen_inserters_deadlock,
+    i05_orders_compete_for_too_little,
+    i06_failure_between_update_and_movement,
+    i07_response_lost_after_commit,
+    i08_server_killed_inside_a_placement,
+    i09_per_asset_reconciliation,
+    pub i10_read_inside_the_failed_transaction,
+    pub i11_affected_rows,
+    pub i12_gap_locks_of_a_locking_read,
+}
+
+/// The family's id prefix.
+pub const PREFIX: &str = "I";
+
+/// The family.
+pub fn family() -> Family {
+    Family {
+        prefix: PREFIX,
+        title: "frozen balances on InnoDB, a scratch MariaDB (SPEC §8)",
+        engine: Engine::None,
+        cases: cases(),
+        extras: Vec::new(),
+    }
+}
