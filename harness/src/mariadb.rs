@@ -67,7 +67,6 @@ pub fn stop() {
     drop(cases_innodb::server::take());
 }
 
-
 /// Whether the scratch server of `run_dir` still runs (its pid file names a live,
 /// non-zombie process).
 pub fn alive(run_dir: &Path) -> bool {

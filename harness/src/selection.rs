@@ -114,8 +114,11 @@ impl<'a> Selection<'a> {
             .drain(..)
             .partition(|(family, _)| family.prefix == prefix);
         self.chosen = kept;
-        self.unavailable
-            .extend(aside.into_iter().map(|(family, case)| (family, case, reason.to_owned())));
+        self.unavailable.extend(
+            aside
+                .into_iter()
+                .map(|(family, case)| (family, case, reason.to_owned())),
+        );
     }
 
     /// Whether a chosen case belongs to the family `prefix`.
