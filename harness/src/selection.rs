@@ -166,12 +166,18 @@ impl<'a> Selection<'a> {
             .map(|(family, _)| *family)
     }
 
-    /// Every family's default case ids, for finding orphaned snapshot files.
+    /// Every family's case ids, default and extra (run by name), for finding orphaned
+    /// snapshot files.
     pub fn registered_ids(&self) -> Vec<(&'a str, Vec<&'a str>)> {
         self.families
             .iter()
             .map(|family| {
-                let ids = family.cases.iter().map(|case| case.id.as_str()).collect();
+                let ids = family
+                    .cases
+                    .iter()
+                    .chain(&family.extras)
+                    .map(|case| case.id.as_str())
+                    .collect();
                 (family.prefix, ids)
             })
             .collect()
