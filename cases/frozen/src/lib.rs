@@ -3,24 +3,23 @@
 //! spot routes: cases place and cancel orders through the service, as a client would,
 //! and reach the database through the library where the case is about the database.
 //!
-//! Adding a case: a new file `fNN_<what>.rs` with `pub fn case() -> Case`, one line in
-//! `register_cases!` below, then `./run.sh --accept FNN` writes
-//! `evidence/snapshots/F/FNN.snap` for review.
+//! Adding a case: a spec file `cases/frozen/specs/fNN_<what>.spec` (the events as `call`
+//! steps, [`spec_calls`]; found at start-up, no rebuild), or a new file `fNN_<what>.rs`
+//! with `pub fn case() -> Case` and one line in `register_cases!` below; then
+//! `./run.sh --accept FNN` writes `evidence/snapshots/F/FNN.snap` for review.
 
 use case_kit::{Engine, Family, PgTemplate};
 use futures_util::FutureExt;
 
 pub mod fixtures;
 pub mod network;
+pub mod spec_calls;
 pub mod spot;
 
 // One line per case, in id order.
 case_kit::register_cases! {
-    f01_normal_path,
-    f02_partial_fill_then_cancel,
     f03_cancel_races_a_fill,
     f04_one_business_id_sixteen_at_once,
-    f05_orders_compete_for_too_little,
     pub f06_failure_between_update_and_movement,
     pub f07_response_lost_after_commit,
     pub f08_lock_released_before_commit,
@@ -32,7 +31,6 @@ case_kit::register_cases! {
     pub f14_lost_answer_and_a_crash,
     pub f15_no_external_call_under_a_lock,
     f16_deposits_and_confirmations,
-    f17_one_account_two_markets,
     pub f18_release_at_the_current_price,
     pub f19_order_id_as_business_id,
     pub f20_borrowed_tenant,
@@ -50,7 +48,8 @@ pub fn family() -> Family {
             template: TEMPLATE_DATABASE,
             install: |client| install(client).boxed(),
         }),
-        cases: cases(),
+        // The hand-written cases, then the spec files of `specs/` (`F5`, …).
+        cases: cases().into_iter().chain(spec_calls::cases()).collect(),
         extras: Vec::new(),
     }
 }
