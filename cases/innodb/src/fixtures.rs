@@ -282,21 +282,7 @@ pub const INVARIANT: &str = cases_frozen::fixtures::INVARIANT;
 /// Errors: SQL errors.
 pub async fn invariant(ctx: &mut Ctx, conn: &mut mysql_async::Conn) -> anyhow::Result<bool> {
     let findings = frozen_balances_innodb::reconcile(conn).await?;
-    let held = ctx.check(
-        INVARIANT,
-        findings.frozen_mismatches.is_empty() && findings.closed_with_remainder.is_empty(),
-        format!(
-            "frozen_mismatches={} closed_with_remainder={}",
-            findings.frozen_mismatches.len(),
-            findings.closed_with_remainder.len()
-        ),
-    );
-    let clean = ctx.check(
-        "reconciliation clean",
-        findings.is_clean(),
-        findings.summary(),
-    );
-    Ok(held && clean)
+    Ok(cases_frozen::fixtures::check_findings(ctx, &findings))
 }
 
 /// The outcome of a call as text: `OK`, `INSUFFICIENT`, … or the error.
