@@ -181,6 +181,21 @@ pub async fn placed(conn: &mut mysql_async::Conn, req: &PlaceRequest) -> anyhow:
         .ok_or_else(|| anyhow::anyhow!("{} refused: {}", req.business_id, result.outcome.as_str()))
 }
 
+/// alice's BUY of 1.0 BTC @ 5000 on BTC-USDT under `business_id`: a freeze of 5005 USDT
+/// (5000 and the fee reserve), the placement most I cases make.
+///
+/// Errors: none for these figures (the type is [`order`]'s).
+pub fn alice_buy(business_id: &str) -> anyhow::Result<PlaceRequest> {
+    order(
+        business_id,
+        "alice",
+        Market::BtcUsdt,
+        Side::Buy,
+        "1.0",
+        "5000",
+    )
+}
+
 /// The book most I cases start from, under business ids `dep-<case>01`/`02` and
 /// `place-<case>01`/`02` (`case` such as `i1`): alice deposits 10 000 USDT and bob 1 BTC;
 /// alice places a BUY of 1.0 BTC @ 5000 and bob a SELL of `sell_quantity` @ 4900 on
@@ -194,14 +209,7 @@ pub async fn two_orders(
 ) -> anyhow::Result<(i64, i64)> {
     deposit(conn, &format!("dep-{case}01"), "alice", Asset::Usdt, 10_000).await?;
     deposit(conn, &format!("dep-{case}02"), "bob", Asset::Btc, 1).await?;
-    let buy = order(
-        &format!("place-{case}01"),
-        "alice",
-        Market::BtcUsdt,
-        Side::Buy,
-        "1.0",
-        "5000",
-    )?;
+    let buy = alice_buy(&format!("place-{case}01"))?;
     let sell = order(
         &format!("place-{case}02"),
         "bob",
