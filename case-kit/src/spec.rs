@@ -95,6 +95,7 @@ use futures_util::FutureExt;
 use crate::case::Case;
 use crate::ctx::Ctx;
 
+mod expect;
 mod layout;
 mod model;
 mod play;
@@ -102,6 +103,7 @@ mod race;
 mod result;
 mod upstream;
 
+pub use expect::Expect;
 pub use layout::{meaningful, same_meaning, table};
 use model::error;
 pub use model::{
@@ -287,7 +289,10 @@ fn top_item(
         "setup" => spec.setup.push(Action::Sql(value)),
         "setup call" => spec.setup.push(Action::Call(parse_call(line, &value)?)),
         "teardown" => spec.teardown.push(value),
-        "check" => spec.checks.push(value),
+        "check" | "rows" | "count" | "reconcile" | "exposes" => {
+            let expect = expect::parse(line, key, &value).expect("an expectation's key");
+            spec.expectations.push(expect?);
+        }
         "race call" | "race step" | "race hold" | "expect" => race_item(spec, line, key, value)?,
         "permutation" => {
             let names: Vec<Entry> = value.split_whitespace().map(Entry::plain).collect();
@@ -630,6 +635,18 @@ pub fn spec_case(id: String, shown: String, spec: Arc<Spec>, calls: Arc<dyn Call
     // setup's.
     let connections =
         spec.sessions.len() as u32 + 2 + spec.race.as_ref().map_or(0, |r| r.count as u32 + 2);
+    // And what the calls hold beyond their sessions (a service's pool).
+    let steps = spec.sessions.iter().flat_map(|s| &s.steps).map(|s| &s.action);
+    let connections = connections
+        + spec
+            .setup
+            .iter()
+            .chain(steps)
+            .map(|action| match action {
+                Action::Call(call) => calls.connections(call),
+                Action::Sql(_) => 0,
+            })
+            .sum::<u32>();
     let clean = spec.clean;
     let case = Case::new(id, spec.title.clone(), move |ctx: &mut Ctx| {
         let spec = spec.clone();
@@ -708,9 +725,9 @@ pub async fn run(
             seen,
         );
     }
-    if !spec.checks.is_empty() {
-        let db = ctx.connect().await?;
-        race::checks(ctx, &db, spec).await?;
+    if !spec.expectations.is_empty() {
+        let mut db = ctx.connect().await?;
+        expect::run(ctx, &mut db, calls.as_ref(), &spec.expectations, "").await;
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use tokio_postgres::Client;
 
+use super::expect::Expect;
 use crate::ctx::Ctx;
 
 /// A library operation as a step: an operation name and its `key=value` arguments.
@@ -110,9 +111,9 @@ pub struct Spec {
     pub expected: Option<(String, String)>,
     /// A race instead of sessions: N sessions doing one operation, released together.
     pub race: Option<Race>,
-    /// SQL run once everything else has, each returning one boolean that must be true
-    /// (`check: SELECT balance = 2 FROM account WHERE …`).
-    pub checks: Vec<String>,
+    /// What must hold once everything else has run, in the order written: `check:`,
+    /// `rows:`, `count:`, `reconcile:`, `exposes:` ([`super::expect`]).
+    pub expectations: Vec<Expect>,
 }
 
 /// A race (`race call: 32 debit … key=k-{i}` or `race step: 32 UPDATE …`): `count`
@@ -222,6 +223,19 @@ pub trait Calls: Send + Sync {
         call: &'a Call,
     ) -> BoxFuture<'a, Result<String, String>>;
 
+    /// Runs `call` as one racer of a `race call:` ([`Race`]): `barrier` is shared by all
+    /// racers, for an operation that meets the others between two of its statements (a
+    /// naive read-then-write that is to be forced, not hoped for). Default: [`Calls::run`],
+    /// the barrier unused (the race's own release already sent the racers together).
+    fn run_racing<'a>(
+        &'a self,
+        client: &'a mut Client,
+        call: &'a Call,
+        _barrier: &'a tokio::sync::Barrier,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        self.run(client, call)
+    }
+
     /// These operations as the case's choices run them ([`Ctx::choice`]), when that
     /// matters to the family (the ledger's one-trip transfer); `None` (the default):
     /// the same operations whatever the run chose.
@@ -234,6 +248,20 @@ pub trait Calls: Send + Sync {
     /// another session. Default: none.
     fn backends(&self) -> Vec<i32> {
         Vec::new()
+    }
+
+    /// PostgreSQL connections `call` holds besides its session's (a service's pool, a
+    /// child process's own), so a spec case declares them ([`crate::Case::connections`]).
+    /// Default: none.
+    fn connections(&self, _call: &Call) -> u32 {
+        0
+    }
+
+    /// The family's reconciliation of the database `client` is connected to, for
+    /// `reconcile:` ([`super::expect`]): `Ok((clean, summary))`, the summary as
+    /// `kind=N …` words. Default: the family has none (`Err`, a failed check).
+    fn reconcile<'a>(&'a self, _client: &'a mut Client) -> BoxFuture<'a, Result<(bool, String), String>> {
+        async { Err("this family offers no reconciliation".to_string()) }.boxed()
     }
 }
 
