@@ -289,7 +289,20 @@ fn top_item(
         "setup" => spec.setup.push(Action::Sql(value)),
         "setup call" => spec.setup.push(Action::Call(parse_call(line, &value)?)),
         "teardown" => spec.teardown.push(value),
-        "check" | "rows" | "count" | "reconcile" | "exposes" => {
+        "schedule" => {
+            spec.schedule = Some(match value.as_str() {
+                "last" => crate::schedule::Schedule::Last,
+                "exclusive" => crate::schedule::Schedule::Exclusive,
+                "concurrent" => crate::schedule::Schedule::Concurrent,
+                other => {
+                    return Err(error(
+                        line,
+                        format!("schedule: last, exclusive or concurrent, not {other:?}"),
+                    ));
+                }
+            })
+        }
+        "check" | "rows" | "count" | "reconcile" | "reconcile others" | "exposes" => {
             let expect = expect::parse(line, key, &value).expect("an expectation's key");
             spec.expectations.push(expect?);
         }
@@ -648,6 +661,7 @@ pub fn spec_case(id: String, shown: String, spec: Arc<Spec>, calls: Arc<dyn Call
             })
             .sum::<u32>();
     let clean = spec.clean;
+    let schedule = spec.schedule;
     let case = Case::new(id, spec.title.clone(), move |ctx: &mut Ctx| {
         let spec = spec.clone();
         let calls = calls.clone();
@@ -655,6 +669,10 @@ pub fn spec_case(id: String, shown: String, spec: Arc<Spec>, calls: Arc<dyn Call
         async move { run(ctx, &shown, &spec, calls).await }.boxed()
     })
     .connections(connections);
+    let case = match schedule {
+        Some(schedule) => case.schedule(schedule),
+        None => case,
+    };
     if clean { case } else { case.not_clean() }
 }
 

@@ -8,6 +8,10 @@
 //! - `reconcile: clean` or `reconcile: kind=N …`: the family's reconciliation of the
 //!   case's database ([`Calls::reconcile`]) finds nothing, or exactly those figures
 //!   (kinds not named are not compared);
+//! - `reconcile others: clean`: every other clean database of the family
+//!   ([`Ctx::clean_databases`]; a case that says so is `schedule: last`) reconciles
+//!   without findings; the run record lists each database and its summary
+//!   (`details["reconciled_databases"]`), the transcript only those with findings;
 //! - `exposes: ANOMALY` and, on lines indented deeper, SQL returning one row whose
 //!   first column says whether the anomaly happened (the rest of the row is printed as
 //!   what was seen): a negative control's verdict, `negative control exposes: ANOMALY`
@@ -42,6 +46,8 @@ pub enum Expect {
     },
     /// `reconcile: clean` (no words) or `reconcile: kind=N …`.
     Reconcile(Vec<String>),
+    /// `reconcile others: clean`.
+    ReconcileOthers,
     /// `exposes: ANOMALY` with `outcome KIND >= N`: a race's outcome counts decide.
     ExposesOutcome {
         /// The anomaly as named in the check.
@@ -104,6 +110,8 @@ pub fn parse(line: usize, key: &str, value: &str) -> Option<Result<Expect, Parse
                 _ => Err(error(line, "reconcile: clean, or kind=N …")),
             }
         }
+        "reconcile others" if value.trim() == "clean" => Ok(Expect::ReconcileOthers),
+        "reconcile others" => Err(error(line, "reconcile others: clean")),
         "exposes" => match value.split_once('\n') {
             Some((anomaly, rule)) if rule.starts_with("outcome ") => {
                 let words: Vec<&str> = rule.split_whitespace().collect();
@@ -186,6 +194,7 @@ pub async fn run(
                 ctx.check(name, seen == Ok(*figure), shown);
             }
             Expect::Reconcile(words) => reconcile(ctx, db, calls, words).await,
+            Expect::ReconcileOthers => reconcile_others(ctx, calls).await,
             Expect::Exposes { anomaly, sql } => {
                 let outcome = run_sql(db, sql, Layout::Ours).await;
                 let first = outcome.first().map(String::as_str).unwrap_or("");
@@ -219,6 +228,30 @@ async fn reconcile(ctx: &mut Ctx, db: &mut Client, calls: &dyn Calls, words: &[S
             );
         }
     }
+}
+
+/// `reconcile others: clean`: the family's reconciliation of every other clean
+/// database; a database that cannot be reached counts as one with findings.
+async fn reconcile_others(ctx: &mut Ctx, calls: &dyn Calls) {
+    let mut covered = serde_json::Map::new();
+    let mut with_findings = Vec::new();
+    for database in ctx.clean_databases() {
+        let outcome = match ctx.connect_to(&database).await {
+            Ok(mut client) => calls.reconcile(&mut client).await,
+            Err(error) => Err(format!("{error:#}")),
+        };
+        let (clean, summary) = outcome.unwrap_or_else(|error| (false, error));
+        covered.insert(database.clone(), summary.clone().into());
+        if !clean {
+            with_findings.push(format!("{database}: {summary}"));
+        }
+    }
+    ctx.record("reconciled_databases", serde_json::Value::Object(covered));
+    ctx.check(
+        "every other clean database of the family: no findings",
+        with_findings.is_empty(),
+        with_findings.join("; "),
+    );
 }
 
 #[cfg(test)]

@@ -114,6 +114,10 @@ pub struct Spec {
     /// What must hold once everything else has run, in the order written: `check:`,
     /// `rows:`, `count:`, `reconcile:`, `exposes:` ([`super::expect`]).
     pub expectations: Vec<Expect>,
+    /// `schedule: last|exclusive|concurrent`: when the case runs among the others
+    /// (`last`: the family's reconciliation, after every other case); `None`: the
+    /// default, concurrent.
+    pub schedule: Option<crate::schedule::Schedule>,
 }
 
 /// A race (`race call: 32 debit … key=k-{i}` or `race step: 32 UPDATE …`): `count`

@@ -5,7 +5,14 @@
 //! Operations, each one `points_ledger::transfer` (its own READ COMMITTED transaction, SPEC
 //! §3) on the session's connection:
 //! - `debit account=ID amount=N key=K [client=C]`: a DEBIT of N points into `sys-redeem`;
-//! - `grant account=ID amount=N key=K [client=C]`: a GRANT of N points from `sys-issuer`.
+//! - `grant account=ID amount=N key=K [client=C]`: a GRANT of N points from `sys-issuer`;
+//! - `reconcile`: the ledger's reconciliation (`points_ledger::reconcile`, one REPEATABLE
+//!   READ snapshot) of the case's database, printed as its summary
+//!   (`balance_mismatches=0 … global_sum=0`).
+//!
+//! Further operations: crash-workers ([`super::spec_workers`]), `ledger-svc` over HTTP
+//! ([`super::spec_service`]), the naive debit of the negative controls
+//! ([`super::spec_naive`]).
 //!
 //! `client` defaults to [`DEFAULT_CLIENT`]. The outcome prints as
 //! `outcome=OK balance=20` (`replayed=true` added for a replay); an error as its SQLSTATE
@@ -70,6 +77,15 @@ impl Calls for LedgerCalls {
         spec_workers::check(call)
             .or_else(|| spec_service::check(call))
             .or_else(|| super::spec_naive::check(call))
+            .or_else(|| {
+                (call.op == "reconcile").then(|| {
+                    if call.args.is_empty() {
+                        Ok(())
+                    } else {
+                        Err("reconcile takes no argument".to_string())
+                    }
+                })
+            })
             .unwrap_or_else(|| request(call).map(|_| ()))
     }
 
@@ -137,6 +153,12 @@ impl Calls for LedgerCalls {
         async move {
             if super::spec_naive::check(call).is_some() {
                 return super::spec_naive::run(client, call, None).await;
+            }
+            if call.op == "reconcile" {
+                let findings = points_ledger::reconcile(client)
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                return Ok(findings.summary());
             }
             if spec_service::check(call).is_some() {
                 let services = self.services.as_ref().ok_or("no database for a service")?;
