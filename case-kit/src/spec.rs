@@ -39,7 +39,10 @@
 //! - `permutation: NAMES` runs those steps in that order; with no permutation line, every
 //!   order that keeps each session's steps in their order runs ([`all_orders`]).
 //! - A value continues on the following lines indented deeper than its key.
-//! - `check: SQL` (may repeat) runs at the end and must return true.
+//! - `check: SQL` (may repeat) runs at the end and must return true; so do the other
+//!   expectations, in the order written: `rows:`, `count:`, `reconcile:`,
+//!   `reconcile others:`, `exposes:` (see the `expect` module).
+//! - `schedule: last|exclusive|concurrent`: when the case runs among the others.
 //! - Instead of sessions, a race: `race call: N OP key=value …` or `race step: N SQL`
 //!   (`{i}` is each session's index), `race hold: SQL` (held until all N wait for a
 //!   lock) and `expect: kind=N …` (the outcome counts); see the `race` module.
@@ -649,7 +652,11 @@ pub fn spec_case(id: String, shown: String, spec: Arc<Spec>, calls: Arc<dyn Call
     let connections =
         spec.sessions.len() as u32 + 2 + spec.race.as_ref().map_or(0, |r| r.count as u32 + 2);
     // And what the calls hold beyond their sessions (a service's pool).
-    let steps = spec.sessions.iter().flat_map(|s| &s.steps).map(|s| &s.action);
+    let steps = spec
+        .sessions
+        .iter()
+        .flat_map(|s| &s.steps)
+        .map(|s| &s.action);
     let connections = connections
         + spec
             .setup

@@ -264,7 +264,10 @@ pub trait Calls: Send + Sync {
     /// The family's reconciliation of the database `client` is connected to, for
     /// `reconcile:` ([`super::expect`]): `Ok((clean, summary))`, the summary as
     /// `kind=N …` words. Default: the family has none (`Err`, a failed check).
-    fn reconcile<'a>(&'a self, _client: &'a mut Client) -> BoxFuture<'a, Result<(bool, String), String>> {
+    fn reconcile<'a>(
+        &'a self,
+        _client: &'a mut Client,
+    ) -> BoxFuture<'a, Result<(bool, String), String>> {
         async { Err("this family offers no reconciliation".to_string()) }.boxed()
     }
 }

@@ -156,7 +156,9 @@ impl Services {
             }
             "stop-service" => {
                 let status = slot.take().expect("running").stop().await.map_err(text)?;
-                Ok(status.code().map_or(status.to_string(), |c| format!("exit={c}")))
+                Ok(status
+                    .code()
+                    .map_or(status.to_string(), |c| format!("exit={c}")))
             }
             _ => {
                 let status = slot.take().expect("running").kill().map_err(text)?;

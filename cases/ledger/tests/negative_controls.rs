@@ -113,11 +113,16 @@ async fn negative_controls_fail_without_a_race_and_pass_with_one() {
 
     // The duplicate with the key reused, as a correct client retries: a replay, not a
     // second debit, so the duplicate check must fail.
-    let text = std::fs::read_to_string(Path::new(spec_calls::SPEC_DIR).join(L6))
-        .expect("read L6");
+    let text = std::fs::read_to_string(Path::new(spec_calls::SPEC_DIR).join(L6)).expect("read L6");
     let reused = text.replace("key=k-0602", "key=k-0601");
     assert_ne!(reused, text, "L6 sends its second debit under k-0602");
-    let ctx = run_spec(&env, "L6", "l6_same_key", &spec::parse(&reused).expect("parses")).await;
+    let ctx = run_spec(
+        &env,
+        "L6",
+        "l6_same_key",
+        &spec::parse(&reused).expect("parses"),
+    )
+    .await;
     assert_control_failed(&ctx, DUPLICATE, "the key reused");
 }
 
