@@ -43,6 +43,8 @@
 //!   expectations, in the order written: `rows:`, `count:`, `reconcile:`,
 //!   `reconcile others:`, `exposes:` (see the `expect` module).
 //! - `schedule: last|exclusive|concurrent`: when the case runs among the others.
+//! - `restart immediate: REASON`, then `after restart: SQL` / `after restart call: OP …`:
+//!   a database crash once the permutations have run (see the `restart` module).
 //! - Instead of sessions, a race: `race call: N OP key=value …` or `race step: N SQL`
 //!   (`{i}` is each session's index), `race hold: SQL` (held until all N wait for a
 //!   lock) and `expect: kind=N …` (the outcome counts); see the `race` module.
@@ -103,6 +105,7 @@ mod layout;
 mod model;
 mod play;
 mod race;
+mod restart;
 mod result;
 mod upstream;
 
@@ -132,6 +135,10 @@ fn parse_call(line: usize, text: &str) -> Result<Call, ParseError> {
         args.push((key.to_string(), value.to_string()));
     }
     Ok(Call { op, args })
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn is_name(name: &str) -> bool {
@@ -292,6 +299,12 @@ fn top_item(
         "setup" => spec.setup.push(Action::Sql(value)),
         "setup call" => spec.setup.push(Action::Call(parse_call(line, &value)?)),
         "teardown" => spec.teardown.push(value),
+        "restart immediate" if !value.is_empty() => spec.restart = Some(one_line(&value)),
+        "restart immediate" => return Err(error(line, "restart immediate: REASON")),
+        "after restart" => spec.after_restart.push(Action::Sql(value)),
+        "after restart call" => spec
+            .after_restart
+            .push(Action::Call(parse_call(line, &value)?)),
         "schedule" => {
             spec.schedule = Some(match value.as_str() {
                 "last" => crate::schedule::Schedule::Last,
@@ -394,6 +407,12 @@ fn finish(
         }
     }
     spec.clean = clean.ok_or_else(|| error(0, "`clean: yes|no` is missing"))?;
+    if !spec.after_restart.is_empty() && spec.restart.is_none() {
+        return Err(error(0, "`after restart:` needs a `restart immediate:`"));
+    }
+    if spec.race.is_some() && spec.restart.is_some() {
+        return Err(error(0, "a race spec does not restart the server"));
+    }
     if spec.race.is_some() {
         if !spec.sessions.is_empty() || !spec.permutations.is_empty() {
             return Err(error(0, "a race spec has no sessions and no permutations"));
@@ -627,7 +646,8 @@ fn check_spec(spec: &Spec, template: &str, calls: &dyn Calls) -> Result<(), Stri
         .flat_map(|s| &s.steps)
         .map(|s| &s.action);
     let race = spec.race.iter().map(|race| &race.action);
-    for action in spec.setup.iter().chain(steps).chain(race) {
+    let after = spec.after_restart.iter();
+    for action in spec.setup.iter().chain(steps).chain(race).chain(after) {
         if let Action::Call(call) = action {
             calls
                 .check(call)
@@ -669,6 +689,7 @@ pub fn spec_case(id: String, shown: String, spec: Arc<Spec>, calls: Arc<dyn Call
             .sum::<u32>();
     let clean = spec.clean;
     let schedule = spec.schedule;
+    let restart = spec.restart.clone();
     let case = Case::new(id, spec.title.clone(), move |ctx: &mut Ctx| {
         let spec = spec.clone();
         let calls = calls.clone();
@@ -678,6 +699,10 @@ pub fn spec_case(id: String, shown: String, spec: Arc<Spec>, calls: Arc<dyn Call
     .connections(connections);
     let case = match schedule {
         Some(schedule) => case.schedule(schedule),
+        None => case,
+    };
+    let case = match restart {
+        Some(reason) => case.restarts_server(reason),
         None => case,
     };
     if clean { case } else { case.not_clean() }
@@ -749,6 +774,9 @@ pub async fn run(
             verdict.is_ok(),
             seen,
         );
+    }
+    if spec.restart.is_some() {
+        restart::run(ctx, spec, calls.as_ref()).await?;
     }
     if !spec.expectations.is_empty() {
         let mut db = ctx.connect().await?;
@@ -909,6 +937,18 @@ permutation: a1 b1 a2
             (SPEC.replace("title: two debits\n", ""), "title"),
             (SPEC.replace("system: t", "sytem: t"), "unknown key"),
             (SPEC.replace("  step a1", "  stop a1"), "in a session"),
+            (
+                SPEC.replace("clean: no\n", "clean: no\nafter restart: SELECT 1\n"),
+                "needs a `restart immediate:`",
+            ),
+            (
+                SPEC.replace("clean: no\n", "clean: no\nrows: = a=1\n"),
+                "rows: SQL",
+            ),
+            (
+                SPEC.replace("clean: no\n", "clean: no\nschedule: first\n"),
+                "schedule",
+            ),
         ];
         for (text, expected) in bad {
             let error = parse(&text).expect_err(expected);

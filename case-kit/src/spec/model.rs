@@ -118,6 +118,13 @@ pub struct Spec {
     /// (`last`: the family's reconciliation, after every other case); `None`: the
     /// default, concurrent.
     pub schedule: Option<crate::schedule::Schedule>,
+    /// `restart immediate: REASON`: once every permutation has run, the cluster is
+    /// stopped in immediate mode and started again (WAL recovery; [`super::restart`]);
+    /// the reason is the case's [`crate::Case::restarts_server`].
+    pub restart: Option<String>,
+    /// `after restart: SQL` / `after restart call: OP …`: run after the restart, in
+    /// order, on a new connection, their results printed.
+    pub after_restart: Vec<Action>,
 }
 
 /// A race (`race call: 32 debit … key=k-{i}` or `race step: 32 UPDATE …`): `count`

@@ -29,7 +29,6 @@ pub mod worker;
 case_kit::register_cases! {
     l07_response_lost_after_commit,
     l08_same_key_same_moment,
-    l10_database_crash,
     l12_striped_redemption,
     pub l13_strategies,
     pub l14_any_to_any,
