@@ -268,6 +268,16 @@ pub trait Calls: Send + Sync {
         0
     }
 
+    /// Whether a step running `call`, sent and not yet completed, waits on something the
+    /// family's operations can see and PostgreSQL's sessions cannot: a request paused at
+    /// a service's hook point, or one of the service's own backends waiting for a lock.
+    /// The runner treats such a step as blocked (`<waiting ...>`), as it does a session
+    /// PostgreSQL reports blocked; asked each time the runner looks while it is in
+    /// flight. Default: never.
+    fn waiting<'a>(&'a self, _call: &'a Call) -> BoxFuture<'a, bool> {
+        async { false }.boxed()
+    }
+
     /// The family's reconciliation of the database `client` is connected to, for
     /// `reconcile:` ([`super::expect`]): `Ok((clean, summary))`, the summary as
     /// `kind=N …` words. Default: the family has none (`Err`, a failed check).

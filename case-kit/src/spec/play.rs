@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
-use super::model::{Blocker, Calls, Entry, Layout, Spec, Step};
+use super::model::{Action, Blocker, Calls, Entry, Layout, Spec, Step};
 use super::result::{NoticeLog, Outcome, connect_noticed, is_error, run_action, run_sql};
 use crate::ctx::Ctx;
 
@@ -154,6 +154,24 @@ impl<'a> Play<'a> {
         Ok(row.get(0))
     }
 
+    /// Whether the step in flight on `session` is a call its family reports waiting
+    /// ([`Calls::waiting`]: a request paused at a service's hook point, say).
+    async fn held(&self, session: usize) -> bool {
+        let Some(flight) = &self.sessions[session].flight else {
+            return false;
+        };
+        match self.spec.find(&flight.step) {
+            Some((
+                _,
+                Step {
+                    action: Action::Call(call),
+                    ..
+                },
+            )) => self.calls.waiting(call).await,
+            _ => false,
+        }
+    }
+
     /// Whether the backend of `session` still runs a statement (`pg_stat_activity.state`
     /// is `active`; PostgreSQL docs §27.2.3): it turns idle only once the statement, or
     /// the abort after its error, is over, just before the backend says it is ready.
@@ -188,7 +206,9 @@ impl<'a> Play<'a> {
                     if self.active(index).await? {
                         quiet = false;
                     }
-                } else if must_finish == Some(index) || !self.blocked(index).await? {
+                } else if must_finish == Some(index)
+                    || !(self.blocked(index).await? || self.held(index).await)
+                {
                     quiet = false;
                 }
             }

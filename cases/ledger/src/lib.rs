@@ -40,7 +40,6 @@ case_kit::register_cases! {
     pub l20_reconciliation_during_writes,
     pub l21_business_reconciliation,
     pub l22_registry_in_another_database,
-    l23_mismatch_in_flight,
     pub l24_borrowed_identity,
     l25_batched_debits,
 }

@@ -114,10 +114,21 @@ impl Calls for LedgerCalls {
     fn connections(&self, call: &Call) -> u32 {
         // A service's pool; a worker's own connection.
         match call.op.as_str() {
-            "service" => launch::service::DEFAULT_POOL_SIZE as u32,
+            // Its pool, and the monitor that sees its backends wait.
+            "service" => launch::service::DEFAULT_POOL_SIZE as u32 + 1,
             "worker" => 1,
             _ => 0,
         }
+    }
+
+    fn waiting<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, bool> {
+        async move {
+            match &self.services {
+                Some(services) => services.waiting(call).await,
+                None => false,
+            }
+        }
+        .boxed()
     }
 
     fn run_racing<'a>(

@@ -13,13 +13,18 @@
 //!   `status=400 type=<problem type>`; a transport error is an error.
 //! - `call NAME: post-grant account=ID amount=N key=K [client=ops]`: the admin
 //!   listener's grant, printed the same way.
-//! - `call NAME: arm-fault point=HOOK action=A [count=N]` (`PUT /faults/HOOK`; needs
-//!   `fault-injection=yes`), `call NAME: release-fault point=HOOK` (prints
-//!   `released=N`).
+//! - `call NAME: arm-fault point=HOOK action=A [count=N] [hold_ms=N]`
+//!   (`PUT /faults/HOOK`; needs `fault-injection=yes`; `hold_ms` bounds a pause, a hang
+//!   bound only), `call NAME: release-fault point=HOOK` (prints `released=N`). A
+//!   request held at a hook point, or whose service backend waits for a lock, is
+//!   reported waiting ([`Services::waiting`]), so it shows as `<waiting ...>` until a
+//!   step releases it.
 //! - `call NAME: stop-service` sends SIGTERM and prints `exit=0` (or the status);
 //!   `call NAME: kill-service` sends SIGKILL and prints `signal=9`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use case_kit::spec::Call;
 use launch::service::{Reply, Service, ServiceOptions};
@@ -32,7 +37,7 @@ const OPS: [(&str, &[&str]); 7] = [
     ("service", &["clients", "fault-injection", "args"]),
     ("post-debit", &["account", "amount", "key", "client"]),
     ("post-grant", &["account", "amount", "key", "client"]),
-    ("arm-fault", &["point", "action", "count"]),
+    ("arm-fault", &["point", "action", "count", "hold_ms"]),
     ("release-fault", &["point"]),
     ("stop-service", &[]),
     ("kill-service", &[]),
@@ -64,7 +69,12 @@ pub struct Services {
     database_url: String,
     log_path: PathBuf,
     mode: TransferMode,
-    service: tokio::sync::Mutex<Option<Service>>,
+    service: tokio::sync::Mutex<Option<Arc<Service>>>,
+    /// A connection of its own to the case's database, opened on first use, to see the
+    /// service's backends wait for a lock ([`Services::waiting`]).
+    monitor: tokio::sync::Mutex<Option<tokio_postgres::Client>>,
+    /// HTTP requests sent by steps and not yet answered.
+    in_flight: AtomicUsize,
 }
 
 /// A reply as a step prints it: status, outcome, balance and replay flag; a problem's
@@ -82,6 +92,22 @@ fn shown(reply: &Reply) -> String {
     }
     text.push_str(&format!(" replayed={}", reply.replayed));
     text
+}
+
+/// One request counted in [`Services::in_flight`] while it lives.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn count(counter: &'a AtomicUsize) -> InFlight<'a> {
+        counter.fetch_add(1, Ordering::SeqCst);
+        InFlight(counter)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl std::fmt::Debug for Services {
@@ -107,7 +133,55 @@ impl Services {
             log_path,
             mode,
             service: tokio::sync::Mutex::new(None),
+            monitor: tokio::sync::Mutex::new(None),
+            in_flight: AtomicUsize::new(0),
         }
+    }
+
+    /// Whether a `post-debit` or `post-grant` in flight waits: every request the steps
+    /// have in flight is accounted for by one paused at a hook point of the service
+    /// (`GET /faults`: the points' `holding`) or by a backend of the service
+    /// (`application_name` `ledger-svc`) waiting for a lock
+    /// (`pg_stat_activity.wait_event_type = 'Lock'`). So a second request is reported
+    /// waiting only once it is itself seen waiting, not because the first is held. Any
+    /// other call: no.
+    pub async fn waiting(&self, call: &Call) -> bool {
+        if !["post-debit", "post-grant"].contains(&call.op.as_str()) {
+            return false;
+        }
+        let Some(service) = self.service.lock().await.clone() else {
+            return false;
+        };
+        let in_flight = self.in_flight.load(Ordering::SeqCst) as u64;
+        let faults = service.send(service.http().get(service.admin_url("/faults")));
+        let held: u64 = match faults.await {
+            Ok(reply) => {
+                let states = reply.body["faults"].as_array().cloned().unwrap_or_default();
+                states.iter().filter_map(|s| s["holding"].as_u64()).sum()
+            }
+            Err(_) => 0,
+        };
+        let waiting = self.service_lock_waits().await.unwrap_or(0);
+        in_flight > 0 && held + waiting >= in_flight
+    }
+
+    async fn service_lock_waits(&self) -> Result<u64, tokio_postgres::Error> {
+        let mut monitor = self.monitor.lock().await;
+        if monitor.is_none() {
+            let (client, connection) =
+                tokio_postgres::connect(&self.database_url, tokio_postgres::NoTls).await?;
+            tokio::spawn(connection);
+            *monitor = Some(client);
+        }
+        let client = monitor.as_ref().expect("connected");
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND application_name = 'ledger-svc' AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await?;
+        Ok(row.get::<_, i64>(0) as u64)
     }
 
     /// Runs a service operation (see the module documentation).
@@ -115,18 +189,25 @@ impl Services {
     /// Errors: the service cannot start, is not running, or a request fails in transport.
     pub async fn run(&self, call: &Call) -> Result<String, String> {
         let text = |e: anyhow::Error| format!("{e:#}");
-        let mut slot = self.service.lock().await;
         if call.op == "service" {
+            let mut slot = self.service.lock().await;
             if slot.is_some() {
                 return Err("the service is already running".into());
             }
-            *slot = Some(self.start(call).await.map_err(text)?);
+            *slot = Some(Arc::new(self.start(call).await.map_err(text)?));
             return Ok("ready".into());
         }
-        let service = slot.as_ref().ok_or("no service running (call: service)")?;
+        // Out of the slot, so a request held at a hook point does not keep `waiting`
+        // (or a release on another session) from it.
+        let service = self.service.lock().await.clone();
+        let service = service.ok_or("no service running (call: service)")?;
+        if ["stop-service", "kill-service"].contains(&call.op.as_str()) {
+            return self.end(call, service).await;
+        }
         let arg = |name: &str| call.arg(name).unwrap_or_default();
         match call.op.as_str() {
             "post-debit" => {
+                let _sent = InFlight::count(&self.in_flight);
                 let reply = service
                     .debit_once(arg("client"), arg("key"), arg("account"), amount(call)?)
                     .await
@@ -134,6 +215,7 @@ impl Services {
                 Ok(shown(&reply))
             }
             "post-grant" => {
+                let _sent = InFlight::count(&self.in_flight);
                 let client = call.arg("client").unwrap_or("ops");
                 let reply = service
                     .grant(client, arg("key"), arg("account"), amount(call)?)
@@ -143,9 +225,11 @@ impl Services {
             }
             "arm-fault" => {
                 let mut fault = serde_json::json!({ "action": arg("action") });
-                if let Some(count) = call.arg("count") {
-                    let count: u32 = count.parse().map_err(|_| "count=N: a number")?;
-                    fault["count"] = count.into();
+                for name in ["count", "hold_ms"] {
+                    if let Some(value) = call.arg(name) {
+                        let value: u64 = value.parse().map_err(|_| format!("{name}=N"))?;
+                        fault[name] = value.into();
+                    }
                 }
                 service.arm_fault(arg("point"), fault).await.map_err(text)?;
                 Ok(format!("armed at {}", arg("point")))
@@ -154,19 +238,34 @@ impl Services {
                 let released = service.release_fault(arg("point")).await.map_err(text)?;
                 Ok(format!("released={released}"))
             }
-            "stop-service" => {
-                let status = slot.take().expect("running").stop().await.map_err(text)?;
-                Ok(status
-                    .code()
-                    .map_or(status.to_string(), |c| format!("exit={c}")))
-            }
-            _ => {
-                let status = slot.take().expect("running").kill().map_err(text)?;
-                use std::os::unix::process::ExitStatusExt as _;
-                let signal = status.signal().map_or("none".into(), |s| s.to_string());
-                Ok(format!("signal={signal}"))
-            }
+            other => Err(format!("no operation {other:?}")),
         }
+    }
+
+    /// `stop-service` (SIGTERM, `exit=0`) or `kill-service` (SIGKILL, `signal=9`).
+    ///
+    /// Errors: a request of another session still holds the service.
+    async fn end(&self, call: &Call, service: Arc<Service>) -> Result<String, String> {
+        drop(service);
+        let taken = self
+            .service
+            .lock()
+            .await
+            .take()
+            .ok_or("no service running")?;
+        let service = Arc::try_unwrap(taken)
+            .map_err(|_| format!("{}: a request still holds the service", call.op))?;
+        let text = |e: anyhow::Error| format!("{e:#}");
+        if call.op == "stop-service" {
+            let status = service.stop().await.map_err(text)?;
+            return Ok(status
+                .code()
+                .map_or(status.to_string(), |c| format!("exit={c}")));
+        }
+        use std::os::unix::process::ExitStatusExt as _;
+        let status = service.kill().map_err(text)?;
+        let signal = status.signal().map_or("none".into(), |s| s.to_string());
+        Ok(format!("signal={signal}"))
     }
 
     async fn start(&self, call: &Call) -> anyhow::Result<Service> {
