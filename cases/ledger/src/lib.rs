@@ -27,7 +27,6 @@ pub mod worker;
 // run them under a plan where their fault cannot happen and see them fail (the controls
 // that are spec files, L4-L6, are run from their files: `tests/negative_controls.rs`).
 case_kit::register_cases! {
-    l07_response_lost_after_commit,
     l08_same_key_same_moment,
     l12_striped_redemption,
     pub l13_strategies,

@@ -11,6 +11,9 @@
 //!   `POST /accounts/ID/debits` and prints the answer: `status=409
 //!   outcome=INSUFFICIENT balance=0 replayed=false`, or for a problem (RFC 9457)
 //!   `status=400 type=<problem type>`; a transport error is an error.
+//!   With `give-up-when-held=POINT` the client gives up on it the moment the service is
+//!   seen holding it at POINT (a lost response; `launch::lost`), printing
+//!   `gave up: holding=1 fired=1`.
 //! - `call NAME: post-grant account=ID amount=N key=K [client=ops]`: the admin
 //!   listener's grant, printed the same way.
 //! - `call NAME: arm-fault point=HOOK action=A [count=N] [hold_ms=N]`
@@ -32,10 +35,17 @@ use points_ledger::TransferMode;
 
 use super::http::LedgerCalls as _;
 
+/// Longest wait for the service to hold a request a client is to give up on; it only
+/// stops a hang (the client then gives up and the state printed says `holding=0`).
+const HELD_WAIT_MS: u64 = 10_000;
+
 /// The operations of this module, with the arguments each takes.
 const OPS: [(&str, &[&str]); 7] = [
     ("service", &["clients", "fault-injection", "args"]),
-    ("post-debit", &["account", "amount", "key", "client"]),
+    (
+        "post-debit",
+        &["account", "amount", "key", "client", "give-up-when-held"],
+    ),
     ("post-grant", &["account", "amount", "key", "client"]),
     ("arm-fault", &["point", "action", "count", "hold_ms"]),
     ("release-fault", &["point"]),
@@ -206,6 +216,9 @@ impl Services {
         }
         let arg = |name: &str| call.arg(name).unwrap_or_default();
         match call.op.as_str() {
+            "post-debit" if call.arg("give-up-when-held").is_some() => {
+                self.give_up_when_held(&service, call).await
+            }
             "post-debit" => {
                 let _sent = InFlight::count(&self.in_flight);
                 let reply = service
@@ -239,6 +252,32 @@ impl Services {
                 Ok(format!("released={released}"))
             }
             other => Err(format!("no operation {other:?}")),
+        }
+    }
+
+    /// `post-debit … give-up-when-held=POINT`: the debit is sent and the client gives up
+    /// on it the moment the service is seen holding a request at POINT (armed with a
+    /// `pause`; `launch::lost::give_up_once_held`), as a client timeout would, but
+    /// decided by that event, not a timer. Prints `gave up: holding=1 fired=1` (the
+    /// fault's state then), or the answer when it came first.
+    ///
+    /// Errors: the fault state cannot be read; a transport error of an answer.
+    async fn give_up_when_held(&self, service: &Service, call: &Call) -> Result<String, String> {
+        let arg = |name: &str| call.arg(name).unwrap_or_default();
+        let attempt = service.debit_once(arg("client"), arg("key"), arg("account"), amount(call)?);
+        let limit = std::time::Duration::from_millis(HELD_WAIT_MS);
+        let point = arg("give-up-when-held");
+        let gave_up = launch::lost::give_up_once_held(service, point, attempt, limit)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        match gave_up.answered {
+            Some(reply) => reply
+                .map(|reply| format!("answered: {}", shown(&reply)))
+                .map_err(|e| format!("transport: {e}")),
+            None => Ok(format!(
+                "gave up: holding={} fired={}",
+                gave_up.state.holding, gave_up.state.fired
+            )),
         }
     }
 

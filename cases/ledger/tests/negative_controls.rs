@@ -126,6 +126,25 @@ async fn negative_controls_fail_without_a_race_and_pass_with_one() {
     assert_control_failed(&ctx, DUPLICATE, "the key reused");
 }
 
+/// L7's control (a file): with the retry sent under the lost key instead of a new one,
+/// there is no second debit, and its `exposes:` must report FAIL; as written it passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_response_control_fails_when_the_retry_keeps_its_key() {
+    const L7: &str = "l07_response_lost_after_commit.spec";
+    const TWICE: &str = "a retry under a new key debits twice (balance 40)";
+    let env = Env::for_tests(SEED, &[&ledger::family()])
+        .await
+        .expect("scratch cluster and template");
+    let text = std::fs::read_to_string(Path::new(spec_calls::SPEC_DIR).join(L7)).expect("L7");
+    let kept = text.replace("key=k-0703", "key=k-0702");
+    assert_ne!(kept, text, "L7 retries under k-0703");
+    let spec = spec::parse(&kept).expect("parses");
+    let ctx = run_spec(&env, "L7", "l7_same_key", &spec).await;
+    assert_control_failed(&ctx, TWICE, "the key kept");
+    let ctx = run_spec(&env, "L7", "l7_new_key", &control(L7)).await;
+    assert_all_passed(&ctx);
+}
+
 /// L14's deadlock control and L17's keyless-retry controls, run where the fault cannot
 /// happen (request-order transfers one after another; no dropped connection and no cut
 /// answer), must report FAIL; under the case's own plan they pass.
