@@ -721,6 +721,8 @@ pub async fn run(
     calls: Arc<dyn Calls>,
 ) -> anyhow::Result<()> {
     let calls = calls.for_case(ctx).unwrap_or(calls);
+    // Ends what the operations started, also when the case is cancelled midway.
+    let _ended = Ended(calls.clone());
     let orders = spec.orders();
     summary(ctx, shown, spec, orders.len());
     if let Some(race) = &spec.race {
@@ -783,6 +785,15 @@ pub async fn run(
         expect::run(ctx, &mut db, calls.as_ref(), &spec.expectations, "").await;
     }
     Ok(())
+}
+
+/// Calls [`Calls::end`] when dropped.
+struct Ended(Arc<dyn Calls>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.0.end();
+    }
 }
 
 /// Notes what `spec` is: its sessions, steps and permutations, and where an upstream

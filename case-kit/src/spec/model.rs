@@ -278,6 +278,11 @@ pub trait Calls: Send + Sync {
         async { false }.boxed()
     }
 
+    /// Ends at once what the operations started for the case (child processes, a
+    /// service), when the case ends, also when it is cancelled midway (the runner calls
+    /// it from a guard's drop, so it must not block on other tasks). Default: nothing.
+    fn end(&self) {}
+
     /// The family's reconciliation of the database `client` is connected to, for
     /// `reconcile:` ([`super::expect`]): `Ok((clean, summary))`, the summary as
     /// `kind=N …` words. Default: the family has none (`Err`, a failed check).

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
 use super::model::{Action, Blocker, Calls, Entry, Layout, Spec, Step};
 use super::result::{NoticeLog, Outcome, connect_noticed, is_error, run_action, run_sql};
 use crate::ctx::Ctx;
+use crate::race::AbortOnDrop;
 
 /// Longest a step may stay in flight (running, waiting or held back by a marker)
 /// before the permutation fails: the bound of every wait of the runner. PostgreSQL's
@@ -29,7 +29,9 @@ struct Flight {
     blockers: Vec<Blocker>,
     /// Sent with `(*)` in this round: reported waiting, not looked at until the next.
     fresh_once: bool,
-    handle: JoinHandle<(Client, Outcome)>,
+    /// Aborted when the flight is dropped (a case cancelled midway), so no step task
+    /// outlives its case.
+    handle: AbortOnDrop<(Client, Outcome)>,
 }
 
 struct Live {
@@ -198,7 +200,7 @@ impl<'a> Play<'a> {
                 let Some(flight) = &self.sessions[index].flight else {
                     continue;
                 };
-                if flight.handle.is_finished() {
+                if flight.handle.0.is_finished() {
                     // After an error PostgreSQL sends the error first, then aborts the
                     // transaction and releases its locks (PostgresMain's error recovery,
                     // src/backend/tcop/postgres.c): until the backend is idle, the steps
@@ -244,7 +246,7 @@ impl<'a> Play<'a> {
         let Some(flight) = &self.sessions[session].flight else {
             return false;
         };
-        if !flight.handle.is_finished() || flight.fresh_once {
+        if !flight.handle.0.is_finished() || flight.fresh_once {
             return false;
         }
         flight.blockers.iter().all(|blocker| match blocker {
@@ -344,7 +346,7 @@ impl<'a> Play<'a> {
             sent: order,
             blockers: entry.blockers.clone(),
             fresh_once: once,
-            handle,
+            handle: AbortOnDrop(handle),
         });
         let shown = match (layout, &step.action) {
             (Layout::Postgres, super::model::Action::Sql(sql)) => sql.clone(),
@@ -391,7 +393,7 @@ impl<'a> Play<'a> {
                 .monitor
                 .execute("SELECT pg_cancel_backend($1::int4)", &[&pid])
                 .await;
-            let abort = flight.handle.abort_handle();
+            let abort = flight.handle.0.abort_handle();
             if tokio::time::timeout(Duration::from_millis(STEP_WAIT_MS), flight.handle)
                 .await
                 .is_err()

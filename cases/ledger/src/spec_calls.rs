@@ -121,6 +121,15 @@ impl Calls for LedgerCalls {
         }
     }
 
+    fn end(&self) {
+        if let Some(workers) = &self.workers {
+            workers.end();
+        }
+        if let Some(services) = &self.services {
+            services.end();
+        }
+    }
+
     fn waiting<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, bool> {
         async move {
             match &self.services {

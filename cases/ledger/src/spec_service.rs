@@ -148,6 +148,14 @@ impl Services {
         }
     }
 
+    /// Lets go of the service when the case ends or is cancelled: it is killed once no
+    /// step task holds it any more (the handle's drop).
+    pub fn end(&self) {
+        if let Ok(mut slot) = self.service.try_lock() {
+            slot.take();
+        }
+    }
+
     /// Whether a `post-debit` or `post-grant` in flight waits: every request the steps
     /// have in flight is accounted for by one paused at a hook point of the service
     /// (`GET /faults`: the points' `holding`) or by a backend of the service
@@ -212,7 +220,7 @@ impl Services {
         let service = self.service.lock().await.clone();
         let service = service.ok_or("no service running (call: service)")?;
         if ["stop-service", "kill-service"].contains(&call.op.as_str()) {
-            return self.end(call, service).await;
+            return self.stop_or_kill(call, service).await;
         }
         let arg = |name: &str| call.arg(name).unwrap_or_default();
         match call.op.as_str() {
@@ -284,7 +292,7 @@ impl Services {
     /// `stop-service` (SIGTERM, `exit=0`) or `kill-service` (SIGKILL, `signal=9`).
     ///
     /// Errors: a request of another session still holds the service.
-    async fn end(&self, call: &Call, service: Arc<Service>) -> Result<String, String> {
+    async fn stop_or_kill(&self, call: &Call, service: Arc<Service>) -> Result<String, String> {
         drop(service);
         let taken = self
             .service
