@@ -109,11 +109,11 @@ mod restart;
 mod result;
 mod upstream;
 
-pub use expect::Expect;
 pub use layout::{meaningful, same_meaning, table};
 use model::error;
 pub use model::{
-    Action, Blocker, Call, Calls, Entry, Layout, NoCalls, ParseError, Race, Session, Spec, Step,
+    Action, Blocker, Call, Calls, Entry, Expect, Layout, NoCalls, ParseError, Race, Session, Spec,
+    Step,
 };
 pub use play::{POLL_INTERVAL_MS, STEP_WAIT_MS};
 pub use upstream::{MAX_UPSTREAM_SPEC_LINES, is_upstream, parse_upstream};
@@ -768,8 +768,21 @@ pub async fn run(
             seen,
         );
     }
+    after_permutations(ctx, spec, calls.as_ref(), &printed).await
+}
+
+/// What follows the permutations: the comparison with an expected output, the crash
+/// (`restart immediate:`), then the expectations.
+///
+/// Errors: the restart fails; no connection for the expectations.
+async fn after_permutations(
+    ctx: &mut Ctx,
+    spec: &Spec,
+    calls: &dyn Calls,
+    printed: &str,
+) -> anyhow::Result<()> {
     if let Some((file, expected)) = &spec.expected {
-        let verdict = same_meaning(&printed, expected);
+        let verdict = same_meaning(printed, expected);
         let seen = verdict.clone().err().unwrap_or_default();
         ctx.check(
             format!("the transcript means what {file} says"),
@@ -778,11 +791,11 @@ pub async fn run(
         );
     }
     if spec.restart.is_some() {
-        restart::run(ctx, spec, calls.as_ref()).await?;
+        restart::run(ctx, spec, calls).await?;
     }
     if !spec.expectations.is_empty() {
         let mut db = ctx.connect().await?;
-        expect::run(ctx, &mut db, calls.as_ref(), &spec.expectations, "").await;
+        expect::run(ctx, &mut db, calls, &spec.expectations, "").await;
     }
     Ok(())
 }

@@ -21,50 +21,9 @@
 
 use tokio_postgres::Client;
 
-use super::model::{Calls, Layout, ParseError, error};
+use super::model::{Calls, Expect, Layout, ParseError, error};
 use super::result::run_sql;
 use crate::ctx::Ctx;
-
-/// One expectation of a spec (see the module documentation).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Expect {
-    /// `check: SQL`: one row, first column true.
-    True(String),
-    /// `rows: SQL` with its `= …` lines: the rows as printed, in order.
-    Rows {
-        /// The query.
-        sql: String,
-        /// The rows expected, as `column=value …` (or `(0 rows)`).
-        rows: Vec<String>,
-    },
-    /// `count: N SQL`: the query returns N rows.
-    Count {
-        /// The figure.
-        figure: usize,
-        /// The query.
-        sql: String,
-    },
-    /// `reconcile: clean` (no words) or `reconcile: kind=N …`.
-    Reconcile(Vec<String>),
-    /// `reconcile others: clean`.
-    ReconcileOthers,
-    /// `exposes: ANOMALY` with `outcome KIND >= N`: a race's outcome counts decide.
-    ExposesOutcome {
-        /// The anomaly as named in the check.
-        anomaly: String,
-        /// The outcome kind counted (`check_violation`).
-        kind: String,
-        /// At least this many racers.
-        at_least: usize,
-    },
-    /// `exposes: ANOMALY` with its query.
-    Exposes {
-        /// The anomaly as named in the check.
-        anomaly: String,
-        /// One row; its first column: whether the anomaly happened.
-        sql: String,
-    },
-}
 
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")

@@ -8,7 +8,6 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use tokio_postgres::Client;
 
-use super::expect::Expect;
 use crate::ctx::Ctx;
 
 /// A library operation as a step: an operation name and its `key=value` arguments.
@@ -112,14 +111,14 @@ pub struct Spec {
     /// A race instead of sessions: N sessions doing one operation, released together.
     pub race: Option<Race>,
     /// What must hold once everything else has run, in the order written: `check:`,
-    /// `rows:`, `count:`, `reconcile:`, `exposes:` ([`super::expect`]).
+    /// `rows:`, `count:`, `reconcile:`, `exposes:` (read and checked by the `expect` module).
     pub expectations: Vec<Expect>,
     /// `schedule: last|exclusive|concurrent`: when the case runs among the others
     /// (`last`: the family's reconciliation, after every other case); `None`: the
     /// default, concurrent.
     pub schedule: Option<crate::schedule::Schedule>,
     /// `restart immediate: REASON`: once every permutation has run, the cluster is
-    /// stopped in immediate mode and started again (WAL recovery; [`super::restart`]);
+    /// stopped in immediate mode and started again (WAL recovery; the `restart` module);
     /// the reason is the case's [`crate::Case::restarts_server`].
     pub restart: Option<String>,
     /// `after restart: SQL` / `after restart call: OP …`: run after the restart, in
@@ -144,6 +143,48 @@ pub struct Race {
     /// `expect: ok=14 insufficient=18`: the outcome counts that must be seen, every
     /// other kind 0.
     pub expect: Option<String>,
+}
+
+/// One expectation of a spec: what must hold once its steps have run (read and checked
+/// by the `expect` module, which documents each key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    /// `check: SQL`: one row, first column true.
+    True(String),
+    /// `rows: SQL` with its `= …` lines: the rows as printed, in order.
+    Rows {
+        /// The query.
+        sql: String,
+        /// The rows expected, as `column=value …` (or `(0 rows)`).
+        rows: Vec<String>,
+    },
+    /// `count: N SQL`: the query returns N rows.
+    Count {
+        /// The figure.
+        figure: usize,
+        /// The query.
+        sql: String,
+    },
+    /// `reconcile: clean` (no words) or `reconcile: kind=N …`.
+    Reconcile(Vec<String>),
+    /// `reconcile others: clean`.
+    ReconcileOthers,
+    /// `exposes: ANOMALY` with `outcome KIND >= N`: a race's outcome counts decide.
+    ExposesOutcome {
+        /// The anomaly as named in the check.
+        anomaly: String,
+        /// The outcome kind counted (`check_violation`).
+        kind: String,
+        /// At least this many racers.
+        at_least: usize,
+    },
+    /// `exposes: ANOMALY` with its query.
+    Exposes {
+        /// The anomaly as named in the check.
+        anomaly: String,
+        /// One row; its first column: whether the anomaly happened.
+        sql: String,
+    },
 }
 
 /// How a spec's transcript is laid out.
@@ -284,7 +325,7 @@ pub trait Calls: Send + Sync {
     fn end(&self) {}
 
     /// The family's reconciliation of the database `client` is connected to, for
-    /// `reconcile:` ([`super::expect`]): `Ok((clean, summary))`, the summary as
+    /// `reconcile:` (the `expect` module): `Ok((clean, summary))`, the summary as
     /// `kind=N …` words. Default: the family has none (`Err`, a failed check).
     fn reconcile<'a>(
         &'a self,
