@@ -159,8 +159,9 @@ impl Services {
     /// Whether a `post-debit` or `post-grant` in flight waits: every request the steps
     /// have in flight is accounted for by one paused at a hook point of the service
     /// (`GET /faults`: the points' `holding`) or by a backend of the service
-    /// (`application_name` `ledger-svc`) waiting for a lock
-    /// (`pg_stat_activity.wait_event_type = 'Lock'`). So a second request is reported
+    /// (`application_name` `ledger-svc`) waiting for a lock, as the lock manager says
+    /// (`pg_blocking_pids`: a `wait_event` may still read `Lock` after the lock was
+    /// granted, until the waiter runs again). So a second request is reported
     /// waiting only once it is itself seen waiting, not because the first is held. Any
     /// other call: no.
     pub async fn waiting(&self, call: &Call) -> bool {
@@ -195,7 +196,8 @@ impl Services {
         let row = client
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                 AND application_name = 'ledger-svc' AND wait_event_type = 'Lock'",
+                 AND application_name = 'ledger-svc' \
+                 AND cardinality(pg_blocking_pids(pid)) > 0",
                 &[],
             )
             .await?;
