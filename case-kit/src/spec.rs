@@ -39,7 +39,12 @@
 //! - `permutation: NAMES` runs those steps in that order; with no permutation line, every
 //!   order that keeps each session's steps in their order runs ([`all_orders`]).
 //! - A value continues on the following lines indented deeper than its key.
-//! - `check: SQL` (may repeat) runs at the end and must return true.
+//! - `check: SQL` (may repeat) runs at the end and must return true; so do the other
+//!   expectations, in the order written: `rows:`, `count:`, `reconcile:`,
+//!   `reconcile others:`, `exposes:` (see the `expect` module).
+//! - `schedule: last|exclusive|concurrent`: when the case runs among the others.
+//! - `restart immediate: REASON`, then `after restart: SQL` / `after restart call: OP …`:
+//!   a database crash once the permutations have run (see the `restart` module).
 //! - Instead of sessions, a race: `race call: N OP key=value …` or `race step: N SQL`
 //!   (`{i}` is each session's index), `race hold: SQL` (held until all N wait for a
 //!   lock) and `expect: kind=N …` (the outcome counts); see the `race` module.
@@ -95,17 +100,20 @@ use futures_util::FutureExt;
 use crate::case::Case;
 use crate::ctx::Ctx;
 
+mod expect;
 mod layout;
 mod model;
 mod play;
 mod race;
+mod restart;
 mod result;
 mod upstream;
 
 pub use layout::{meaningful, same_meaning, table};
 use model::error;
 pub use model::{
-    Action, Blocker, Call, Calls, Entry, Layout, NoCalls, ParseError, Race, Session, Spec, Step,
+    Action, Blocker, Call, Calls, Entry, Expect, Layout, NoCalls, ParseError, Race, Session, Spec,
+    Step,
 };
 pub use play::{POLL_INTERVAL_MS, STEP_WAIT_MS};
 pub use upstream::{MAX_UPSTREAM_SPEC_LINES, is_upstream, parse_upstream};
@@ -127,6 +135,10 @@ fn parse_call(line: usize, text: &str) -> Result<Call, ParseError> {
         args.push((key.to_string(), value.to_string()));
     }
     Ok(Call { op, args })
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn is_name(name: &str) -> bool {
@@ -287,7 +299,29 @@ fn top_item(
         "setup" => spec.setup.push(Action::Sql(value)),
         "setup call" => spec.setup.push(Action::Call(parse_call(line, &value)?)),
         "teardown" => spec.teardown.push(value),
-        "check" => spec.checks.push(value),
+        "restart immediate" if !value.is_empty() => spec.restart = Some(one_line(&value)),
+        "restart immediate" => return Err(error(line, "restart immediate: REASON")),
+        "after restart" => spec.after_restart.push(Action::Sql(value)),
+        "after restart call" => spec
+            .after_restart
+            .push(Action::Call(parse_call(line, &value)?)),
+        "schedule" => {
+            spec.schedule = Some(match value.as_str() {
+                "last" => crate::schedule::Schedule::Last,
+                "exclusive" => crate::schedule::Schedule::Exclusive,
+                "concurrent" => crate::schedule::Schedule::Concurrent,
+                other => {
+                    return Err(error(
+                        line,
+                        format!("schedule: last, exclusive or concurrent, not {other:?}"),
+                    ));
+                }
+            })
+        }
+        "check" | "rows" | "count" | "reconcile" | "reconcile others" | "exposes" => {
+            let expect = expect::parse(line, key, &value).expect("an expectation's key");
+            spec.expectations.push(expect?);
+        }
         "race call" | "race step" | "race hold" | "expect" => race_item(spec, line, key, value)?,
         "permutation" => {
             let names: Vec<Entry> = value.split_whitespace().map(Entry::plain).collect();
@@ -373,6 +407,12 @@ fn finish(
         }
     }
     spec.clean = clean.ok_or_else(|| error(0, "`clean: yes|no` is missing"))?;
+    if !spec.after_restart.is_empty() && spec.restart.is_none() {
+        return Err(error(0, "`after restart:` needs a `restart immediate:`"));
+    }
+    if spec.race.is_some() && spec.restart.is_some() {
+        return Err(error(0, "a race spec does not restart the server"));
+    }
     if spec.race.is_some() {
         if !spec.sessions.is_empty() || !spec.permutations.is_empty() {
             return Err(error(0, "a race spec has no sessions and no permutations"));
@@ -606,7 +646,8 @@ fn check_spec(spec: &Spec, template: &str, calls: &dyn Calls) -> Result<(), Stri
         .flat_map(|s| &s.steps)
         .map(|s| &s.action);
     let race = spec.race.iter().map(|race| &race.action);
-    for action in spec.setup.iter().chain(steps).chain(race) {
+    let after = spec.after_restart.iter();
+    for action in spec.setup.iter().chain(steps).chain(race).chain(after) {
         if let Action::Call(call) = action {
             calls
                 .check(call)
@@ -630,7 +671,25 @@ pub fn spec_case(id: String, shown: String, spec: Arc<Spec>, calls: Arc<dyn Call
     // setup's.
     let connections =
         spec.sessions.len() as u32 + 2 + spec.race.as_ref().map_or(0, |r| r.count as u32 + 2);
+    // And what the calls hold beyond their sessions (a service's pool).
+    let steps = spec
+        .sessions
+        .iter()
+        .flat_map(|s| &s.steps)
+        .map(|s| &s.action);
+    let connections = connections
+        + spec
+            .setup
+            .iter()
+            .chain(steps)
+            .map(|action| match action {
+                Action::Call(call) => calls.connections(call),
+                Action::Sql(_) => 0,
+            })
+            .sum::<u32>();
     let clean = spec.clean;
+    let schedule = spec.schedule;
+    let restart = spec.restart.clone();
     let case = Case::new(id, spec.title.clone(), move |ctx: &mut Ctx| {
         let spec = spec.clone();
         let calls = calls.clone();
@@ -638,6 +697,14 @@ pub fn spec_case(id: String, shown: String, spec: Arc<Spec>, calls: Arc<dyn Call
         async move { run(ctx, &shown, &spec, calls).await }.boxed()
     })
     .connections(connections);
+    let case = match schedule {
+        Some(schedule) => case.schedule(schedule),
+        None => case,
+    };
+    let case = match restart {
+        Some(reason) => case.restarts_server(reason),
+        None => case,
+    };
     if clean { case } else { case.not_clean() }
 }
 
@@ -654,6 +721,8 @@ pub async fn run(
     calls: Arc<dyn Calls>,
 ) -> anyhow::Result<()> {
     let calls = calls.for_case(ctx).unwrap_or(calls);
+    // Ends what the operations started, also when the case is cancelled midway.
+    let _ended = Ended(calls.clone());
     let orders = spec.orders();
     summary(ctx, shown, spec, orders.len());
     if let Some(race) = &spec.race {
@@ -699,8 +768,21 @@ pub async fn run(
             seen,
         );
     }
+    after_permutations(ctx, spec, calls.as_ref(), &printed).await
+}
+
+/// What follows the permutations: the comparison with an expected output, the crash
+/// (`restart immediate:`), then the expectations.
+///
+/// Errors: the restart fails; no connection for the expectations.
+async fn after_permutations(
+    ctx: &mut Ctx,
+    spec: &Spec,
+    calls: &dyn Calls,
+    printed: &str,
+) -> anyhow::Result<()> {
     if let Some((file, expected)) = &spec.expected {
-        let verdict = same_meaning(&printed, expected);
+        let verdict = same_meaning(printed, expected);
         let seen = verdict.clone().err().unwrap_or_default();
         ctx.check(
             format!("the transcript means what {file} says"),
@@ -708,11 +790,23 @@ pub async fn run(
             seen,
         );
     }
-    if !spec.checks.is_empty() {
-        let db = ctx.connect().await?;
-        race::checks(ctx, &db, spec).await?;
+    if spec.restart.is_some() {
+        restart::run(ctx, spec, calls).await?;
+    }
+    if !spec.expectations.is_empty() {
+        let mut db = ctx.connect().await?;
+        expect::run(ctx, &mut db, calls, &spec.expectations, "").await;
     }
     Ok(())
+}
+
+/// Calls [`Calls::end`] when dropped.
+struct Ended(Arc<dyn Calls>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.0.end();
+    }
 }
 
 /// Notes what `spec` is: its sessions, steps and permutations, and where an upstream
@@ -867,6 +961,18 @@ permutation: a1 b1 a2
             (SPEC.replace("title: two debits\n", ""), "title"),
             (SPEC.replace("system: t", "sytem: t"), "unknown key"),
             (SPEC.replace("  step a1", "  stop a1"), "in a session"),
+            (
+                SPEC.replace("clean: no\n", "clean: no\nafter restart: SELECT 1\n"),
+                "needs a `restart immediate:`",
+            ),
+            (
+                SPEC.replace("clean: no\n", "clean: no\nrows: = a=1\n"),
+                "rows: SQL",
+            ),
+            (
+                SPEC.replace("clean: no\n", "clean: no\nschedule: first\n"),
+                "schedule",
+            ),
         ];
         for (text, expected) in bad {
             let error = parse(&text).expect_err(expected);

@@ -253,7 +253,8 @@ async fn a_worker_that_fails_early_is_reported() {
     assert!(!process_exists(pid));
 }
 
-/// L9 cancelled midway — while its worker is paused and the same-key request waits —
+/// L9 (its file, the kill left out) cancelled midway — while its worker is paused and
+/// the same-key request waits —
 /// leaves no worker process, no open transaction and no committed debit; then the cluster
 /// stops with no postgres process left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,8 +263,15 @@ async fn l9_cancelled_midway_leaves_no_process() {
     let db = fresh_database(&env, "case_l9").await;
     let url = env.url(&db).unwrap();
     let observer = env.connect(&db).await.unwrap();
-    let family = ledger();
-    let case = family.cases.iter().find(|case| case.id == "L9").unwrap();
+    // L9's file without its last step (the kill): the case then waits for the same-key
+    // debit until it is cancelled, however fast it runs.
+    let file = "l09_killed_before_commit.spec";
+    let dir = std::path::Path::new(cases_ledger::spec_calls::SPEC_DIR);
+    let mut spec = case_kit::spec::load(dir, file, file).expect("L9's file");
+    let kill = spec.permutations[0].pop().expect("the kill");
+    assert_eq!(kill.name, "w_kill");
+    let calls = Arc::new(cases_ledger::spec_calls::LedgerCalls::default());
+    let case = case_kit::spec::spec_case("L9".into(), file.into(), Arc::new(spec), calls);
     let mut ctx = Ctx::new(env.clone(), "L", "L9", Resource::Database(db));
 
     let blocked = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity \
@@ -323,11 +331,11 @@ async fn l9_and_l10_pass_and_leave_no_process() {
         let report = case_kit::run_case(env.clone(), &family, case).await;
         let transcript = report.transcript();
         assert_eq!(report.failed, 0, "{transcript}");
-        assert!(report.passed > 10, "{transcript}");
+        assert!(report.passed >= 5, "{transcript}");
         transcripts.push_str(&transcript);
     }
     assert!(
-        transcripts.contains("ended by signal 9 (shell status 137)"),
+        transcripts.contains("signal=9 shell_status=137"),
         "{transcripts}"
     );
     assert!(

@@ -184,10 +184,7 @@ fn a_failing_run_in_a_real_browser() {
     )
     .unwrap();
     let good = std::fs::read_to_string(repo().join("evidence/snapshots/L/L1.snap")).unwrap();
-    let broken = good.replace(
-        "stored balance (expected=700, actual=700)",
-        "stored balance (expected=701, actual=701)",
-    );
+    let broken = good.replace("outcome=OK balance=700", "outcome=OK balance=701");
     assert_ne!(good, broken, "the committed L1 snapshot changed shape");
     std::fs::write(snapshots.join("L1.snap"), broken).unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_harness"))
@@ -230,10 +227,8 @@ fn a_failing_run_in_a_real_browser() {
         "the canary's FAIL check row in {}",
         snippet(&seen.text, "FAIL</td>")
     );
-    let diff_line = regex::Regex::new(
-        r#"<span class="del">-\s+ok\s+stored balance \(expected=701, actual=701\)"#,
-    )
-    .unwrap();
+    let diff_line =
+        regex::Regex::new(r#"<span class="del">-\s+note\s+outcome=OK balance=701"#).unwrap();
     assert!(
         diff_line.is_match(&seen.text),
         "L1's diff in {}",

@@ -128,10 +128,7 @@ fn canary_fails_the_run() {
 fn snapshot_mismatch_diff_and_modes() {
     let scratch = Scratch::new("snap");
     let good = committed("L1");
-    let broken = good.replace(
-        "stored balance (expected=700, actual=700)",
-        "stored balance (expected=701, actual=701)",
-    );
+    let broken = good.replace("outcome=OK balance=700", "outcome=OK balance=701");
     assert_ne!(good, broken, "the committed L1 snapshot changed shape");
     std::fs::write(scratch.snapshot("L1"), &broken).unwrap();
 
@@ -144,11 +141,11 @@ fn snapshot_mismatch_diff_and_modes() {
         "{text}"
     );
     assert!(
-        text.contains("-  ok   stored balance (expected=701, actual=701)"),
+        text.contains("-  note     outcome=OK balance=701"),
         "{text}"
     );
     assert!(
-        text.contains("+  ok   stored balance (expected=700, actual=700)"),
+        text.contains("+  note     outcome=OK balance=700"),
         "{text}"
     );
     assert!(
@@ -166,7 +163,7 @@ fn snapshot_mismatch_diff_and_modes() {
     );
     let junit = std::fs::read_to_string(scratch.evidence().join("latest/junit.xml")).unwrap();
     assert!(
-        junit.contains("-  ok   stored balance (expected=701, actual=701)"),
+        junit.contains("-  note     outcome=OK balance=701"),
         "the diff is the failure's text: {junit}"
     );
 

@@ -110,9 +110,20 @@ pub struct Spec {
     pub expected: Option<(String, String)>,
     /// A race instead of sessions: N sessions doing one operation, released together.
     pub race: Option<Race>,
-    /// SQL run once everything else has, each returning one boolean that must be true
-    /// (`check: SELECT balance = 2 FROM account WHERE …`).
-    pub checks: Vec<String>,
+    /// What must hold once everything else has run, in the order written: `check:`,
+    /// `rows:`, `count:`, `reconcile:`, `exposes:` (read and checked by the `expect` module).
+    pub expectations: Vec<Expect>,
+    /// `schedule: last|exclusive|concurrent`: when the case runs among the others
+    /// (`last`: the family's reconciliation, after every other case); `None`: the
+    /// default, concurrent.
+    pub schedule: Option<crate::schedule::Schedule>,
+    /// `restart immediate: REASON`: once every permutation has run, the cluster is
+    /// stopped in immediate mode and started again (WAL recovery; the `restart` module);
+    /// the reason is the case's [`crate::Case::restarts_server`].
+    pub restart: Option<String>,
+    /// `after restart: SQL` / `after restart call: OP …`: run after the restart, in
+    /// order, on a new connection, their results printed.
+    pub after_restart: Vec<Action>,
 }
 
 /// A race (`race call: 32 debit … key=k-{i}` or `race step: 32 UPDATE …`): `count`
@@ -132,6 +143,48 @@ pub struct Race {
     /// `expect: ok=14 insufficient=18`: the outcome counts that must be seen, every
     /// other kind 0.
     pub expect: Option<String>,
+}
+
+/// One expectation of a spec: what must hold once its steps have run (read and checked
+/// by the `expect` module, which documents each key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    /// `check: SQL`: one row, first column true.
+    True(String),
+    /// `rows: SQL` with its `= …` lines: the rows as printed, in order.
+    Rows {
+        /// The query.
+        sql: String,
+        /// The rows expected, as `column=value …` (or `(0 rows)`).
+        rows: Vec<String>,
+    },
+    /// `count: N SQL`: the query returns N rows.
+    Count {
+        /// The figure.
+        figure: usize,
+        /// The query.
+        sql: String,
+    },
+    /// `reconcile: clean` (no words) or `reconcile: kind=N …`.
+    Reconcile(Vec<String>),
+    /// `reconcile others: clean`.
+    ReconcileOthers,
+    /// `exposes: ANOMALY` with `outcome KIND >= N`: a race's outcome counts decide.
+    ExposesOutcome {
+        /// The anomaly as named in the check.
+        anomaly: String,
+        /// The outcome kind counted (`check_violation`).
+        kind: String,
+        /// At least this many racers.
+        at_least: usize,
+    },
+    /// `exposes: ANOMALY` with its query.
+    Exposes {
+        /// The anomaly as named in the check.
+        anomaly: String,
+        /// One row; its first column: whether the anomaly happened.
+        sql: String,
+    },
 }
 
 /// How a spec's transcript is laid out.
@@ -222,6 +275,19 @@ pub trait Calls: Send + Sync {
         call: &'a Call,
     ) -> BoxFuture<'a, Result<String, String>>;
 
+    /// Runs `call` as one racer of a `race call:` ([`Race`]): `barrier` is shared by all
+    /// racers, for an operation that meets the others between two of its statements (a
+    /// naive read-then-write that is to be forced, not hoped for). Default: [`Calls::run`],
+    /// the barrier unused (the race's own release already sent the racers together).
+    fn run_racing<'a>(
+        &'a self,
+        client: &'a mut Client,
+        call: &'a Call,
+        _barrier: &'a tokio::sync::Barrier,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        self.run(client, call)
+    }
+
     /// These operations as the case's choices run them ([`Ctx::choice`]), when that
     /// matters to the family (the ledger's one-trip transfer); `None` (the default):
     /// the same operations whatever the run chose.
@@ -234,6 +300,38 @@ pub trait Calls: Send + Sync {
     /// another session. Default: none.
     fn backends(&self) -> Vec<i32> {
         Vec::new()
+    }
+
+    /// PostgreSQL connections `call` holds besides its session's (a service's pool, a
+    /// child process's own), so a spec case declares them ([`crate::Case::connections`]).
+    /// Default: none.
+    fn connections(&self, _call: &Call) -> u32 {
+        0
+    }
+
+    /// Whether a step running `call`, sent and not yet completed, waits on something the
+    /// family's operations can see and PostgreSQL's sessions cannot: a request paused at
+    /// a service's hook point, or one of the service's own backends waiting for a lock.
+    /// The runner treats such a step as blocked (`<waiting ...>`), as it does a session
+    /// PostgreSQL reports blocked; asked each time the runner looks while it is in
+    /// flight. Default: never.
+    fn waiting<'a>(&'a self, _call: &'a Call) -> BoxFuture<'a, bool> {
+        async { false }.boxed()
+    }
+
+    /// Ends at once what the operations started for the case (child processes, a
+    /// service), when the case ends, also when it is cancelled midway (the runner calls
+    /// it from a guard's drop, so it must not block on other tasks). Default: nothing.
+    fn end(&self) {}
+
+    /// The family's reconciliation of the database `client` is connected to, for
+    /// `reconcile:` (the `expect` module): `Ok((clean, summary))`, the summary as
+    /// `kind=N …` words. Default: the family has none (`Err`, a failed check).
+    fn reconcile<'a>(
+        &'a self,
+        _client: &'a mut Client,
+    ) -> BoxFuture<'a, Result<(bool, String), String>> {
+        async { Err("this family offers no reconciliation".to_string()) }.boxed()
     }
 }
 

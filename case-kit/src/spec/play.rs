@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
-use super::model::{Blocker, Calls, Entry, Layout, Spec, Step};
+use super::model::{Action, Blocker, Calls, Entry, Layout, Spec, Step};
 use super::result::{NoticeLog, Outcome, connect_noticed, is_error, run_action, run_sql};
 use crate::ctx::Ctx;
+use crate::race::AbortOnDrop;
 
 /// Longest a step may stay in flight (running, waiting or held back by a marker)
 /// before the permutation fails: the bound of every wait of the runner. PostgreSQL's
@@ -29,7 +29,9 @@ struct Flight {
     blockers: Vec<Blocker>,
     /// Sent with `(*)` in this round: reported waiting, not looked at until the next.
     fresh_once: bool,
-    handle: JoinHandle<(Client, Outcome)>,
+    /// Aborted when the flight is dropped (a case cancelled midway), so no step task
+    /// outlives its case.
+    handle: AbortOnDrop<(Client, Outcome)>,
 }
 
 struct Live {
@@ -154,6 +156,24 @@ impl<'a> Play<'a> {
         Ok(row.get(0))
     }
 
+    /// Whether the step in flight on `session` is a call its family reports waiting
+    /// ([`Calls::waiting`]: a request paused at a service's hook point, say).
+    async fn held(&self, session: usize) -> bool {
+        let Some(flight) = &self.sessions[session].flight else {
+            return false;
+        };
+        match self.spec.find(&flight.step) {
+            Some((
+                _,
+                Step {
+                    action: Action::Call(call),
+                    ..
+                },
+            )) => self.calls.waiting(call).await,
+            _ => false,
+        }
+    }
+
     /// Whether the backend of `session` still runs a statement (`pg_stat_activity.state`
     /// is `active`; PostgreSQL docs §27.2.3): it turns idle only once the statement, or
     /// the abort after its error, is over, just before the backend says it is ready.
@@ -180,7 +200,7 @@ impl<'a> Play<'a> {
                 let Some(flight) = &self.sessions[index].flight else {
                     continue;
                 };
-                if flight.handle.is_finished() {
+                if flight.handle.0.is_finished() {
                     // After an error PostgreSQL sends the error first, then aborts the
                     // transaction and releases its locks (PostgresMain's error recovery,
                     // src/backend/tcop/postgres.c): until the backend is idle, the steps
@@ -188,7 +208,9 @@ impl<'a> Play<'a> {
                     if self.active(index).await? {
                         quiet = false;
                     }
-                } else if must_finish == Some(index) || !self.blocked(index).await? {
+                } else if must_finish == Some(index)
+                    || !(self.blocked(index).await? || self.held(index).await)
+                {
                     quiet = false;
                 }
             }
@@ -224,7 +246,7 @@ impl<'a> Play<'a> {
         let Some(flight) = &self.sessions[session].flight else {
             return false;
         };
-        if !flight.handle.is_finished() || flight.fresh_once {
+        if !flight.handle.0.is_finished() || flight.fresh_once {
             return false;
         }
         flight.blockers.iter().all(|blocker| match blocker {
@@ -324,7 +346,7 @@ impl<'a> Play<'a> {
             sent: order,
             blockers: entry.blockers.clone(),
             fresh_once: once,
-            handle,
+            handle: AbortOnDrop(handle),
         });
         let shown = match (layout, &step.action) {
             (Layout::Postgres, super::model::Action::Sql(sql)) => sql.clone(),
@@ -371,7 +393,7 @@ impl<'a> Play<'a> {
                 .monitor
                 .execute("SELECT pg_cancel_backend($1::int4)", &[&pid])
                 .await;
-            let abort = flight.handle.abort_handle();
+            let abort = flight.handle.0.abort_handle();
             if tokio::time::timeout(Duration::from_millis(STEP_WAIT_MS), flight.handle)
                 .await
                 .is_err()

@@ -71,7 +71,7 @@ pub async fn run(
     let mut db = ctx.connect().await?;
     let mut lines = Vec::new();
     play::setup(&mut db, spec, calls.as_ref(), &mut lines).await?;
-    let outcomes = contend(ctx, &db, race, calls).await?;
+    let outcomes = contend(ctx, &db, race, calls.clone()).await?;
     let kinds: Vec<String> = outcomes.iter().map(kind).collect();
     let seen = counts(&kinds);
     ctx.note(seen.clone());
@@ -87,13 +87,14 @@ pub async fn run(
                 std::iter::repeat_n(k.to_string(), n.parse().unwrap_or(0))
             })
             .collect();
-        ctx.check_eq("outcomes", counts(&wanted), seen);
+        ctx.check_eq("outcomes", counts(&wanted), seen.clone());
     }
     play::teardown(&db, spec, &mut lines).await;
     for line in lines {
         ctx.note(line);
     }
-    checks(ctx, &db, spec).await
+    super::expect::run(ctx, &mut db, calls.as_ref(), &spec.expectations, &seen).await;
+    Ok(())
 }
 
 /// The race itself: the holder's lock taken (when there is one), the racers released
@@ -125,7 +126,11 @@ async fn contend(
         let (action, calls) = (for_racer(&action, racer.index), calls.clone());
         async move {
             match &action {
-                Action::Call(call) => calls.run(&mut racer.client, call).await,
+                Action::Call(call) => {
+                    calls
+                        .run_racing(&mut racer.client, call, &racer.barrier)
+                        .await
+                }
                 Action::Sql(sql) => {
                     let outcome = run_sql(&racer.client, sql, Layout::Ours).await;
                     if is_error(&outcome) {
@@ -154,20 +159,6 @@ async fn contend(
         );
     }
     Ok(outcomes)
-}
-
-/// Runs the spec's `check:` queries on `db`; each must return one row whose first
-/// column is true.
-///
-/// Errors: none of its own (a query that fails is a failed check).
-pub async fn checks(ctx: &mut Ctx, db: &tokio_postgres::Client, spec: &Spec) -> anyhow::Result<()> {
-    for sql in &spec.checks {
-        let shown = sql.split_whitespace().collect::<Vec<_>>().join(" ");
-        let outcome = run_sql(db, sql, Layout::Ours).await;
-        let passed = outcome.len() == 1 && outcome[0].ends_with("=t");
-        ctx.check(shown, passed, outcome.join(" "));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

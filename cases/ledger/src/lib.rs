@@ -15,27 +15,19 @@ pub mod canary;
 pub mod http;
 mod l00_template;
 pub mod modes;
-pub mod naive;
 pub mod naive_keyless;
 pub mod queries;
 pub mod spec_calls;
+pub mod spec_naive;
+pub mod spec_service;
 pub mod spec_workers;
 pub mod worker;
 
 // One line per case, in id order. The negative controls are public so that a test can
-// run them under a plan where the race cannot happen
-// (`run_with(ctx, naive::RacePlan::serial(32))`) and see them fail.
+// run them under a plan where their fault cannot happen and see them fail (the controls
+// that are spec files, L4-L6, are run from their files: `tests/negative_controls.rs`).
 case_kit::register_cases! {
-    l01_normal_path,
-    l02_rejected_key_stays_rejected,
-    pub l04_lost_update,
-    pub l05_overdraft,
-    pub l06_check_last_line,
-    l07_response_lost_after_commit,
     l08_same_key_same_moment,
-    l09_killed_before_commit,
-    l10_database_crash,
-    l11_reconciliation,
     l12_striped_redemption,
     pub l13_strategies,
     pub l14_any_to_any,
@@ -47,7 +39,6 @@ case_kit::register_cases! {
     pub l20_reconciliation_during_writes,
     pub l21_business_reconciliation,
     pub l22_registry_in_another_database,
-    l23_mismatch_in_flight,
     pub l24_borrowed_identity,
     l25_batched_debits,
 }

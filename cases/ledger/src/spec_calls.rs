@@ -5,7 +5,14 @@
 //! Operations, each one `points_ledger::transfer` (its own READ COMMITTED transaction, SPEC
 //! §3) on the session's connection:
 //! - `debit account=ID amount=N key=K [client=C]`: a DEBIT of N points into `sys-redeem`;
-//! - `grant account=ID amount=N key=K [client=C]`: a GRANT of N points from `sys-issuer`.
+//! - `grant account=ID amount=N key=K [client=C]`: a GRANT of N points from `sys-issuer`;
+//! - `reconcile`: the ledger's reconciliation (`points_ledger::reconcile`, one REPEATABLE
+//!   READ snapshot) of the case's database, printed as its summary
+//!   (`balance_mismatches=0 … global_sum=0`).
+//!
+//! Further operations: crash-workers ([`super::spec_workers`]), `ledger-svc` over HTTP
+//! ([`super::spec_service`]), the naive debit of the negative controls
+//! ([`super::spec_naive`]).
 //!
 //! `client` defaults to [`DEFAULT_CLIENT`]. The outcome prints as
 //! `outcome=OK balance=20` (`replayed=true` added for a replay); an error as its SQLSTATE
@@ -20,6 +27,7 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use points_ledger::{NoHooks, TransferMode, TransferRequest, transfer_in};
 
+use super::spec_service::{self, Services};
 use super::spec_workers::{self, Workers};
 use tokio_postgres::Client;
 
@@ -38,6 +46,9 @@ pub struct LedgerCalls {
     /// The crash-workers of the case (`worker`, `kill-worker`; [`super::spec_workers`]);
     /// `None` until [`Calls::for_case`] gives the case's database.
     pub workers: Option<Arc<Workers>>,
+    /// The case's `ledger-svc` (`service`, `post-debit`, …; [`super::spec_service`]);
+    /// `None` until [`Calls::for_case`].
+    pub services: Option<Arc<Services>>,
 }
 
 fn request(call: &Call) -> Result<TransferRequest, String> {
@@ -63,17 +74,33 @@ fn request(call: &Call) -> Result<TransferRequest, String> {
 
 impl Calls for LedgerCalls {
     fn check(&self, call: &Call) -> Result<(), String> {
-        spec_workers::check(call).unwrap_or_else(|| request(call).map(|_| ()))
+        spec_workers::check(call)
+            .or_else(|| spec_service::check(call))
+            .or_else(|| super::spec_naive::check(call))
+            .or_else(|| {
+                (call.op == "reconcile").then(|| {
+                    if call.args.is_empty() {
+                        Ok(())
+                    } else {
+                        Err("reconcile takes no argument".to_string())
+                    }
+                })
+            })
+            .unwrap_or_else(|| request(call).map(|_| ()))
     }
 
     fn for_case(&self, ctx: &Ctx) -> Option<Arc<dyn Calls>> {
-        let workers = ctx
-            .database_url()
-            .ok()
-            .map(|url| Arc::new(Workers::new(url)));
+        let mode = super::modes::mode(ctx);
+        let url = ctx.database_url().ok();
+        let workers = url.clone().map(|url| Arc::new(Workers::new(url)));
+        let log = ctx.log_file("ledger-svc").ok();
+        let services = url
+            .zip(log)
+            .map(|(url, log)| Arc::new(Services::new(url, log, mode)));
         Some(Arc::new(LedgerCalls {
-            mode: super::modes::mode(ctx),
+            mode,
             workers,
+            services,
         }))
     }
 
@@ -84,12 +111,79 @@ impl Calls for LedgerCalls {
             .unwrap_or_default()
     }
 
+    fn connections(&self, call: &Call) -> u32 {
+        // A service's pool; a worker's own connection.
+        match call.op.as_str() {
+            // Its pool, and the monitor that sees its backends wait.
+            "service" => launch::service::DEFAULT_POOL_SIZE as u32 + 1,
+            "worker" => 1,
+            _ => 0,
+        }
+    }
+
+    fn end(&self) {
+        if let Some(workers) = &self.workers {
+            workers.end();
+        }
+        if let Some(services) = &self.services {
+            services.end();
+        }
+    }
+
+    fn waiting<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, bool> {
+        async move {
+            match &self.services {
+                Some(services) => services.waiting(call).await,
+                None => false,
+            }
+        }
+        .boxed()
+    }
+
+    fn run_racing<'a>(
+        &'a self,
+        client: &'a mut Client,
+        call: &'a Call,
+        barrier: &'a tokio::sync::Barrier,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        if super::spec_naive::check(call).is_none() {
+            return self.run(client, call);
+        }
+        super::spec_naive::run(client, call, Some(barrier)).boxed()
+    }
+
+    fn reconcile<'a>(
+        &'a self,
+        client: &'a mut Client,
+    ) -> BoxFuture<'a, Result<(bool, String), String>> {
+        async move {
+            let findings = points_ledger::reconcile(client)
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            Ok((findings.is_clean(), findings.summary()))
+        }
+        .boxed()
+    }
+
     fn run<'a>(
         &'a self,
         client: &'a mut Client,
         call: &'a Call,
     ) -> BoxFuture<'a, Result<String, String>> {
         async move {
+            if super::spec_naive::check(call).is_some() {
+                return super::spec_naive::run(client, call, None).await;
+            }
+            if call.op == "reconcile" {
+                let findings = points_ledger::reconcile(client)
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                return Ok(findings.summary());
+            }
+            if spec_service::check(call).is_some() {
+                let services = self.services.as_ref().ok_or("no database for a service")?;
+                return services.run(call).await;
+            }
             if spec_workers::check(call).is_some() {
                 let workers = self.workers.as_ref().ok_or("no database for a worker")?;
                 return workers.run(call).await;

@@ -81,6 +81,15 @@ impl Workers {
         }
     }
 
+    /// Kills and reaps every paused worker now (their handles' drop), when the case
+    /// ends or is cancelled; a worker another task is still launching is left to that
+    /// task's own drop.
+    pub fn end(&self) {
+        if let Ok(mut paused) = self.paused.try_lock() {
+            paused.clear();
+        }
+    }
+
     /// The backends of the workers started so far.
     pub fn backends(&self) -> Vec<i32> {
         self.backends

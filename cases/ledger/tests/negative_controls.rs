@@ -1,7 +1,6 @@
-//! The negative controls L4, L5 and L6 can fail: run where the race cannot happen (the
-//! naive debits one after another without a barrier, or a single participant), each
-//! control's `negative control exposes` check must report FAIL; so must L6's duplicate
-//! check when the client reuses its key. Run with the forced race, every check of each
+//! The negative controls L4, L5 and L6 (spec files) can fail: run where the race cannot
+//! happen (a single participant), each control's `negative control exposes` check must
+//! report FAIL; so must L6's duplicate check when the client reuses its key. Run with the forced race, every check of each
 //! control must pass. L13's REPEATABLE READ row (debits one after another), L14's
 //! deadlock control (request-order transfers one after another) and L17's keyless-retry
 //! controls (no dropped connection, no cut answer) must likewise report FAIL without
@@ -12,9 +11,12 @@
 
 use std::sync::Arc;
 
+use std::path::Path;
+
+use case_kit::spec::{self, Spec};
 use case_kit::{Ctx, Env};
-use cases_ledger::naive::{RACE_PARTICIPANTS, RacePlan};
-use cases_ledger::{self as ledger, l04_lost_update, l05_overdraft, l06_check_last_line};
+use cases_ledger::spec_calls::{self, LedgerCalls};
+use cases_ledger::{self as ledger};
 
 /// Seed of this test's environment (the controls use no random input).
 const SEED: u64 = 4;
@@ -32,12 +34,12 @@ fn exposes_passed(ctx: &Ctx, anomaly: &str) -> bool {
         .unwrap_or_else(|| panic!("no check exposing {anomaly:?} in:\n{}", ctx.transcript()))
 }
 
-fn assert_control_failed(ctx: &Ctx, anomaly: &str, plan: RacePlan) {
+fn assert_control_failed(ctx: &Ctx, anomaly: &str, plan: &str) {
     // Shown by `cargo test -- --nocapture`, and with any failure.
-    eprint!("{} under {plan:?}:\n{}", ctx.case_id(), ctx.transcript());
+    eprint!("{} under {plan}:\n{}", ctx.case_id(), ctx.transcript());
     assert!(
         !exposes_passed(ctx, anomaly),
-        "{} under {plan:?}: the control claims to expose {anomaly:?} although the race \
+        "{} under {plan}: the control claims to expose {anomaly:?} although the race \
          could not happen:\n{}",
         ctx.case_id(),
         ctx.transcript()
@@ -45,86 +47,102 @@ fn assert_control_failed(ctx: &Ctx, anomaly: &str, plan: RacePlan) {
 }
 
 fn assert_all_passed(ctx: &Ctx) {
-    eprint!(
-        "{} under the forced race:\n{}",
-        ctx.case_id(),
-        ctx.transcript()
-    );
+    eprint!("{} as written:\n{}", ctx.case_id(), ctx.transcript());
     assert!(
         ctx.failed_checks().is_empty(),
-        "{} under the forced race has a failed check:\n{}",
+        "{} as written has a failed check:\n{}",
         ctx.case_id(),
         ctx.transcript()
     );
 }
 
+/// The control's spec file, as the harness reads it.
+fn control(file: &str) -> Spec {
+    let dir = Path::new(spec_calls::SPEC_DIR);
+    spec::load(dir, file, file).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs `spec` as case `case_id` in a fresh database `database`.
+async fn run_spec(env: &Arc<Env>, case_id: &'static str, database: &str, spec: &Spec) -> Ctx {
+    let mut ctx = fresh_ctx(env, case_id, database).await;
+    let calls = Arc::new(LedgerCalls::default());
+    spec::run(&mut ctx, database, spec, calls)
+        .await
+        .expect("the spec runs");
+    ctx
+}
+
+const L4: &str = "l04_lost_update.spec";
+const L5: &str = "l05_overdraft.spec";
+const L6: &str = "l06_check_last_line.spec";
+const LOST_UPDATE: &str = "lost update (debits reported as done, not in the balance)";
+const OVERDRAFT: &str = "overdraft (an ordinary account below 0)";
+const CHECK_STOPPED: &str =
+    "overdraft attempts that only the CHECK stopped (SQLSTATE 23514, an exception)";
+const DUPLICATE: &str = "double debit under two keys, which the CHECK lets pass";
+
+/// L4, L5 and L6 are spec files (a `race call:` of 32 naive debits that meet at the
+/// race's barrier between read and write). With one racer the race cannot happen, and
+/// each control's `exposes:` must report FAIL; L6's duplicate part, with the key reused
+/// as a correct client retries, likewise. As written, every check of each passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn negative_controls_fail_without_a_race_and_pass_with_one() {
     let env = Env::for_tests(SEED, &[&ledger::family()])
         .await
         .expect("scratch cluster and template");
-    let no_race = [
-        ("serial", RacePlan::serial(RACE_PARTICIPANTS)),
-        ("single", RacePlan::forced(1)),
-    ];
+    for (id, file, anomaly) in [
+        ("L4", L4, LOST_UPDATE),
+        ("L5", L5, OVERDRAFT),
+        ("L6", L6, CHECK_STOPPED),
+    ] {
+        let mut single = control(file);
+        single.race.as_mut().expect("a race").count = 1;
+        let database = format!("{}_single", id.to_lowercase());
+        let ctx = run_spec(&env, id, &database, &single).await;
+        assert_control_failed(&ctx, anomaly, "one racer");
+        if id == "L6" {
+            // The duplicate part does not race: it is exposed whatever the race.
+            assert!(exposes_passed(&ctx, DUPLICATE));
+        }
 
-    for (label, plan) in no_race {
-        let mut ctx = fresh_ctx(&env, "L4", &format!("l4_{label}")).await;
-        l04_lost_update::run_with(&mut ctx, plan)
-            .await
-            .expect("L4 runs");
-        assert_control_failed(&ctx, l04_lost_update::ANOMALY, plan);
-
-        let mut ctx = fresh_ctx(&env, "L5", &format!("l5_{label}")).await;
-        l05_overdraft::run_with(&mut ctx, plan)
-            .await
-            .expect("L5 runs");
-        assert_control_failed(&ctx, l05_overdraft::ANOMALY, plan);
-
-        let mut ctx = fresh_ctx(&env, "L6", &format!("l6_{label}")).await;
-        l06_check_last_line::run_with(&mut ctx, plan)
-            .await
-            .expect("L6 runs");
-        assert_control_failed(&ctx, l06_check_last_line::RACE_ANOMALY, plan);
-        // The duplicate part does not race: it is exposed whatever the plan.
-        assert!(exposes_passed(&ctx, l06_check_last_line::DUPLICATE_ANOMALY));
+        let database = format!("{}_forced", id.to_lowercase());
+        let ctx = run_spec(&env, id, &database, &control(file)).await;
+        assert_all_passed(&ctx);
+        assert!(exposes_passed(&ctx, anomaly));
     }
 
     // The duplicate with the key reused, as a correct client retries: a replay, not a
     // second debit, so the duplicate check must fail.
-    let mut ctx = fresh_ctx(&env, "L6", "l6_same_key").await;
-    l06_check_last_line::run_duplicate(&mut ctx, ["k-0601", "k-0601"])
-        .await
-        .expect("L6 duplicate part runs");
-    eprint!("L6 duplicate with one key reused:\n{}", ctx.transcript());
-    assert!(
-        !exposes_passed(&ctx, l06_check_last_line::DUPLICATE_ANOMALY),
-        "the duplicate check passed although the key was reused:\n{}",
-        ctx.transcript()
-    );
+    let text = std::fs::read_to_string(Path::new(spec_calls::SPEC_DIR).join(L6)).expect("read L6");
+    let reused = text.replace("key=k-0602", "key=k-0601");
+    assert_ne!(reused, text, "L6 sends its second debit under k-0602");
+    let ctx = run_spec(
+        &env,
+        "L6",
+        "l6_same_key",
+        &spec::parse(&reused).expect("parses"),
+    )
+    .await;
+    assert_control_failed(&ctx, DUPLICATE, "the key reused");
+}
 
-    // The same code with the forced race: every check holds.
-    let plan = RacePlan::FORCED;
-    let mut ctx = fresh_ctx(&env, "L4", "l4_forced").await;
-    l04_lost_update::run_with(&mut ctx, plan)
+/// L7's control (a file): with the retry sent under the lost key instead of a new one,
+/// there is no second debit, and its `exposes:` must report FAIL; as written it passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_response_control_fails_when_the_retry_keeps_its_key() {
+    const L7: &str = "l07_response_lost_after_commit.spec";
+    const TWICE: &str = "a retry under a new key debits twice (balance 40)";
+    let env = Env::for_tests(SEED, &[&ledger::family()])
         .await
-        .expect("L4 runs");
+        .expect("scratch cluster and template");
+    let text = std::fs::read_to_string(Path::new(spec_calls::SPEC_DIR).join(L7)).expect("L7");
+    let kept = text.replace("key=k-0703", "key=k-0702");
+    assert_ne!(kept, text, "L7 retries under k-0703");
+    let spec = spec::parse(&kept).expect("parses");
+    let ctx = run_spec(&env, "L7", "l7_same_key", &spec).await;
+    assert_control_failed(&ctx, TWICE, "the key kept");
+    let ctx = run_spec(&env, "L7", "l7_new_key", &control(L7)).await;
     assert_all_passed(&ctx);
-    assert!(exposes_passed(&ctx, l04_lost_update::ANOMALY));
-
-    let mut ctx = fresh_ctx(&env, "L5", "l5_forced").await;
-    l05_overdraft::run_with(&mut ctx, plan)
-        .await
-        .expect("L5 runs");
-    assert_all_passed(&ctx);
-    assert!(exposes_passed(&ctx, l05_overdraft::ANOMALY));
-
-    let mut ctx = fresh_ctx(&env, "L6", "l6_forced").await;
-    l06_check_last_line::run_with(&mut ctx, plan)
-        .await
-        .expect("L6 runs");
-    assert_all_passed(&ctx);
-    assert!(exposes_passed(&ctx, l06_check_last_line::RACE_ANOMALY));
 }
 
 /// L14's deadlock control and L17's keyless-retry controls, run where the fault cannot

@@ -150,7 +150,8 @@ fn a_broken_spec_file_is_a_failing_case() {
     assert_eq!(cases[0].title, "spec file that cannot be run");
 }
 
-/// docs/adding-a-case.md shows L-S1, L3 (a race) and L-S14 (a kill) complete: the
+/// docs/adding-a-case.md shows L-S1, L3 (a race) and L-S14 (a kill) complete, the
+/// README the last two without their comments: the
 /// examples are the files that run.
 #[test]
 fn the_readme_example_is_the_spec_that_runs() {
@@ -175,6 +176,17 @@ fn the_readme_example_is_the_spec_that_runs() {
         assert!(
             readme.contains(&format!("```text\n{example}```")),
             "docs/adding-a-case.md's example differs from cases/ledger/specs/{name}"
+        );
+        // The README's "Adding a case" shows the same two files without their comments.
+        let front = std::fs::read_to_string(workspace().join("README.md")).expect("README.md");
+        let bare: String = example
+            .lines()
+            .filter(|line| !line.trim_start().starts_with('#'))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        assert!(
+            front.contains(&format!("```text\n{bare}```")),
+            "README.md's example differs from cases/ledger/specs/{name} without its comments"
         );
     }
 }

@@ -1,0 +1,248 @@
+//! What a spec says must hold once its steps have run (our format), checked in the
+//! order written, after the teardown:
+//!
+//! - `check: SQL`: one row whose first column is true;
+//! - `rows: SQL` and, on lines indented deeper, `= column=value …` for each expected
+//!   row, in order (`= (0 rows)` for none): the rows as the runner prints them;
+//! - `count: N SQL`: the query returns exactly N rows;
+//! - `reconcile: clean` or `reconcile: kind=N …`: the family's reconciliation of the
+//!   case's database ([`Calls::reconcile`]) finds nothing, or exactly those figures
+//!   (kinds not named are not compared);
+//! - `reconcile others: clean`: every other clean database of the family
+//!   ([`Ctx::clean_databases`]; a case that says so is `schedule: last`) reconciles
+//!   without findings; the run record lists each database and its summary
+//!   (`details["reconciled_databases"]`), the transcript only those with findings;
+//! - `exposes: ANOMALY` and, on lines indented deeper, SQL returning one row whose
+//!   first column says whether the anomaly happened (the rest of the row is printed as
+//!   what was seen): a negative control's verdict, `negative control exposes: ANOMALY`
+//!   ([`Ctx::exposes`]), which fails when the naive design happened to behave; or,
+//!   in a race spec, `outcome KIND >= N` instead of the query: the anomaly happened when
+//!   at least N racers ended as KIND (`outcome check_violation >= 1`).
+
+use tokio_postgres::Client;
+
+use super::model::{Calls, Expect, Layout, ParseError, error};
+use super::result::run_sql;
+use crate::ctx::Ctx;
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Reads the expectation of key `key` (`check`, `rows`, `count`, `reconcile`,
+/// `exposes`) from its value; `None` for another key.
+///
+/// Errors: a `rows:` without SQL, a `count:` without its figure or SQL, a `reconcile:`
+/// that is neither `clean` nor `kind=N` words, an `exposes:` without its query.
+pub fn parse(line: usize, key: &str, value: &str) -> Option<Result<Expect, ParseError>> {
+    let parsed = match key {
+        "check" => Ok(Expect::True(value.to_string())),
+        "rows" => {
+            let (sql, rows): (Vec<&str>, Vec<&str>) =
+                value.lines().partition(|l| !l.starts_with('='));
+            let rows = rows.iter().map(|r| one_line(&r[1..])).collect();
+            let sql = sql.join("\n");
+            if sql.trim().is_empty() {
+                Err(error(line, "rows: SQL, then `= column=value …` lines"))
+            } else {
+                Ok(Expect::Rows { sql, rows })
+            }
+        }
+        "count" => match value.split_once(char::is_whitespace) {
+            Some((figure, sql)) if figure.parse::<usize>().is_ok() && !sql.trim().is_empty() => {
+                Ok(Expect::Count {
+                    figure: figure.parse().unwrap_or_default(),
+                    sql: sql.trim().to_string(),
+                })
+            }
+            _ => Err(error(line, format!("count: N SQL, not {value:?}"))),
+        },
+        "reconcile" => {
+            let words: Vec<String> = value.split_whitespace().map(String::from).collect();
+            let figures = words.iter().all(|w| {
+                w.split_once('=')
+                    .is_some_and(|(k, n)| !k.is_empty() && n.parse::<i64>().is_ok())
+            });
+            match words.as_slice() {
+                [only] if only == "clean" => Ok(Expect::Reconcile(Vec::new())),
+                [_, ..] if figures => Ok(Expect::Reconcile(words)),
+                _ => Err(error(line, "reconcile: clean, or kind=N …")),
+            }
+        }
+        "reconcile others" if value.trim() == "clean" => Ok(Expect::ReconcileOthers),
+        "reconcile others" => Err(error(line, "reconcile others: clean")),
+        "exposes" => match value.split_once('\n') {
+            Some((anomaly, rule)) if rule.starts_with("outcome ") => {
+                let words: Vec<&str> = rule.split_whitespace().collect();
+                match words.as_slice() {
+                    ["outcome", kind, ">=", n] if n.parse::<usize>().is_ok() => {
+                        Ok(Expect::ExposesOutcome {
+                            anomaly: anomaly.trim().to_string(),
+                            kind: kind.to_string(),
+                            at_least: n.parse().unwrap_or_default(),
+                        })
+                    }
+                    _ => Err(error(line, "exposes: … outcome KIND >= N")),
+                }
+            }
+            Some((anomaly, sql)) if !sql.trim().is_empty() => Ok(Expect::Exposes {
+                anomaly: anomaly.trim().to_string(),
+                sql: sql.to_string(),
+            }),
+            _ => Err(error(
+                line,
+                "exposes: ANOMALY, then its query on lines indented deeper",
+            )),
+        },
+        _ => return None,
+    };
+    Some(parsed)
+}
+
+/// Checks every expectation of `expectations` in order on `db` (the case's database);
+/// `outcomes` are a race's counts as printed (`ok=14 check_violation=18`; empty when
+/// the spec has no race).
+///
+/// Errors: none of its own: a query that fails is a failed check.
+pub async fn run(
+    ctx: &mut Ctx,
+    db: &mut Client,
+    calls: &dyn Calls,
+    expectations: &[Expect],
+    outcomes: &str,
+) {
+    for expect in expectations {
+        match expect {
+            Expect::ExposesOutcome {
+                anomaly,
+                kind,
+                at_least,
+            } => {
+                let seen = outcomes
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix(&format!("{kind}=")))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .unwrap_or(0);
+                ctx.exposes(anomaly, seen >= *at_least, format!("{kind}={seen}"));
+            }
+            Expect::True(sql) => {
+                let outcome = run_sql(db, sql, Layout::Ours).await;
+                let passed = outcome.len() == 1 && outcome[0].ends_with("=t");
+                ctx.check(one_line(sql), passed, outcome.join(" "));
+            }
+            Expect::Rows { sql, rows } => {
+                let outcome = run_sql(db, sql, Layout::Ours).await;
+                let passed = &outcome == rows;
+                ctx.check(format!("rows of {}", one_line(sql)), passed, "");
+                for row in &outcome {
+                    ctx.note(format!("  {row}"));
+                }
+            }
+            Expect::Count { figure, sql } => {
+                let outcome = run_sql(db, sql, Layout::Ours).await;
+                let seen = match outcome.as_slice() {
+                    [only] if only == "(0 rows)" => Ok(0),
+                    [only] if only.starts_with("ERROR") => Err(only.clone()),
+                    rows => Ok(rows.len()),
+                };
+                let name = format!("count {figure}: {}", one_line(sql));
+                let shown = match &seen {
+                    Ok(n) => format!("rows={n}"),
+                    Err(error) => error.clone(),
+                };
+                ctx.check(name, seen == Ok(*figure), shown);
+            }
+            Expect::Reconcile(words) => reconcile(ctx, db, calls, words).await,
+            Expect::ReconcileOthers => reconcile_others(ctx, calls).await,
+            Expect::Exposes { anomaly, sql } => {
+                let outcome = run_sql(db, sql, Layout::Ours).await;
+                let first = outcome.first().map(String::as_str).unwrap_or("");
+                let happened = outcome.len() == 1
+                    && first
+                        .split_whitespace()
+                        .next()
+                        .is_some_and(|cell| cell.ends_with("=t"));
+                ctx.exposes(anomaly, happened, first);
+            }
+        }
+    }
+}
+
+/// `reconcile:`: the family's reconciliation, clean or with the figures named.
+async fn reconcile(ctx: &mut Ctx, db: &mut Client, calls: &dyn Calls, words: &[String]) {
+    match calls.reconcile(db).await {
+        Err(error) => {
+            ctx.check("reconciliation ran", false, error);
+        }
+        Ok((clean, summary)) if words.is_empty() => {
+            ctx.check("reconciliation: no findings", clean, summary);
+        }
+        Ok((_, summary)) => {
+            let seen: Vec<&str> = summary.split_whitespace().collect();
+            let passed = words.iter().all(|w| seen.contains(&w.as_str()));
+            ctx.check(
+                format!("reconciliation finds {}", words.join(" ")),
+                passed,
+                summary,
+            );
+        }
+    }
+}
+
+/// `reconcile others: clean`: the family's reconciliation of every other clean
+/// database; a database that cannot be reached counts as one with findings.
+async fn reconcile_others(ctx: &mut Ctx, calls: &dyn Calls) {
+    let mut covered = serde_json::Map::new();
+    let mut with_findings = Vec::new();
+    for database in ctx.clean_databases() {
+        let outcome = match ctx.connect_to(&database).await {
+            Ok(mut client) => calls.reconcile(&mut client).await,
+            Err(error) => Err(format!("{error:#}")),
+        };
+        let (clean, summary) = outcome.unwrap_or_else(|error| (false, error));
+        covered.insert(database.clone(), summary.clone().into());
+        if !clean {
+            with_findings.push(format!("{database}: {summary}"));
+        }
+    }
+    ctx.record("reconciled_databases", serde_json::Value::Object(covered));
+    ctx.check(
+        "every other clean database of the family: no findings",
+        with_findings.is_empty(),
+        with_findings.join("; "),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_each_kind_and_refuses_what_is_incomplete() {
+        let rows = parse(1, "rows", "SELECT a FROM t\n= a=1\n=  a=2").unwrap();
+        assert_eq!(
+            rows,
+            Ok(Expect::Rows {
+                sql: "SELECT a FROM t".into(),
+                rows: vec!["a=1".into(), "a=2".into()]
+            })
+        );
+        let count = parse(1, "count", "2 SELECT 1").unwrap();
+        assert_eq!(
+            count,
+            Ok(Expect::Count {
+                figure: 2,
+                sql: "SELECT 1".into()
+            })
+        );
+        assert_eq!(
+            parse(1, "reconcile", "clean").unwrap(),
+            Ok(Expect::Reconcile(Vec::new()))
+        );
+        assert!(parse(1, "reconcile", "dirty").unwrap().is_err());
+        assert!(parse(1, "count", "SELECT 1").unwrap().is_err());
+        assert!(parse(1, "exposes", "overdraft").unwrap().is_err());
+        assert!(parse(1, "rows", "= a=1").unwrap().is_err());
+        assert!(parse(1, "title", "x").is_none());
+    }
+}

@@ -1,0 +1,340 @@
+//! `ledger-svc` as spec steps, so a case that talks to the service over HTTP is one
+//! file. The service is a resource of the case: started by a step, used by the steps
+//! after it on any session, stopped by a step or, at the latest, killed when the case
+//! ends (the handle's drop).
+//!
+//! - `call NAME: service [clients=C1,C2] [fault-injection=yes] [args=--flag,value]`
+//!   starts `ledger-svc` on the case's database, in the case's transfer mode, with those
+//!   `X-Client-Id`s given tokens under `./run.sh --auth`, and returns once `/readyz`
+//!   answers (`launch::service::Service::launch`); prints `ready`.
+//! - `call NAME: post-debit account=ID amount=N key=K client=C` sends
+//!   `POST /accounts/ID/debits` and prints the answer: `status=409
+//!   outcome=INSUFFICIENT balance=0 replayed=false`, or for a problem (RFC 9457)
+//!   `status=400 type=<problem type>`; a transport error is an error.
+//!   With `give-up-when-held=POINT` the client gives up on it the moment the service is
+//!   seen holding it at POINT (a lost response; `launch::lost`), printing
+//!   `gave up: holding=1 fired=1`.
+//! - `call NAME: post-grant account=ID amount=N key=K [client=ops]`: the admin
+//!   listener's grant, printed the same way.
+//! - `call NAME: arm-fault point=HOOK action=A [count=N] [hold_ms=N]`
+//!   (`PUT /faults/HOOK`; needs `fault-injection=yes`; `hold_ms` bounds a pause, a hang
+//!   bound only), `call NAME: release-fault point=HOOK` (prints `released=N`). A
+//!   request held at a hook point, or whose service backend waits for a lock, is
+//!   reported waiting ([`Services::waiting`]), so it shows as `<waiting ...>` until a
+//!   step releases it.
+//! - `call NAME: stop-service` sends SIGTERM and prints `exit=0` (or the status);
+//!   `call NAME: kill-service` sends SIGKILL and prints `signal=9`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use case_kit::spec::Call;
+use launch::service::{Reply, Service, ServiceOptions};
+use points_ledger::TransferMode;
+
+use super::http::LedgerCalls as _;
+
+/// Longest wait for the service to hold a request a client is to give up on; it only
+/// stops a hang (the client then gives up and the state printed says `holding=0`).
+const HELD_WAIT_MS: u64 = 10_000;
+
+/// The operations of this module, with the arguments each takes.
+const OPS: [(&str, &[&str]); 7] = [
+    ("service", &["clients", "fault-injection", "args"]),
+    (
+        "post-debit",
+        &["account", "amount", "key", "client", "give-up-when-held"],
+    ),
+    ("post-grant", &["account", "amount", "key", "client"]),
+    ("arm-fault", &["point", "action", "count", "hold_ms"]),
+    ("release-fault", &["point"]),
+    ("stop-service", &[]),
+    ("kill-service", &[]),
+];
+
+/// Whether `call` is a service operation with known arguments; `None` for another op.
+pub fn check(call: &Call) -> Option<Result<(), String>> {
+    let (_, known) = OPS.iter().find(|(op, _)| *op == call.op)?;
+    for (name, _) in &call.args {
+        if !known.contains(&name.as_str()) {
+            return Some(Err(format!("{}: unknown argument {name:?}", call.op)));
+        }
+    }
+    let needs: &[&str] = match call.op.as_str() {
+        "post-debit" => &["account", "amount", "key", "client"],
+        "post-grant" => &["account", "amount", "key"],
+        "arm-fault" => &["point", "action"],
+        "release-fault" => &["point"],
+        _ => &[],
+    };
+    Some(match needs.iter().find(|n| call.arg(n).is_none()) {
+        Some(missing) => Err(format!("{} needs {missing}=…", call.op)),
+        None => Ok(()),
+    })
+}
+
+/// The service of one spec case, and what starting it needs.
+pub struct Services {
+    database_url: String,
+    log_path: PathBuf,
+    mode: TransferMode,
+    service: tokio::sync::Mutex<Option<Arc<Service>>>,
+    /// A connection of its own to the case's database, opened on first use, to see the
+    /// service's backends wait for a lock ([`Services::waiting`]).
+    monitor: tokio::sync::Mutex<Option<tokio_postgres::Client>>,
+    /// HTTP requests sent by steps and not yet answered.
+    in_flight: AtomicUsize,
+}
+
+/// A reply as a step prints it: status, outcome, balance and replay flag; a problem's
+/// type instead of an outcome.
+fn shown(reply: &Reply) -> String {
+    let mut text = format!("status={}", reply.status);
+    if let Some(problem) = reply.body["type"].as_str() {
+        text.push_str(&format!(" type={problem}"));
+    }
+    if !reply.outcome().is_empty() {
+        text.push_str(&format!(" outcome={}", reply.outcome()));
+    }
+    if let Some(balance) = reply.integer("balance") {
+        text.push_str(&format!(" balance={balance}"));
+    }
+    text.push_str(&format!(" replayed={}", reply.replayed));
+    text
+}
+
+/// One request counted in [`Services::in_flight`] while it lives.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn count(counter: &'a AtomicUsize) -> InFlight<'a> {
+        counter.fetch_add(1, Ordering::SeqCst);
+        InFlight(counter)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl std::fmt::Debug for Services {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Services")
+            .field("database_url", &self.database_url)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+fn amount(call: &Call) -> Result<i64, String> {
+    let text = call.arg("amount").unwrap_or_default();
+    text.parse()
+        .map_err(|_| format!("amount={text}: an integer number of points"))
+}
+
+impl Services {
+    /// No service yet, for the case's database; its log goes to `log_path`.
+    pub fn new(database_url: String, log_path: PathBuf, mode: TransferMode) -> Services {
+        Services {
+            database_url,
+            log_path,
+            mode,
+            service: tokio::sync::Mutex::new(None),
+            monitor: tokio::sync::Mutex::new(None),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    /// Lets go of the service when the case ends or is cancelled: it is killed once no
+    /// step task holds it any more (the handle's drop).
+    pub fn end(&self) {
+        if let Ok(mut slot) = self.service.try_lock() {
+            slot.take();
+        }
+    }
+
+    /// Whether a `post-debit` or `post-grant` in flight waits: every request the steps
+    /// have in flight is accounted for by one paused at a hook point of the service
+    /// (`GET /faults`: the points' `holding`) or by a backend of the service
+    /// (`application_name` `ledger-svc`) waiting for a lock, as the lock manager says
+    /// (`pg_blocking_pids`: a `wait_event` may still read `Lock` after the lock was
+    /// granted, until the waiter runs again). So a second request is reported
+    /// waiting only once it is itself seen waiting, not because the first is held. Any
+    /// other call: no.
+    pub async fn waiting(&self, call: &Call) -> bool {
+        if !["post-debit", "post-grant"].contains(&call.op.as_str()) {
+            return false;
+        }
+        let Some(service) = self.service.lock().await.clone() else {
+            return false;
+        };
+        let in_flight = self.in_flight.load(Ordering::SeqCst) as u64;
+        let faults = service.send(service.http().get(service.admin_url("/faults")));
+        let held: u64 = match faults.await {
+            Ok(reply) => {
+                let states = reply.body["faults"].as_array().cloned().unwrap_or_default();
+                states.iter().filter_map(|s| s["holding"].as_u64()).sum()
+            }
+            Err(_) => 0,
+        };
+        let waiting = self.service_lock_waits().await.unwrap_or(0);
+        in_flight > 0 && held + waiting >= in_flight
+    }
+
+    async fn service_lock_waits(&self) -> Result<u64, tokio_postgres::Error> {
+        let mut monitor = self.monitor.lock().await;
+        if monitor.is_none() {
+            let (client, connection) =
+                tokio_postgres::connect(&self.database_url, tokio_postgres::NoTls).await?;
+            tokio::spawn(connection);
+            *monitor = Some(client);
+        }
+        let client = monitor.as_ref().expect("connected");
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND application_name = 'ledger-svc' \
+                 AND cardinality(pg_blocking_pids(pid)) > 0",
+                &[],
+            )
+            .await?;
+        Ok(row.get::<_, i64>(0) as u64)
+    }
+
+    /// Runs a service operation (see the module documentation).
+    ///
+    /// Errors: the service cannot start, is not running, or a request fails in transport.
+    pub async fn run(&self, call: &Call) -> Result<String, String> {
+        let text = |e: anyhow::Error| format!("{e:#}");
+        if call.op == "service" {
+            let mut slot = self.service.lock().await;
+            if slot.is_some() {
+                return Err("the service is already running".into());
+            }
+            *slot = Some(Arc::new(self.start(call).await.map_err(text)?));
+            return Ok("ready".into());
+        }
+        // Out of the slot, so a request held at a hook point does not keep `waiting`
+        // (or a release on another session) from it.
+        let service = self.service.lock().await.clone();
+        let service = service.ok_or("no service running (call: service)")?;
+        if ["stop-service", "kill-service"].contains(&call.op.as_str()) {
+            return self.stop_or_kill(call, service).await;
+        }
+        let arg = |name: &str| call.arg(name).unwrap_or_default();
+        match call.op.as_str() {
+            "post-debit" if call.arg("give-up-when-held").is_some() => {
+                self.give_up_when_held(&service, call).await
+            }
+            "post-debit" => {
+                let _sent = InFlight::count(&self.in_flight);
+                let reply = service
+                    .debit_once(arg("client"), arg("key"), arg("account"), amount(call)?)
+                    .await
+                    .map_err(|e| format!("transport: {e}"))?;
+                Ok(shown(&reply))
+            }
+            "post-grant" => {
+                let _sent = InFlight::count(&self.in_flight);
+                let client = call.arg("client").unwrap_or("ops");
+                let reply = service
+                    .grant(client, arg("key"), arg("account"), amount(call)?)
+                    .await
+                    .map_err(text)?;
+                Ok(shown(&reply))
+            }
+            "arm-fault" => {
+                let mut fault = serde_json::json!({ "action": arg("action") });
+                for name in ["count", "hold_ms"] {
+                    if let Some(value) = call.arg(name) {
+                        let value: u64 = value.parse().map_err(|_| format!("{name}=N"))?;
+                        fault[name] = value.into();
+                    }
+                }
+                service.arm_fault(arg("point"), fault).await.map_err(text)?;
+                Ok(format!("armed at {}", arg("point")))
+            }
+            "release-fault" => {
+                let released = service.release_fault(arg("point")).await.map_err(text)?;
+                Ok(format!("released={released}"))
+            }
+            other => Err(format!("no operation {other:?}")),
+        }
+    }
+
+    /// `post-debit … give-up-when-held=POINT`: the debit is sent and the client gives up
+    /// on it the moment the service is seen holding a request at POINT (armed with a
+    /// `pause`; `launch::lost::give_up_once_held`), as a client timeout would, but
+    /// decided by that event, not a timer. Prints `gave up: holding=1 fired=1` (the
+    /// fault's state then), or the answer when it came first.
+    ///
+    /// Errors: the fault state cannot be read; a transport error of an answer.
+    async fn give_up_when_held(&self, service: &Service, call: &Call) -> Result<String, String> {
+        let arg = |name: &str| call.arg(name).unwrap_or_default();
+        let attempt = service.debit_once(arg("client"), arg("key"), arg("account"), amount(call)?);
+        let limit = std::time::Duration::from_millis(HELD_WAIT_MS);
+        let point = arg("give-up-when-held");
+        let gave_up = launch::lost::give_up_once_held(service, point, attempt, limit)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        match gave_up.answered {
+            Some(reply) => reply
+                .map(|reply| format!("answered: {}", shown(&reply)))
+                .map_err(|e| format!("transport: {e}")),
+            None => Ok(format!(
+                "gave up: holding={} fired={}",
+                gave_up.state.holding, gave_up.state.fired
+            )),
+        }
+    }
+
+    /// `stop-service` (SIGTERM, `exit=0`) or `kill-service` (SIGKILL, `signal=9`).
+    ///
+    /// Errors: a request of another session still holds the service.
+    async fn stop_or_kill(&self, call: &Call, service: Arc<Service>) -> Result<String, String> {
+        drop(service);
+        let taken = self
+            .service
+            .lock()
+            .await
+            .take()
+            .ok_or("no service running")?;
+        let service = Arc::try_unwrap(taken)
+            .map_err(|_| format!("{}: a request still holds the service", call.op))?;
+        let text = |e: anyhow::Error| format!("{e:#}");
+        if call.op == "stop-service" {
+            let status = service.stop().await.map_err(text)?;
+            return Ok(status
+                .code()
+                .map_or(status.to_string(), |c| format!("exit={c}")));
+        }
+        use std::os::unix::process::ExitStatusExt as _;
+        let status = service.kill().map_err(text)?;
+        let signal = status.signal().map_or("none".into(), |s| s.to_string());
+        Ok(format!("signal={signal}"))
+    }
+
+    async fn start(&self, call: &Call) -> anyhow::Result<Service> {
+        let list = |name: &str| -> Vec<String> {
+            call.arg(name)
+                .map(|v| v.split(',').map(String::from).collect())
+                .unwrap_or_default()
+        };
+        let mut options = ServiceOptions {
+            fault_injection: call.arg("fault-injection") == Some("yes"),
+            extra_args: list("args"),
+            ..ServiceOptions::default()
+        };
+        options.clients = list("clients");
+        if self.mode != TransferMode::Statements
+            && !options.extra_args.iter().any(|a| a == "--transfer-mode")
+        {
+            let mode = ["--transfer-mode".to_owned(), self.mode.as_str().to_owned()];
+            options.extra_args.extend(mode);
+        }
+        Service::launch(&self.database_url, self.log_path.clone(), options).await
+    }
+}
