@@ -193,7 +193,10 @@ fn write_config(
     );
     let config = dir.join("pgbouncer.ini");
     write(&config, &ini)?;
-    write(&dir.join("userlist.txt"), &format!("\"{}\" \"\"\n", options.user))?;
+    write(
+        &dir.join("userlist.txt"),
+        &format!("\"{}\" \"\"\n", options.user),
+    )?;
     if let Some(Credentials { uid, gid }) = credentials {
         for path in [dir.clone(), config.clone(), dir.join("userlist.txt")] {
             std::os::unix::fs::chown(&path, Some(uid), Some(gid))
@@ -254,7 +257,10 @@ pub fn resolve(cache_dir: &Path) -> Result<PathBuf, ClusterError> {
             Ok(()) => Ok(()),
             // Another process won the race; its copy is as good as ours.
             Err(_) if usr.join("sbin/pgbouncer").is_file() => Ok(()),
-            Err(e) => Err(ClusterError::io(format!("renaming to {}", installed.display()))(e)),
+            Err(e) => Err(ClusterError::io(format!(
+                "renaming to {}",
+                installed.display()
+            ))(e)),
         }
     });
     let _ = fs::remove_dir_all(&staging);

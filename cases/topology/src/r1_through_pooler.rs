@@ -121,7 +121,11 @@ pub async fn run_with(ctx: &mut Ctx, route: Route) -> anyhow::Result<()> {
     }
     let mut db = primary.connect(LEDGER_DATABASE).await?;
     let findings = reconcile(&mut db).await?;
-    ctx.check("the ledger reconciles clean", findings.is_clean(), findings.summary());
+    ctx.check(
+        "the ledger reconciles clean",
+        findings.is_clean(),
+        findings.summary(),
+    );
     Ok(())
 }
 
@@ -182,7 +186,12 @@ async fn named_statement_control(ctx: &mut Ctx, port: u16) -> anyhow::Result<()>
     for n in 0..NAMED_RUNS as i32 {
         match named.query(&statement, &[&n]).await {
             Ok(_) => {}
-            Err(error) if error.code() == Some(&tokio_postgres::error::SqlState::INVALID_SQL_STATEMENT_NAME) => missing += 1,
+            Err(error)
+                if error.code()
+                    == Some(&tokio_postgres::error::SqlState::INVALID_SQL_STATEMENT_NAME) =>
+            {
+                missing += 1
+            }
             Err(error) => other.push(error.to_string()),
         }
     }
@@ -201,7 +210,11 @@ async fn named_statement_control(ctx: &mut Ctx, port: u16) -> anyhow::Result<()>
         missing == NAMED_RUNS,
         format!("26000 on {missing} of {NAMED_RUNS}"),
     );
-    ctx.check("no other error from the named statement", other.is_empty(), other.join("; "));
+    ctx.check(
+        "no other error from the named statement",
+        other.is_empty(),
+        other.join("; "),
+    );
     ctx.check_eq(
         "unnamed statements (query_typed) that passed in the same layout",
         NAMED_RUNS,
@@ -307,11 +320,23 @@ async fn race(
 ) -> anyhow::Result<()> {
     let (replies, waiting) = held_at_once(primary, account, || {
         (0..CLIENTS)
-            .map(|c| debit(service, format!("k-r1-{mode}-race-{c:02}"), account, RACE_DEBIT))
+            .map(|c| {
+                debit(
+                    service,
+                    format!("k-r1-{mode}-race-{c:02}"),
+                    account,
+                    RACE_DEBIT,
+                )
+            })
             .collect()
     })
     .await?;
-    let count = |outcome: &str| replies.iter().filter(|r| r.status_outcome() == outcome).count();
+    let count = |outcome: &str| {
+        replies
+            .iter()
+            .filter(|r| r.status_outcome() == outcome)
+            .count()
+    };
     let (ok, insufficient) = (count("201 OK"), count("409 INSUFFICIENT"));
     ctx.check_eq(
         format!("{mode}: race: server sessions seen waiting on the holder's lock"),
@@ -365,7 +390,10 @@ async fn same_key(
     ctx.check_eq(
         format!("{mode}: same key: transactions for the key, balance"),
         format!("{:?}", (1, START_BALANCE - SAME_KEY_DEBIT)),
-        format!("{:?}", (txns_for_key(&db, &key).await?, balance(&db, account).await?)),
+        format!(
+            "{:?}",
+            (txns_for_key(&db, &key).await?, balance(&db, account).await?)
+        ),
     );
     Ok(())
 }
@@ -396,26 +424,44 @@ async fn lost_response(
         format!("{:?}", (true, true, START_BALANCE - LOST_DEBIT)),
         format!(
             "{:?}",
-            (gave_up.answered.is_none(), gave_up.state.holding >= 1, balance_then)
+            (
+                gave_up.answered.is_none(),
+                gave_up.state.holding >= 1,
+                balance_then
+            )
         ),
     );
-    let retry = service.debit_once(CLIENT, &key, account, LOST_DEBIT).await?;
+    let retry = service
+        .debit_once(CLIENT, &key, account, LOST_DEBIT)
+        .await?;
     ctx.check_eq(
         format!("{mode}: lost response: same-key retry → status, replayed, balance"),
-        format!("{:?}", ("201 OK".to_owned(), true, Some(START_BALANCE - LOST_DEBIT))),
-        format!("{:?}", (retry.status_outcome(), retry.replayed, retry.balance())),
+        format!(
+            "{:?}",
+            ("201 OK".to_owned(), true, Some(START_BALANCE - LOST_DEBIT))
+        ),
+        format!(
+            "{:?}",
+            (retry.status_outcome(), retry.replayed, retry.balance())
+        ),
     );
     ctx.check_eq(
         format!("{mode}: lost response: transactions for the key, balance"),
         format!("{:?}", (1, START_BALANCE - LOST_DEBIT)),
-        format!("{:?}", (txns_for_key(&db, &key).await?, balance(&db, account).await?)),
+        format!(
+            "{:?}",
+            (txns_for_key(&db, &key).await?, balance(&db, account).await?)
+        ),
     );
     Ok(())
 }
 
 async fn balance(db: &tokio_postgres::Client, account: &str) -> anyhow::Result<i64> {
     Ok(db
-        .query_one("SELECT balance FROM account WHERE account_id = $1", &[&account])
+        .query_one(
+            "SELECT balance FROM account WHERE account_id = $1",
+            &[&account],
+        )
         .await?
         .get(0))
 }
@@ -465,12 +511,14 @@ async fn refuses_other_bounds(ctx: &mut Ctx, bouncer: &Bouncer) -> anyhow::Resul
         "postgresql://postgres@127.0.0.1:{}/{LEDGER_DATABASE}",
         bouncer.port()
     );
-    let mut options = ServiceOptions::default();
-    options.extra_args = vec![
-        "--behind-transaction-pooler".into(),
-        "--lock-timeout-ms".into(),
-        (SERVICE_BOUND_MS - 1).to_string(),
-    ];
+    let options = ServiceOptions {
+        extra_args: vec![
+            "--behind-transaction-pooler".into(),
+            "--lock-timeout-ms".into(),
+            (SERVICE_BOUND_MS - 1).to_string(),
+        ],
+        ..ServiceOptions::default()
+    };
     let log = ctx.log_file("ledger-svc-refused")?;
     let started = Service::launch(&url, log.clone(), options).await;
     let text = std::fs::read_to_string(&log)?;

@@ -95,8 +95,14 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let mut options = ServiceOptions::default().with_clients(&[CLIENT]);
     options.pool_size = POOL_SIZE;
     options.extra_args = vec!["--transfer-mode".into(), mode.as_str().into()];
-    for bound in ["--request-timeout-ms", "--lock-timeout-ms", "--statement-timeout-ms"] {
-        options.extra_args.extend([bound.into(), SERVICE_BOUND_MS.to_string()]);
+    for bound in [
+        "--request-timeout-ms",
+        "--lock-timeout-ms",
+        "--statement-timeout-ms",
+    ] {
+        options
+            .extra_args
+            .extend([bound.into(), SERVICE_BOUND_MS.to_string()]);
     }
     let service = Arc::new(Service::launch(&url, ctx.log_file("ledger-svc")?, options).await?);
     let load = Arc::new(Load {
@@ -125,7 +131,11 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let killed_at = Instant::now();
     load.killed.store(true, Ordering::SeqCst);
     drop(lock);
-    bounded(load.unknown_after_kill.notified(), "a 503 UNKNOWN after the kill").await?;
+    bounded(
+        load.unknown_after_kill.notified(),
+        "a 503 UNKNOWN after the kill",
+    )
+    .await?;
     pair.standby.promote().await?;
     let mut stories = BTreeMap::new();
     for (c, handle) in clients.into_iter().enumerate() {
