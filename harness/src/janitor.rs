@@ -3,9 +3,9 @@
 //! `harness --janitor-for <folder>` with a pipe on its standard input; end of file on that
 //! pipe means the harness is gone. By then every postgres, service and worker process
 //! has received its parent-death signal; the janitor waits for the postmasters (the run's,
-//! and those cases start under `files/`), a case's PgBouncer there, and the scratch MariaDB's `mariadbd` to exit,
-//! detaches any mount left under the folder (a power-cut case's disk), removes the
-//! folder, and exits. It runs in its own process group so that a Ctrl-C
+//! and those cases start under `files/`), a case's PgBouncer there, and the scratch
+//! MariaDB's `mariadbd` to exit, detaches any mount left under the folder (a power-cut
+//! case's disk), removes the folder, and exits. It runs in its own process group so that a Ctrl-C
 //! aimed at the harness does not kill it first.
 
 use std::io::Read;
