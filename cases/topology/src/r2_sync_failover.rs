@@ -92,19 +92,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let pair = pair::start_pair(ctx, Replication::Synchronous).await?;
     grant_all(mode, &pair.primary).await?;
     let url = pair::multi_host_url(&[&pair.primary, &pair.standby]);
-    let mut options = ServiceOptions::default().with_clients(&[CLIENT]);
-    options.pool_size = POOL_SIZE;
-    options.extra_args = vec!["--transfer-mode".into(), mode.as_str().into()];
-    for bound in [
-        "--request-timeout-ms",
-        "--lock-timeout-ms",
-        "--statement-timeout-ms",
-    ] {
-        options
-            .extra_args
-            .extend([bound.into(), SERVICE_BOUND_MS.to_string()]);
-    }
-    let service = Arc::new(Service::launch(&url, ctx.log_file("ledger-svc")?, options).await?);
+    let service = Arc::new(launch_service(ctx, &url, mode).await?);
     let load = Arc::new(Load {
         acknowledged: AtomicUsize::new(0),
         killed: AtomicBool::new(false),
@@ -159,6 +147,28 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         first_success.map_or(0, |at| at.duration_since(killed_at).as_millis())
     ));
     check(ctx, &pair.standby, &stories).await
+}
+
+/// `ledger-svc` on `url` in `mode`, with [`POOL_SIZE`] connections and its bounds at
+/// [`SERVICE_BOUND_MS`].
+async fn launch_service(
+    ctx: &Ctx,
+    url: &str,
+    mode: points_ledger::TransferMode,
+) -> anyhow::Result<Service> {
+    let mut options = ServiceOptions::default().with_clients(&[CLIENT]);
+    options.pool_size = POOL_SIZE;
+    options.extra_args = vec!["--transfer-mode".into(), mode.as_str().into()];
+    for bound in [
+        "--request-timeout-ms",
+        "--lock-timeout-ms",
+        "--statement-timeout-ms",
+    ] {
+        options
+            .extra_args
+            .extend([bound.into(), SERVICE_BOUND_MS.to_string()]);
+    }
+    Service::launch(url, ctx.log_file("ledger-svc")?, options).await
 }
 
 /// Grants every debited account its start balance on the primary.
