@@ -3,9 +3,9 @@
 //! `harness --janitor-for <folder>` with a pipe on its standard input; end of file on that
 //! pipe means the harness is gone. By then every postgres, service and worker process
 //! has received its parent-death signal; the janitor waits for the postmasters (the run's,
-//! and those cases start under `files/`) and the scratch MariaDB's `mariadbd` to exit,
-//! detaches any mount left under the folder (a power-cut case's disk), removes the
-//! folder, and exits. It runs in its own process group so that a Ctrl-C
+//! and those cases start under `files/`), a case's PgBouncer there, and the scratch
+//! MariaDB's `mariadbd` to exit, detaches any mount left under the folder (a power-cut
+//! case's disk), removes the folder, and exits. It runs in its own process group so that a Ctrl-C
 //! aimed at the harness does not kill it first.
 
 use std::io::Read;
@@ -74,17 +74,20 @@ pub fn run(run_dir: &Path) -> ! {
 }
 
 /// Whether the run's postmaster, or one a case started under `files/` (a primary and
-/// its standby), is still alive.
+/// its standby), or a PgBouncer a case started there (family R), is still alive.
 fn postmaster_alive(run_dir: &Path) -> bool {
-    let mut data_dirs = vec![run_dir.join("pg/data")];
+    let mut pid_files = vec![run_dir.join("pg/data/postmaster.pid")];
     if let Ok(entries) = std::fs::read_dir(run_dir.join("files")) {
-        data_dirs.extend(entries.flatten().map(|entry| entry.path().join("data")));
+        for entry in entries.flatten() {
+            pid_files.push(entry.path().join("data/postmaster.pid"));
+            pid_files.push(entry.path().join(scratch_pg::bouncer::PID_FILE));
+        }
     }
-    data_dirs.iter().any(|data_dir| alive_in(data_dir))
+    pid_files.iter().any(|pid_file| alive_in(pid_file))
 }
 
-fn alive_in(data_dir: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(data_dir.join("postmaster.pid")) else {
+fn alive_in(pid_file: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(pid_file) else {
         return false;
     };
     let Some(pid) = text.lines().next().map(str::trim) else {

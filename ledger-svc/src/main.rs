@@ -15,6 +15,7 @@
 //! start (bad URL, address in use).
 
 mod http;
+mod pooler;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -152,6 +153,14 @@ struct Args {
     /// point exists, the others are refused with 409).
     #[arg(long, default_value = "statements")]
     transfer_mode: points_ledger::TransferMode,
+    /// The database URL names a transaction pooler (PgBouncer, `pool_mode = transaction`):
+    /// the service sends no startup `options` (the pooler refuses them), so its session
+    /// bounds (`--lock-timeout-ms`, `--statement-timeout-ms`,
+    /// `--idle-in-transaction-timeout-ms`, READ COMMITTED) must be the database's own; it
+    /// reads them back at start and refuses to start, naming the `ALTER DATABASE` to run,
+    /// when one differs. Its statements are unnamed in either case. See `pooler`.
+    #[arg(long)]
+    behind_transaction_pooler: bool,
     /// In `--transfer-mode batch`: most debits and grants one batch takes from the queue.
     #[arg(long, default_value_t = points_ledger::batcher::BATCH_MAX_REQUESTS as u64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     batch_max_requests: u64,
@@ -200,6 +209,17 @@ async fn run(args: Args) -> i32 {
             return EXIT_STARTUP_FAILED;
         }
     };
+    if args.behind_transaction_pooler {
+        let wanted = pooler::wanted_bounds(
+            args.lock_timeout_ms,
+            args.statement_timeout_ms,
+            args.idle_in_transaction_timeout_ms,
+        );
+        if let Err(error) = pooler::check_bounds(&pool, &database, &wanted).await {
+            eprintln!("ledger-svc: {error}");
+            return EXIT_STARTUP_FAILED;
+        }
+    }
     if args.repair {
         return run_repair(&pool).await;
     }
@@ -412,11 +432,15 @@ fn build_pool(args: &Args) -> anyhow::Result<(Pool, String)> {
          -c default_transaction_isolation=read\\ committed",
         args.lock_timeout_ms, args.statement_timeout_ms, args.idle_in_transaction_timeout_ms
     );
-    let options = match config.get_options() {
-        Some(existing) if !existing.is_empty() => format!("{existing} {bounds}"),
-        _ => bounds,
-    };
-    config.options(&options);
+    // Behind a transaction pooler the bounds are the database's own (checked at start,
+    // `pooler::check_bounds`): PgBouncer refuses a startup packet with `options`.
+    if !args.behind_transaction_pooler {
+        let options = match config.get_options() {
+            Some(existing) if !existing.is_empty() => format!("{existing} {bounds}"),
+            _ => bounds,
+        };
+        config.options(&options);
+    }
     let database = config.get_dbname().unwrap_or("(default)").to_owned();
     // Fast: a connection whose socket the driver saw closed (an immediate restart of the
     // server closes them all) is dropped and replaced, never handed out; no round trip.

@@ -736,7 +736,7 @@ pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-fn free_port() -> Result<u16, ClusterError> {
+pub(crate) fn free_port() -> Result<u16, ClusterError> {
     let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
         .map_err(ClusterError::io("finding a free port"))?;
     Ok(listener
@@ -745,7 +745,7 @@ fn free_port() -> Result<u16, ClusterError> {
         .port())
 }
 
-fn lookup_user(name: &str) -> Result<Credentials, ClusterError> {
+pub(crate) fn lookup_user(name: &str) -> Result<Credentials, ClusterError> {
     let user = nix::unistd::User::from_name(name)
         .map_err(|e| ClusterError::User(format!("looking up {name}: {e}")))?
         .ok_or_else(|| {

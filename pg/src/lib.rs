@@ -18,6 +18,7 @@
 //! ```
 
 pub mod binaries;
+pub mod bouncer;
 mod cluster;
 pub mod process;
 mod replica;

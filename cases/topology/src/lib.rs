@@ -12,13 +12,9 @@ use futures_util::FutureExt;
 pub mod pair;
 pub mod wal;
 
-// R2 runs by name only (`./run.sh R2`), not in the default run: its kill is sent after
-// 32 acknowledgements but lands only once every backend is gone, and on a quiet machine
-// the clients can finish all 128 debits first, so no answer is in flight to be 503
-// `UNKNOWN` (seen in CI: the case then waited out its bound). LIMITS.md says so.
-pub mod r2_sync_failover;
-
 case_kit::register_cases! {
+    pub r1_through_pooler,
+    pub r2_sync_failover,
     pub r3_async_standby_loses,
     pub r4_stale_read_decides_funds,
     pub r5_old_primary_returns,
@@ -36,6 +32,6 @@ pub fn family() -> Family {
             install: |_client| async { Ok(()) }.boxed(),
         }),
         cases: cases(),
-        extras: vec![r2_sync_failover::case()],
+        extras: Vec::new(),
     }
 }

@@ -29,15 +29,7 @@ pub struct Pair {
 /// Errors: the run has no scratch cluster to take the binaries from; a node did not
 /// start; SQL errors.
 pub async fn start_pair(ctx: &Ctx, replication: Replication) -> anyhow::Result<Pair> {
-    let pg_bin = ctx.pg_bin()?;
-    let dir = ctx.own_folder("primary")?;
-    let primary = start_node(pg_bin, dir).await?;
-    primary.create_database(LEDGER_DATABASE, None).await?;
-    {
-        let client = primary.connect(LEDGER_DATABASE).await?;
-        points_ledger::schema::install(&client).await?;
-        points_ledger::schema::seed(&client).await?;
-    }
+    let primary = start_primary(ctx).await?;
     let standby = primary
         .start_standby(StandbyOptions {
             dir: ctx.own_folder("standby")?,
@@ -48,6 +40,22 @@ pub async fn start_pair(ctx: &Ctx, replication: Replication) -> anyhow::Result<P
         .await
         .context("starting the standby")?;
     Ok(Pair { primary, standby })
+}
+
+/// Starts a node of the run's version in the case's folder `primary` with the ledger
+/// installed (schema and seeded accounts) in [`LEDGER_DATABASE`].
+///
+/// Errors: the run has no scratch cluster to take the binaries from; the node did not
+/// start; SQL errors.
+pub async fn start_primary(ctx: &Ctx) -> anyhow::Result<Cluster> {
+    let pg_bin = ctx.pg_bin()?;
+    let dir = ctx.own_folder("primary")?;
+    let primary = start_node(pg_bin, dir).await?;
+    primary.create_database(LEDGER_DATABASE, None).await?;
+    let client = primary.connect(LEDGER_DATABASE).await?;
+    points_ledger::schema::install(&client).await?;
+    points_ledger::schema::seed(&client).await?;
+    Ok(primary)
 }
 
 async fn start_node(pg_bin: PathBuf, dir: PathBuf) -> anyhow::Result<Cluster> {

@@ -1,17 +1,24 @@
 //! R2 — failover with a synchronous standby: no acknowledged debit is lost.
 //! Claim: 32 clients debit through `ledger-svc`, which connects with a multi-host URL
-//! (`target_session_attrs=read-write`); once [`KILL_AFTER_ACKNOWLEDGED`] debits are
-//! acknowledged the primary is killed (kill -9 of every process of it); the service
-//! answers 503 `UNKNOWN` while no node takes writes (one such answer is observed before
-//! the standby is promoted: forced, not timed); after the promotion it carries on
-//! against the new primary. Every acknowledged debit is on the new primary, every
-//! debit answered `UNKNOWN` resolves exactly once on its same-key retry, and the new
-//! primary reconciles clean. The time from the kill to the first success is a note
-//! (`kill_to_first_success_ms`, redacted in the snapshot).
+//! (`target_session_attrs=read-write`). Each client's first debit is acknowledged; then
+//! the clients wait at a barrier while a holder session on the primary locks every
+//! debited account (`SELECT … FOR UPDATE`), are released, and the case waits until all
+//! of the service's [`POOL_SIZE`] sessions are seen waiting on a lock
+//! (`pg_stat_activity.wait_event_type = 'Lock'`): those debits are in flight, certainly
+//! not committed. Then the primary is killed (kill -9 of every process of it), so the
+//! in-flight debits die with their sessions and the service answers 503 `UNKNOWN`
+//! while no node takes writes (one such answer is observed before the standby is
+//! promoted). After the promotion it carries on against the new primary. Every
+//! acknowledged debit is on the new primary, every debit answered `UNKNOWN` resolves
+//! exactly once on its same-key retry, and the new primary reconciles clean. Nothing
+//! here depends on timing: the kill lands while the debits wait on a lock. The time from
+//! the kill to the first success is a note (`kill_to_first_success_ms`, redacted in the
+//! snapshot).
 //!
 //! Fails if: an acknowledged debit is missing or doubled on the new primary, an answer
-//! during the switch is anything but 503 `UNKNOWN`, a balance differs from its start
-//! less the acknowledged debits, or the ledger does not reconcile.
+//! during the switch is anything but 503 `UNKNOWN`, no debit was answered 503 `UNKNOWN`,
+//! a balance differs from its start less the acknowledged debits, or the ledger does
+//! not reconcile.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,7 +30,7 @@ use futures_util::FutureExt;
 use launch::service::{Service, ServiceOptions};
 use points_ledger::{grant_in, reconcile, test_account};
 use scratch_pg::Replication;
-use tokio::sync::Notify;
+use tokio::sync::{Barrier, Notify};
 
 use crate::pair::{self, LEDGER_DATABASE};
 use case_kit::{Case, Ctx};
@@ -39,16 +46,20 @@ pub fn case() -> Case {
 
 /// Concurrent clients of the service.
 pub const CLIENTS: usize = 32;
-/// Debits each client makes, one key each.
-pub const DEBITS_PER_CLIENT: usize = 4;
-/// The primary is killed once this many debits are acknowledged.
-pub const KILL_AFTER_ACKNOWLEDGED: usize = 32;
+/// Debits each client makes, one key each; the first before the kill.
+pub const DEBITS_PER_CLIENT: usize = 3;
 /// Pause before a client retries a debit answered `UNKNOWN`, milliseconds (pacing only).
 const RETRY_PAUSE_MS: u64 = 20;
-/// Longest a client keeps retrying one key, milliseconds (a hang bound).
+/// Longest a client keeps retrying one key, and longest the case waits for a state it
+/// observes, milliseconds (a hang bound).
 const RETRY_LIMIT_MS: u64 = 120_000;
-/// The service's pooled connections.
+/// Pause between two looks at `pg_stat_activity`, milliseconds (pacing only).
+const POLL_MS: u64 = 10;
+/// The service's pooled connections: the debits in flight at the kill.
 const POOL_SIZE: usize = 8;
+/// The service's request, lock and statement bounds, milliseconds: hang bounds only, far
+/// above the time the debits wait on the holder's lock.
+const SERVICE_BOUND_MS: u64 = 60_000;
 const CLIENT: &str = "app-r2";
 /// Accounts debited: client `c` debits account `c % ACCOUNTS + 1`.
 const ACCOUNTS: usize = 8;
@@ -56,11 +67,13 @@ const START_BALANCE: i64 = 1_000;
 const DEBIT: i64 = 1;
 
 /// What the clients and the case share while the load runs.
-#[derive(Default)]
 struct Load {
     acknowledged: AtomicUsize,
     killed: AtomicBool,
-    kill_now: Notify,
+    /// Every client and the case: the clients' first debits are acknowledged.
+    first_done: Barrier,
+    /// Every client and the case: the holder's lock is taken.
+    go: Barrier,
     unknown_after_kill: Notify,
     first_success_after_kill: std::sync::Mutex<Option<Instant>>,
 }
@@ -77,46 +90,40 @@ struct KeyStory {
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let mode = cases_ledger::modes::mode(ctx);
     let pair = pair::start_pair(ctx, Replication::Synchronous).await?;
-    {
-        let mut primary = pair.primary.connect(LEDGER_DATABASE).await?;
-        for n in 1..=ACCOUNTS {
-            let key = format!("g-r2-{n}");
-            grant_in(
-                mode,
-                &mut primary,
-                "ops",
-                &key,
-                &test_account(n as u32),
-                START_BALANCE,
-            )
-            .await?;
-        }
-    }
+    grant_all(mode, &pair.primary).await?;
     let url = pair::multi_host_url(&[&pair.primary, &pair.standby]);
-    let mut options = ServiceOptions::default().with_clients(&[CLIENT]);
-    options.pool_size = POOL_SIZE;
-    options.extra_args = vec!["--transfer-mode".into(), mode.as_str().into()];
-    let service = Arc::new(Service::launch(&url, ctx.log_file("ledger-svc")?, options).await?);
-    let load = Arc::new(Load::default());
+    let service = Arc::new(launch_service(ctx, &url, mode).await?);
+    let load = Arc::new(Load {
+        acknowledged: AtomicUsize::new(0),
+        killed: AtomicBool::new(false),
+        first_done: Barrier::new(CLIENTS + 1),
+        go: Barrier::new(CLIENTS + 1),
+        unknown_after_kill: Notify::new(),
+        first_success_after_kill: std::sync::Mutex::new(None),
+    });
     let clients: Vec<_> = (0..CLIENTS)
         .map(|c| tokio::spawn(client(service.clone(), load.clone(), c)))
         .collect();
-    tokio::time::timeout(
-        Duration::from_millis(RETRY_LIMIT_MS),
-        load.kill_now.notified(),
-    )
-    .await
-    .map_err(|_| anyhow::anyhow!("{KILL_AFTER_ACKNOWLEDGED} debits were not acknowledged"))?;
+    bounded(load.first_done.wait(), "the clients' first debits").await?;
     let acknowledged_before = load.acknowledged.load(Ordering::SeqCst);
+    let mut holder = pair.primary.connect(LEDGER_DATABASE).await?;
+    let lock = holder.transaction().await?;
+    lock.execute(
+        "SELECT 1 FROM account WHERE account_id = ANY($1) FOR UPDATE",
+        &[&accounts()],
+    )
+    .await?;
+    bounded(load.go.wait(), "the clients at the barrier").await?;
+    let waiting = waiting_on_lock(&pair.primary, POOL_SIZE).await?;
     let _old_primary = pair::kill_node(pair.primary).await?;
     let killed_at = Instant::now();
     load.killed.store(true, Ordering::SeqCst);
-    tokio::time::timeout(
-        Duration::from_millis(RETRY_LIMIT_MS),
+    drop(lock);
+    bounded(
         load.unknown_after_kill.notified(),
+        "a 503 UNKNOWN after the kill",
     )
-    .await
-    .map_err(|_| anyhow::anyhow!("no 503 UNKNOWN observed after the kill"))?;
+    .await?;
     pair.standby.promote().await?;
     let mut stories = BTreeMap::new();
     for (c, handle) in clients.into_iter().enumerate() {
@@ -124,12 +131,96 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
             stories.insert(key(c, d), story);
         }
     }
+    ctx.check_eq(
+        "debits acknowledged before the kill (each client's first)",
+        CLIENTS,
+        acknowledged_before,
+    );
+    ctx.check_eq(
+        "service sessions waiting on the holder's lock at the kill (debits in flight)",
+        POOL_SIZE,
+        waiting,
+    );
     let first_success = *load.first_success_after_kill.lock().unwrap();
     ctx.note(format!(
-        "acknowledged_before_kill_n={acknowledged_before} kill_to_first_success_ms={}",
+        "kill_to_first_success_ms={}",
         first_success.map_or(0, |at| at.duration_since(killed_at).as_millis())
     ));
     check(ctx, &pair.standby, &stories).await
+}
+
+/// `ledger-svc` on `url` in `mode`, with [`POOL_SIZE`] connections and its bounds at
+/// [`SERVICE_BOUND_MS`].
+async fn launch_service(
+    ctx: &Ctx,
+    url: &str,
+    mode: points_ledger::TransferMode,
+) -> anyhow::Result<Service> {
+    let mut options = ServiceOptions::default().with_clients(&[CLIENT]);
+    options.pool_size = POOL_SIZE;
+    options.extra_args = vec!["--transfer-mode".into(), mode.as_str().into()];
+    for bound in [
+        "--request-timeout-ms",
+        "--lock-timeout-ms",
+        "--statement-timeout-ms",
+    ] {
+        options
+            .extra_args
+            .extend([bound.into(), SERVICE_BOUND_MS.to_string()]);
+    }
+    Service::launch(url, ctx.log_file("ledger-svc")?, options).await
+}
+
+/// Grants every debited account its start balance on the primary.
+async fn grant_all(
+    mode: points_ledger::TransferMode,
+    primary: &scratch_pg::Cluster,
+) -> anyhow::Result<()> {
+    let mut primary = primary.connect(LEDGER_DATABASE).await?;
+    for n in 1..=ACCOUNTS {
+        let key = format!("g-r2-{n}");
+        let account = test_account(n as u32);
+        grant_in(mode, &mut primary, "ops", &key, &account, START_BALANCE).await?;
+    }
+    Ok(())
+}
+
+fn accounts() -> Vec<String> {
+    (1..=ACCOUNTS).map(|n| test_account(n as u32)).collect()
+}
+
+/// Awaits `what` within the hang bound.
+async fn bounded<T>(future: impl Future<Output = T>, what: &str) -> anyhow::Result<T> {
+    tokio::time::timeout(Duration::from_millis(RETRY_LIMIT_MS), future)
+        .await
+        .map_err(|_| anyhow::anyhow!("{what}: not seen within {RETRY_LIMIT_MS} ms"))
+}
+
+/// Waits until `want` sessions of the ledger database wait on a lock
+/// (`pg_stat_activity.wait_event_type = 'Lock'`), and returns the count seen.
+///
+/// Errors: SQL errors; not seen within the hang bound.
+async fn waiting_on_lock(node: &scratch_pg::Cluster, want: usize) -> anyhow::Result<usize> {
+    let observer = node.connect(LEDGER_DATABASE).await?;
+    let deadline = Instant::now() + Duration::from_millis(RETRY_LIMIT_MS);
+    loop {
+        let row = observer
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = $1 AND wait_event_type = 'Lock'",
+                &[&LEDGER_DATABASE],
+            )
+            .await?;
+        let seen = row.get::<_, i64>(0) as usize;
+        if seen >= want {
+            return Ok(seen);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {seen} of {want} sessions seen waiting on a lock"
+        );
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
 }
 
 fn key(c: usize, d: usize) -> String {
@@ -137,49 +228,57 @@ fn key(c: usize, d: usize) -> String {
 }
 
 /// One client: its debits in order, each retried with the same key until it is
-/// answered 201 (or the hang bound runs out).
+/// answered 201 (or the hang bound runs out); after the first it waits at the case's
+/// two barriers.
 async fn client(service: Arc<Service>, load: Arc<Load>, c: usize) -> anyhow::Result<Vec<KeyStory>> {
     let account = test_account((c % ACCOUNTS + 1) as u32);
     let mut stories = Vec::new();
     for d in 0..DEBITS_PER_CLIENT {
-        let key = key(c, d);
-        let mut story = KeyStory::default();
-        let deadline = Instant::now() + Duration::from_millis(RETRY_LIMIT_MS);
-        loop {
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "{key}: no answer but 503 for {RETRY_LIMIT_MS} ms"
-            );
-            let answer = service.debit_once(CLIENT, &key, &account, DEBIT).await;
-            match answer {
-                Ok(reply) if reply.status == 201 => {
-                    story.final_status = 201;
-                    story.replayed = reply.replayed;
-                    if load.killed.load(Ordering::SeqCst) {
-                        let mut first = load.first_success_after_kill.lock().unwrap();
-                        first.get_or_insert_with(Instant::now);
-                    }
-                    if load.acknowledged.fetch_add(1, Ordering::SeqCst) + 1
-                        == KILL_AFTER_ACKNOWLEDGED
-                    {
-                        load.kill_now.notify_one();
-                    }
-                    break;
-                }
-                Ok(reply) if reply.status_outcome() == "503 UNKNOWN" => {
-                    story.unknown_answers += 1;
-                    if load.killed.load(Ordering::SeqCst) {
-                        load.unknown_after_kill.notify_one();
-                    }
-                }
-                Ok(reply) => story.other_answers.push(reply.status_outcome()),
-                Err(error) => story.other_answers.push(format!("transport: {error}")),
-            }
-            tokio::time::sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
+        if d == 1 {
+            load.first_done.wait().await;
+            load.go.wait().await;
         }
-        stories.push(story);
+        stories.push(debit_until_answered(&service, &load, &key(c, d), &account).await?);
     }
     Ok(stories)
+}
+
+/// One key, retried with the same key until it is answered 201.
+async fn debit_until_answered(
+    service: &Service,
+    load: &Load,
+    key: &str,
+    account: &str,
+) -> anyhow::Result<KeyStory> {
+    let mut story = KeyStory::default();
+    let deadline = Instant::now() + Duration::from_millis(RETRY_LIMIT_MS);
+    loop {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{key}: no answer but 503 for {RETRY_LIMIT_MS} ms"
+        );
+        match service.debit_once(CLIENT, key, account, DEBIT).await {
+            Ok(reply) if reply.status == 201 => {
+                story.final_status = 201;
+                story.replayed = reply.replayed;
+                if load.killed.load(Ordering::SeqCst) {
+                    let mut first = load.first_success_after_kill.lock().unwrap();
+                    first.get_or_insert_with(Instant::now);
+                }
+                load.acknowledged.fetch_add(1, Ordering::SeqCst);
+                return Ok(story);
+            }
+            Ok(reply) if reply.status_outcome() == "503 UNKNOWN" => {
+                story.unknown_answers += 1;
+                if load.killed.load(Ordering::SeqCst) {
+                    load.unknown_after_kill.notify_one();
+                }
+            }
+            Ok(reply) => story.other_answers.push(reply.status_outcome()),
+            Err(error) => story.other_answers.push(format!("transport: {error}")),
+        }
+        tokio::time::sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
+    }
 }
 
 /// The checks on the new primary.
@@ -245,9 +344,7 @@ async fn check(
         .query(
             "SELECT count(*) FROM account WHERE account_id = ANY($1) AND balance <> $2",
             &[
-                &(1..=ACCOUNTS)
-                    .map(|n| test_account(n as u32))
-                    .collect::<Vec<_>>(),
+                &accounts(),
                 &(START_BALANCE - (CLIENTS / ACCOUNTS * DEBITS_PER_CLIENT) as i64 * DEBIT),
             ],
         )

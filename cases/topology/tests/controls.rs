@@ -1,4 +1,5 @@
-//! The negative controls of family R can fail: each run without its fault (R3 with the
+//! The negative controls of family R can fail: each run without its fault (R1 with the
+//! named statement straight to PostgreSQL, R3 with the
 //! standby's WAL receiver running and caught up) must report its `negative control
 //! exposes` check as FAIL; with the fault every check must pass.
 //!
@@ -85,4 +86,22 @@ async fn r5_splits_only_when_the_old_primary_returns_as_it_was() {
         .await
         .unwrap();
     assert_control_failed(&as_standby, r5::ANOMALY);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r1_named_statements_fail_only_through_the_pooler() {
+    use cases_topology::r1_through_pooler::{self as r1, Route};
+    if let Some(reason) = r1::unavailable() {
+        eprintln!("R1's control not run: {reason}");
+        return;
+    }
+    let env = Env::for_tests(SEED, &[&cases_topology::family()])
+        .await
+        .expect("scratch cluster");
+    let mut pooled = fresh_ctx(&env, "R1", "r1_pooler").await;
+    r1::run_with(&mut pooled, Route::Pooler).await.unwrap();
+    assert_all_passed(&pooled);
+    let mut direct = fresh_ctx(&env, "R1", "r1_direct").await;
+    r1::run_with(&mut direct, Route::Direct).await.unwrap();
+    assert_control_failed(&direct, r1::ANOMALY);
 }
