@@ -36,12 +36,16 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Every file under `dir` whose name ends with `ext`, skipping build output and git.
+/// Every file under `dir` whose name ends with `ext`, skipping build output, git and
+/// symbolic links (`evidence/latest` points into the git-ignored `evidence/runs`).
 fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|kind| kind.is_symlink()) {
+            continue;
+        }
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
         if path.is_dir() {
