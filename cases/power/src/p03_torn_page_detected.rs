@@ -34,8 +34,8 @@ pub fn case() -> Case {
         |ctx| run(ctx).boxed(),
     )
     .not_clean()
-    // Alone: a cluster on a single-threaded FUSE daemon.
-    .schedule(case_kit::Schedule::Exclusive)
+    // Not exclusive: no load of its own (one client, its own mount and cluster), and
+    // every step is forced, so other cases beside it only slow it down.
 }
 
 /// The body: the tear with `full_page_writes=off`.
