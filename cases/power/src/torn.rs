@@ -181,7 +181,7 @@ async fn detected(
             ctx.note(format!(
                 "crash recovery stopped: {}",
                 if named {
-                    "ERROR invalid page in block 0 of relation acct's file (data_corrupted; the log warns: page verification failed, calculated checksum … but expected …)"
+                    "FATAL invalid page in block 0 of relation acct's file, in the WAL redo of the update (data_corrupted; the log warns first: page verification failed, calculated checksum … but expected …)"
                 } else {
                     "for another reason (the run record has the log)"
                 }
