@@ -4,7 +4,8 @@
 //! - [`plan`]: the seeded schedules (each client's operations, the nemesis's faults).
 //! - [`client`]: the clients and the [`client::Gateway`] all their HTTP goes through.
 //! - [`nemesis`]: kills and restarts the service, crashes PostgreSQL, pauses transfers,
-//!   withholds responses.
+//!   withholds responses, cuts the power (`--power-cut`).
+//! - [`power`]: `--power-cut`'s forgetful disk under the data directory.
 //! - [`history`]: the JSON-lines history.
 //! - [`state`] and [`checker`]: the final database read with the checker's own queries,
 //!   and the properties checked against the history.
@@ -16,6 +17,7 @@ pub mod client;
 pub mod history;
 pub mod nemesis;
 pub mod plan;
+pub mod power;
 pub mod report;
 pub mod run;
 pub mod state;

@@ -44,5 +44,6 @@ async fn interrupted() -> i32 {
     };
     eprintln!("explore: {name} received; stopping ledger-svc and postgres");
     scratch_pg::cleanup_all_clusters();
+    explore::power::cleanup();
     code
 }

@@ -9,13 +9,17 @@
 //! - `pause`: the next transfer to pass a hook point inside its transaction waits there
 //!   (`PUT /faults/{point}` `pause`), then is released;
 //! - `withhold`: the next transfer commits, then its response is withheld past the
-//!   client's timeout and the connection closed (`after-commit` `close`).
+//!   client's timeout and the connection closed (`after-commit` `close`);
+//! - `power-cut` (`--power-cut` only): SIGKILL of the service and of every postgres
+//!   process, the forgetful disk's unsynced data dropped, wait, crash recovery, a new
+//!   service.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use launch::power::PowerDisk;
 use launch::service::{Service, ServiceOptions};
 use scratch_pg::{Cluster, StopMode};
 use serde_json::json;
@@ -77,6 +81,8 @@ pub struct Nemesis {
     pub gateway: Arc<Gateway>,
     /// The history.
     pub history: Arc<HistoryWriter>,
+    /// The forgetful disk under the data directory (`--power-cut`), else `None`.
+    pub disk: Option<PowerDisk>,
 }
 
 impl Nemesis {
@@ -165,10 +171,50 @@ impl Nemesis {
                     true,
                 )
             }
+            FaultKind::PowerCut => (self.power_cut(hold).await?, true),
             FaultKind::Pause | FaultKind::Withhold => self.hook_fault(fault, hold).await,
         };
         self.record(fault, Phase::End, Some(detail), Some(effective));
         Ok(())
+    }
+
+    /// The power cut: SIGKILL of the service, then of the postmaster and every backend,
+    /// the disk's unsynced data dropped, `hold` down, PostgreSQL started (crash
+    /// recovery) and a new service. Returns the detail for the history.
+    ///
+    /// Errors: no disk (the run was not started with `--power-cut`), or PostgreSQL or
+    /// the service could not be started again.
+    async fn power_cut(&mut self, hold: Duration) -> anyhow::Result<String> {
+        let Some(disk) = &self.disk else {
+            anyhow::bail!("power-cut planned without a forgetful disk");
+        };
+        self.gateway.set(None);
+        let status = match self.service.take() {
+            Some(service) => service.kill()?.to_string(),
+            None => "no service".to_owned(),
+        };
+        let cluster = self.cluster.clone();
+        let killed = tokio::task::spawn_blocking(move || {
+            cluster.lock().unwrap_or_else(|p| p.into_inner()).kill_all()
+        })
+        .await?;
+        let dropped = disk.cut(None);
+        tokio::time::sleep(hold).await;
+        let cluster = self.cluster.clone();
+        tokio::task::spawn_blocking(move || {
+            cluster
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .start_after_crash()
+        })
+        .await?
+        .context("starting PostgreSQL after a power cut (crash recovery)")?;
+        let service = self.launch.start().await?;
+        self.gateway.set(Some(&service));
+        self.service = Some(service);
+        Ok(format!(
+            "killed service ({status}) and {killed} postgres processes; {dropped}; started again (crash recovery)"
+        ))
     }
 
     /// A pause or a withhold: arm, hold, release, read whether it fired, clear. A

@@ -211,16 +211,30 @@ pub enum FaultKind {
     /// Commit the next transfer, then withhold its response until the client has
     /// timed out, and close the connection.
     Withhold,
+    /// Cut the power (only with `--power-cut`, the data directory on a forgetful
+    /// disk): SIGKILL the service and every postgres process, drop what the disk never
+    /// got, wait, start PostgreSQL (crash recovery) and a new service.
+    PowerCut,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 4] = [
+    pub const ALL: [FaultKind; 5] = [
         FaultKind::KillService,
         FaultKind::CrashPostgres,
         FaultKind::Pause,
         FaultKind::Withhold,
+        FaultKind::PowerCut,
     ];
+
+    /// The kinds of a run's mix: the four process-level faults, and `power-cut` when
+    /// `power_cut` (the run's data directory is on a forgetful disk).
+    pub fn mix(power_cut: bool) -> Vec<FaultKind> {
+        FaultKind::ALL
+            .into_iter()
+            .filter(|kind| power_cut || *kind != FaultKind::PowerCut)
+            .collect()
+    }
 
     /// The kebab-case name used in the history and the reports.
     pub fn as_str(self) -> &'static str {
@@ -229,6 +243,7 @@ impl FaultKind {
             FaultKind::CrashPostgres => "crash-postgres",
             FaultKind::Pause => "pause",
             FaultKind::Withhold => "withhold",
+            FaultKind::PowerCut => "power-cut",
         }
     }
 }
@@ -257,13 +272,18 @@ pub struct PlannedFault {
 /// [`FAULT_INTERVAL_MS`] (plus jitter), their kinds in rounds of all four in a seeded
 /// order, so every kind comes once per round.
 pub fn fault_plan(seed: u64, duration_ms: u64) -> Vec<PlannedFault> {
+    fault_plan_of(seed, duration_ms, &FaultKind::mix(false))
+}
+
+/// The fault schedule of [`fault_plan`] over the kinds `kinds` (rounds of all of them).
+pub fn fault_plan_of(seed: u64, duration_ms: u64, kinds: &[FaultKind]) -> Vec<PlannedFault> {
     let mut rng = seeded_rng(seed, "explore-nemesis");
     let mut faults = Vec::new();
     let mut round: Vec<FaultKind> = Vec::new();
     let mut at_ms = FIRST_FAULT_MS;
     while at_ms + FAULT_TAIL_MS <= duration_ms {
         if round.is_empty() {
-            round = FaultKind::ALL.to_vec();
+            round = kinds.to_vec();
             // Fisher–Yates with our own draws (portable across rand versions).
             for i in (1..round.len()).rev() {
                 let j = rng.random_range(0..=i);
@@ -273,7 +293,9 @@ pub fn fault_plan(seed: u64, duration_ms: u64) -> Vec<PlannedFault> {
         let kind = round.pop().expect("refilled above");
         let (point, hold_ms) = match kind {
             FaultKind::KillService => (None, rng.random_range(SERVICE_DOWN_MS)),
-            FaultKind::CrashPostgres => (None, rng.random_range(POSTGRES_DOWN_MS)),
+            FaultKind::CrashPostgres | FaultKind::PowerCut => {
+                (None, rng.random_range(POSTGRES_DOWN_MS))
+            }
             FaultKind::Pause => (
                 Some(PAUSE_POINTS[rng.random_range(0..PAUSE_POINTS.len())].to_owned()),
                 rng.random_range(PAUSE_HOLD_MS),
@@ -319,9 +341,15 @@ mod tests {
             }
         }
         let faults = fault_plan(1, 60_000);
-        for kind in FaultKind::ALL {
+        for kind in FaultKind::mix(false) {
             let count = faults.iter().filter(|f| f.kind == kind).count();
             assert!(count >= 5, "{kind:?}: {count}");
+        }
+        assert!(faults.iter().all(|f| f.kind != FaultKind::PowerCut));
+        let with_cuts = fault_plan_of(1, 60_000, &FaultKind::mix(true));
+        for kind in FaultKind::ALL {
+            let count = with_cuts.iter().filter(|f| f.kind == kind).count();
+            assert!(count >= 4, "{kind:?}: {count}");
         }
     }
 }

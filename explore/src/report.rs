@@ -122,6 +122,7 @@ fn fault_colour(kind: FaultKind) -> RGBColor {
         FaultKind::CrashPostgres => RGBColor(130, 60, 200),
         FaultKind::Pause => RGBColor(0, 130, 200),
         FaultKind::Withhold => RGBColor(200, 0, 120),
+        FaultKind::PowerCut => RGBColor(60, 60, 60),
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
+use launch::power::PowerDisk;
 use launch::service::ServiceOptions;
 use scratch_pg::{Cluster, ClusterOptions};
 
@@ -15,7 +16,7 @@ use crate::checker::{self, Report};
 use crate::client::{Counters, Gateway, run_client};
 use crate::history::{self, Event, HistoryWriter};
 use crate::nemesis::{Launch, Nemesis};
-use crate::plan::{FaultKind, PlannedFault, PlannedOp, fault_plan};
+use crate::plan::{FaultKind, PlannedFault, PlannedOp, fault_plan_of};
 use crate::report;
 use crate::state::{self, FinalState};
 
@@ -72,6 +73,12 @@ pub struct Args {
     /// effect.
     #[arg(long, env = points_ledger::TRANSFER_MODE_ENV, default_value = "statements")]
     pub transfer_mode: points_ledger::TransferMode,
+    /// Put the data directory on a disk that forgets what was never synced
+    /// (`forgetful-fs`; root and `/dev/fuse`) and add `power-cut` to the nemesis's mix:
+    /// SIGKILL of the service and every postgres process, the unsynced data dropped,
+    /// crash recovery.
+    #[arg(long)]
+    pub power_cut: bool,
     /// Do not run: check the history and final state saved in this run folder again.
     #[arg(long)]
     pub recheck: Option<PathBuf>,
@@ -89,14 +96,14 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     let folder = run_folder(&args.evidence_dir)?;
     println!("evidence: {}", folder.display());
 
-    let (cluster, facts) = start_cluster(&args).await?;
+    let (cluster, facts, disk) = start_cluster(&args).await?;
     let pg_log = cluster.log_path().to_path_buf();
     let config = cluster.config(DATABASE);
     let database_url = cluster.url(DATABASE);
     let cluster = Arc::new(Mutex::new(cluster));
 
     let duration_ms = args.duration_s * 1_000;
-    let faults = fault_plan(seed, duration_ms);
+    let faults = fault_plan_of(seed, duration_ms, &FaultKind::mix(args.power_cut));
     write_fault_plan(&folder.join("faults.tsv"), &faults)?;
 
     if args.auth {
@@ -127,6 +134,7 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         service: Some(service),
         gateway: gateway.clone(),
         history: history.clone(),
+        disk,
     };
     let deadline = started + Duration::from_millis(duration_ms);
     let ops = load(seed, args.clients, started, deadline, &faults, &mut nemesis).await?;
@@ -149,13 +157,24 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
 /// Copies PostgreSQL's log (`pg_log`) into the run folder and removes the cluster: it
 /// goes (immediate stop, folder removed) when the last handle drops, the nemesis's
 /// first.
-fn remove_cluster(nemesis: Nemesis, cluster: Arc<Mutex<Cluster>>, pg_log: &Path, folder: &Path) {
+fn remove_cluster(
+    mut nemesis: Nemesis,
+    cluster: Arc<Mutex<Cluster>>,
+    pg_log: &Path,
+    folder: &Path,
+) {
+    let disk = nemesis.disk.take();
     drop(nemesis);
     let cluster = Arc::try_unwrap(cluster)
         .ok()
         .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()));
     let _ = std::fs::copy(pg_log, folder.join("postgres.log"));
     drop(cluster);
+    // The disk goes after the cluster stopped (`--power-cut`).
+    if disk.is_some() {
+        drop(disk);
+        crate::power::cleanup();
+    }
 }
 
 /// A seed from the clock: nanoseconds since the Unix epoch (1 if the clock is before it).
@@ -173,6 +192,9 @@ fn announce(seed: u64, args: &Args) {
         .as_deref()
         .map(|bug| format!(" --planted-bug {bug}"))
         .unwrap_or_default();
+    if args.power_cut {
+        planted.push_str(" --power-cut");
+    }
     if args.transfer_mode != points_ledger::TransferMode::default() {
         planted.push_str(&format!(" --transfer-mode {}", args.transfer_mode));
     }
@@ -182,18 +204,29 @@ fn announce(seed: u64, args: &Args) {
     );
 }
 
-/// Starts the scratch cluster (100 connections) and prints its settings, then creates
-/// the run's database with the ledger's schema and seeded accounts. Returns the cluster
-/// and the server's facts.
+/// Starts the scratch cluster (100 connections; with `--power-cut` its data directory on
+/// a forgetful disk) and prints its settings, then creates the run's database with the
+/// ledger's schema and seeded accounts (with `--power-cut` checkpointed and written
+/// back). Returns the cluster, the server's facts and the disk.
 ///
-/// Errors: the cluster did not start, or a statement failed.
-async fn start_cluster(args: &Args) -> anyhow::Result<(Cluster, scratch_pg::ServerFacts)> {
+/// Errors: the disk or the cluster did not start, or a statement failed.
+async fn start_cluster(
+    args: &Args,
+) -> anyhow::Result<(Cluster, scratch_pg::ServerFacts, Option<PowerDisk>)> {
     let mut options = ClusterOptions {
         pg_bin: args.pg_bin.clone(),
         server_user: args.server_user.clone(),
         ..ClusterOptions::default()
     };
     options.max_connections = 100;
+    let disk = if args.power_cut {
+        let (disk, data_dir) = crate::power::mount()?;
+        options.dir = Some(crate::power::work_dir().join("pg"));
+        options.data_dir = Some(data_dir);
+        Some(disk)
+    } else {
+        None
+    };
     let cluster = tokio::task::spawn_blocking(move || Cluster::start(options))
         .await?
         .context("starting the scratch cluster")?;
@@ -207,8 +240,13 @@ async fn start_cluster(args: &Args) -> anyhow::Result<(Cluster, scratch_pg::Serv
         let client = cluster.connect(DATABASE).await?;
         points_ledger::schema::install(&client).await?;
         points_ledger::schema::seed(&client).await?;
+        if let Some(disk) = &disk {
+            client.batch_execute("CHECKPOINT").await?;
+            disk.sync_all()?;
+            println!("data directory on a forgetful disk (power-cut in the nemesis's mix)");
+        }
     }
-    Ok((cluster, facts))
+    Ok((cluster, facts, disk))
 }
 
 /// How to start the service on `database_url`: fault injection on, two pooled
@@ -372,8 +410,20 @@ fn check_and_report(
 
 /// `EXPLORE seed=N ops=… faults=… violations=…`.
 fn explore_line(seed: u64, report: &Report) -> String {
+    // `power-cut` is named only when the run had one (`--power-cut`): the line of a
+    // run without it keeps its four kinds.
     let faults: Vec<String> = FaultKind::ALL
         .iter()
+        .filter(|kind| {
+            **kind != FaultKind::PowerCut
+                || report
+                    .counts
+                    .faults
+                    .get(kind.as_str())
+                    .copied()
+                    .unwrap_or(0)
+                    > 0
+        })
         .map(|kind| {
             format!(
                 "{}:{}",

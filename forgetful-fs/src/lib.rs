@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 pub use mounts::{is_mounted, unmount_under};
-pub use report::{DropReport, Tear};
+pub use report::{DropReport, Tear, UnsyncedFile};
 
 use crate::state::State;
 
@@ -77,6 +77,13 @@ impl Mounted {
     /// What a cut now would drop, without dropping it.
     pub fn unsynced(&self) -> DropReport {
         self.lock().unsynced()
+    }
+
+    /// The unsynced data of one file (`relative` to the mount point, as in a [`Tear`]),
+    /// `None` when it has none: lets a case see that a write it forced is held unsynced
+    /// before it cuts.
+    pub fn unsynced_file(&self, relative: &Path) -> Option<UnsyncedFile> {
+        self.lock().unsynced_file(relative)
     }
 
     /// Writes everything back now, as the kernel's periodic write-back or `sync(1)`

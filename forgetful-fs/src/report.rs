@@ -14,6 +14,18 @@ pub struct Tear {
     pub boundary_bytes: u64,
 }
 
+/// One file's unsynced data (from [`crate::Mounted::unsynced_file`]): what a cut now
+/// would drop of it, and the write a [`Tear`] of it would tear.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnsyncedFile {
+    /// Bytes passed to `write` since the file's last sync.
+    pub bytes: u64,
+    /// Writes and truncations since the file's last sync.
+    pub write_operations: u64,
+    /// Offset and length in bytes of the last write (`None` after a truncation).
+    pub last_write: Option<(u64, u64)>,
+}
+
 /// What a power cut dropped (or, from [`crate::Mounted::unsynced`], would drop now).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DropReport {

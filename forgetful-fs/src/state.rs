@@ -11,7 +11,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::cache::Dirty;
-use crate::report::{DropReport, Tear};
+use crate::report::{DropReport, Tear, UnsyncedFile};
 
 /// The root directory's inode number (FUSE's).
 pub const ROOT_INODE: u64 = 1;
@@ -243,6 +243,18 @@ impl State {
         }
         report.name_operations = self.journal.len() as u64;
         report
+    }
+
+    /// The unsynced data of the file at `relative` (to the backing folder), `None` when
+    /// it has none or the file system has not seen it.
+    pub fn unsynced_file(&self, relative: &Path) -> Option<UnsyncedFile> {
+        let inode = self.by_path.get(&self.backing.join(relative))?;
+        let dirty = self.nodes.get(inode)?.dirty.as_ref()?;
+        Some(UnsyncedFile {
+            bytes: dirty.bytes,
+            write_operations: dirty.operations,
+            last_write: dirty.last_write,
+        })
     }
 
     /// The power cut: every file's unsynced data is forgotten (the last write of the

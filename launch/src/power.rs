@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use forgetful_fs::{DropReport, Mounted, Tear};
+use forgetful_fs::{DropReport, Mounted, Tear, UnsyncedFile};
 use scratch_pg::{Cluster, ClusterOptions};
 
 /// Why a power cut cannot be simulated here, or `None` when it can: root is needed to
@@ -70,6 +70,11 @@ impl PowerDisk {
     /// What a cut now would drop.
     pub fn unsynced(&self) -> DropReport {
         self.mount.unsynced()
+    }
+
+    /// One file's unsynced data (`relative` to the mount point), `None` when it has none.
+    pub fn unsynced_file(&self, relative: &Path) -> Option<UnsyncedFile> {
+        self.mount.unsynced_file(relative)
     }
 
     /// Writes everything back (the kernel's periodic write-back, `sync(1)`).

@@ -3,8 +3,8 @@
 //! folder, runs its system on it (a PostgreSQL cluster, an SQLite file), cuts the power
 //! (SIGKILL of every process of the system, the unsynced data dropped) and checks what
 //! recovery kept. Each fault is paired: a configuration that must keep every
-//! acknowledged change (P1, P4, P5) and a negative control that must lose something
-//! (P2, P3, P6, P7).
+//! acknowledged change (P1, P4, P5, P8) and a negative control that must lose or
+//! damage something (P2, P3, P6, P7).
 //!
 //! Mounting needs root and `/dev/fuse`: elsewhere the family is listed as not run, with
 //! the reason (`launch::power::unavailable`).
@@ -17,18 +17,22 @@ use case_kit::{Engine, Family};
 pub mod durability;
 pub mod ledger;
 pub mod sqlite;
+pub mod torn;
 
 // One line per case, in id order. The negative controls are public so that a test can
 // run them where their fault cannot happen and see them fail.
 case_kit::register_cases! {
     p01_acknowledged_debits_survive,
     pub p02_fsync_off,
+    pub p03_torn_page_detected,
+    p04_torn_page_repaired,
     p05_sqlite_as_shipped,
     pub p06_sqlite_wal_normal,
     pub p07_sqlite_journal_sync_off,
+    p08_withdrawal_broadcast_then_cut,
 }
 
-/// The family: P1–P7, each on its own mount.
+/// The family: P1–P8, each on its own mount.
 pub fn family() -> Family {
     Family {
         prefix: "P",

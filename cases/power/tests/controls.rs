@@ -1,12 +1,15 @@
 //! The P-family negative controls can fail: run where their fault cannot happen —
-//! P2 with `fsync=on`, P6 with `synchronous=FULL`, P7 with `synchronous=EXTRA` — each
+//! P2 with `fsync=on`, P3 without the tear, P6 with `synchronous=FULL`, P7 with
+//! `synchronous=EXTRA` — each
 //! control's `negative control exposes` check must report FAIL. Root only (a FUSE
 //! mount); as another user each test says why it did not run.
 
 use std::sync::Arc;
 
 use case_kit::{Ctx, Env, Resource};
-use cases_power::{p02_fsync_off, p06_sqlite_wal_normal, p07_sqlite_journal_sync_off};
+use cases_power::{
+    p02_fsync_off, p03_torn_page_detected, p06_sqlite_wal_normal, p07_sqlite_journal_sync_off,
+};
 
 /// Seed of this test's environment (the controls use no random input).
 const SEED: u64 = 30;
@@ -36,6 +39,21 @@ async fn p2_with_fsync_on_exposes_nothing() {
     p02_fsync_off::run_with(&mut ctx, "on").await.unwrap();
     eprint!("{}", ctx.transcript());
     assert!(!exposed(&ctx), "{}", ctx.transcript());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p3_without_the_tear_detects_nothing() {
+    // The same forced unsynced page write and cut, but the write is dropped whole: the
+    // disk keeps the old page, recovery replays the update onto it, nothing to detect.
+    let Some((_env, mut ctx)) = ctx("P3").await else {
+        return;
+    };
+    p03_torn_page_detected::run_with(&mut ctx, false)
+        .await
+        .unwrap();
+    eprint!("{}", ctx.transcript());
+    assert!(!exposed(&ctx), "{}", ctx.transcript());
+    assert!(ctx.failed_checks().len() == 1, "{}", ctx.transcript());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

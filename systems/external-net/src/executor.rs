@@ -44,6 +44,19 @@ pub const ROUND_PAUSE_MS: u64 = 50;
 pub enum StopPoint {
     /// Right after `UNKNOWN` is committed, before the query by id.
     AfterUnknown,
+    /// Right after the network's answer to a broadcast arrived (accepted), before
+    /// `BROADCAST` is recorded: P8 cuts the power here.
+    AfterBroadcast,
+}
+
+impl StopPoint {
+    /// Its name on the command line (`after-unknown`, `after-broadcast`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StopPoint::AfterUnknown => "after-unknown",
+            StopPoint::AfterBroadcast => "after-broadcast",
+        }
+    }
 }
 
 impl std::str::FromStr for StopPoint {
@@ -52,8 +65,9 @@ impl std::str::FromStr for StopPoint {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "after-unknown" => Ok(StopPoint::AfterUnknown),
+            "after-broadcast" => Ok(StopPoint::AfterBroadcast),
             other => Err(format!(
-                "unknown stop point {other:?} (known: after-unknown)"
+                "unknown stop point {other:?} (known: after-unknown, after-broadcast)"
             )),
         }
     }
@@ -222,6 +236,11 @@ impl Executor<'_> {
             Status::Requested => {
                 let id = self.net_id(w);
                 match self.broadcast(w, &id).await {
+                    Answer::Accepted { .. }
+                        if self.options.stop_at == Some(StopPoint::AfterBroadcast) =>
+                    {
+                        Ok(Progress::Stopped)
+                    }
                     Answer::Accepted { .. } => {
                         self.mark(
                             w,

@@ -4,7 +4,7 @@
 //!
 //! ```sh
 //! withdrawal-executor run --database-url URL --network-url http://127.0.0.1:PORT \
-//!     [--answer-timeout-ms 5000] [--stop-at after-unknown] [--pause-limit-ms 30000] \
+//!     [--answer-timeout-ms 5000] [--stop-at after-unknown|after-broadcast] [--pause-limit-ms 30000] \
 //!     [--retry-under-new-id]
 //! withdrawal-executor scan-deposits --database-url URL --network-url URL --required-confirmations N
 //! ```
@@ -55,7 +55,7 @@ enum Command {
         /// How long a broadcast waits for its answer, milliseconds.
         #[arg(long, default_value_t = DEFAULT_ANSWER_TIMEOUT_MS)]
         answer_timeout_ms: u64,
-        /// Stop here and wait to be killed (`after-unknown`).
+        /// Stop here and wait to be killed (`after-unknown`, `after-broadcast`).
         #[arg(long)]
         stop_at: Option<StopPoint>,
         /// Longest wait at the stop point, milliseconds.
@@ -123,7 +123,8 @@ async fn real_main() -> anyhow::Result<i32> {
                 }
                 Ended::Stopped(withdrawal) => {
                     emit(format!(
-                        "PAUSED_IN_TX point=after-unknown withdrawal={withdrawal} in_transaction=false"
+                        "PAUSED_IN_TX point={} withdrawal={withdrawal} in_transaction=false",
+                        stop_at.map_or("none", executor::StopPoint::name)
                     ));
                     tokio::time::sleep(Duration::from_millis(pause_limit_ms)).await;
                     Ok(EXIT_PAUSE_LIMIT)
