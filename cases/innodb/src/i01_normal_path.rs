@@ -13,7 +13,7 @@ use case_kit::{Case, Ctx};
 use frozen_balances::Asset;
 use futures_util::FutureExt;
 
-use crate::fixtures::{Db, two_orders, fill, fill_request, invariant, line};
+use crate::fixtures::{Db, fill, fill_request, invariant, line, two_orders};
 
 /// The case's registration.
 pub fn case() -> Case {

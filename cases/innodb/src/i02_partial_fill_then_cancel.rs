@@ -14,7 +14,7 @@ use case_kit::{Case, Ctx};
 use frozen_balances::{Asset, Outcome};
 use futures_util::FutureExt;
 
-use crate::fixtures::{Db, two_orders, cancel, fill, fill_request, invariant, line};
+use crate::fixtures::{Db, cancel, fill, fill_request, invariant, line, two_orders};
 
 /// The case's registration.
 pub fn case() -> Case {

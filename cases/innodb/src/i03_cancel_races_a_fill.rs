@@ -19,7 +19,7 @@ use frozen_balances::{Asset, CancelRequest, EventKind, HookPoint, NoHooks};
 use frozen_balances_innodb::Tally;
 use futures_util::FutureExt;
 
-use crate::fixtures::{Db, two_orders, Gate, T, fill_request, invariant, line};
+use crate::fixtures::{Db, Gate, T, fill_request, invariant, line, two_orders};
 
 /// The case's registration.
 pub fn case() -> Case {

@@ -29,7 +29,7 @@ use frozen_balances_innodb::{InnoError, Tally, error::ER_LOCK_DEADLOCK};
 use futures_util::FutureExt;
 use mysql_async::prelude::Queryable;
 
-use crate::fixtures::{alice_buy, Db, Plan, T, deposit, invariant, line};
+use crate::fixtures::{Db, Plan, T, alice_buy, deposit, invariant, line};
 
 /// The case's registration.
 pub fn case() -> Case {

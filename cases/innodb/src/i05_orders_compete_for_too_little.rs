@@ -20,7 +20,7 @@ use frozen_balances::{Asset, EventKind, HookPoint, NoHooks};
 use frozen_balances_innodb::Tally;
 use futures_util::FutureExt;
 
-use crate::fixtures::{alice_buy, Db, Gate, deposit, invariant, line};
+use crate::fixtures::{Db, Gate, alice_buy, deposit, invariant, line};
 
 /// The case's registration.
 pub fn case() -> Case {

@@ -15,7 +15,7 @@ use frozen_balances::{Asset, EventKind, FrozenError, HookPoint, NoHooks};
 use frozen_balances_innodb::{InnoError, Tally, query};
 use futures_util::FutureExt;
 
-use crate::fixtures::{alice_buy, Db, FailAt, deposit, invariant, line};
+use crate::fixtures::{Db, FailAt, alice_buy, deposit, invariant, line};
 
 /// The case's registration.
 pub fn case() -> Case {

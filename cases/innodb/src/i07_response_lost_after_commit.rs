@@ -17,7 +17,7 @@ use frozen_balances_innodb::{InnoError, Tally, query};
 use futures_util::FutureExt;
 use mysql_async::prelude::Queryable;
 
-use crate::fixtures::{alice_buy, Db, FailAt, T, deposit, invariant, line};
+use crate::fixtures::{Db, FailAt, T, alice_buy, deposit, invariant, line};
 
 /// The case's registration.
 pub fn case() -> Case {

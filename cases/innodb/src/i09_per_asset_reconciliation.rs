@@ -13,7 +13,7 @@ use case_kit::{Case, Ctx};
 use futures_util::FutureExt;
 use mysql_async::prelude::Queryable;
 
-use crate::fixtures::{Db, two_orders, fill, fill_request};
+use crate::fixtures::{Db, fill, fill_request, two_orders};
 
 /// The case's registration.
 pub fn case() -> Case {
