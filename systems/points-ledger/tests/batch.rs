@@ -92,6 +92,61 @@ async fn one_batch_answers_each_request_as_alone() {
     assert!(reconcile(&mut batched.client).await.unwrap().is_clean());
 }
 
+/// The sink is locked last and its balance decided open: a batch whose credits would
+/// carry the sink past the bigint maximum fails that bound when the sink is locked, and
+/// is decided again with every balance locked (the exact attempt). Each debit still gets
+/// what it gets alone: the first OK, the second out of range on the sink; same balances.
+#[tokio::test]
+async fn a_sink_credited_past_its_bound_is_decided_again_exactly() {
+    let mut alone = TestDb::new("b_sink_alone").await;
+    let mut batched = TestDb::new("b_sink_batched").await;
+    let near_max =
+        "UPDATE account SET balance = 9223372036854775797 WHERE account_id = 'sys-redeem'";
+    for request in before() {
+        transfer_in(
+            TransferMode::Statements,
+            &mut alone.client,
+            &request,
+            &NoHooks,
+        )
+        .await
+        .unwrap();
+        transfer_in(TransferMode::Batch, &mut batched.client, &request, &NoHooks)
+            .await
+            .unwrap();
+    }
+    alone.client.batch_execute(near_max).await.unwrap();
+    batched.client.batch_execute(near_max).await.unwrap();
+    let requests = vec![
+        TransferRequest::debit("app", "k-fits", "acct-0001", 6),
+        TransferRequest::debit("app", "k-over", "acct-0003", 6),
+    ];
+    let mut expected = Vec::new();
+    for request in &requests {
+        let result = transfer_in(
+            TransferMode::Statements,
+            &mut alone.client,
+            request,
+            &NoHooks,
+        )
+        .await;
+        expected.push(shown(&result));
+    }
+    let answers = transfer_batch(&mut batched.client, &requests, &NoHooks).await;
+    let seen: Vec<String> = answers.iter().map(shown).collect();
+    assert_eq!(seen, expected);
+    assert!(expected[0].contains("outcome: Ok"), "{expected:?}");
+    assert!(expected[1].contains("OutOfRange") && expected[1].contains("sys-redeem"));
+    let balances =
+        "SELECT string_agg(account_id || '=' || balance, ' ' ORDER BY account_id) FROM account";
+    let of = |row: tokio_postgres::Row| -> String { row.get(0) };
+    assert_eq!(
+        of(alone.client.query_one(balances, &[]).await.unwrap()),
+        of(batched.client.query_one(balances, &[]).await.unwrap())
+    );
+    assert_eq!(counts(&alone).await, counts(&batched).await);
+}
+
 /// Many concurrent batches through two drainers, every batch naming the same accounts in
 /// arrival orders that differ: no deadlock, each key executed once, the ledger clean.
 #[tokio::test]
