@@ -420,7 +420,11 @@ BEGIN
     -- batches never wait on each other in a circle. Locked now: the user accounts and the
     -- system accounts up to the last one that is debited (the issuer, for grants). The
     -- rest (the sink: only credited) are locked last, in step 9, so that a batch holds
-    -- the sink only from its last statement to its COMMIT.
+    -- the sink only from its last statement to its COMMIT. Every lock is FOR NO KEY
+    -- UPDATE, the lock an UPDATE of the balance takes: unlike FOR UPDATE it does not
+    -- conflict with the FOR KEY SHARE that the foreign-key checks of another batch's
+    -- entries (step 6) take on the sink, so two batches never hold that share each while
+    -- both wait to lock the sink (docs 13.3.2, "Row-Level Locks").
     v_sys := ARRAY(SELECT DISTINCT n FROM (SELECT p_froms[g] FROM unnest(v_reg) g
                                            UNION SELECT p_tos[g] FROM unnest(v_reg) g) s(n)
                    WHERE n LIKE 'sys-%' ORDER BY n);
@@ -434,7 +438,7 @@ BEGIN
           WHERE a.account_id IN (SELECT p_froms[g] FROM unnest(v_reg) g
                                  UNION SELECT p_tos[g] FROM unnest(v_reg) g)
             AND (a.account_id NOT LIKE 'sys-%' OR a.account_id <= v_split)
-          ORDER BY a.account_id LIKE 'sys-%', a.account_id FOR UPDATE) l;
+          ORDER BY a.account_id LIKE 'sys-%', a.account_id FOR NO KEY UPDATE) l;
     v_nuser := cardinality(v_uids);
     v_sys := ARRAY(SELECT n FROM unnest(v_sys) n WHERE v_split IS NULL OR n > v_split);
     v_status0 := v_status; v_outcome0 := v_outcome; v_balance0 := v_balance;
@@ -453,7 +457,7 @@ BEGIN
                    coalesce(array_agg(l.allow_negative ORDER BY l.account_id), '{}')
             INTO v_sids, v_sbal, v_sneg
             FROM (SELECT a.account_id, a.balance, a.allow_negative FROM account a
-                  WHERE a.account_id = ANY (v_sys) ORDER BY a.account_id FOR UPDATE) l;
+                  WHERE a.account_id = ANY (v_sys) ORDER BY a.account_id FOR NO KEY UPDATE) l;
         ELSE
             SELECT coalesce(array_agg(a.account_id ORDER BY a.account_id), '{}'),
                    coalesce(array_agg(0::bigint), '{}'),
@@ -565,7 +569,7 @@ BEGIN
                    array_agg(l.allow_negative ORDER BY l.account_id)
             INTO v_lids, v_lbal, v_lneg
             FROM (SELECT a.account_id, a.balance, a.allow_negative FROM account a
-                  WHERE a.account_id = ANY (v_sys) ORDER BY a.account_id FOR UPDATE) l;
+                  WHERE a.account_id = ANY (v_sys) ORDER BY a.account_id FOR NO KEY UPDATE) l;
             IF v_lids IS DISTINCT FROM v_sids OR v_lneg IS DISTINCT FROM v_sneg
                OR EXISTS (SELECT 1 FROM unnest(v_lbal, v_high[v_nuser + 1:]) b(bal, hi)
                           WHERE b.bal > b.hi) THEN
