@@ -99,29 +99,47 @@ if postgres_must_be_fetched "$@" && ! command -v npm >/dev/null 2>&1; then
 fi
 
 # --- build ----------------------------------------------------------------------------
+# LEDGER_BUILD_PROFILE=dev builds and runs the unoptimised binaries of `cargo test`'s
+# profile instead of the release ones: .ci/run uses it, because `cargo test --workspace`
+# has just compiled every dependency in that profile and a release build of them costs
+# about six minutes on two cores. The cases' claims are forced and counted, not timed, so
+# they hold in either profile; the bench always builds release (its figures need it).
+profile="${LEDGER_BUILD_PROFILE:-release}"
+case "$profile" in
+    release) profile_dir=release; profile_flag=(--release) ;;
+    dev) profile_dir=debug; profile_flag=() ;;
+    *)
+        echo "run.sh: LEDGER_BUILD_PROFILE=$profile is not a profile run.sh builds (release or dev)" >&2
+        exit 2
+        ;;
+esac
+if [ "${1:-}" = "bench" ]; then
+    profile_dir=release
+    profile_flag=(--release)
+fi
 # Cargo's own progress is shown on a terminal, and for a first (cold) build anywhere, so
 # that a four-minute build is never silent; a warm build off a terminal (CI, tests) stays
 # quiet.
 quiet=(--quiet)
-if [ -t 2 ] || [ ! -x target/release/harness ]; then
+if [ -t 2 ] || [ ! -x "target/$profile_dir/harness" ]; then
     quiet=()
 fi
-if [ ! -x target/release/harness ]; then
-    echo "run.sh: building release binaries (first build: about 4 minutes on 2 cores, about 1 GB in target/)" >&2
+if [ ! -x "target/$profile_dir/harness" ]; then
+    echo "run.sh: building $profile_dir binaries (first release build: about 4 minutes on 2 cores, about 1 GB in target/)" >&2
 else
-    echo "run.sh: building release binaries" >&2
+    echo "run.sh: building $profile_dir binaries" >&2
 fi
-cargo build --release "${quiet[@]}" --bins
+cargo build "${profile_flag[@]}" "${quiet[@]}" --bins
 if [ "${1:-}" = "bench" ]; then
     shift
     exec target/release/bench --out evidence/bench "$@"
 fi
 if [ "${1:-}" = "explore" ]; then
     shift
-    exec target/release/explore --evidence-dir evidence "$@"
+    exec "target/$profile_dir/explore" --evidence-dir evidence "$@"
 fi
 if [ "${1:-}" = "matrix" ]; then
     shift
-    exec target/release/harness --evidence-dir evidence --matrix "$@"
+    exec "target/$profile_dir/harness" --evidence-dir evidence --matrix "$@"
 fi
-exec target/release/harness --evidence-dir evidence "$@"
+exec "target/$profile_dir/harness" --evidence-dir evidence "$@"

@@ -419,6 +419,15 @@ impl Ctx {
             .map(|check| check.passed)
     }
 
+    /// The verdicts of every `negative control exposes: …` check so far, in order (empty
+    /// when there is none: a control's test should treat that as its own failure).
+    pub fn exposed_all(&self) -> Vec<bool> {
+        self.checks()
+            .filter(|check| check.name.starts_with("negative control exposes: "))
+            .map(|check| check.passed)
+            .collect()
+    }
+
     /// The checks so far that failed.
     pub fn failed_checks(&self) -> Vec<&Check> {
         self.checks().filter(|check| !check.passed).collect()

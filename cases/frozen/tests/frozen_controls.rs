@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use case_kit::{Ctx, Env, Line};
+use case_kit::{Ctx, Env};
 use cases_frozen::fixtures::Plan;
 use cases_frozen::{
     self as frozen, f06_failure_between_update_and_movement as f06,
@@ -30,16 +30,7 @@ async fn fresh_ctx(env: &Arc<Env>, case_id: &'static str, database: &str) -> Ctx
 
 /// The verdicts of every `negative control exposes: …` check, in order; panics if none.
 fn exposes(ctx: &Ctx) -> Vec<bool> {
-    let verdicts: Vec<bool> = ctx
-        .lines()
-        .iter()
-        .filter_map(|line| match line {
-            Line::Check(check) if check.name.starts_with("negative control exposes: ") => {
-                Some(check.passed)
-            }
-            _ => None,
-        })
-        .collect();
+    let verdicts = ctx.exposed_all();
     assert!(
         !verdicts.is_empty(),
         "no negative control check in:\n{}",

@@ -10,10 +10,10 @@
 //! Fails if: any figure differs, an order holds a remainder, or a replay executes again.
 
 use case_kit::{Case, Ctx};
-use frozen_balances::{Asset, Market, Side};
+use frozen_balances::Asset;
 use futures_util::FutureExt;
 
-use crate::fixtures::{Db, deposit, fill, fill_request, invariant, line, order, placed};
+use crate::fixtures::{Db, two_orders, fill, fill_request, invariant, line};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -27,26 +27,7 @@ pub fn case() -> Case {
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let db = Db::open(ctx).await?;
     let mut conn = db.connect().await?;
-    deposit(&mut conn, "dep-i101", "alice", Asset::Usdt, 10_000).await?;
-    deposit(&mut conn, "dep-i102", "bob", Asset::Btc, 1).await?;
-    let buy = order(
-        "place-i101",
-        "alice",
-        Market::BtcUsdt,
-        Side::Buy,
-        "1.0",
-        "5000",
-    )?;
-    let sell = order(
-        "place-i102",
-        "bob",
-        Market::BtcUsdt,
-        Side::Sell,
-        "1.0",
-        "4900",
-    )?;
-    let buy_id = placed(&mut conn, &buy).await?;
-    let sell_id = placed(&mut conn, &sell).await?;
+    let (buy_id, sell_id) = two_orders(&mut conn, "i1", "1.0").await?;
     ctx.check_eq(
         "alice USDT after placing: 5005 frozen (5000 + fee reserve 5)",
         "available=4995.000000 frozen=5005.000000".to_string(),

@@ -11,10 +11,10 @@
 //! a second cancel moves funds.
 
 use case_kit::{Case, Ctx};
-use frozen_balances::{Asset, Market, Outcome, Side};
+use frozen_balances::{Asset, Outcome};
 use futures_util::FutureExt;
 
-use crate::fixtures::{Db, cancel, deposit, fill, fill_request, invariant, line, order, placed};
+use crate::fixtures::{Db, two_orders, cancel, fill, fill_request, invariant, line};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -28,26 +28,7 @@ pub fn case() -> Case {
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let db = Db::open(ctx).await?;
     let mut conn = db.connect().await?;
-    deposit(&mut conn, "dep-i201", "alice", Asset::Usdt, 10_000).await?;
-    deposit(&mut conn, "dep-i202", "bob", Asset::Btc, 1).await?;
-    let buy = order(
-        "place-i201",
-        "alice",
-        Market::BtcUsdt,
-        Side::Buy,
-        "1.0",
-        "5000",
-    )?;
-    let sell = order(
-        "place-i202",
-        "bob",
-        Market::BtcUsdt,
-        Side::Sell,
-        "0.4",
-        "4900",
-    )?;
-    let buy_id = placed(&mut conn, &buy).await?;
-    let sell_id = placed(&mut conn, &sell).await?;
+    let (buy_id, sell_id) = two_orders(&mut conn, "i2", "0.4").await?;
     fill(
         &mut conn,
         &fill_request("fill-i201", buy_id, sell_id, "0.4", "4900")?,

@@ -15,11 +15,11 @@
 use std::sync::Arc;
 
 use case_kit::{Case, Ctx};
-use frozen_balances::{Asset, CancelRequest, EventKind, HookPoint, Market, NoHooks, Side};
+use frozen_balances::{Asset, CancelRequest, EventKind, HookPoint, NoHooks};
 use frozen_balances_innodb::Tally;
 use futures_util::FutureExt;
 
-use crate::fixtures::{Db, Gate, T, deposit, fill_request, invariant, line, order, placed};
+use crate::fixtures::{Db, two_orders, Gate, T, fill_request, invariant, line};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -33,26 +33,7 @@ pub fn case() -> Case {
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let db = Db::open(ctx).await?;
     let mut conn = db.connect().await?;
-    deposit(&mut conn, "dep-i301", "alice", Asset::Usdt, 10_000).await?;
-    deposit(&mut conn, "dep-i302", "bob", Asset::Btc, 1).await?;
-    let buy = order(
-        "place-i301",
-        "alice",
-        Market::BtcUsdt,
-        Side::Buy,
-        "1.0",
-        "5000",
-    )?;
-    let sell = order(
-        "place-i302",
-        "bob",
-        Market::BtcUsdt,
-        Side::Sell,
-        "0.4",
-        "4900",
-    )?;
-    let buy_id = placed(&mut conn, &buy).await?;
-    let sell_id = placed(&mut conn, &sell).await?;
+    let (buy_id, sell_id) = two_orders(&mut conn, "i3", "0.4").await?;
 
     let gate = Arc::new(Gate::new(EventKind::Fill, HookPoint::BalancesUpdated));
     let fill_req = fill_request("fill-i301", buy_id, sell_id, "0.4", "4900")?;

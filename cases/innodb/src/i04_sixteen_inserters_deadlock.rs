@@ -24,12 +24,12 @@
 use std::sync::Arc;
 
 use case_kit::{Case, Ctx};
-use frozen_balances::{Asset, Market, NoHooks, PlaceRequest, PlaceResult, Side};
+use frozen_balances::{Asset, NoHooks, PlaceRequest, PlaceResult};
 use frozen_balances_innodb::{InnoError, Tally, error::ER_LOCK_DEADLOCK};
 use futures_util::FutureExt;
 use mysql_async::prelude::Queryable;
 
-use crate::fixtures::{Db, Plan, T, deposit, invariant, line, order};
+use crate::fixtures::{alice_buy, Db, Plan, T, deposit, invariant, line};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -51,14 +51,7 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     let db = Db::open_named(&format!("i_i4_{plan:?}").to_lowercase()).await?;
     let mut conn = db.connect().await?;
     deposit(&mut conn, "dep-i401", "alice", Asset::Usdt, 20_000).await?;
-    let req = order(
-        "place-i401",
-        "alice",
-        Market::BtcUsdt,
-        Side::Buy,
-        "1.0",
-        "5000",
-    )?;
+    let req = alice_buy("place-i401")?;
     let tally = Arc::new(Tally::default());
     let answers = sixteen(&db, &req, tally.clone(), true, true).await?;
     check_once(ctx, &answers, &tally);
@@ -69,14 +62,7 @@ pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     );
     invariant(ctx, &mut conn).await?;
 
-    let naive_req = order(
-        "place-i402",
-        "alice",
-        Market::BtcUsdt,
-        Side::Buy,
-        "1.0",
-        "5000",
-    )?;
+    let naive_req = alice_buy("place-i402")?;
     let naive_tally = Arc::new(Tally::default());
     let naive = sixteen(&db, &naive_req, naive_tally, false, plan == Plan::Forced).await?;
     let deadlocked = naive

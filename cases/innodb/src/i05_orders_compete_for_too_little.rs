@@ -16,11 +16,11 @@
 use std::sync::Arc;
 
 use case_kit::{Case, Ctx};
-use frozen_balances::{Asset, EventKind, HookPoint, Market, NoHooks, Side};
+use frozen_balances::{Asset, EventKind, HookPoint, NoHooks};
 use frozen_balances_innodb::Tally;
 use futures_util::FutureExt;
 
-use crate::fixtures::{Db, Gate, deposit, invariant, line, order};
+use crate::fixtures::{alice_buy, Db, Gate, deposit, invariant, line};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -39,14 +39,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let mut conn = db.connect().await?;
     deposit(&mut conn, "dep-i501", "alice", Asset::Usdt, 10_000).await?;
     let gate = Arc::new(Gate::new(EventKind::Place, HookPoint::BalancesUpdated));
-    let first_req = order(
-        "place-i501",
-        "alice",
-        Market::BtcUsdt,
-        Side::Buy,
-        "1.0",
-        "5000",
-    )?;
+    let first_req = alice_buy("place-i501")?;
     let mut first_conn = db.connect().await?;
     let held = gate.clone();
     let first = tokio::spawn(async move {
@@ -61,14 +54,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     gate.reached().await;
     let mut later = Vec::new();
     for i in 0..LATER {
-        let req = order(
-            &format!("place-i50{}", i + 2),
-            "alice",
-            Market::BtcUsdt,
-            Side::Buy,
-            "1.0",
-            "5000",
-        )?;
+        let req = alice_buy(&format!("place-i50{}", i + 2))?;
         let mut c = db.connect().await?;
         later.push(tokio::spawn(async move {
             frozen_balances_innodb::place(&mut c, &req, &NoHooks, &Tally::default()).await

@@ -11,11 +11,11 @@
 //! runs in F6 only.)
 
 use case_kit::{Case, Ctx};
-use frozen_balances::{Asset, EventKind, FrozenError, HookPoint, Market, NoHooks, Side};
+use frozen_balances::{Asset, EventKind, FrozenError, HookPoint, NoHooks};
 use frozen_balances_innodb::{InnoError, Tally, query};
 use futures_util::FutureExt;
 
-use crate::fixtures::{Db, FailAt, deposit, invariant, line, order};
+use crate::fixtures::{alice_buy, Db, FailAt, deposit, invariant, line};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -30,14 +30,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let db = Db::open(ctx).await?;
     let mut conn = db.connect().await?;
     deposit(&mut conn, "dep-i601", "alice", Asset::Usdt, 20_000).await?;
-    let req = order(
-        "place-i601",
-        "alice",
-        Market::BtcUsdt,
-        Side::Buy,
-        "1.0",
-        "5000",
-    )?;
+    let req = alice_buy("place-i601")?;
     let before = query::recorded(&mut conn).await?;
     let fail = FailAt {
         kind: EventKind::Place,

@@ -11,13 +11,13 @@
 //! Fails if: the retry executes again, reports another order, or freezes twice.
 
 use case_kit::{Case, Ctx};
-use frozen_balances::{Asset, EventKind, FrozenError, HookPoint, Market, NoHooks, Side};
+use frozen_balances::{Asset, EventKind, FrozenError, HookPoint, NoHooks};
 use frozen_balances_innodb::events::read_operation;
 use frozen_balances_innodb::{InnoError, Tally, query};
 use futures_util::FutureExt;
 use mysql_async::prelude::Queryable;
 
-use crate::fixtures::{Db, FailAt, T, deposit, invariant, line, order};
+use crate::fixtures::{alice_buy, Db, FailAt, T, deposit, invariant, line};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -32,14 +32,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let db = Db::open(ctx).await?;
     let mut conn = db.connect().await?;
     deposit(&mut conn, "dep-i701", "alice", Asset::Usdt, 10_000).await?;
-    let req = order(
-        "place-i701",
-        "alice",
-        Market::BtcUsdt,
-        Side::Buy,
-        "1.0",
-        "5000",
-    )?;
+    let req = alice_buy("place-i701")?;
     let lose = FailAt {
         kind: EventKind::Place,
         point: HookPoint::AfterCommit,

@@ -16,11 +16,11 @@
 use std::sync::Arc;
 
 use case_kit::{Case, Ctx, Schedule};
-use frozen_balances::{Asset, EventKind, HookPoint, Market, NoHooks, Side};
+use frozen_balances::{Asset, EventKind, HookPoint, NoHooks};
 use frozen_balances_innodb::{Tally, query};
 use futures_util::FutureExt;
 
-use crate::fixtures::{Db, Gate, deposit, invariant, line, order};
+use crate::fixtures::{alice_buy, Db, Gate, deposit, invariant, line};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -37,14 +37,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let mut conn = db.connect().await?;
     deposit(&mut conn, "dep-i801", "alice", Asset::Usdt, 20_000).await?;
     let before = query::recorded(&mut conn).await?;
-    let req = order(
-        "place-i801",
-        "alice",
-        Market::BtcUsdt,
-        Side::Buy,
-        "1.0",
-        "5000",
-    )?;
+    let req = alice_buy("place-i801")?;
     let gate = Arc::new(Gate::new(EventKind::Place, HookPoint::BalancesUpdated));
     let mut held_conn = db.connect().await?;
     let (held, held_req) = (gate.clone(), req.clone());

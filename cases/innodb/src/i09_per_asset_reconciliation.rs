@@ -10,11 +10,10 @@
 //! Fails if: the clean day has findings, or a tampered row or asset is not named.
 
 use case_kit::{Case, Ctx};
-use frozen_balances::{Asset, Market, Side};
 use futures_util::FutureExt;
 use mysql_async::prelude::Queryable;
 
-use crate::fixtures::{Db, deposit, fill, fill_request, order, placed};
+use crate::fixtures::{Db, two_orders, fill, fill_request};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -29,28 +28,7 @@ pub fn case() -> Case {
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let db = Db::open(ctx).await?;
     let mut conn = db.connect().await?;
-    deposit(&mut conn, "dep-i901", "alice", Asset::Usdt, 10_000).await?;
-    deposit(&mut conn, "dep-i902", "bob", Asset::Btc, 1).await?;
-    let buy = order(
-        "place-i901",
-        "alice",
-        Market::BtcUsdt,
-        Side::Buy,
-        "1.0",
-        "5000",
-    )?;
-    let sell = order(
-        "place-i902",
-        "bob",
-        Market::BtcUsdt,
-        Side::Sell,
-        "0.5",
-        "4900",
-    )?;
-    let (b, s) = (
-        placed(&mut conn, &buy).await?,
-        placed(&mut conn, &sell).await?,
-    );
+    let (b, s) = two_orders(&mut conn, "i9", "0.5").await?;
     fill(&mut conn, &fill_request("fill-i901", b, s, "0.5", "4900")?).await?;
     let clean = frozen_balances_innodb::reconcile(&mut conn).await?;
     ctx.check(

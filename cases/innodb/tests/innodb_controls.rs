@@ -9,7 +9,7 @@
 //! use, as root), one database per case and plan; the server is stopped and its folder
 //! removed at the end.
 
-use case_kit::{Ctx, Env, Line};
+use case_kit::{Ctx, Env};
 use cases_innodb::fixtures::Plan;
 use cases_innodb::{
     self as innodb, i04_sixteen_inserters_deadlock as i04,
@@ -22,16 +22,7 @@ const SEED: u64 = 34;
 
 /// The verdicts of every `negative control exposes: …` check, in order; panics if none.
 fn exposes(ctx: &Ctx) -> Vec<bool> {
-    let verdicts: Vec<bool> = ctx
-        .lines()
-        .iter()
-        .filter_map(|line| match line {
-            Line::Check(check) if check.name.starts_with("negative control exposes: ") => {
-                Some(check.passed)
-            }
-            _ => None,
-        })
-        .collect();
+    let verdicts = ctx.exposed_all();
     assert!(
         !verdicts.is_empty(),
         "no negative control check in:\n{}",

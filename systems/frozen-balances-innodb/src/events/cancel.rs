@@ -8,10 +8,7 @@ use frozen_balances::{
 use mysql_async::Transaction;
 
 use super::fill::{lock_orders, order_asset};
-use super::{
-    Event, Tally, begin, expect_one, finish, register, replay, retry_on_deadlock, rollback_with,
-    write_movements,
-};
+use super::{Event, Tally, expect_one, retry_on_deadlock, run_once, write_movements};
 use crate::InnoError;
 
 // Guarded by frozen >= remainder: a frozen balance below what the order holds is a bug,
@@ -56,15 +53,10 @@ async fn cancel_once(
         &req.business_id,
         req.payload(),
     );
-    let mut tx = begin(conn).await?;
-    let Some(operation_id) = register(&mut tx, &event, tally).await? else {
-        tx.rollback().await?;
-        return replay(conn, &event).await;
-    };
-    match release(&mut tx, &event, req, hooks).await {
-        Ok((outcome, result)) => finish(tx, hooks, &event, operation_id, outcome, result).await,
-        Err(error) => rollback_with(tx, error).await,
-    }
+    run_once(conn, &event, hooks, tally, async |tx| {
+        release(tx, &event, req, hooks).await
+    })
+    .await
 }
 
 async fn release(
@@ -73,7 +65,6 @@ async fn release(
     req: &CancelRequest,
     hooks: &dyn Hooks,
 ) -> Result<(Outcome, CancelResult), InnoError> {
-    event.hook(hooks, HookPoint::Registered).await?;
     let order = lock_orders(tx, &req.tenant_id, &[req.order_id])
         .await?
         .into_iter()

@@ -7,8 +7,7 @@ use frozen_balances::{Deltas, DepositRequest, DepositResult, FrozenError, Outcom
 use mysql_async::Transaction;
 
 use super::{
-    Event, Tally, apply, begin, ensure_rows, finish, lock_and_check, register, replay,
-    retry_on_deadlock, rollback_with, write_movements,
+    Event, Tally, apply, ensure_rows, lock_and_check, retry_on_deadlock, run_once, write_movements,
 };
 use crate::InnoError;
 
@@ -52,15 +51,10 @@ async fn deposit_once(
         &req.business_id,
         req.payload(),
     );
-    let mut tx = begin(conn).await?;
-    let Some(operation_id) = register(&mut tx, &event, tally).await? else {
-        tx.rollback().await?;
-        return replay(conn, &event).await;
-    };
-    match credit(&mut tx, &event, req, hooks).await {
-        Ok(result) => finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await,
-        Err(error) => rollback_with(tx, error).await,
-    }
+    run_once(conn, &event, hooks, tally, async |tx| {
+        Ok((Outcome::Ok, credit(tx, &event, req, hooks).await?))
+    })
+    .await
 }
 
 async fn credit(
@@ -69,7 +63,6 @@ async fn credit(
     req: &DepositRequest,
     hooks: &dyn Hooks,
 ) -> Result<DepositResult, InnoError> {
-    event.hook(hooks, HookPoint::Registered).await?;
     ensure_rows(
         tx,
         &req.tenant_id,

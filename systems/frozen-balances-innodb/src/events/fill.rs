@@ -12,8 +12,8 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Row, Transaction};
 
 use super::{
-    Event, Tally, apply, begin, ensure_rows, expect_one, finish, lock_and_check, register, replay,
-    retry_on_deadlock, rollback_with, write_movements,
+    Event, Tally, apply, ensure_rows, expect_one, lock_and_check, retry_on_deadlock, run_once,
+    write_movements,
 };
 use crate::InnoError;
 
@@ -56,15 +56,10 @@ async fn fill_once(
     tally: &Tally,
 ) -> Result<FillResult, InnoError> {
     let event = Event::new(EventKind::Fill, &req.tenant_id, &req.fill_id, req.payload());
-    let mut tx = begin(conn).await?;
-    let Some(operation_id) = register(&mut tx, &event, tally).await? else {
-        tx.rollback().await?;
-        return replay(conn, &event).await;
-    };
-    match settle_in(&mut tx, &event, req, hooks).await {
-        Ok((outcome, result)) => finish(tx, hooks, &event, operation_id, outcome, result).await,
-        Err(error) => rollback_with(tx, error).await,
-    }
+    run_once(conn, &event, hooks, tally, async |tx| {
+        settle_in(tx, &event, req, hooks).await
+    })
+    .await
 }
 
 async fn settle_in(
@@ -73,7 +68,6 @@ async fn settle_in(
     req: &FillRequest,
     hooks: &dyn Hooks,
 ) -> Result<(Outcome, FillResult), InnoError> {
-    event.hook(hooks, HookPoint::Registered).await?;
     let mut orders =
         lock_orders(tx, &req.tenant_id, &[req.buy_order_id, req.sell_order_id]).await?;
     let mut take = |id: i64| {

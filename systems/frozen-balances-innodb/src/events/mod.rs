@@ -418,6 +418,35 @@ pub(crate) async fn write_movements(
     Ok(())
 }
 
+/// One attempt of an event, in the shape every event shares: its transaction
+/// ([`begin`]); step 1, [`register`] (a committed business id rolls back and
+/// [`replay`]s); the `registered` hook; `body` inside the transaction; then [`finish`]
+/// with `body`'s outcome and result — or, when the hook or `body` fails, a rollback with
+/// that error.
+///
+/// Errors: the hook's, `body`'s, [`finish`]'s; the server's.
+pub(crate) async fn run_once<R: Recorded>(
+    conn: &mut mysql_async::Conn,
+    event: &Event<'_>,
+    hooks: &dyn Hooks,
+    tally: &Tally,
+    body: impl AsyncFnOnce(&mut Transaction<'_>) -> Result<(Outcome, R), InnoError>,
+) -> Result<R, InnoError> {
+    let mut tx = begin(conn).await?;
+    let Some(operation_id) = register(&mut tx, event, tally).await? else {
+        tx.rollback().await?;
+        return replay(conn, event).await;
+    };
+    let applied = match event.hook(hooks, HookPoint::Registered).await {
+        Ok(()) => body(&mut tx).await,
+        Err(error) => Err(error),
+    };
+    match applied {
+        Ok((outcome, result)) => finish(tx, hooks, event, operation_id, outcome, result).await,
+        Err(error) => rollback_with(tx, error).await,
+    }
+}
+
 /// Rolls `tx` back and returns `error`.
 pub(crate) async fn rollback_with<T>(
     tx: Transaction<'_>,

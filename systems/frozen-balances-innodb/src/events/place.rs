@@ -6,10 +6,7 @@ use frozen_balances::{Deltas, Outcome, PlaceRequest, PlaceResult, add_delta};
 use mysql_async::Transaction;
 use mysql_async::prelude::Queryable;
 
-use super::{
-    Event, Tally, begin, ensure_rows, expect_one, finish, register, replay, retry_on_deadlock,
-    rollback_with, write_movements,
-};
+use super::{Event, Tally, ensure_rows, expect_one, retry_on_deadlock, run_once, write_movements};
 use crate::InnoError;
 
 // The conditional freeze. UPDATE is a locking read: it waits for a concurrent writer of
@@ -62,19 +59,10 @@ pub(crate) async fn place_once(
         &req.business_id,
         req.payload(),
     );
-    let mut tx = begin(conn).await?;
-    let Some(operation_id) = register(&mut tx, &event, tally).await? else {
-        tx.rollback().await?;
-        return replay(conn, &event).await;
-    };
-    if let Err(error) = event.hook(hooks, HookPoint::Registered).await {
-        return rollback_with(tx, error).await;
-    }
-    let (outcome, result) = match freeze_and_record(&mut tx, &event, req, &freeze, hooks).await {
-        Ok(done) => done,
-        Err(error) => return rollback_with(tx, error).await,
-    };
-    finish(tx, hooks, &event, operation_id, outcome, result).await
+    run_once(conn, &event, hooks, tally, async |tx| {
+        freeze_and_record(tx, &event, req, &freeze, hooks).await
+    })
+    .await
 }
 
 /// Inside `tx`: the freeze, then (OK) `balances-updated`, the movement and the order, or
