@@ -245,18 +245,24 @@ $fn$;
 /// The steps, each one statement over the whole batch except the debit decisions:
 ///
 /// 1. the freeze check;
-/// 2. registration of every key, sorted by key, retried for keys whose conflicting row
-///    vanished; keys already known read back in a new statement;
-/// 3. every account the registered requests name locked in one statement, sorted by
-///    account id (`ORDER BY … FOR UPDATE`), so two batches never wait on each other in a
-///    circle;
-/// 4. the debit decisions, one loop over the requests in arrival order on the locked
-///    balances held in arrays (no statement per request);
-/// 5. one UPDATE writing each changed balance once (the sink once per batch);
-/// 6. the transactions and their entries in one statement;
+/// 2. registration of every key, sorted by key, the keys registered told apart by the
+///    INSERT's RETURNING; retried for keys whose conflicting row vanished; keys already
+///    known read back in a new statement;
+/// 3. the accounts locked in one global order (user accounts by id, then system accounts
+///    by id), `FOR NO KEY UPDATE`, so two batches never wait on each other in a circle:
+///    here the user accounts and the system accounts up to the last one debited;
+/// 4. the debit decisions, one loop over the requests in arrival order on the balances
+///    held in arrays (no statement per request); the system accounts only credited (the
+///    sink) are open: each credit's range check is kept as a bound on their balance;
+/// 5. one UPDATE writing each changed locked balance once;
+/// 6. the transactions (ids drawn in arrival order) and their entries, two INSERTs;
 /// 7. every outcome in one statement;
 /// 8. the registrations of requests that cannot be done (credit account missing, out of
-///    range) deleted, as a rollback of just that request would.
+///    range) deleted, as a rollback of just that request would;
+/// 9. the open accounts locked last, their balances checked against the bounds and
+///    credited once, so a batch holds the sink only from here to its COMMIT. Out of the
+///    bounds, steps 4–9 (a `BEGIN … EXCEPTION` block, SQLSTATE `LD005`) are undone and
+///    taken again with every balance locked first.
 pub const BATCH_FUNCTION_SQL: &str = r#"
 CREATE OR REPLACE FUNCTION ledger_transfer_batch(
     p_client_ids     text[],
