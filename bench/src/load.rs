@@ -261,6 +261,9 @@ pub struct BenchDb {
     cluster: Cluster,
     accounts: Vec<String>,
     stripes: u32,
+    /// How the batched variants form batches (the library batcher's limits, and
+    /// ledger-svc's `--batch-max-requests`/`--batch-drainers`).
+    pub batch_limits: BatchLimits,
 }
 
 impl BenchDb {
@@ -314,6 +317,7 @@ impl BenchDb {
             cluster,
             accounts: names,
             stripes,
+            batch_limits: BatchLimits::default(),
         })
     }
 
@@ -407,8 +411,8 @@ impl BenchDb {
         })
     }
 
-    /// For [`Variant::Batch`], a batcher on `database` with the default limits and one
-    /// connection per drainer; else `None`.
+    /// For [`Variant::Batch`], a batcher on `database` with [`BenchDb::batch_limits`]
+    /// and one connection per drainer; else `None`.
     ///
     /// Errors: a connection failed.
     async fn start_batcher(
@@ -419,7 +423,7 @@ impl BenchDb {
         if variant != Variant::Batch {
             return Ok(None);
         }
-        let limits = BatchLimits::default();
+        let limits = self.batch_limits;
         let mut connections = Vec::new();
         for _ in 0..limits.drainers {
             connections.push(self.cluster.connect(database).await?);
@@ -466,7 +470,14 @@ impl BenchDb {
             SERVICE_WORKER_THREADS.to_string(),
         ];
         if variant == Variant::ServiceBatch {
-            extra_args.extend(["--transfer-mode".to_owned(), "batch".to_owned()]);
+            extra_args.extend([
+                "--transfer-mode".to_owned(),
+                "batch".to_owned(),
+                "--batch-max-requests".to_owned(),
+                self.batch_limits.max_requests.to_string(),
+                "--batch-drainers".to_owned(),
+                self.batch_limits.drainers.to_string(),
+            ]);
         }
         Ok(match variant {
             Variant::Service | Variant::ServiceBatch => Some(

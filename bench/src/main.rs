@@ -77,6 +77,12 @@ struct Args {
     /// Redemption stripes of the `fix` variant.
     #[arg(long, default_value_t = 64)]
     stripes: u32,
+    /// Most debits one batch takes, in the batched variants.
+    #[arg(long, default_value_t = points_ledger::batcher::BATCH_MAX_REQUESTS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000))]
+    batch_max_requests: usize,
+    /// Batches executed at once (drainers), in the batched variants.
+    #[arg(long, default_value_t = points_ledger::batcher::BATCH_DRAINERS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    batch_drainers: usize,
     /// Seed for the random accounts and amounts [default: from the clock; printed].
     #[arg(long)]
     seed: Option<u64>,
@@ -124,7 +130,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "postgres {} (fsync={} synchronous_commit={} full_page_writes={})",
         facts.server_version, facts.fsync, facts.synchronous_commit, facts.full_page_writes
     );
-    let db = BenchDb::prepare(cluster, args.accounts, args.stripes).await?;
+    let mut db = BenchDb::prepare(cluster, args.accounts, args.stripes).await?;
+    db.batch_limits = points_ledger::batcher::BatchLimits {
+        max_requests: args.batch_max_requests,
+        drainers: args.batch_drainers,
+    };
     let results = measure_all(&db, &args, seed).await?;
     let points = report::summarize(&results);
     println!("{}", report::HEADER);
@@ -155,7 +165,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 /// Prints the run's settings line (`seed=… warmup_ms=… …`).
 fn print_settings(args: &Args, seed: u64) {
     println!(
-        "seed={seed} warmup_ms={} duration_s={} repeat={} clients={:?} variants={} accounts={} stripes={} service_auth={}",
+        "seed={seed} warmup_ms={} duration_s={} repeat={} clients={:?} variants={} accounts={} stripes={} batch_max_requests={} batch_drainers={} service_auth={}",
         args.warmup_ms,
         args.duration_s,
         args.repeat,
@@ -171,6 +181,8 @@ fn print_settings(args: &Args, seed: u64) {
         },
         args.accounts,
         args.stripes,
+        args.batch_max_requests,
+        args.batch_drainers,
         if launch::service::run_auth() {
             "tokens"
         } else {

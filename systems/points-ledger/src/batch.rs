@@ -34,8 +34,9 @@
 
 use std::collections::HashSet;
 
+use futures_util::future::join3;
 use tokio_postgres::types::Type;
-use tokio_postgres::{Client, Row};
+use tokio_postgres::{Client, GenericClient, Row};
 
 use crate::error::LedgerError;
 use crate::transfer::{HookContext, Hooks, TransferRequest, TransferResult, replay};
@@ -47,6 +48,9 @@ pub const SQLSTATE_DUPLICATE_KEY_IN_BATCH: &str = "LD004";
 /// How often the function tries to register a key whose conflicting row is not visible
 /// (the bound of [`crate::transfer()`]).
 const REGISTER_ATTEMPTS: i32 = crate::transfer::REGISTER_ATTEMPTS as i32;
+
+/// The start of a batch's transaction.
+const BEGIN_SQL: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
 /// The one statement of a batch (parameters by name).
 const BATCH_CALL_SQL: &str = "\
@@ -116,25 +120,33 @@ fn first_of_each_key(requests: &[TransferRequest], waiting: &[usize]) -> (Vec<us
     (round, later)
 }
 
+/// Every request of a failed transaction answered [`LedgerError::BatchFailed`] with
+/// `error`'s SQLSTATE and message.
+fn failed(requests: &[&TransferRequest], error: LedgerError) -> Vec<BatchAnswer> {
+    let (code, message) = (error.sqlstate().map(str::to_owned), error.to_string());
+    requests
+        .iter()
+        .map(|_| {
+            Err(LedgerError::BatchFailed {
+                code: code.clone(),
+                message: message.clone(),
+            })
+        })
+        .collect()
+}
+
 /// One transaction: BEGIN, the call, the before-commit hooks, COMMIT. Answers in the
-/// order of `requests` (distinct keys).
+/// order of `requests` (distinct keys). When `hooks` do nothing at before-commit
+/// ([`Hooks::acts_at`]), the three are sent at once ([`run_pipelined`]).
 async fn run_one(
     client: &mut Client,
     requests: &[&TransferRequest],
     hooks: &dyn Hooks,
 ) -> Vec<BatchAnswer> {
-    let failed = |error: LedgerError| -> Vec<BatchAnswer> {
-        let (code, message) = (error.sqlstate().map(str::to_owned), error.to_string());
-        requests
-            .iter()
-            .map(|_| {
-                Err(LedgerError::BatchFailed {
-                    code: code.clone(),
-                    message: message.clone(),
-                })
-            })
-            .collect()
-    };
+    if !hooks.acts_at(HookPoint::BeforeCommit) {
+        return run_pipelined(client, requests).await;
+    }
+    let failed = |error: LedgerError| failed(requests, error);
     let tx = match client
         .build_transaction()
         .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
@@ -175,12 +187,41 @@ async fn run_one(
         .collect()
 }
 
+/// One transaction in one round trip: BEGIN, the call and COMMIT are sent together
+/// (tokio-postgres pipelines requests in the order their futures are first polled, its
+/// docs, "Pipelining"; `join3` first polls them in argument order), and the server runs
+/// them in that order. A failed call leaves the
+/// transaction aborted, so the COMMIT behind it only ends it (the server answers
+/// `ROLLBACK`): nothing of the batch is kept, and every request gets the call's error.
+/// Answers in the order of `requests`, only after the COMMIT's reply. (A reply whose
+/// row count does not match the requests, never seen, fails the batch after its COMMIT:
+/// its outcome is then unknown, as after a lost reply.)
+async fn run_pipelined(client: &Client, requests: &[&TransferRequest]) -> Vec<BatchAnswer> {
+    let (begun, rows, committed) = join3(
+        client.batch_execute(BEGIN_SQL),
+        call(client, requests),
+        client.batch_execute("COMMIT"),
+    )
+    .await;
+    let rows = match (begun, rows, committed) {
+        (Err(error), _, _) => return failed(requests, error.into()),
+        (_, Err(error), _) => return failed(requests, error),
+        (_, _, Err(error)) => return failed(requests, error.into()),
+        (Ok(()), Ok(rows), Ok(())) => rows,
+    };
+    requests
+        .iter()
+        .zip(rows)
+        .map(|(request, row)| answer(request, &row))
+        .collect()
+}
+
 /// The call of `ledger_transfer_batch` with one array per field; its rows in the order
 /// of `requests`.
 ///
 /// Errors: [`LedgerError::Db`].
 async fn call(
-    tx: &tokio_postgres::Transaction<'_>,
+    tx: &impl GenericClient,
     requests: &[&TransferRequest],
 ) -> Result<Vec<Row>, LedgerError> {
     let column = |field: fn(&TransferRequest) -> String| -> Vec<String> {

@@ -245,18 +245,24 @@ $fn$;
 /// The steps, each one statement over the whole batch except the debit decisions:
 ///
 /// 1. the freeze check;
-/// 2. registration of every key, sorted by key, retried for keys whose conflicting row
-///    vanished; keys already known read back in a new statement;
-/// 3. every account the registered requests name locked in one statement, sorted by
-///    account id (`ORDER BY … FOR UPDATE`), so two batches never wait on each other in a
-///    circle;
-/// 4. the debit decisions, one loop over the requests in arrival order on the locked
-///    balances held in arrays (no statement per request);
-/// 5. one UPDATE writing each changed balance once (the sink once per batch);
-/// 6. the transactions and their entries in one statement;
+/// 2. registration of every key, sorted by key, the keys registered told apart by the
+///    INSERT's RETURNING; retried for keys whose conflicting row vanished; keys already
+///    known read back in a new statement;
+/// 3. the accounts locked in one global order (user accounts by id, then system accounts
+///    by id), `FOR NO KEY UPDATE`, so two batches never wait on each other in a circle:
+///    here the user accounts and the system accounts up to the last one debited;
+/// 4. the debit decisions, one loop over the requests in arrival order on the balances
+///    held in arrays (no statement per request); the system accounts only credited (the
+///    sink) are open: each credit's range check is kept as a bound on their balance;
+/// 5. one UPDATE writing each changed locked balance once;
+/// 6. the transactions (ids drawn in arrival order) and their entries, two INSERTs;
 /// 7. every outcome in one statement;
 /// 8. the registrations of requests that cannot be done (credit account missing, out of
-///    range) deleted, as a rollback of just that request would.
+///    range) deleted, as a rollback of just that request would;
+/// 9. the open accounts locked last, their balances checked against the bounds and
+///    credited once, so a batch holds the sink only from here to its COMMIT. Out of the
+///    bounds, steps 4–9 (a `BEGIN … EXCEPTION` block, SQLSTATE `LD005`) are undone and
+///    taken again with every balance locked first.
 pub const BATCH_FUNCTION_SQL: &str = r#"
 CREATE OR REPLACE FUNCTION ledger_transfer_batch(
     p_client_ids     text[],
@@ -282,8 +288,10 @@ CREATE OR REPLACE FUNCTION ledger_transfer_batch(
 -- sequential scan under a hash join). Every statement here reaches a handful of rows
 -- by their keys, so the function plans with index lookups only (docs 19.7.1), once per
 -- session (a generic plan, not one planned again for every batch's arrays; docs 19.7.6).
+-- A disabled plan node still counts its penalty in the cost, which would cross the JIT
+-- thresholds and compile every statement on every call: no JIT (docs 32.2).
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
-SET plan_cache_mode = force_generic_plan
+SET plan_cache_mode = force_generic_plan SET jit = off
 AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -297,11 +305,34 @@ DECLARE
     v_todo    integer[];
     v_new     integer[];
     v_reg     integer[] := '{}';
-    v_attempt integer := 0;
+    v_ok      integer[];
     v_ids     text[];
     v_bal     bigint[];
     v_old     bigint[];
     v_neg     boolean[];
+    v_uids    text[];
+    v_ubal    bigint[];
+    v_uneg    boolean[];
+    v_nuser   integer;
+    v_sys     text[];
+    v_sids    text[];
+    v_sbal    bigint[];
+    v_sneg    boolean[];
+    v_lids    text[];
+    v_lbal    bigint[];
+    v_lneg    boolean[];
+    v_split   text;
+    v_drawn   bigint[] := '{}';
+    v_high    numeric[];
+    v_open    boolean;
+    v_exact   boolean := false;
+    v_status0 text[];
+    v_outcome0 text[];
+    v_balance0 bigint[];
+    v_account0 text[];
+    v_txn0    bigint[];
+    v_undone  boolean := false;
+    v_attempt integer := 0;
     v_row     record;
     i         integer;
     f         integer;
@@ -334,26 +365,30 @@ BEGIN
     END LOOP;
 
     -- 2. Register every key, sorted by key (ON CONFLICT waits for a key another
-    -- transaction holds); a known key is read back in a new statement (new snapshot).
+    -- transaction holds). The keys registered are told apart by the INSERT's RETURNING;
+    -- a known key is read back in a new statement (a new snapshot).
     v_todo := ARRAY(SELECT g FROM generate_series(1, v_n) g WHERE v_status[g] IS NULL);
     WHILE cardinality(v_todo) > 0 LOOP
         WITH ins AS (
             INSERT INTO idem_request (client_id, idem_key, request_hash, outcome)
-            SELECT p_client_ids[g], p_idem_keys[g], p_request_hashes[g], 'PENDING'
-            FROM unnest(v_todo) g
-            WHERE NOT EXISTS (SELECT 1 FROM ledger_txn x
-                              WHERE x.client_id = p_client_ids[g] AND x.idem_key = p_idem_keys[g])
-            ORDER BY p_client_ids[g], p_idem_keys[g]
+            SELECT u.c, u.k, u.h, 'PENDING'
+            FROM unnest(p_client_ids, p_idem_keys, p_request_hashes) WITH ORDINALITY u(c, k, h, g)
+            WHERE u.g = ANY (v_todo)
+              AND NOT EXISTS (SELECT 1 FROM ledger_txn x WHERE x.client_id = u.c AND x.idem_key = u.k)
+            ORDER BY u.c, u.k
             ON CONFLICT (client_id, idem_key) DO NOTHING
             RETURNING client_id, idem_key)
-        SELECT coalesce(array_agg(g), '{}') INTO v_new
-        FROM unnest(v_todo) g JOIN ins ON ins.client_id = p_client_ids[g] AND ins.idem_key = p_idem_keys[g];
+        SELECT coalesce(array_agg(u.g ORDER BY u.g), '{}') INTO v_new
+        FROM unnest(p_client_ids, p_idem_keys) WITH ORDINALITY u(c, k, g)
+        WHERE EXISTS (SELECT 1 FROM ins WHERE ins.client_id = u.c AND ins.idem_key = u.k);
         v_reg := v_reg || v_new;
+        EXIT WHEN cardinality(v_new) = cardinality(v_todo);
         v_todo := ARRAY(SELECT g FROM unnest(v_todo) g WHERE g <> ALL (v_new));
         FOR v_row IN
-            SELECT g, r.request_hash, r.outcome, r.txn_id, r.balance_after
-            FROM unnest(v_todo) g
-            JOIN idem_request r ON r.client_id = p_client_ids[g] AND r.idem_key = p_idem_keys[g]
+            SELECT u.g, r.request_hash, r.outcome, r.txn_id, r.balance_after
+            FROM unnest(p_client_ids, p_idem_keys) WITH ORDINALITY u(c, k, g)
+            JOIN idem_request r ON r.client_id = u.c AND r.idem_key = u.k
+            WHERE u.g = ANY (v_todo)
         LOOP
             v_status[v_row.g] := 'stored';
             v_hash[v_row.g] := v_row.request_hash;
@@ -362,10 +397,10 @@ BEGIN
             v_balance[v_row.g] := v_row.balance_after;
         END LOOP;
         FOR v_row IN
-            SELECT g, x.txn_id
-            FROM unnest(v_todo) g
-            JOIN ledger_txn x ON x.client_id = p_client_ids[g] AND x.idem_key = p_idem_keys[g]
-            WHERE v_status[g] IS NULL
+            SELECT u.g, x.txn_id
+            FROM unnest(p_client_ids, p_idem_keys) WITH ORDINALITY u(c, k, g)
+            JOIN ledger_txn x ON x.client_id = u.c AND x.idem_key = u.k
+            WHERE u.g = ANY (v_todo) AND v_status[u.g] IS NULL
         LOOP
             v_status[v_row.g] := 'orphan';
             v_txn[v_row.g] := v_row.txn_id;
@@ -386,84 +421,182 @@ BEGIN
     END IF;
     v_reg := ARRAY(SELECT g FROM unnest(v_reg) g ORDER BY g);
 
-    -- 3. Lock every account named, in one sorted order.
-    SELECT coalesce(array_agg(l.account_id ORDER BY l.account_id), '{}'),
-           array_agg(l.balance ORDER BY l.account_id),
-           array_agg(l.allow_negative ORDER BY l.account_id)
-    INTO v_ids, v_bal, v_neg
-    FROM (SELECT a.account_id, a.balance, a.allow_negative FROM account a
+    -- 3. Lock the accounts named in one global order: the user accounts (outside the
+    -- `sys-` prefix) by account id, then the system accounts by account id; so two
+    -- batches never wait on each other in a circle. Locked now: the user accounts and the
+    -- system accounts up to the last one that is debited (the issuer, for grants). The
+    -- rest (the sink: only credited) are locked last, in step 9, so that a batch holds
+    -- the sink only from its last statement to its COMMIT. Every lock is FOR NO KEY
+    -- UPDATE, the lock an UPDATE of the balance takes: unlike FOR UPDATE it does not
+    -- conflict with the FOR KEY SHARE that the foreign-key checks of another batch's
+    -- entries (step 6) take on the sink, so two batches never hold that share each while
+    -- both wait to lock the sink (docs 13.3.2, "Row-Level Locks").
+    v_sys := ARRAY(SELECT DISTINCT n FROM (SELECT p_froms[g] FROM unnest(v_reg) g
+                                           UNION SELECT p_tos[g] FROM unnest(v_reg) g) s(n)
+                   WHERE n LIKE 'sys-%' ORDER BY n);
+    v_split := (SELECT max(p_froms[g]) FROM unnest(v_reg) g WHERE p_froms[g] LIKE 'sys-%');
+    SELECT coalesce(array_agg(l.account_id ORDER BY l.sys, l.account_id), '{}'),
+           coalesce(array_agg(l.balance ORDER BY l.sys, l.account_id), '{}'),
+           coalesce(array_agg(l.allow_negative ORDER BY l.sys, l.account_id), '{}')
+    INTO v_uids, v_ubal, v_uneg
+    FROM (SELECT a.account_id, a.balance, a.allow_negative, a.account_id LIKE 'sys-%' AS sys
+          FROM account a
           WHERE a.account_id IN (SELECT p_froms[g] FROM unnest(v_reg) g
                                  UNION SELECT p_tos[g] FROM unnest(v_reg) g)
-          ORDER BY a.account_id FOR UPDATE) l;
-    v_old := v_bal;
+            AND (a.account_id NOT LIKE 'sys-%' OR a.account_id <= v_split)
+          ORDER BY a.account_id LIKE 'sys-%', a.account_id FOR NO KEY UPDATE) l;
+    v_nuser := cardinality(v_uids);
+    v_sys := ARRAY(SELECT n FROM unnest(v_sys) n WHERE v_split IS NULL OR n > v_split);
+    v_status0 := v_status; v_outcome0 := v_outcome; v_balance0 := v_balance;
+    v_account0 := v_account; v_txn0 := v_txn;
 
-    -- 4. The debit decisions, in arrival order, on the locked balances.
-    FOREACH i IN ARRAY v_reg LOOP
-        f := array_position(v_ids, p_froms[i]);
-        t := array_position(v_ids, p_tos[i]);
-        v_status[i] := 'executed';
-        IF f IS NULL THEN
-            v_outcome[i] := 'NO_ACCOUNT';
-            v_balance[i] := 0;
-        ELSIF v_neg[f] AND v_bal[f] < p_amounts[i] + (-9223372036854775807 - 1) THEN
-            v_status[i] := 'out_of_range';
-            v_account[i] := p_froms[i];
-        ELSIF NOT (v_neg[f] OR v_bal[f] >= p_amounts[i]) THEN
-            v_outcome[i] := 'INSUFFICIENT';
-            v_balance[i] := v_bal[f];
-        ELSIF t IS NULL THEN
-            v_status[i] := 'no_credit';
-        ELSIF v_bal[t] > 9223372036854775807 - p_amounts[i] THEN
-            v_status[i] := 'out_of_range';
-            v_account[i] := p_tos[i];
+    <<attempt>>
+    LOOP
+    BEGIN
+        -- The system accounts only credited (v_sys): in the first attempt read without a
+        -- lock, their balances left open (v_bal holds the batch's change, from 0) and the
+        -- range check of each credit recorded as a bound on the balance (v_high), checked
+        -- once they are locked at the end (step 9); in the exact attempt locked here.
+        IF v_exact THEN
+            SELECT coalesce(array_agg(l.account_id ORDER BY l.account_id), '{}'),
+                   coalesce(array_agg(l.balance ORDER BY l.account_id), '{}'),
+                   coalesce(array_agg(l.allow_negative ORDER BY l.account_id), '{}')
+            INTO v_sids, v_sbal, v_sneg
+            FROM (SELECT a.account_id, a.balance, a.allow_negative FROM account a
+                  WHERE a.account_id = ANY (v_sys) ORDER BY a.account_id FOR NO KEY UPDATE) l;
         ELSE
+            SELECT coalesce(array_agg(a.account_id ORDER BY a.account_id), '{}'),
+                   coalesce(array_agg(0::bigint), '{}'),
+                   coalesce(array_agg(a.allow_negative ORDER BY a.account_id), '{}')
+            INTO v_sids, v_sbal, v_sneg
+            FROM account a WHERE a.account_id = ANY (v_sys);
+        END IF;
+        v_ids := v_uids || v_sids; v_bal := v_ubal || v_sbal; v_neg := v_uneg || v_sneg;
+        v_old := v_bal;
+        v_open := NOT v_exact AND cardinality(v_sids) > 0;
+        v_high := array_fill(NULL::numeric, ARRAY[cardinality(v_ids)]);
+
+        -- 4. The debit decisions, in arrival order, on the locked balances.
+        FOREACH i IN ARRAY v_reg LOOP
+            f := array_position(v_ids, p_froms[i]);
+            t := array_position(v_ids, p_tos[i]);
+            v_status[i] := 'executed';
+            IF f IS NULL THEN
+                v_outcome[i] := 'NO_ACCOUNT';
+                v_balance[i] := 0;
+                CONTINUE;
+            END IF;
+            IF v_neg[f] AND v_bal[f] < p_amounts[i] + (-9223372036854775807 - 1) THEN
+                v_status[i] := 'out_of_range';
+                v_account[i] := p_froms[i];
+                v_undone := true;
+                CONTINUE;
+            ELSIF NOT (v_neg[f] OR v_bal[f] >= p_amounts[i]) THEN
+                v_outcome[i] := 'INSUFFICIENT';
+                v_balance[i] := v_bal[f];
+                CONTINUE;
+            END IF;
+            IF t IS NULL THEN
+                v_status[i] := 'no_credit';
+                v_undone := true;
+                CONTINUE;
+            END IF;
+            IF v_open AND t > v_nuser THEN
+                -- Open balance b: b + change + amount <= the bigint maximum, assumed (and
+                -- the change itself kept inside bigint, else decided exactly).
+                IF v_bal[t] > 9223372036854775807 - p_amounts[i] THEN
+                    RAISE EXCEPTION 'the batch''s credits leave the bigint range' USING ERRCODE = 'LD005';
+                END IF;
+                v_high[t] := least(v_high[t], 9223372036854775807::numeric - p_amounts[i] - v_bal[t]);
+            ELSIF v_bal[t] > 9223372036854775807 - p_amounts[i] THEN
+                v_status[i] := 'out_of_range';
+                v_account[i] := p_tos[i];
+                v_undone := true;
+                CONTINUE;
+            END IF;
             v_bal[f] := v_bal[f] - p_amounts[i];
             v_bal[t] := v_bal[t] + p_amounts[i];
             v_outcome[i] := 'OK';
-            v_balance[i] := CASE WHEN p_kinds[i] = 'GRANT' THEN v_bal[t] ELSE v_bal[f] END;
-        END IF;
-    END LOOP;
+            f := CASE WHEN p_kinds[i] = 'GRANT' THEN t ELSE f END;
+            IF v_open AND f > v_nuser THEN
+                -- The balance to report is an open one: decide again, exactly.
+                RAISE EXCEPTION 'reported balance is a system account''s' USING ERRCODE = 'LD005';
+            END IF;
+            v_balance[i] := v_bal[f];
+        END LOOP;
 
-    -- 5. Each changed balance written once (the sink once per batch).
-    UPDATE account a SET balance = n.balance
-    FROM unnest(v_ids, v_bal, v_old) n(id, balance, old)
-    WHERE a.account_id = n.id AND n.balance <> n.old;
+        -- 5. Each changed balance written once (the open ones in step 9).
+        UPDATE account a SET balance = n.balance
+        FROM unnest(v_ids, v_bal, v_old) WITH ORDINALITY n(id, balance, old, k)
+        WHERE a.account_id = n.id AND n.balance <> n.old AND NOT (v_open AND n.k > v_nuser);
 
-    -- 6. The transactions (with their order ids) and their entries (-amount first).
-    FOR v_row IN
-        WITH ok AS (
-            SELECT g FROM unnest(v_reg) g WHERE v_outcome[g] = 'OK' AND v_status[g] = 'executed'
-        ), txn AS (
-            INSERT INTO ledger_txn (client_id, idem_key, kind, order_id)
-            SELECT p_client_ids[g], p_idem_keys[g], p_kinds[g], p_order_ids[g] FROM ok ORDER BY g
-            RETURNING txn_id, client_id, idem_key
-        ), m AS (
-            SELECT ok.g, txn.txn_id AS id FROM ok
-            JOIN txn ON txn.client_id = p_client_ids[ok.g] AND txn.idem_key = p_idem_keys[ok.g]
-        ), entries AS (
+        -- 6. The transactions (ids drawn in arrival order; the exact attempt first reuses
+        -- those the first drew, as a sequence never gives them back) and their entries
+        -- (-amount first).
+        v_ok := ARRAY(SELECT g FROM unnest(v_reg) g WHERE v_outcome[g] = 'OK' AND v_status[g] = 'executed');
+        IF cardinality(v_ok) > 0 THEN
+            f := 0;
+            FOREACH i IN ARRAY v_ok LOOP
+                f := f + 1;
+                IF f > cardinality(v_drawn) THEN
+                    v_drawn[f] := nextval('ledger_txn_txn_id_seq');
+                END IF;
+                v_txn[i] := v_drawn[f];
+            END LOOP;
+            INSERT INTO ledger_txn (txn_id, client_id, idem_key, kind, order_id)
+            SELECT v_txn[g], p_client_ids[g], p_idem_keys[g], p_kinds[g], p_order_ids[g]
+            FROM unnest(v_ok) g;
             INSERT INTO ledger_entry (txn_id, account_id, amount)
-            SELECT m.id, e.acct, e.amt
-            FROM m CROSS JOIN LATERAL (VALUES (1, p_froms[m.g], -p_amounts[m.g]),
-                                              (2, p_tos[m.g], p_amounts[m.g])) e(pos, acct, amt)
-            ORDER BY m.id, e.pos
-        )
-        SELECT m.g, m.id FROM m
-    LOOP
-        v_txn[v_row.g] := v_row.id;
+            SELECT v_txn[g], e.acct, e.amt
+            FROM unnest(v_ok) g CROSS JOIN LATERAL (VALUES (1, p_froms[g], -p_amounts[g]),
+                                                          (2, p_tos[g], p_amounts[g])) e(pos, acct, amt)
+            ORDER BY g, e.pos;
+        END IF;
+
+        -- 7. Every outcome, with the reported balance.
+        UPDATE idem_request r
+        SET outcome = u.o, txn_id = u.t, balance_after = u.b
+        FROM unnest(p_client_ids, p_idem_keys, v_status, v_outcome, v_txn, v_balance) u(c, k, s, o, t, b)
+        WHERE u.s = 'executed' AND r.client_id = u.c AND r.idem_key = u.k;
+
+        -- 8. A request that cannot be done leaves nothing, as its own rollback would.
+        IF v_undone THEN
+            DELETE FROM idem_request r
+            USING unnest(p_client_ids, p_idem_keys, v_status) u(c, k, s)
+            WHERE u.s IN ('no_credit', 'out_of_range') AND r.client_id = u.c AND r.idem_key = u.k;
+        END IF;
+
+        -- 9. Last, the open system accounts locked (the sink is held from here to the
+        -- COMMIT only): the same accounts, each balance within its bounds, or every
+        -- decision is taken again exactly; then each written once.
+        IF v_open THEN
+            SELECT array_agg(l.account_id ORDER BY l.account_id),
+                   array_agg(l.balance ORDER BY l.account_id),
+                   array_agg(l.allow_negative ORDER BY l.account_id)
+            INTO v_lids, v_lbal, v_lneg
+            FROM (SELECT a.account_id, a.balance, a.allow_negative FROM account a
+                  WHERE a.account_id = ANY (v_sys) ORDER BY a.account_id FOR NO KEY UPDATE) l;
+            IF v_lids IS DISTINCT FROM v_sids OR v_lneg IS DISTINCT FROM v_sneg
+               OR EXISTS (SELECT 1 FROM unnest(v_lbal, v_high[v_nuser + 1:]) b(bal, hi)
+                          WHERE b.bal > b.hi) THEN
+                RAISE EXCEPTION 'a system account moved out of the bounds assumed' USING ERRCODE = 'LD005';
+            END IF;
+            UPDATE account a SET balance = a.balance + d.change
+            FROM unnest(v_sids, v_bal[v_nuser + 1:]) d(id, change)
+            WHERE a.account_id = d.id AND d.change <> 0;
+        END IF;
+        EXIT attempt;
+    EXCEPTION WHEN SQLSTATE 'LD005' THEN
+        -- Undone back to the block's start (the registrations and the user accounts'
+        -- locks stay): decide again with every balance locked and known.
+        IF v_exact THEN
+            RAISE;
+        END IF;
+        v_exact := true; v_undone := false;
+        v_status := v_status0; v_outcome := v_outcome0; v_balance := v_balance0;
+        v_account := v_account0; v_txn := v_txn0;
+    END;
     END LOOP;
-
-    -- 7. Every outcome, with the reported balance.
-    UPDATE idem_request r
-    SET outcome = v_outcome[u.g], txn_id = v_txn[u.g], balance_after = v_balance[u.g]
-    FROM unnest(v_reg) u(g)
-    WHERE v_status[u.g] = 'executed'
-      AND r.client_id = p_client_ids[u.g] AND r.idem_key = p_idem_keys[u.g];
-
-    -- 8. A request that cannot be done leaves nothing, as its own rollback would.
-    DELETE FROM idem_request r
-    USING unnest(v_reg) u(g)
-    WHERE v_status[u.g] IN ('no_credit', 'out_of_range')
-      AND r.client_id = p_client_ids[u.g] AND r.idem_key = p_idem_keys[u.g];
 
     RETURN QUERY SELECT g::integer, v_status[g], v_account[g], v_hash[g], v_outcome[g], v_txn[g], v_balance[g]
     FROM generate_series(1, v_n) g;

@@ -183,6 +183,14 @@ impl HookAbort {
 pub trait Hooks: Send + Sync {
     /// Called once per hook point passed.
     fn at<'a>(&'a self, ctx: HookContext<'a>) -> BoxFuture<'a, Result<(), HookAbort>>;
+
+    /// Whether [`Hooks::at`] may do anything at `point` (wait, abort, use the
+    /// transaction). `false` promises that passing `point` is a no-op, so the batch mode
+    /// need not stop there: it then sends its BEGIN, its call and its COMMIT in one round
+    /// trip ([`crate::batch`]). Default `true`.
+    fn acts_at(&self, _point: HookPoint) -> bool {
+        true
+    }
 }
 
 /// Hooks that do nothing (normal operation).
@@ -192,6 +200,10 @@ pub struct NoHooks;
 impl Hooks for NoHooks {
     fn at<'a>(&'a self, _ctx: HookContext<'a>) -> BoxFuture<'a, Result<(), HookAbort>> {
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn acts_at(&self, _point: HookPoint) -> bool {
+        false
     }
 }
 

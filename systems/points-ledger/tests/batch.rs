@@ -92,6 +92,149 @@ async fn one_batch_answers_each_request_as_alone() {
     assert!(reconcile(&mut batched.client).await.unwrap().is_clean());
 }
 
+/// The sink is locked last and its balance decided open: a batch whose credits would
+/// carry the sink past the bigint maximum fails that bound when the sink is locked, and
+/// is decided again with every balance locked (the exact attempt). Each debit still gets
+/// what it gets alone: the first OK, the second out of range on the sink; same balances.
+#[tokio::test]
+async fn a_sink_credited_past_its_bound_is_decided_again_exactly() {
+    let mut alone = TestDb::new("b_sink_alone").await;
+    let mut batched = TestDb::new("b_sink_batched").await;
+    let near_max =
+        "UPDATE account SET balance = 9223372036854775797 WHERE account_id = 'sys-redeem'";
+    for request in before() {
+        transfer_in(
+            TransferMode::Statements,
+            &mut alone.client,
+            &request,
+            &NoHooks,
+        )
+        .await
+        .unwrap();
+        transfer_in(TransferMode::Batch, &mut batched.client, &request, &NoHooks)
+            .await
+            .unwrap();
+    }
+    alone.client.batch_execute(near_max).await.unwrap();
+    batched.client.batch_execute(near_max).await.unwrap();
+    let requests = vec![
+        TransferRequest::debit("app", "k-fits", "acct-0001", 6),
+        TransferRequest::debit("app", "k-over", "acct-0003", 6),
+    ];
+    let mut expected = Vec::new();
+    for request in &requests {
+        let result = transfer_in(
+            TransferMode::Statements,
+            &mut alone.client,
+            request,
+            &NoHooks,
+        )
+        .await;
+        expected.push(shown(&result));
+    }
+    let answers = transfer_batch(&mut batched.client, &requests, &NoHooks).await;
+    let seen: Vec<String> = answers.iter().map(shown).collect();
+    assert_eq!(seen, expected);
+    assert!(expected[0].contains("outcome: Ok"), "{expected:?}");
+    assert!(expected[1].contains("OutOfRange") && expected[1].contains("sys-redeem"));
+    let balances =
+        "SELECT string_agg(account_id || '=' || balance, ' ' ORDER BY account_id) FROM account";
+    let of = |row: tokio_postgres::Row| -> String { row.get(0) };
+    assert_eq!(
+        of(alone.client.query_one(balances, &[]).await.unwrap()),
+        of(batched.client.query_one(balances, &[]).await.unwrap())
+    );
+    assert_eq!(counts(&alone).await, counts(&batched).await);
+}
+
+/// Runs one debit from each of `accounts` as its own batch on its own connection while a
+/// third transaction holds the sink (FOR NO KEY UPDATE, as an UPDATE of its balance
+/// would); once both batches are seen waiting for a lock (`pg_blocking_pids`), the holder
+/// commits. The two answers.
+async fn two_batches_meet_at_the_sink(db: &TestDb, accounts: [&str; 2]) -> Vec<String> {
+    let mut holder = db.connect().await;
+    let hold = holder.transaction().await.unwrap();
+    hold.execute(
+        "SELECT 1 FROM account WHERE account_id = 'sys-redeem' FOR NO KEY UPDATE",
+        &[],
+    )
+    .await
+    .unwrap();
+    let mut pids = Vec::new();
+    let mut tasks = Vec::new();
+    for (n, account) in accounts.into_iter().enumerate() {
+        let mut client = db.connect().await;
+        let pid: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        pids.push(pid);
+        let request = TransferRequest::debit("app", format!("k-meet-{n}"), account, 1);
+        tasks.push(tokio::spawn(async move {
+            transfer_batch(&mut client, &[request], &NoHooks).await
+        }));
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let waiting: i64 = db
+            .client
+            .query_one(
+                "SELECT count(*) FROM unnest($1::int4[]) p WHERE cardinality(pg_blocking_pids(p)) > 0",
+                &[&pids],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting == 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batches never both waited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    hold.commit().await.unwrap();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.extend(task.await.unwrap().iter().map(shown));
+    }
+    answers
+}
+
+/// Two batches that both wrote their entries (whose foreign-key checks take FOR KEY SHARE
+/// on the sink) and then wait to lock the sink both commit: the function locks FOR NO KEY
+/// UPDATE. Negative control: the same function locking FOR UPDATE, which conflicts with
+/// the other batch's key share, deadlocks them (40P01) in the same steps.
+#[tokio::test]
+async fn two_batches_waiting_for_the_sink_both_commit() {
+    let mut db = TestDb::new("b_meet").await;
+    for request in before() {
+        transfer_in(TransferMode::Batch, &mut db.client, &request, &NoHooks)
+            .await
+            .unwrap();
+    }
+    let answers = two_batches_meet_at_the_sink(&db, ["acct-0001", "acct-0003"]).await;
+    assert!(
+        answers.iter().all(|a| a.contains("outcome: Ok")),
+        "{answers:?}"
+    );
+
+    let mut control = TestDb::new("b_meet_for_update").await;
+    let for_update =
+        points_ledger::schema::BATCH_FUNCTION_SQL.replace("FOR NO KEY UPDATE", "FOR UPDATE");
+    assert_ne!(for_update, points_ledger::schema::BATCH_FUNCTION_SQL);
+    control.client.batch_execute(&for_update).await.unwrap();
+    for request in before() {
+        transfer_in(TransferMode::Batch, &mut control.client, &request, &NoHooks)
+            .await
+            .unwrap();
+    }
+    let answers = two_batches_meet_at_the_sink(&control, ["acct-0001", "acct-0003"]).await;
+    assert!(answers.iter().any(|a| a.contains("40P01")), "{answers:?}");
+}
+
 /// Many concurrent batches through two drainers, every batch naming the same accounts in
 /// arrival orders that differ: no deadlock, each key executed once, the ledger clean.
 #[tokio::test]
