@@ -19,12 +19,16 @@
 //! | `worker change=E:N:D … [stop=POINT]` | a crash-worker in SQLite mode on the session's file: with `stop=`, paused at that hook point (`paused at before-commit`); without, run to its end (`answers: replayed replayed … exit=0`) |
 //! | `kill-worker` | a real SIGKILL to the session's paused worker: `signal=9 shell_status=137` |
 //! | `reconcile` | `findings=0`, or `findings=N` and each finding (`item=2 stored=45 recomputed=40`) |
+//! | `writers processes=4 connections=8 prefix=ship- item=1 delta=-7` | that many crash-worker processes, each with that many connections open on the session's file, released together by a start file ([`crate::writers`]): `ready=4 applied=14 insufficient=18 other=0 distinct_event_ids=32 exits=0,0,0,0 writer_longest_ms=…` |
+//! | `count-busy-handler` | replaces the session's busy timeout by a handler that counts its calls and never waits (`Store::count_busy_handler_calls`): `counting` |
+//! | `busy-handler-calls` | how often SQLite called it since: `busy_handler_calls=0` |
 //!
 //! The expectations run on the case's own file with every other file of the case attached
 //! under its name (`SELECT units FROM recorded.stock`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -74,6 +78,12 @@ const OPERATIONS: &[(&str, &[&str])] = &[
     ("worker", &["change"]),
     ("kill-worker", &[]),
     ("reconcile", &[]),
+    (
+        "writers",
+        &["processes", "connections", "prefix", "item", "delta"],
+    ),
+    ("count-busy-handler", &[]),
+    ("busy-handler-calls", &[]),
 ];
 
 /// `<case's file stem>-<name>.db` beside the case's own file.
@@ -117,6 +127,7 @@ impl SpecEngine for SqliteEngine {
             path,
             store: None,
             worker: None,
+            busy_calls: None,
         };
         async move { Ok(Box::new(session) as Box<dyn EngineSession>) }.boxed()
     }
@@ -181,6 +192,7 @@ fn attach_siblings(own: &Path) -> anyhow::Result<FileSession> {
         path: own.to_path_buf(),
         store: Some(store),
         worker: None,
+        busy_calls: None,
     })
 }
 
@@ -202,6 +214,8 @@ struct FileSession {
     store: Option<Store>,
     /// The last worker launched, killed and reaped when the session ends.
     worker: Option<CrashWorker>,
+    /// Calls of the counting busy handler, once `count-busy-handler` installed it.
+    busy_calls: Option<Arc<AtomicU32>>,
 }
 
 impl FileSession {
@@ -311,6 +325,27 @@ impl FileSession {
         Ok(shown)
     }
 
+    /// `writers …`: the multi-process race on this session's file.
+    async fn writers(&mut self, call: &Call) -> Result<String, String> {
+        let number = |name: &str| -> Result<i64, String> {
+            let text = call.arg(name).unwrap_or_default();
+            text.parse()
+                .map_err(|_| format!("{name}={text} is not a number"))
+        };
+        let count = |name: &str| number(name).map(|n| n.max(0) as usize);
+        let writers = crate::writers::Writers {
+            file: &self.path,
+            processes: count("processes")?,
+            connections: count("connections")?,
+            prefix: call.arg("prefix").unwrap_or_default(),
+            item: number("item")?,
+            delta: number("delta")?,
+        };
+        crate::writers::race(&writers)
+            .await
+            .map_err(|e| format!("{e:#}"))
+    }
+
     /// `kill-worker`: SIGKILL to the session's worker.
     async fn kill_worker(&mut self) -> Result<String, String> {
         let mut worker = self.worker.take().ok_or("no worker to kill")?;
@@ -363,6 +398,24 @@ impl EngineSession for FileSession {
                     Ok("closed".to_string())
                 }
                 "worker" => self.worker(call).await,
+                "writers" => self.writers(call).await,
+                "count-busy-handler" => {
+                    self.store()?;
+                    let store = self.store.as_mut().expect("opened above");
+                    let calls = store.count_busy_handler_calls();
+                    self.busy_calls = Some(calls.map_err(|e| e.to_string())?);
+                    Ok("counting".to_string())
+                }
+                "busy-handler-calls" => {
+                    let calls = self
+                        .busy_calls
+                        .as_ref()
+                        .ok_or("no count-busy-handler before")?;
+                    Ok(format!(
+                        "busy_handler_calls={}",
+                        calls.load(Ordering::SeqCst)
+                    ))
+                }
                 "kill-worker" => self.kill_worker().await,
                 _ => self.store_call(call),
             }
