@@ -110,7 +110,10 @@ mod restart;
 mod result;
 mod upstream;
 
-pub use engines::{EngineSession, SpecEngine, engine_case, engine_cases_in, engine_spec_id};
+pub use engines::{
+    EngineSession, Reconciled, ReconciledOthers, SpecEngine, engine_case, engine_cases_in,
+    engine_spec_id,
+};
 pub use layout::{meaningful, same_meaning, table};
 use model::error;
 pub use model::{

@@ -30,6 +30,13 @@ use super::{load, spec_id};
 use crate::case::Case;
 use crate::ctx::Ctx;
 
+/// A reconciliation's answer: `Ok((clean, summary))`, the summary as `kind=N …` words,
+/// or why it could not run.
+pub type Reconciled = Result<(bool, String), String>;
+
+/// Every other clean database of a family, each with its [`Reconciled`].
+pub type ReconciledOthers = Result<Vec<(String, Reconciled)>, String>;
+
 /// One connection of an engine, for a session, the setup or the expectations.
 pub trait EngineSession: Send {
     /// Runs `sql` (one or more statements) and returns what the transcript prints: each
@@ -45,7 +52,7 @@ pub trait EngineSession: Send {
     /// The family's reconciliation of the database this connection is on, for
     /// `reconcile:`: `Ok((clean, summary))`, the summary as `kind=N …` words. Default:
     /// the family has none (a failed check).
-    fn reconcile(&mut self) -> BoxFuture<'_, Result<(bool, String), String>> {
+    fn reconcile(&mut self) -> BoxFuture<'_, Reconciled> {
         async { Err("this family offers no reconciliation".to_string()) }.boxed()
     }
 }
@@ -102,10 +109,7 @@ pub trait SpecEngine: Send + Sync {
     /// `reconcile others: clean`: the reconciliation of every other clean database of
     /// the family, as `(name, Ok((clean, summary)) or Err(reason))`. Default: the family
     /// has none (a failed check).
-    fn reconcile_others<'a>(
-        &'a self,
-        _ctx: &'a Ctx,
-    ) -> BoxFuture<'a, Result<Vec<(String, Result<(bool, String), String>)>, String>> {
+    fn reconcile_others<'a>(&'a self, _ctx: &'a Ctx) -> BoxFuture<'a, ReconciledOthers> {
         async { Err("this family offers no reconciliation".to_string()) }.boxed()
     }
 }

@@ -39,7 +39,7 @@ use inventory_store::rusqlite::types::ValueRef;
 use inventory_store::rusqlite::{self, Batch, Connection};
 use inventory_store::{ChangePoint, Schema, Store, reconcile};
 
-use case_kit::spec::{self, Call, EngineSession, SpecEngine};
+use case_kit::spec::{self, Call, EngineSession, Reconciled, ReconciledOthers, SpecEngine};
 use case_kit::{Case, Ctx};
 use launch::worker::CrashWorker;
 
@@ -145,10 +145,7 @@ impl SpecEngine for SqliteEngine {
         .boxed()
     }
 
-    fn reconcile_others<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-    ) -> BoxFuture<'a, Result<Vec<(String, Result<(bool, String), String>)>, String>> {
+    fn reconcile_others<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, ReconciledOthers> {
         let reconciled = ctx
             .clean_sqlite_files()
             .into_iter()
@@ -423,7 +420,7 @@ impl EngineSession for FileSession {
         .boxed()
     }
 
-    fn reconcile(&mut self) -> BoxFuture<'_, Result<(bool, String), String>> {
+    fn reconcile(&mut self) -> BoxFuture<'_, Reconciled> {
         let outcome = self.store().and_then(|store| summary(store.connection()));
         async move { outcome }.boxed()
     }
