@@ -12,6 +12,8 @@
 //!   engine (SQLite's busy timeout) and prints what it ends with;
 //! - no `race call:`/`race step:`, no `restart immediate:` and no PostgreSQL layout
 //!   (refused when the file is read, with the reason);
+//! - the spec's setup runs on a connection of its own, closed before the sessions open;
+//!   the teardown gets another;
 //! - permutation N runs on the engine's database N ([`SpecEngine::connect`]: a fresh one
 //!   for each, the first the case's own);
 //! - `check:` and `exposes:` read the first column as true when it is `t`, `true` or
