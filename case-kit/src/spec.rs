@@ -100,6 +100,7 @@ use futures_util::FutureExt;
 use crate::case::Case;
 use crate::ctx::Ctx;
 
+mod engines;
 mod expect;
 mod layout;
 mod model;
@@ -109,6 +110,10 @@ mod restart;
 mod result;
 mod upstream;
 
+pub use engines::{
+    EngineSession, Reconciled, ReconciledOthers, SpecEngine, engine_case, engine_cases_in,
+    engine_spec_id,
+};
 pub use layout::{meaningful, same_meaning, table};
 use model::error;
 pub use model::{
