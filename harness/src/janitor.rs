@@ -69,7 +69,15 @@ pub fn run(run_dir: &Path) -> ! {
     // A power-cut case's disk (family P) stays mounted after its daemon thread died
     // with the harness; detach it before removing the folder under it.
     forgetful_fs::unmount_under(run_dir);
-    let _ = std::fs::remove_dir_all(run_dir);
+    // `initdb` (the run's cluster being made when the harness died) is no postmaster and
+    // may still write into `pg/data` while the folder is removed: the removal then fails
+    // on a folder that is not empty (seen: a kill -9 during the boot left `pg/data` and
+    // `pg/sock`). Try again until the folder is gone, within the same bound.
+    let deadline = Instant::now() + Duration::from_millis(POSTMASTER_EXIT_WAIT_MS);
+    while std::fs::remove_dir_all(run_dir).is_err() && run_dir.exists() && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     std::process::exit(0);
 }
 

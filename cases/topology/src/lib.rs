@@ -10,6 +10,9 @@ use case_kit::{Engine, Family, PgTemplate};
 use futures_util::FutureExt;
 
 pub mod pair;
+pub mod pooled;
+pub mod pooled_batch;
+pub mod pooled_spot;
 pub mod wal;
 
 case_kit::register_cases! {

@@ -1,8 +1,8 @@
 //! R1 — the ledger through a transaction pooler: PgBouncer (Debian 12's 1.18) in
 //! `pool_mode = transaction`, a pool of [`POOLER_POOL_SIZE`] server sessions for
 //! [`CLIENTS`] concurrent clients of `ledger-svc` (started with
-//! `--behind-transaction-pooler`), once per transfer mode (statements, onetrip).
-//! Claims, in each mode:
+//! `--behind-transaction-pooler`), in every transfer mode and on the spot routes.
+//! Claims, in the statement and the one-trip transfer:
 //! - the L3 race: 32 debits of 7 from 100 at once; a holder session (straight to
 //!   PostgreSQL) locks the account until all four pooled server sessions are seen
 //!   waiting on a lock (`pg_stat_activity.wait_event_type = 'Lock'`; the other 28
@@ -12,6 +12,11 @@
 //! - L7's lost response: the service pauses after the commit (fault `after-commit`), the
 //!   client gives up once the answer is seen held (`launch::lost`), the same-key retry
 //!   replays the committed result (balance 70, one transaction).
+//!
+//! The same three in the batch transfer, where the queue forms in the service's batcher
+//! rather than in the pooler ([`crate::pooled_batch`]), and on the frozen balances' spot
+//! routes: a placement race, one business id sixteen times at once, a lost placement
+//! response ([`crate::pooled_spot`]).
 //!
 //! The service's session bounds are the database's own (`ALTER DATABASE … SET`): the
 //! pooler refuses the startup packet's `options`, and the service refuses to start when
@@ -26,30 +31,35 @@
 //! PostgreSQL, where no pooler moves the session.
 //!
 //! Fails if: any count, balance, replay or transaction count above differs; the service
-//! starts with bounds that differ from the database's; the ledger does not reconcile.
+//! starts with bounds that differ from the database's; the ledger or the frozen balances
+//! do not reconcile.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use cases_ledger::http::{LedgerCalls, LedgerReply};
+use cases_ledger::http::LedgerReply;
 use futures_util::FutureExt;
-use launch::lost::give_up_once_held;
 use launch::service::{Service, ServiceOptions};
-use points_ledger::{HookPoint, TransferMode, reconcile};
+use points_ledger::{TransferMode, reconcile};
 use scratch_pg::Cluster;
 use scratch_pg::bouncer::{Bouncer, BouncerOptions};
-use serde_json::json;
 use tokio_postgres::types::Type;
 
 use crate::pair::{self, LEDGER_DATABASE};
+use crate::pooled::{
+    self, ACCOUNT_LOCK_SQL, SERVICE_BOUND_MS, START_BALANCE, balance, count, debit, held_at_once,
+    txns_for_key,
+};
+use crate::{pooled_batch, pooled_spot};
 use case_kit::{Case, Ctx};
+
+pub use crate::pooled::{CLIENTS, POOLER_POOL_SIZE};
 
 /// The case's registration; set aside where PgBouncer cannot be had (not cached and not
 /// root).
 pub fn case() -> Case {
     Case::new(
         "R1",
-        "through PgBouncer in transaction pooling: the L3 race, L7's lost response and L8's same key hold",
+        "through PgBouncer in transaction pooling: the L3 race, L7's lost response and L8's same key hold in every transfer mode and on the spot routes",
         |ctx| run(ctx).boxed(),
     )
     .requires(unavailable)
@@ -57,23 +67,11 @@ pub fn case() -> Case {
 
 /// What the negative control exposes.
 pub const ANOMALY: &str = "a named prepared statement fails through a transaction pooler (26000)";
-/// The pooler's server sessions for the ledger database.
-pub const POOLER_POOL_SIZE: u32 = 4;
-/// Concurrent clients of the service (and its own pool of connections to the pooler).
-pub const CLIENTS: usize = 32;
 /// Executions of the named statement (and of the unnamed one) in the control.
 pub const NAMED_RUNS: usize = 16;
-/// The service's bounds, milliseconds: hang bounds only, far above the time a request
-/// waits on the holder's lock or in the pooler's queue. Set on the database.
-const SERVICE_BOUND_MS: u64 = 60_000;
-/// Pause between two looks at `pg_stat_activity`, milliseconds (pacing only).
-const POLL_MS: u64 = 10;
-const CLIENT: &str = "app-r1";
 const RACE_DEBIT: i64 = 7;
 const SAME_KEY_REQUESTS: usize = 16;
 const SAME_KEY_DEBIT: i64 = 10;
-const LOST_DEBIT: i64 = 30;
-const START_BALANCE: i64 = 100;
 
 /// Why R1 cannot run here, or `None`: PgBouncer's binaries are cached or fetchable (may
 /// fetch them, about 1 MB).
@@ -93,25 +91,8 @@ pub enum Route {
 }
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
-    run_with(ctx, Route::Pooler).await
-}
-
-/// The case, with the control's clients on `route`.
-///
-/// Errors: a node, the pooler or the service did not start; SQL or HTTP errors.
-pub async fn run_with(ctx: &mut Ctx, route: Route) -> anyhow::Result<()> {
-    let primary = pair::start_primary(ctx).await?;
-    set_database_bounds(&primary).await?;
-    let bouncer = start_bouncer(ctx, &primary).await?;
-    ctx.note(format!(
-        "pooler: {} pool_mode=transaction default_pool_size={POOLER_POOL_SIZE} clients={CLIENTS}",
-        bouncer.version_text()
-    ));
-    let control_port = match route {
-        Route::Pooler => bouncer.port(),
-        Route::Direct => primary.port(),
-    };
-    named_statement_control(ctx, control_port).await?;
+    let (primary, bouncer) = start(ctx).await?;
+    named_statement_control(ctx, bouncer.port()).await?;
     refuses_other_bounds(ctx, &bouncer).await?;
     for (n, mode) in [TransferMode::Statements, TransferMode::OneTrip]
         .into_iter()
@@ -119,6 +100,7 @@ pub async fn run_with(ctx: &mut Ctx, route: Route) -> anyhow::Result<()> {
     {
         through_service(ctx, &primary, &bouncer, mode, n).await?;
     }
+    pooled_batch::through_batch(ctx, &primary, &bouncer, 7).await?;
     let mut db = primary.connect(LEDGER_DATABASE).await?;
     let findings = reconcile(&mut db).await?;
     ctx.check(
@@ -126,7 +108,32 @@ pub async fn run_with(ctx: &mut Ctx, route: Route) -> anyhow::Result<()> {
         findings.is_clean(),
         findings.summary(),
     );
-    Ok(())
+    pooled_spot::through_spot(ctx, &primary, &bouncer).await
+}
+
+/// Only the negative control, with its clients on `route` (its test: it must fail
+/// straight to PostgreSQL).
+///
+/// Errors: the node or the pooler did not start; SQL errors.
+pub async fn control(ctx: &mut Ctx, route: Route) -> anyhow::Result<()> {
+    let (primary, bouncer) = start(ctx).await?;
+    let port = match route {
+        Route::Pooler => bouncer.port(),
+        Route::Direct => primary.port(),
+    };
+    named_statement_control(ctx, port).await
+}
+
+/// The primary with the database's bounds set, and the pooler in front of it.
+async fn start(ctx: &mut Ctx) -> anyhow::Result<(Cluster, Bouncer)> {
+    let primary = pair::start_primary(ctx).await?;
+    set_database_bounds(&primary).await?;
+    let bouncer = start_bouncer(ctx, &primary).await?;
+    ctx.note(format!(
+        "pooler: {} pool_mode=transaction default_pool_size={POOLER_POOL_SIZE} clients={CLIENTS}",
+        bouncer.version_text()
+    ));
+    Ok((primary, bouncer))
 }
 
 /// The service's bounds as the database's own, for every new session (the pooler's).
@@ -223,8 +230,8 @@ async fn named_statement_control(ctx: &mut Ctx, port: u16) -> anyhow::Result<()>
     Ok(())
 }
 
-/// Starts the service through the pooler in `mode` and runs the three claims; account
-/// numbers start at `3 * n + 1`.
+/// Starts the service through the pooler in `mode` (with fault injection) and runs the
+/// three claims; account numbers start at `3 * n + 1`.
 async fn through_service(
     ctx: &mut Ctx,
     primary: &Cluster,
@@ -232,82 +239,16 @@ async fn through_service(
     mode: TransferMode,
     n: usize,
 ) -> anyhow::Result<()> {
-    let url = format!(
-        "postgresql://postgres@127.0.0.1:{}/{LEDGER_DATABASE}",
-        bouncer.port()
-    );
-    let mut options = ServiceOptions::default().with_clients(&[CLIENT]);
-    options.fault_injection = true;
-    options.pool_size = CLIENTS;
-    options.extra_args = vec![
-        "--transfer-mode".into(),
-        mode.as_str().into(),
-        "--behind-transaction-pooler".into(),
-    ];
-    for bound in [
-        "--request-timeout-ms",
-        "--lock-timeout-ms",
-        "--statement-timeout-ms",
-        "--idle-in-transaction-timeout-ms",
-    ] {
-        options
-            .extra_args
-            .extend([bound.into(), SERVICE_BOUND_MS.to_string()]);
-    }
-    let log = ctx.log_file(&format!("ledger-svc-{mode}"))?;
-    let service = Arc::new(Service::launch(&url, log, options).await?);
+    let options = pooled::service_options(true, &["--transfer-mode", mode.as_str()]);
+    let service = pooled::launch(ctx, bouncer, options, &format!("ledger-svc-{mode}")).await?;
     let accounts: Vec<String> = (1..=3)
         .map(|k| points_ledger::test_account((3 * n + k) as u32))
         .collect();
-    for (k, account) in accounts.iter().enumerate() {
-        let key = format!("g-r1-{mode}-{k}");
-        service.grant("ops", &key, account, START_BALANCE).await?;
-    }
+    pooled::fund(&service, mode.as_str(), &accounts).await?;
     race(ctx, primary, &service, mode, &accounts[0]).await?;
     same_key(ctx, primary, &service, mode, &accounts[1]).await?;
-    lost_response(ctx, primary, &service, mode, &accounts[2]).await?;
-    Arc::try_unwrap(service)
-        .map_err(|_| anyhow::anyhow!("the service is still shared"))?
-        .stop_checked(ctx)
-        .await
-}
-
-type Pending = tokio::task::JoinHandle<Result<launch::service::Reply, reqwest::Error>>;
-
-/// Sends the requests `send` spawns while a holder straight to PostgreSQL locks
-/// `account` (`SELECT … FOR UPDATE`), until all the pooler's server sessions are seen
-/// waiting on a lock; then rolls the holder back and returns the replies in request
-/// order with the count seen waiting.
-///
-/// Errors: SQL errors, transport errors, not seen waiting within the bound.
-async fn held_at_once(
-    primary: &Cluster,
-    account: &str,
-    send: impl FnOnce() -> Vec<Pending>,
-) -> anyhow::Result<(Vec<launch::service::Reply>, usize)> {
-    let mut holder = primary.connect(LEDGER_DATABASE).await?;
-    let lock = holder.transaction().await?;
-    lock.execute(
-        "SELECT 1 FROM account WHERE account_id = $1 FOR UPDATE",
-        &[&account],
-    )
-    .await?;
-    let requests = send();
-    let waiting = waiting_on_lock(primary, POOLER_POOL_SIZE as usize).await?;
-    lock.rollback().await?;
-    let mut replies = Vec::new();
-    for request in requests {
-        replies.push(request.await??);
-    }
-    Ok((replies, waiting))
-}
-
-fn debit(service: &Arc<Service>, key: String, account: &str, amount: i64) -> Pending {
-    let (service, account) = (service.clone(), account.to_owned());
-    tokio::spawn(async move {
-        let timeout = Duration::from_millis(SERVICE_BOUND_MS);
-        service.debit(CLIENT, &key, &account, amount, timeout).await
-    })
+    pooled::lost_response(ctx, primary, &service, mode, &accounts[2]).await?;
+    pooled::stop(ctx, service).await
 }
 
 /// The L3 race through the pooler: [`CLIENTS`] debits of 7 from 100 at once.
@@ -318,7 +259,7 @@ async fn race(
     mode: TransferMode,
     account: &str,
 ) -> anyhow::Result<()> {
-    let (replies, waiting) = held_at_once(primary, account, || {
+    let (replies, waiting) = held_at_once(primary, ACCOUNT_LOCK_SQL, &[&account], || {
         (0..CLIENTS)
             .map(|c| {
                 debit(
@@ -331,13 +272,7 @@ async fn race(
             .collect()
     })
     .await?;
-    let count = |outcome: &str| {
-        replies
-            .iter()
-            .filter(|r| r.status_outcome() == outcome)
-            .count()
-    };
-    let (ok, insufficient) = (count("201 OK"), count("409 INSUFFICIENT"));
+    let (ok, insufficient) = (count(&replies, "201 OK"), count(&replies, "409 INSUFFICIENT"));
     ctx.check_eq(
         format!("{mode}: race: server sessions seen waiting on the holder's lock"),
         POOLER_POOL_SIZE as usize,
@@ -366,7 +301,7 @@ async fn same_key(
     account: &str,
 ) -> anyhow::Result<()> {
     let key = format!("k-r1-{mode}-same");
-    let (replies, waiting) = held_at_once(primary, account, || {
+    let (replies, waiting) = held_at_once(primary, ACCOUNT_LOCK_SQL, &[&account], || {
         (0..SAME_KEY_REQUESTS)
             .map(|_| debit(service, key.clone(), account, SAME_KEY_DEBIT))
             .collect()
@@ -398,119 +333,12 @@ async fn same_key(
     Ok(())
 }
 
-/// L7 through the pooler: the response lost after the commit, the same-key retry.
-async fn lost_response(
-    ctx: &mut Ctx,
-    primary: &Cluster,
-    service: &Arc<Service>,
-    mode: TransferMode,
-    account: &str,
-) -> anyhow::Result<()> {
-    let key = format!("k-r1-{mode}-lost");
-    service
-        .arm_fault(
-            HookPoint::AfterCommit,
-            json!({"action": "pause", "hold_ms": SERVICE_BOUND_MS, "count": 1}),
-        )
-        .await?;
-    let bound = Duration::from_millis(SERVICE_BOUND_MS);
-    let attempt = service.debit(CLIENT, &key, account, LOST_DEBIT, bound);
-    let gave_up = give_up_once_held(service, HookPoint::AfterCommit, attempt, bound).await?;
-    let db = primary.connect(LEDGER_DATABASE).await?;
-    let balance_then = balance(&db, account).await?;
-    service.release_fault(HookPoint::AfterCommit).await?;
-    ctx.check_eq(
-        format!("{mode}: lost response: gave up unanswered while held, balance then"),
-        format!("{:?}", (true, true, START_BALANCE - LOST_DEBIT)),
-        format!(
-            "{:?}",
-            (
-                gave_up.answered.is_none(),
-                gave_up.state.holding >= 1,
-                balance_then
-            )
-        ),
-    );
-    let retry = service
-        .debit_once(CLIENT, &key, account, LOST_DEBIT)
-        .await?;
-    ctx.check_eq(
-        format!("{mode}: lost response: same-key retry → status, replayed, balance"),
-        format!(
-            "{:?}",
-            ("201 OK".to_owned(), true, Some(START_BALANCE - LOST_DEBIT))
-        ),
-        format!(
-            "{:?}",
-            (retry.status_outcome(), retry.replayed, retry.balance())
-        ),
-    );
-    ctx.check_eq(
-        format!("{mode}: lost response: transactions for the key, balance"),
-        format!("{:?}", (1, START_BALANCE - LOST_DEBIT)),
-        format!(
-            "{:?}",
-            (txns_for_key(&db, &key).await?, balance(&db, account).await?)
-        ),
-    );
-    Ok(())
-}
-
-async fn balance(db: &tokio_postgres::Client, account: &str) -> anyhow::Result<i64> {
-    Ok(db
-        .query_one(
-            "SELECT balance FROM account WHERE account_id = $1",
-            &[&account],
-        )
-        .await?
-        .get(0))
-}
-
-async fn txns_for_key(db: &tokio_postgres::Client, key: &str) -> anyhow::Result<i64> {
-    Ok(db
-        .query_one(
-            "SELECT count(*) FROM ledger_txn WHERE client_id = $1 AND idem_key = $2",
-            &[&CLIENT, &key],
-        )
-        .await?
-        .get(0))
-}
-
-/// Waits until `want` sessions of the ledger database wait on a lock.
-///
-/// Errors: SQL errors; not seen within [`SERVICE_BOUND_MS`].
-async fn waiting_on_lock(primary: &Cluster, want: usize) -> anyhow::Result<usize> {
-    let observer = primary.connect(LEDGER_DATABASE).await?;
-    let deadline = Instant::now() + Duration::from_millis(SERVICE_BOUND_MS);
-    loop {
-        let seen: i64 = observer
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE datname = $1 AND wait_event_type = 'Lock'",
-                &[&LEDGER_DATABASE],
-            )
-            .await?
-            .get(0);
-        if seen as usize >= want {
-            return Ok(seen as usize);
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "only {seen} of {want} sessions seen waiting on a lock"
-        );
-        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
-    }
-}
-
 /// The service started through the pooler with a bound the database does not have
 /// (`--lock-timeout-ms` 1 ms off) must refuse to start, naming the `ALTER DATABASE`.
 ///
 /// Errors: the log cannot be read.
 async fn refuses_other_bounds(ctx: &mut Ctx, bouncer: &Bouncer) -> anyhow::Result<()> {
-    let url = format!(
-        "postgresql://postgres@127.0.0.1:{}/{LEDGER_DATABASE}",
-        bouncer.port()
-    );
+    let url = pooled::pooler_url(bouncer);
     let options = ServiceOptions {
         extra_args: vec![
             "--behind-transaction-pooler".into(),

@@ -99,9 +99,9 @@ async fn r1_named_statements_fail_only_through_the_pooler() {
         .await
         .expect("scratch cluster");
     let mut pooled = fresh_ctx(&env, "R1", "r1_pooler").await;
-    r1::run_with(&mut pooled, Route::Pooler).await.unwrap();
+    r1::control(&mut pooled, Route::Pooler).await.unwrap();
     assert_all_passed(&pooled);
     let mut direct = fresh_ctx(&env, "R1", "r1_direct").await;
-    r1::run_with(&mut direct, Route::Direct).await.unwrap();
+    r1::control(&mut direct, Route::Direct).await.unwrap();
     assert_control_failed(&direct, r1::ANOMALY);
 }
