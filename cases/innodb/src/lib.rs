@@ -17,18 +17,14 @@ use case_kit::{Engine, Family};
 
 pub mod fixtures;
 pub mod server;
+pub mod spec_engine;
 
 // One line per case, in id order.
 case_kit::register_cases! {
-    i01_normal_path,
-    i02_partial_fill_then_cancel,
     i03_cancel_races_a_fill,
     pub i04_sixteen_inserters_deadlock,
     i05_orders_compete_for_too_little,
-    i06_failure_between_update_and_movement,
-    i07_response_lost_after_commit,
     i08_server_killed_inside_a_placement,
-    i09_per_asset_reconciliation,
     pub i10_read_inside_the_failed_transaction,
     pub i11_affected_rows,
     pub i12_gap_locks_of_a_locking_read,
@@ -43,7 +39,19 @@ pub fn family() -> Family {
         prefix: PREFIX,
         title: "frozen balances on InnoDB, a scratch MariaDB (SPEC §8)",
         engine: Engine::None,
-        cases: cases(),
+        cases: all_cases(),
         extras: Vec::new(),
     }
+}
+
+/// The hand-written cases and the case files of `specs/` ([`spec_engine`]), in id order.
+fn all_cases() -> Vec<case_kit::Case> {
+    let mut all: Vec<case_kit::Case> = cases().into_iter().chain(spec_engine::cases()).collect();
+    let number = |id: &str| {
+        id.trim_start_matches(PREFIX)
+            .parse::<u32>()
+            .unwrap_or(u32::MAX)
+    };
+    all.sort_by_key(|case| number(&case.id));
+    all
 }
