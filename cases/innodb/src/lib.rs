@@ -10,8 +10,18 @@
 //! ([`fixtures::Db::open`]). Where MariaDB cannot be had (no cached binaries and no root
 //! to fetch them), the harness lists the family as not run with the reason.
 //!
-//! Adding a case: a new file `iNN_<what>.rs` with `pub fn case() -> Case`, one line in
-//! `register_cases!` below, a row in `docs/cases.md`, then `./run.sh --accept INN`.
+//! The cases that need no forced wait are case files in `cases/innodb/specs/`
+//! (`iNN_<what>.spec` is the case `INN`: I1, I2, I6, I7, I9, I11), run by the spec
+//! runner on the run's MariaDB as its engine ([`spec_engine`]). The others stay in Rust:
+//! their race is forced by a hook that holds one event while others are seen in `LOCK
+//! WAIT` (I3, I4, I5, I10, I12), or `mariadbd` is killed inside a placement (I8), which
+//! an engine that runs steps one at a time cannot express.
+//!
+//! Adding a case: a file `cases/innodb/specs/iNN_<what>.spec` (found at start-up, no
+//! registration, no rebuild; `docs/specs.md`, "The frozen events on InnoDB as calls"),
+//! or, for a case that needs code, a file `iNN_<what>.rs` with `pub fn case() -> Case`
+//! and one line in `register_cases!` below; then a row in `docs/cases.md` and
+//! `./run.sh --accept INN`.
 
 use case_kit::{Engine, Family};
 
@@ -26,7 +36,6 @@ case_kit::register_cases! {
     i05_orders_compete_for_too_little,
     i08_server_killed_inside_a_placement,
     pub i10_read_inside_the_failed_transaction,
-    pub i11_affected_rows,
     pub i12_gap_locks_of_a_locking_read,
 }
 

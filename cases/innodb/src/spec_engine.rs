@@ -10,6 +10,9 @@
 //! `ERROR <MariaDB code> (<SQLSTATE>): message`). The calls print as the F family's
 //! (`cases_frozen::spec_calls`), on InnoDB:
 //!
+//! - `connect client=default` → `connected client=default`: the session's connection
+//!   replaced by one with the client's default options (no `CLIENT_FOUND_ROWS`);
+//!   `client=product` goes back
 //! - `deposit account=A asset=USDT amount=10000 key=K` → `outcome=OK available=… frozen=…`
 //! - `place account=A side=BUY qty=1.0 price=5000 key=K [market=BTC-USDT]` →
 //!   `outcome=OK order=1 freeze=5005.000000 fee_reserve=5.000000 available=… frozen=…`
@@ -60,7 +63,8 @@ pub const SYSTEM: &str = "frozen_balances_innodb";
 
 /// Each operation with its required arguments, then its optional ones (`tenant` is
 /// optional everywhere).
-const OPERATIONS: [(&str, &[&str], &[&str]); 6] = [
+const OPERATIONS: [(&str, &[&str], &[&str]); 7] = [
+    ("connect", &["client"], &[]),
     ("deposit", &["account", "asset", "amount", "key"], &["fail"]),
     (
         "place",
@@ -149,7 +153,7 @@ impl SpecEngine for MariaDbEngine {
                 Db { name }
             };
             let conn = db.connect().await?;
-            Ok(Box::new(Session { conn }) as Box<dyn EngineSession>)
+            Ok(Box::new(Session { db, conn }) as Box<dyn EngineSession>)
         }
         .boxed()
     }
@@ -164,9 +168,24 @@ fn database(ctx: &Ctx, permutation: usize) -> String {
     }
 }
 
-/// One product connection.
+/// One connection to a case's database: the product's, until `connect client=default`.
 struct Session {
+    db: Db,
     conn: Conn,
+}
+
+impl Session {
+    /// `connect client=product|default`: the session's connection replaced by a new one
+    /// with the product's options (`CLIENT_FOUND_ROWS`) or the client's defaults.
+    async fn reconnect(&mut self, client: &str) -> Result<String, String> {
+        let conn = match client {
+            "product" => self.db.connect().await,
+            "default" => self.db.connect_plain().await,
+            other => return Err(format!("client={other}: product or default")),
+        };
+        self.conn = conn.map_err(|e| format!("{e:#}"))?;
+        Ok(format!("connected client={client}"))
+    }
 }
 
 impl EngineSession for Session {
@@ -177,6 +196,9 @@ impl EngineSession for Session {
     fn call<'a>(&'a mut self, call: &'a Call) -> BoxFuture<'a, Result<String, String>> {
         async move {
             let args = Args(call);
+            if call.op == "connect" {
+                return self.reconnect(args.text("client")?).await;
+            }
             let conn = &mut self.conn;
             match call.op.as_str() {
                 "deposit" => deposit(conn, &args).await,
