@@ -116,6 +116,7 @@ pub use model::{
     Step,
 };
 pub use play::{POLL_INTERVAL_MS, STEP_WAIT_MS};
+pub use race::with_index;
 pub use upstream::{MAX_UPSTREAM_SPEC_LINES, is_upstream, parse_upstream};
 
 /// Longest a spec file may be: a spec is a short interleaving, not a program.
@@ -298,6 +299,12 @@ fn top_item(
         }
         "setup" => spec.setup.push(Action::Sql(value)),
         "setup call" => spec.setup.push(Action::Call(parse_call(line, &value)?)),
+        "setup calls" => {
+            let (count, rest) = counted(line, &value)?;
+            let call = Action::Call(parse_call(line, rest)?);
+            spec.setup
+                .extend((0..count).map(|index| race::for_racer(&call, index)));
+        }
         "teardown" => spec.teardown.push(value),
         "restart immediate" if !value.is_empty() => spec.restart = Some(one_line(&value)),
         "restart immediate" => return Err(error(line, "restart immediate: REASON")),
@@ -343,14 +350,7 @@ fn top_item(
 /// expectation before the race; an expectation that is not `kind=N` words.
 fn race_item(spec: &mut Spec, line: usize, key: &str, value: String) -> Result<(), ParseError> {
     if let Some(kind) = key.strip_prefix("race ").filter(|k| *k != "hold") {
-        let (count, rest) = value
-            .split_once(char::is_whitespace)
-            .unwrap_or((&value, ""));
-        let count: usize =
-            count.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
-                error(line, format!("a race starts with its count, not {count:?}"))
-            })?;
-        let rest = rest.trim();
+        let (count, rest) = counted(line, &value)?;
         let action = if kind == "call" {
             Action::Call(parse_call(line, rest)?)
         } else {
@@ -387,6 +387,19 @@ fn race_item(spec: &mut Spec, line: usize, key: &str, value: String) -> Result<(
     Ok(())
 }
 
+/// A value that starts with a positive count (`32 debit …`): the count and the rest.
+///
+/// Errors: the first word is not a positive number.
+fn counted(line: usize, value: &str) -> Result<(usize, &str), ParseError> {
+    let (count, rest) = value.split_once(char::is_whitespace).unwrap_or((value, ""));
+    let count: usize = count
+        .parse()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| error(line, format!("a count comes first, not {count:?}")))?;
+    Ok((count, rest.trim()))
+}
+
 /// The whole-spec checks once every line is read: the required keys, a step in every
 /// session, permutations naming known steps.
 ///
@@ -414,8 +427,13 @@ fn finish(
         return Err(error(0, "a race spec does not restart the server"));
     }
     if spec.race.is_some() {
-        if !spec.sessions.is_empty() || !spec.permutations.is_empty() {
-            return Err(error(0, "a race spec has no sessions and no permutations"));
+        // Steps after a race: one order of them, in the race's database.
+        let orders = spec.orders().len();
+        if orders > 1 || spec.sessions.iter().any(|s| s.steps.is_empty()) {
+            return Err(error(
+                0,
+                "the steps after a race run in one order (a `permutation:` line), each session with a step",
+            ));
         }
     } else if spec.sessions.is_empty() || spec.sessions.iter().any(|s| s.steps.is_empty()) {
         return Err(error(
@@ -814,7 +832,13 @@ impl Drop for Ended {
 fn summary(ctx: &mut Ctx, shown: &str, spec: &Spec, orders: usize) {
     record_shape(ctx, spec);
     if let Some(race) = &spec.race {
-        ctx.note(format!("spec {shown}: a race of {} sessions", race.count));
+        let steps: usize = spec.sessions.iter().map(|s| s.steps.len()).sum();
+        let then = match steps {
+            0 => String::new(),
+            1 => ", then 1 step".to_string(),
+            n => format!(", then {n} steps"),
+        };
+        ctx.note(format!("spec {shown}: a race of {} sessions{then}", race.count));
         return;
     }
     let steps: usize = spec.sessions.iter().map(|s| s.steps.len()).sum();
@@ -876,6 +900,25 @@ async fn play_one(
 ) -> anyhow::Result<()> {
     let mut setup = ctx.connect_to(database).await?;
     play::setup(&mut setup, spec, calls.as_ref(), lines).await?;
+    let result = play_steps(ctx, database, spec, order, calls, lines).await;
+    play::teardown(&setup, spec, lines).await;
+    result
+}
+
+/// Plays the steps of `order` on `database`: the sessions opened, each step sent in
+/// turn (waits read from PostgreSQL), then every session's teardown; no spec setup or
+/// teardown (a race's steps run after the race, on its setup).
+///
+/// Errors: a step that cannot be sent or finished (the sessions are cancelled and torn
+/// down first); a session that cannot be opened.
+async fn play_steps(
+    ctx: &Ctx,
+    database: &str,
+    spec: &Spec,
+    order: &[Entry],
+    calls: Arc<dyn Calls>,
+    lines: &mut Vec<String>,
+) -> anyhow::Result<()> {
     let mut result = Ok(());
     {
         let mut play = play::Play::open(ctx, database, spec, calls, lines).await?;
@@ -896,7 +939,6 @@ async fn play_one(
         }
         play.teardown().await;
     }
-    play::teardown(&setup, spec, lines).await;
     result
 }
 

@@ -15,20 +15,76 @@ use crate::locks::release_once_queued;
 /// loaded machine gets them there later, never not).
 pub const QUEUE_WAIT_MS: u64 = 60_000;
 
-/// `action` for racer `index`: `{i}` replaced by the index in SQL and in call arguments.
-fn for_racer(action: &Action, index: usize) -> Action {
-    let i = index.to_string();
+/// `action` for racer `index`: every `{i…}` in SQL and in call arguments replaced as
+/// [`with_index`] says.
+pub fn for_racer(action: &Action, index: usize) -> Action {
     match action {
-        Action::Sql(sql) => Action::Sql(sql.replace("{i}", &i)),
+        Action::Sql(sql) => Action::Sql(with_index(sql, index)),
         Action::Call(call) => Action::Call(Call {
             op: call.op.clone(),
             args: call
                 .args
                 .iter()
-                .map(|(k, v)| (k.clone(), v.replace("{i}", &i)))
+                .map(|(k, v)| (k.clone(), with_index(v, index)))
                 .collect(),
         }),
     }
+}
+
+/// `text` with each index expression replaced for session `index` (0-based): `{i}`, or
+/// `i` followed by operations applied left to right, each `/N` (integer division), `%N`
+/// (remainder) or `+N`, then optionally `:0W` (zero-padded to W digits). So for index 5,
+/// `{i}` is `5`, `{i/4+1:04}` is `0002` and `{i%4}` is `1`. Braces that hold anything
+/// else are left as written.
+pub fn with_index(text: &str, index: usize) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let value = after
+            .find('}')
+            .and_then(|close| Some((close, index_value(&after[..close], index)?)));
+        match value {
+            Some((close, value)) => {
+                out.push_str(&value);
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// One index expression without its braces (`i/4+1:04`), or `None` if it is not one.
+fn index_value(expression: &str, index: usize) -> Option<String> {
+    let (expression, width) = match expression.split_once(':') {
+        Some((e, w)) if w.starts_with('0') => (e, Some(w.parse::<usize>().ok()?)),
+        Some(_) => return None,
+        None => (expression, None),
+    };
+    let mut ops = expression.strip_prefix('i')?;
+    let mut value = index;
+    while !ops.is_empty() {
+        let op = ops.chars().next()?;
+        let digits = ops[1..].chars().take_while(char::is_ascii_digit).count();
+        let n: usize = ops[1..1 + digits].parse().ok()?;
+        value = match op {
+            '/' if n > 0 => value / n,
+            '%' if n > 0 => value % n,
+            '+' => value + n,
+            _ => return None,
+        };
+        ops = &ops[1 + digits..];
+    }
+    Some(match width {
+        Some(width) => format!("{value:0width$}"),
+        None => value.to_string(),
+    })
 }
 
 /// The kind of one racer's outcome: a call's `outcome=` value lowercased (`ok`,
@@ -89,12 +145,35 @@ pub async fn run(
             .collect();
         ctx.check_eq("outcomes", counts(&wanted), seen.clone());
     }
+    if !spec.sessions.is_empty() {
+        steps_after(ctx, spec, calls.clone()).await;
+    }
     play::teardown(&db, spec, &mut lines).await;
     for line in lines {
         ctx.note(line);
     }
     super::expect::run(ctx, &mut db, calls.as_ref(), &spec.expectations, &seen).await;
     Ok(())
+}
+
+/// The steps that follow a race (the spec's one order of them), in the race's database,
+/// noted as a permutation's are; a check says they all ran and none was left waiting.
+async fn steps_after(ctx: &mut Ctx, spec: &Spec, calls: Arc<dyn Calls>) {
+    let order = spec.orders().into_iter().next().unwrap_or_default();
+    let names: Vec<&str> = order.iter().map(|e| e.name.as_str()).collect();
+    ctx.note(format!("then: {}", names.join(" ")));
+    let mut lines = Vec::new();
+    let database = ctx.database().to_string();
+    let outcome = super::play_steps(ctx, &database, spec, &order, calls, &mut lines).await;
+    for line in lines.iter().filter(|l| !l.trim().is_empty()) {
+        ctx.note(format!("  {}", line.trim_end()));
+    }
+    let seen = outcome.err().map(|e| format!("{e:#}")).unwrap_or_default();
+    ctx.check(
+        "the steps after the race ran, none left waiting",
+        seen.is_empty(),
+        seen,
+    );
 }
 
 /// The race itself: the holder's lock taken (when there is one), the racers released
@@ -180,6 +259,8 @@ mod tests {
             op: "debit".into(),
             args: vec![("key".into(), "k-{i}".into())],
         });
+        assert_eq!(with_index("acct-{i/4+1:04}-{i%4}", 5), "acct-0002-1");
+        assert_eq!(with_index("{i+1}{x}{i/0}{", 2), "3{x}{i/0}{");
         assert_eq!(
             for_racer(&call, 7),
             Action::Call(Call {

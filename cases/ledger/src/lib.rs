@@ -28,7 +28,6 @@ pub mod worker;
 // that are spec files, L4-L6, are run from their files: `tests/negative_controls.rs`).
 case_kit::register_cases! {
     l08_same_key_same_moment,
-    l12_striped_redemption,
     pub l13_strategies,
     pub l14_any_to_any,
     l15_synchronous_commit_off,
