@@ -47,7 +47,9 @@
 //!   a database crash once the permutations have run (see the `restart` module).
 //! - Instead of sessions, a race: `race call: N OP key=value …` or `race step: N SQL`
 //!   (`{i}` is each session's index), `race hold: SQL` (held until all N wait for a
-//!   lock) and `expect: kind=N …` (the outcome counts); see the `race` module.
+//!   lock), `race alongside: OP …` (a call beside the racers) and `expect: kind=N …`
+//!   (the outcome counts); see the `race` module. Sessions after a race run their
+//!   steps once the race is over.
 //!
 //! # PostgreSQL's format
 //!
@@ -325,11 +327,13 @@ fn top_item(
                 }
             })
         }
-        "check" | "rows" | "count" | "reconcile" | "reconcile others" | "exposes" => {
+        "check" | "rows" | "count" | "reconcile" | "reconcile others" | "exposes" | "shows" => {
             let expect = expect::parse(line, key, &value).expect("an expectation's key");
             spec.expectations.push(expect?);
         }
-        "race call" | "race step" | "race hold" | "expect" => race_item(spec, line, key, value)?,
+        "race call" | "race step" | "race hold" | "race alongside" | "expect" => {
+            race_item(spec, line, key, value)?
+        }
         "permutation" => {
             let names: Vec<Entry> = value.split_whitespace().map(Entry::plain).collect();
             if names.is_empty() {
@@ -349,7 +353,10 @@ fn top_item(
 /// Errors: a count that is not a positive number; a call that does not parse; a hold or
 /// expectation before the race; an expectation that is not `kind=N` words.
 fn race_item(spec: &mut Spec, line: usize, key: &str, value: String) -> Result<(), ParseError> {
-    if let Some(kind) = key.strip_prefix("race ").filter(|k| *k != "hold") {
+    if let Some(kind) = key
+        .strip_prefix("race ")
+        .filter(|k| *k == "call" || *k == "step")
+    {
         let (count, rest) = counted(line, &value)?;
         let action = if kind == "call" {
             Action::Call(parse_call(line, rest)?)
@@ -361,6 +368,7 @@ fn race_item(spec: &mut Spec, line: usize, key: &str, value: String) -> Result<(
             action,
             hold: None,
             expect: None,
+            alongside: None,
         });
         return Ok(());
     }
@@ -372,6 +380,8 @@ fn race_item(spec: &mut Spec, line: usize, key: &str, value: String) -> Result<(
     })?;
     if key == "race hold" {
         race.hold = Some(value);
+    } else if key == "race alongside" {
+        race.alongside = Some(parse_call(line, &value)?);
     } else {
         let words: Vec<&str> = value.split_whitespace().collect();
         let well_formed = !words.is_empty()
@@ -664,8 +674,14 @@ fn check_spec(spec: &Spec, template: &str, calls: &dyn Calls) -> Result<(), Stri
         .flat_map(|s| &s.steps)
         .map(|s| &s.action);
     let race = spec.race.iter().map(|race| &race.action);
+    let alongside: Vec<Action> = spec
+        .race
+        .iter()
+        .filter_map(|race| race.alongside.clone().map(Action::Call))
+        .collect();
     let after = spec.after_restart.iter();
-    for action in spec.setup.iter().chain(steps).chain(race).chain(after) {
+    let actions = spec.setup.iter().chain(steps).chain(race).chain(after);
+    for action in actions.chain(alongside.iter()) {
         if let Action::Call(call) = action {
             calls
                 .check(call)
@@ -688,7 +704,7 @@ pub fn spec_case(id: String, shown: String, spec: Arc<Spec>, calls: Arc<dyn Call
     // A session each (or a racer each, a holder and the race's own), a monitor and the
     // setup's.
     let connections =
-        spec.sessions.len() as u32 + 2 + spec.race.as_ref().map_or(0, |r| r.count as u32 + 2);
+        spec.sessions.len() as u32 + 2 + spec.race.as_ref().map_or(0, |r| r.count as u32 + 3);
     // And what the calls hold beyond their sessions (a service's pool).
     let steps = spec
         .sessions

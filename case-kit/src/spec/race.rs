@@ -87,11 +87,14 @@ fn index_value(expression: &str, index: usize) -> Option<String> {
     })
 }
 
-/// The kind of one racer's outcome: a call's `outcome=` value lowercased (`ok`,
-/// `insufficient`), `ok` for SQL that did not fail, `error` for an error.
+/// The kind of one racer's outcome: `replayed` for a call that printed
+/// `replayed=true` (an answer read back under its key, whatever its outcome), else a
+/// call's `outcome=` value lowercased (`ok`, `insufficient`), `ok` for SQL that did not
+/// fail, `error` for an error.
 fn kind(outcome: &Result<String, String>) -> String {
     match outcome {
         Err(_) => "error".into(),
+        Ok(text) if text.split_whitespace().any(|w| w == "replayed=true") => "replayed".into(),
         Ok(text) => text
             .split_whitespace()
             .find_map(|w| w.strip_prefix("outcome="))
@@ -200,9 +203,20 @@ async fn contend(
             Some(hold)
         }
     };
+    let mut beside = match &race.alongside {
+        Some(call) => Some((ctx.connect().await?, call)),
+        None => None,
+    };
+    let alongside = async {
+        match beside.as_mut() {
+            Some((client, call)) => Some(calls.run(client, call).await),
+            None => None,
+        }
+    };
     let action = race.action.clone();
+    let calls_for_racers = calls.clone();
     let racing = ctx.race(count, move |mut racer| {
-        let (action, calls) = (for_racer(&action, racer.index), calls.clone());
+        let (action, calls) = (for_racer(&action, racer.index), calls_for_racers.clone());
         async move {
             match &action {
                 Action::Call(call) => {
@@ -221,15 +235,26 @@ async fn contend(
             }
         }
     });
-    let (outcomes, waiting) = match hold {
-        None => (racing.await?, None),
-        Some(hold) => {
-            let limit = Duration::from_millis(QUEUE_WAIT_MS);
-            let release = release_once_queued(db, hold, count as i64, limit);
-            let (outcomes, waiting) = tokio::join!(racing, release);
-            (outcomes?, Some(waiting?))
+    let contended = async {
+        match hold {
+            None => Ok((racing.await?, None)),
+            Some(hold) => {
+                let limit = Duration::from_millis(QUEUE_WAIT_MS);
+                let release = release_once_queued(db, hold, count as i64, limit);
+                let (outcomes, waiting) = tokio::join!(racing, release);
+                anyhow::Ok((outcomes?, Some(waiting?)))
+            }
         }
     };
+    let (contended, beside) = tokio::join!(contended, alongside);
+    let (outcomes, waiting) = contended?;
+    if let (Some(outcome), Some(call)) = (beside, &race.alongside) {
+        ctx.note(format!("alongside: {}", call.display()));
+        match outcome {
+            Ok(text) => ctx.note(format!("  {text}")),
+            Err(error) => ctx.note(format!("  ERROR {error}")),
+        }
+    }
     if let Some(waiting) = waiting {
         ctx.check_eq(
             format!("all {count} waited for a lock at one moment (pg_stat_activity)"),
