@@ -854,7 +854,10 @@ fn summary(ctx: &mut Ctx, shown: &str, spec: &Spec, orders: usize) {
             1 => ", then 1 step".to_string(),
             n => format!(", then {n} steps"),
         };
-        ctx.note(format!("spec {shown}: a race of {} sessions{then}", race.count));
+        ctx.note(format!(
+            "spec {shown}: a race of {} sessions{then}",
+            race.count
+        ));
         return;
     }
     let steps: usize = spec.sessions.iter().map(|s| s.steps.len()).sum();

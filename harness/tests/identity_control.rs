@@ -79,8 +79,14 @@ async fn borrowed_identity_control_fails_when_callers_authenticate() {
     let path = std::path::Path::new(spec_calls::SPEC_DIR).join("l24_borrowed_identity.spec");
     let text = std::fs::read_to_string(path).expect("L24's file");
     let with_tokens = text.replace("auth=off", "auth=on");
-    assert_ne!(with_tokens, text, "L24's control starts its service auth=off");
-    for (database, text, exposed) in [("l24_with_tokens", &with_tokens, false), ("l24", &text, true)] {
+    assert_ne!(
+        with_tokens, text,
+        "L24's control starts its service auth=off"
+    );
+    for (database, text, exposed) in [
+        ("l24_with_tokens", &with_tokens, false),
+        ("l24", &text, true),
+    ] {
         let mut ctx = env
             .test_ctx(&family, "L24", database)
             .await
@@ -91,7 +97,12 @@ async fn borrowed_identity_control_fails_when_callers_authenticate() {
             .await
             .expect("the spec runs");
         eprint!("L24 ({database}):\n{}", ctx.transcript());
-        assert_eq!(ctx.exposed(Some(ANOMALY)), Some(exposed), "{}", ctx.transcript());
+        assert_eq!(
+            ctx.exposed(Some(ANOMALY)),
+            Some(exposed),
+            "{}",
+            ctx.transcript()
+        );
         if exposed {
             assert!(ctx.failed_checks().is_empty(), "{}", ctx.transcript());
         }

@@ -86,13 +86,11 @@ pub fn parse(line: usize, key: &str, value: &str) -> Option<Result<Expect, Parse
         "exposes" => match value.split_once('\n') {
             Some((anomaly, rule)) if rule.starts_with("step ") => {
                 match rule.split_whitespace().collect::<Vec<_>>().as_slice() {
-                    ["step", step, "shows", words @ ..] if !words.is_empty() => {
-                        Ok(Expect::Shows {
-                            anomaly: Some(anomaly.trim().to_string()),
-                            step: step.to_string(),
-                            words: words.iter().map(|w| w.to_string()).collect(),
-                        })
-                    }
+                    ["step", step, "shows", words @ ..] if !words.is_empty() => Ok(Expect::Shows {
+                        anomaly: Some(anomaly.trim().to_string()),
+                        step: step.to_string(),
+                        words: words.iter().map(|w| w.to_string()).collect(),
+                    }),
                     _ => Err(error(line, "exposes: … step NAME shows WORD …")),
                 }
             }

@@ -256,7 +256,11 @@ async fn reconcile_orders(client: &Client, call: &Call) -> Result<String, String
     let described: Vec<String> = found.iter().map(|f| f.describe()).collect();
     match described.as_slice() {
         [] => Ok("findings=0".into()),
-        _ => Ok(format!("findings={}: {}", found.len(), described.join("; "))),
+        _ => Ok(format!(
+            "findings={}: {}",
+            found.len(),
+            described.join("; ")
+        )),
     }
 }
 

@@ -65,7 +65,10 @@ const UNKNOWN_TOKEN: &str = "not-a-listed-token-0000000000000000";
 
 /// The operations of this module, with the arguments each takes.
 const OPS: [(&str, &[&str]); 7] = [
-    ("service", &["clients", "fault-injection", "args", "auth", "pool"]),
+    (
+        "service",
+        &["clients", "fault-injection", "args", "auth", "pool"],
+    ),
     (
         "post-debit",
         &[
@@ -244,7 +247,8 @@ impl Services {
     ///
     /// Errors: the monitor's query fails.
     async fn until_waiting(&self, wanted: u64) -> Result<u64, tokio_postgres::Error> {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(WAITERS_WAIT_MS);
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_millis(WAITERS_WAIT_MS);
         loop {
             let waiting = self.service_lock_waits().await?;
             if waiting >= wanted || std::time::Instant::now() >= deadline {
@@ -299,7 +303,11 @@ impl Services {
             "post-debit" if call.arg("give-up-when-held").is_some() => {
                 self.give_up_when_held(&service, call).await
             }
-            "post-debit" if ["order", "token", "show"].iter().any(|a| call.arg(a).is_some()) => {
+            "post-debit"
+                if ["order", "token", "show"]
+                    .iter()
+                    .any(|a| call.arg(a).is_some()) =>
+            {
                 let _sent = InFlight::count(&self.in_flight);
                 self.debit_as_written(&service, call).await
             }
@@ -335,7 +343,10 @@ impl Services {
                 let wanted: u64 = arg("when-waiting")
                     .parse()
                     .map_err(|_| "when-waiting=N".to_string())?;
-                let waiting = self.until_waiting(wanted).await.map_err(|e| e.to_string())?;
+                let waiting = self
+                    .until_waiting(wanted)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let released = service.release_fault(arg("point")).await.map_err(text)?;
                 Ok(format!("waiting={waiting} released={released}"))
             }
@@ -391,7 +402,10 @@ impl Services {
                 None => return Err(format!("no token for {client}: list it in clients=")),
             },
         };
-        let response = request.send().await.map_err(|e| format!("transport: {e}"))?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| format!("transport: {e}"))?;
         let challenge = response
             .headers()
             .get(WWW_AUTHENTICATE)
@@ -402,7 +416,10 @@ impl Services {
             .headers()
             .get("idempotent-replayed")
             .is_some_and(|value| value == "true");
-        let bytes = response.bytes().await.map_err(|e| format!("transport: {e}"))?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| format!("transport: {e}"))?;
         let body = serde_json::from_slice(&bytes).unwrap_or_default();
         let reply = Reply {
             status,

@@ -16,8 +16,7 @@ use std::sync::Arc;
 
 use case_kit::{Ctx, Env};
 use cases_ledger::{
-    self as ledger, l20_reconciliation_during_writes, l22_registry_in_another_database,
-    spec_calls,
+    self as ledger, l20_reconciliation_during_writes, l22_registry_in_another_database, spec_calls,
 };
 
 /// Seed of this test's environment (the controls draw no random input that matters).
@@ -53,8 +52,7 @@ async fn l21_same_key_retry_pays_no_order_twice() {
     let env = Env::for_tests(SEED, &[&ledger::family()])
         .await
         .expect("scratch cluster and template");
-    let path =
-        std::path::Path::new(spec_calls::SPEC_DIR).join("l21_business_reconciliation.spec");
+    let path = std::path::Path::new(spec_calls::SPEC_DIR).join("l21_business_reconciliation.spec");
     let text = std::fs::read_to_string(path).expect("L21's file");
     let same_key = text.replace("key=k-2103", "key=k-2102");
     assert_ne!(same_key, text, "L21 retries ord-2102 under k-2103");
@@ -70,7 +68,12 @@ async fn l21_same_key_retry_pays_no_order_twice() {
             continue;
         }
         eprint!("L21 as written:\n{}", ctx.transcript());
-        assert_eq!(ctx.exposed(Some(ANOMALY)), Some(true), "{}", ctx.transcript());
+        assert_eq!(
+            ctx.exposed(Some(ANOMALY)),
+            Some(true),
+            "{}",
+            ctx.transcript()
+        );
         assert!(ctx.failed_checks().is_empty(), "{}", ctx.transcript());
     }
 }
