@@ -13,7 +13,7 @@
 //!   ledger (`points_ledger::reconcile_orders`): `findings=1: order ord-2102 has 2
 //!   debits (app-a/k-2102, app-a/k-2103)`.
 //!
-//! Further operations: crash-workers ([`super::spec_workers`]), `ledger-svc` over HTTP
+//! Further operations: the repair ([`super::spec_repair`]), crash-workers ([`super::spec_workers`]), `ledger-svc` over HTTP
 //! ([`super::spec_service`]), the naive debit of the negative controls
 //! ([`super::spec_naive`]).
 //!
@@ -52,6 +52,9 @@ pub struct LedgerCalls {
     /// The case's `ledger-svc` (`service`, `post-debit`, …; [`super::spec_service`]);
     /// `None` until [`Calls::for_case`].
     pub services: Option<Arc<Services>>,
+    /// The case's database, for a call that needs a connection of its own (`repair`'s
+    /// debits while frozen; [`super::spec_repair`]); `None` until [`Calls::for_case`].
+    pub database_url: Option<String>,
 }
 
 fn request(call: &Call) -> Result<TransferRequest, String> {
@@ -80,6 +83,7 @@ impl Calls for LedgerCalls {
         spec_workers::check(call)
             .or_else(|| spec_service::check(call))
             .or_else(|| super::spec_naive::check(call))
+            .or_else(|| super::spec_repair::check(call))
             .or_else(|| (call.op == "reconcile-orders").then(|| orders(call).map(|_| ())))
             .or_else(|| {
                 (call.op == "reconcile").then(|| {
@@ -105,6 +109,7 @@ impl Calls for LedgerCalls {
             mode,
             workers,
             services,
+            database_url: ctx.database_url().ok(),
         }))
     }
 
@@ -183,6 +188,13 @@ impl Calls for LedgerCalls {
                     .await
                     .map_err(|e| format!("{e:#}"))?;
                 return Ok(findings.summary());
+            }
+            if call.op == "repair" {
+                let url = self
+                    .database_url
+                    .as_deref()
+                    .ok_or("no database for a repair")?;
+                return super::spec_repair::run(client, call, self.mode, url).await;
             }
             if call.op == "reconcile-orders" {
                 return reconcile_orders(client, call).await;
