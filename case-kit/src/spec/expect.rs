@@ -83,42 +83,67 @@ pub fn parse(line: usize, key: &str, value: &str) -> Option<Result<Expect, Parse
             }),
             _ => Err(error(line, "shows: STEP WORD …")),
         },
-        "exposes" => match value.split_once('\n') {
-            Some((anomaly, rule)) if rule.starts_with("step ") => {
-                match rule.split_whitespace().collect::<Vec<_>>().as_slice() {
-                    ["step", step, "shows", words @ ..] if !words.is_empty() => Ok(Expect::Shows {
-                        anomaly: Some(anomaly.trim().to_string()),
-                        step: step.to_string(),
-                        words: words.iter().map(|w| w.to_string()).collect(),
-                    }),
-                    _ => Err(error(line, "exposes: … step NAME shows WORD …")),
-                }
-            }
-            Some((anomaly, rule)) if rule.starts_with("outcome ") => {
-                let words: Vec<&str> = rule.split_whitespace().collect();
-                match words.as_slice() {
-                    ["outcome", kind, ">=", n] if n.parse::<usize>().is_ok() => {
-                        Ok(Expect::ExposesOutcome {
-                            anomaly: anomaly.trim().to_string(),
-                            kind: kind.to_string(),
-                            at_least: n.parse().unwrap_or_default(),
-                        })
-                    }
-                    _ => Err(error(line, "exposes: … outcome KIND >= N")),
-                }
-            }
-            Some((anomaly, sql)) if !sql.trim().is_empty() => Ok(Expect::Exposes {
-                anomaly: anomaly.trim().to_string(),
-                sql: sql.to_string(),
-            }),
-            _ => Err(error(
-                line,
-                "exposes: ANOMALY, then its query on lines indented deeper",
-            )),
-        },
+        "exposes" => parse_exposes(line, value),
         _ => return None,
     };
     Some(parsed)
+}
+
+/// `exposes: ANOMALY` and its rule on the lines below: a query, `outcome KIND >= N`, or
+/// `step NAME shows WORD …`.
+///
+/// Errors: a rule missing or not of those shapes.
+fn parse_exposes(line: usize, value: &str) -> Result<Expect, ParseError> {
+    match value.split_once('\n') {
+        Some((anomaly, rule)) if rule.starts_with("step ") => {
+            match rule.split_whitespace().collect::<Vec<_>>().as_slice() {
+                ["step", step, "shows", words @ ..] if !words.is_empty() => Ok(Expect::Shows {
+                    anomaly: Some(anomaly.trim().to_string()),
+                    step: step.to_string(),
+                    words: words.iter().map(|w| w.to_string()).collect(),
+                }),
+                _ => Err(error(line, "exposes: … step NAME shows WORD …")),
+            }
+        }
+        Some((anomaly, rule)) if rule.starts_with("outcome ") => {
+            let words: Vec<&str> = rule.split_whitespace().collect();
+            match words.as_slice() {
+                ["outcome", kind, ">=", n] if n.parse::<usize>().is_ok() => {
+                    Ok(Expect::ExposesOutcome {
+                        anomaly: anomaly.trim().to_string(),
+                        kind: kind.to_string(),
+                        at_least: n.parse().unwrap_or_default(),
+                    })
+                }
+                _ => Err(error(line, "exposes: … outcome KIND >= N")),
+            }
+        }
+        Some((anomaly, sql)) if !sql.trim().is_empty() => Ok(Expect::Exposes {
+            anomaly: anomaly.trim().to_string(),
+            sql: sql.to_string(),
+        }),
+        _ => Err(error(
+            line,
+            "exposes: ANOMALY, then its query on lines indented deeper",
+        )),
+    }
+}
+
+/// Checks what step `step` printed ([`step_result`]): each of `words` is one of its
+/// words; a negative control's verdict when `anomaly` is given.
+fn shows(ctx: &mut Ctx, anomaly: &Option<String>, step: &str, words: &[String]) {
+    let printed = step_result(&ctx.transcript(), step).join(" ");
+    let seen: Vec<&str> = printed.split_whitespace().collect();
+    let holds = words.iter().all(|w| seen.contains(&w.as_str()));
+    match anomaly {
+        Some(anomaly) => {
+            ctx.exposes(anomaly, holds, printed);
+        }
+        None => {
+            let name = format!("step {step} shows {}", words.join(" "));
+            ctx.check(name, holds, printed);
+        }
+    }
 }
 
 /// Checks every expectation of `expectations` in order on `db` (the case's database);
@@ -178,20 +203,7 @@ pub async fn run(
                 anomaly,
                 step,
                 words,
-            } => {
-                let printed = step_result(&ctx.transcript(), step).join(" ");
-                let seen: Vec<&str> = printed.split_whitespace().collect();
-                let holds = words.iter().all(|w| seen.contains(&w.as_str()));
-                match anomaly {
-                    Some(anomaly) => {
-                        ctx.exposes(anomaly, holds, printed);
-                    }
-                    None => {
-                        let name = format!("step {step} shows {}", words.join(" "));
-                        ctx.check(name, holds, printed);
-                    }
-                }
-            }
+            } => shows(ctx, anomaly, step, words),
             Expect::Reconcile(words) => reconcile(ctx, db, calls, words).await,
             Expect::ReconcileOthers => reconcile_others(ctx, calls).await,
             Expect::Exposes { anomaly, sql } => {

@@ -179,11 +179,23 @@ async fn steps_after(ctx: &mut Ctx, spec: &Spec, calls: Arc<dyn Calls>) {
     );
 }
 
+/// Notes the `race alongside:` call and what it printed (or its error).
+fn note_alongside(ctx: &mut Ctx, race: &Race, outcome: Option<Result<String, String>>) {
+    if let (Some(outcome), Some(call)) = (outcome, &race.alongside) {
+        ctx.note(format!("alongside: {}", call.display()));
+        match outcome {
+            Ok(text) => ctx.note(format!("  {text}")),
+            Err(error) => ctx.note(format!("  ERROR {error}")),
+        }
+    }
+}
+
 /// The race itself: the holder's lock taken (when there is one), the racers released
 /// together, the holder let go once all of them wait; returns each racer's outcome, in
 /// index order.
 ///
 /// Errors: connection failures; a racer that panicked.
+// Long: the holder, the racers and the call beside them are set up and joined in one place.
 async fn contend(
     ctx: &mut Ctx,
     db: &tokio_postgres::Client,
@@ -207,6 +219,7 @@ async fn contend(
         Some(call) => Some((ctx.connect().await?, call)),
         None => None,
     };
+    // Beside the racers, from their release.
     let alongside = async {
         match beside.as_mut() {
             Some((client, call)) => Some(calls.run(client, call).await),
@@ -248,13 +261,7 @@ async fn contend(
     };
     let (contended, beside) = tokio::join!(contended, alongside);
     let (outcomes, waiting) = contended?;
-    if let (Some(outcome), Some(call)) = (beside, &race.alongside) {
-        ctx.note(format!("alongside: {}", call.display()));
-        match outcome {
-            Ok(text) => ctx.note(format!("  {text}")),
-            Err(error) => ctx.note(format!("  ERROR {error}")),
-        }
-    }
+    note_alongside(ctx, race, beside);
     if let Some(waiting) = waiting {
         ctx.check_eq(
             format!("all {count} waited for a lock at one moment (pg_stat_activity)"),

@@ -241,6 +241,24 @@ impl Services {
         in_flight > 0 && held + waiting >= in_flight
     }
 
+    /// `release-fault point=P when-waiting=N`: waits until N backends of the service wait
+    /// for a lock ([`Services::until_waiting`]), then releases P: `waiting=N released=1`.
+    ///
+    /// Errors: N is not a number; the monitor's query or the release fails.
+    async fn release_when_waiting(&self, service: &Service, call: &Call) -> Result<String, String> {
+        let arg = |name: &str| call.arg(name).unwrap_or_default();
+        let wanted: u64 = arg("when-waiting")
+            .parse()
+            .map_err(|_| "when-waiting=N".to_string())?;
+        let waiting = self
+            .until_waiting(wanted)
+            .await
+            .map_err(|e| e.to_string())?;
+        let released = service.release_fault(arg("point")).await;
+        let released = released.map_err(|e| format!("{e:#}"))?;
+        Ok(format!("waiting={waiting} released={released}"))
+    }
+
     /// Polls until `wanted` backends of the service wait for a lock at one moment, or
     /// [`WAITERS_WAIT_MS`] passed (a hang bound only: the count then printed is short of
     /// `wanted`, and the transcript says so). Returns the last count seen.
@@ -340,15 +358,7 @@ impl Services {
                 Ok(format!("armed at {}", arg("point")))
             }
             "release-fault" if call.arg("when-waiting").is_some() => {
-                let wanted: u64 = arg("when-waiting")
-                    .parse()
-                    .map_err(|_| "when-waiting=N".to_string())?;
-                let waiting = self
-                    .until_waiting(wanted)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let released = service.release_fault(arg("point")).await.map_err(text)?;
-                Ok(format!("waiting={waiting} released={released}"))
+                self.release_when_waiting(&service, call).await
             }
             "release-fault" => {
                 let released = service.release_fault(arg("point")).await.map_err(text)?;
