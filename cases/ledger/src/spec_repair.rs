@@ -106,7 +106,7 @@ pub async fn run(
         mode,
         client_id: call
             .arg("client")
-            .unwrap_or(super::spec_calls::DEFAULT_CLIENT)
+            .unwrap_or(super::spec_workers::DEFAULT_CLIENT)
             .into(),
         attempts: attempts(call)?,
         connection: tokio::sync::Mutex::new(connection),
