@@ -47,7 +47,9 @@
 //!   a database crash once the permutations have run (see the `restart` module).
 //! - Instead of sessions, a race: `race call: N OP key=value …` or `race step: N SQL`
 //!   (`{i}` is each session's index), `race hold: SQL` (held until all N wait for a
-//!   lock) and `expect: kind=N …` (the outcome counts); see the `race` module.
+//!   lock), `race alongside: OP …` (a call beside the racers) and `expect: kind=N …`
+//!   (the outcome counts); see the `race` module. Sessions after a race run their
+//!   steps once the race is over.
 //!
 //! # PostgreSQL's format
 //!
@@ -121,6 +123,7 @@ pub use model::{
     Step,
 };
 pub use play::{POLL_INTERVAL_MS, STEP_WAIT_MS};
+pub use race::with_index;
 pub use upstream::{MAX_UPSTREAM_SPEC_LINES, is_upstream, parse_upstream};
 
 /// Longest a spec file may be: a spec is a short interleaving, not a program.
@@ -303,6 +306,12 @@ fn top_item(
         }
         "setup" => spec.setup.push(Action::Sql(value)),
         "setup call" => spec.setup.push(Action::Call(parse_call(line, &value)?)),
+        "setup calls" => {
+            let (count, rest) = counted(line, &value)?;
+            let call = Action::Call(parse_call(line, rest)?);
+            spec.setup
+                .extend((0..count).map(|index| race::for_racer(&call, index)));
+        }
         "teardown" => spec.teardown.push(value),
         "restart immediate" if !value.is_empty() => spec.restart = Some(one_line(&value)),
         "restart immediate" => return Err(error(line, "restart immediate: REASON")),
@@ -323,11 +332,13 @@ fn top_item(
                 }
             })
         }
-        "check" | "rows" | "count" | "reconcile" | "reconcile others" | "exposes" => {
+        "check" | "rows" | "count" | "reconcile" | "reconcile others" | "exposes" | "shows" => {
             let expect = expect::parse(line, key, &value).expect("an expectation's key");
             spec.expectations.push(expect?);
         }
-        "race call" | "race step" | "race hold" | "expect" => race_item(spec, line, key, value)?,
+        "race call" | "race step" | "race hold" | "race alongside" | "expect" => {
+            race_item(spec, line, key, value)?
+        }
         "permutation" => {
             let names: Vec<Entry> = value.split_whitespace().map(Entry::plain).collect();
             if names.is_empty() {
@@ -347,15 +358,11 @@ fn top_item(
 /// Errors: a count that is not a positive number; a call that does not parse; a hold or
 /// expectation before the race; an expectation that is not `kind=N` words.
 fn race_item(spec: &mut Spec, line: usize, key: &str, value: String) -> Result<(), ParseError> {
-    if let Some(kind) = key.strip_prefix("race ").filter(|k| *k != "hold") {
-        let (count, rest) = value
-            .split_once(char::is_whitespace)
-            .unwrap_or((&value, ""));
-        let count: usize =
-            count.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
-                error(line, format!("a race starts with its count, not {count:?}"))
-            })?;
-        let rest = rest.trim();
+    if let Some(kind) = key
+        .strip_prefix("race ")
+        .filter(|k| *k == "call" || *k == "step")
+    {
+        let (count, rest) = counted(line, &value)?;
         let action = if kind == "call" {
             Action::Call(parse_call(line, rest)?)
         } else {
@@ -366,6 +373,7 @@ fn race_item(spec: &mut Spec, line: usize, key: &str, value: String) -> Result<(
             action,
             hold: None,
             expect: None,
+            alongside: None,
         });
         return Ok(());
     }
@@ -377,6 +385,8 @@ fn race_item(spec: &mut Spec, line: usize, key: &str, value: String) -> Result<(
     })?;
     if key == "race hold" {
         race.hold = Some(value);
+    } else if key == "race alongside" {
+        race.alongside = Some(parse_call(line, &value)?);
     } else {
         let words: Vec<&str> = value.split_whitespace().collect();
         let well_formed = !words.is_empty()
@@ -390,6 +400,19 @@ fn race_item(spec: &mut Spec, line: usize, key: &str, value: String) -> Result<(
         race.expect = Some(words.join(" "));
     }
     Ok(())
+}
+
+/// A value that starts with a positive count (`32 debit …`): the count and the rest.
+///
+/// Errors: the first word is not a positive number.
+fn counted(line: usize, value: &str) -> Result<(usize, &str), ParseError> {
+    let (count, rest) = value.split_once(char::is_whitespace).unwrap_or((value, ""));
+    let count: usize = count
+        .parse()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| error(line, format!("a count comes first, not {count:?}")))?;
+    Ok((count, rest.trim()))
 }
 
 /// The whole-spec checks once every line is read: the required keys, a step in every
@@ -419,8 +442,13 @@ fn finish(
         return Err(error(0, "a race spec does not restart the server"));
     }
     if spec.race.is_some() {
-        if !spec.sessions.is_empty() || !spec.permutations.is_empty() {
-            return Err(error(0, "a race spec has no sessions and no permutations"));
+        // Steps after a race: one order of them, in the race's database.
+        let orders = spec.orders().len();
+        if orders > 1 || spec.sessions.iter().any(|s| s.steps.is_empty()) {
+            return Err(error(
+                0,
+                "the steps after a race run in one order (a `permutation:` line), each session with a step",
+            ));
         }
     } else if spec.sessions.is_empty() || spec.sessions.iter().any(|s| s.steps.is_empty()) {
         return Err(error(
@@ -651,8 +679,14 @@ fn check_spec(spec: &Spec, template: &str, calls: &dyn Calls) -> Result<(), Stri
         .flat_map(|s| &s.steps)
         .map(|s| &s.action);
     let race = spec.race.iter().map(|race| &race.action);
+    let alongside: Vec<Action> = spec
+        .race
+        .iter()
+        .filter_map(|race| race.alongside.clone().map(Action::Call))
+        .collect();
     let after = spec.after_restart.iter();
-    for action in spec.setup.iter().chain(steps).chain(race).chain(after) {
+    let actions = spec.setup.iter().chain(steps).chain(race).chain(after);
+    for action in actions.chain(alongside.iter()) {
         if let Action::Call(call) = action {
             calls
                 .check(call)
@@ -675,7 +709,7 @@ pub fn spec_case(id: String, shown: String, spec: Arc<Spec>, calls: Arc<dyn Call
     // A session each (or a racer each, a holder and the race's own), a monitor and the
     // setup's.
     let connections =
-        spec.sessions.len() as u32 + 2 + spec.race.as_ref().map_or(0, |r| r.count as u32 + 2);
+        spec.sessions.len() as u32 + 2 + spec.race.as_ref().map_or(0, |r| r.count as u32 + 3);
     // And what the calls hold beyond their sessions (a service's pool).
     let steps = spec
         .sessions
@@ -819,7 +853,16 @@ impl Drop for Ended {
 fn summary(ctx: &mut Ctx, shown: &str, spec: &Spec, orders: usize) {
     record_shape(ctx, spec);
     if let Some(race) = &spec.race {
-        ctx.note(format!("spec {shown}: a race of {} sessions", race.count));
+        let steps: usize = spec.sessions.iter().map(|s| s.steps.len()).sum();
+        let then = match steps {
+            0 => String::new(),
+            1 => ", then 1 step".to_string(),
+            n => format!(", then {n} steps"),
+        };
+        ctx.note(format!(
+            "spec {shown}: a race of {} sessions{then}",
+            race.count
+        ));
         return;
     }
     let steps: usize = spec.sessions.iter().map(|s| s.steps.len()).sum();
@@ -881,6 +924,25 @@ async fn play_one(
 ) -> anyhow::Result<()> {
     let mut setup = ctx.connect_to(database).await?;
     play::setup(&mut setup, spec, calls.as_ref(), lines).await?;
+    let result = play_steps(ctx, database, spec, order, calls, lines).await;
+    play::teardown(&setup, spec, lines).await;
+    result
+}
+
+/// Plays the steps of `order` on `database`: the sessions opened, each step sent in
+/// turn (waits read from PostgreSQL), then every session's teardown; no spec setup or
+/// teardown (a race's steps run after the race, on its setup).
+///
+/// Errors: a step that cannot be sent or finished (the sessions are cancelled and torn
+/// down first); a session that cannot be opened.
+async fn play_steps(
+    ctx: &Ctx,
+    database: &str,
+    spec: &Spec,
+    order: &[Entry],
+    calls: Arc<dyn Calls>,
+    lines: &mut Vec<String>,
+) -> anyhow::Result<()> {
     let mut result = Ok(());
     {
         let mut play = play::Play::open(ctx, database, spec, calls, lines).await?;
@@ -901,7 +963,6 @@ async fn play_one(
         }
         play.teardown().await;
     }
-    play::teardown(&setup, spec, lines).await;
     result
 }
 

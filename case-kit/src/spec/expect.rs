@@ -17,7 +17,11 @@
 //!   what was seen): a negative control's verdict, `negative control exposes: ANOMALY`
 //!   ([`Ctx::exposes`]), which fails when the naive design happened to behave; or,
 //!   in a race spec, `outcome KIND >= N` instead of the query: the anomaly happened when
-//!   at least N racers ended as KIND (`outcome check_violation >= 1`).
+//!   at least N racers ended as KIND (`outcome check_violation >= 1`); or `step NAME
+//!   shows WORDS`: the anomaly happened when the step printed those words (a reply
+//!   over HTTP that SQL cannot see);
+//! - `shows: NAME WORDS`: step NAME printed each of WORDS (whitespace-separated words
+//!   of its result, as `status=403`), read from the transcript once the steps ran.
 
 use tokio_postgres::Client;
 
@@ -71,32 +75,75 @@ pub fn parse(line: usize, key: &str, value: &str) -> Option<Result<Expect, Parse
         }
         "reconcile others" if value.trim() == "clean" => Ok(Expect::ReconcileOthers),
         "reconcile others" => Err(error(line, "reconcile others: clean")),
-        "exposes" => match value.split_once('\n') {
-            Some((anomaly, rule)) if rule.starts_with("outcome ") => {
-                let words: Vec<&str> = rule.split_whitespace().collect();
-                match words.as_slice() {
-                    ["outcome", kind, ">=", n] if n.parse::<usize>().is_ok() => {
-                        Ok(Expect::ExposesOutcome {
-                            anomaly: anomaly.trim().to_string(),
-                            kind: kind.to_string(),
-                            at_least: n.parse().unwrap_or_default(),
-                        })
-                    }
-                    _ => Err(error(line, "exposes: … outcome KIND >= N")),
-                }
-            }
-            Some((anomaly, sql)) if !sql.trim().is_empty() => Ok(Expect::Exposes {
-                anomaly: anomaly.trim().to_string(),
-                sql: sql.to_string(),
+        "shows" => match value.split_whitespace().collect::<Vec<_>>().as_slice() {
+            [step, words @ ..] if !words.is_empty() => Ok(Expect::Shows {
+                anomaly: None,
+                step: step.to_string(),
+                words: words.iter().map(|w| w.to_string()).collect(),
             }),
-            _ => Err(error(
-                line,
-                "exposes: ANOMALY, then its query on lines indented deeper",
-            )),
+            _ => Err(error(line, "shows: STEP WORD …")),
         },
+        "exposes" => parse_exposes(line, value),
         _ => return None,
     };
     Some(parsed)
+}
+
+/// `exposes: ANOMALY` and its rule on the lines below: a query, `outcome KIND >= N`, or
+/// `step NAME shows WORD …`.
+///
+/// Errors: a rule missing or not of those shapes.
+fn parse_exposes(line: usize, value: &str) -> Result<Expect, ParseError> {
+    match value.split_once('\n') {
+        Some((anomaly, rule)) if rule.starts_with("step ") => {
+            match rule.split_whitespace().collect::<Vec<_>>().as_slice() {
+                ["step", step, "shows", words @ ..] if !words.is_empty() => Ok(Expect::Shows {
+                    anomaly: Some(anomaly.trim().to_string()),
+                    step: step.to_string(),
+                    words: words.iter().map(|w| w.to_string()).collect(),
+                }),
+                _ => Err(error(line, "exposes: … step NAME shows WORD …")),
+            }
+        }
+        Some((anomaly, rule)) if rule.starts_with("outcome ") => {
+            let words: Vec<&str> = rule.split_whitespace().collect();
+            match words.as_slice() {
+                ["outcome", kind, ">=", n] if n.parse::<usize>().is_ok() => {
+                    Ok(Expect::ExposesOutcome {
+                        anomaly: anomaly.trim().to_string(),
+                        kind: kind.to_string(),
+                        at_least: n.parse().unwrap_or_default(),
+                    })
+                }
+                _ => Err(error(line, "exposes: … outcome KIND >= N")),
+            }
+        }
+        Some((anomaly, sql)) if !sql.trim().is_empty() => Ok(Expect::Exposes {
+            anomaly: anomaly.trim().to_string(),
+            sql: sql.to_string(),
+        }),
+        _ => Err(error(
+            line,
+            "exposes: ANOMALY, then its query on lines indented deeper",
+        )),
+    }
+}
+
+/// Checks what step `step` printed ([`step_result`]): each of `words` is one of its
+/// words; a negative control's verdict when `anomaly` is given.
+fn shows(ctx: &mut Ctx, anomaly: &Option<String>, step: &str, words: &[String]) {
+    let printed = step_result(&ctx.transcript(), step).join(" ");
+    let seen: Vec<&str> = printed.split_whitespace().collect();
+    let holds = words.iter().all(|w| seen.contains(&w.as_str()));
+    match anomaly {
+        Some(anomaly) => {
+            ctx.exposes(anomaly, holds, printed);
+        }
+        None => {
+            let name = format!("step {step} shows {}", words.join(" "));
+            ctx.check(name, holds, printed);
+        }
+    }
 }
 
 /// Checks every expectation of `expectations` in order on `db` (the case's database);
@@ -152,6 +199,11 @@ pub async fn run(
                 };
                 ctx.check(name, seen == Ok(*figure), shown);
             }
+            Expect::Shows {
+                anomaly,
+                step,
+                words,
+            } => shows(ctx, anomaly, step, words),
             Expect::Reconcile(words) => reconcile(ctx, db, calls, words).await,
             Expect::ReconcileOthers => reconcile_others(ctx, calls).await,
             Expect::Exposes { anomaly, sql } => {
@@ -166,6 +218,31 @@ pub async fn run(
             }
         }
     }
+}
+
+/// What step `name` printed in `transcript` (a case's, as rendered): the lines
+/// indented under its `step NAME: …` lines (the one that sent it and, for a step that
+/// waited, the one that completed it), trimmed.
+fn step_result(transcript: &str, name: &str) -> Vec<String> {
+    let header = format!("step {name}:");
+    let mut under: Option<usize> = None;
+    let mut printed = Vec::new();
+    for line in transcript.lines() {
+        let Some(text) = line.trim_start().strip_prefix("note ") else {
+            under = None;
+            continue;
+        };
+        let indent = text.len() - text.trim_start().len();
+        let text = text.trim();
+        if text.starts_with(&header) {
+            under = Some(indent);
+        } else if under.is_some_and(|header| indent > header) {
+            printed.push(text.to_string());
+        } else {
+            under = None;
+        }
+    }
+    printed
 }
 
 /// `reconcile:`: the family's reconciliation, clean or with the figures named.
@@ -244,5 +321,9 @@ mod tests {
         assert!(parse(1, "exposes", "overdraft").unwrap().is_err());
         assert!(parse(1, "rows", "= a=1").unwrap().is_err());
         assert!(parse(1, "title", "x").is_none());
+        assert!(parse(1, "shows", "b1").unwrap().is_err());
+        let shown = "  note   step b1: post-debit k=1\n  note     status=403 txn=none\n  \
+                     note   step b2: x\n  note     status=201\n  ok   b1\n";
+        assert_eq!(step_result(shown, "b1"), ["status=403 txn=none"]);
     }
 }

@@ -143,6 +143,10 @@ pub struct Race {
     /// `expect: ok=14 insufficient=18`: the outcome counts that must be seen, every
     /// other kind 0.
     pub expect: Option<String>,
+    /// `race alongside: OP …`: a call of the family run beside the racers on a
+    /// connection of its own, from their release until it ends (L8: release a request
+    /// held at a hook point once the others are seen waiting); its result is printed.
+    pub alongside: Option<Call>,
 }
 
 /// One expectation of a spec: what must hold once its steps have run (read and checked
@@ -184,6 +188,16 @@ pub enum Expect {
         anomaly: String,
         /// One row; its first column: whether the anomaly happened.
         sql: String,
+    },
+    /// `shows: STEP WORDS` (the words must be in what the step printed), or `exposes:
+    /// ANOMALY` with `step STEP shows WORDS` (the anomaly happened when they are).
+    Shows {
+        /// `Some` for a negative control's verdict: the anomaly as named in the check.
+        anomaly: Option<String>,
+        /// The step whose printed result is read (its result lines, once it completed).
+        step: String,
+        /// Each must be one of the whitespace-separated words of that result.
+        words: Vec<String>,
     },
 }
 

@@ -89,6 +89,8 @@ pub async fn run_action(
     match action {
         Action::Sql(sql) => run_sql(client, sql, layout).await,
         Action::Call(call) => match calls.run(client, call).await {
+            // A result of several lines prints as several lines.
+            Ok(outcome) if outcome.contains('\n') => outcome.lines().map(String::from).collect(),
             Ok(outcome) => vec![outcome],
             Err(error) => vec![format!("ERROR {error}")],
         },

@@ -19,6 +19,7 @@ pub mod naive_keyless;
 pub mod queries;
 pub mod spec_calls;
 pub mod spec_naive;
+pub mod spec_repair;
 pub mod spec_service;
 pub mod spec_workers;
 pub mod worker;
@@ -27,19 +28,13 @@ pub mod worker;
 // run them under a plan where their fault cannot happen and see them fail (the controls
 // that are spec files, L4-L6, are run from their files: `tests/negative_controls.rs`).
 case_kit::register_cases! {
-    l08_same_key_same_moment,
-    l12_striped_redemption,
     pub l13_strategies,
     pub l14_any_to_any,
     l15_synchronous_commit_off,
-    l16_repair,
     pub l17_network_fault_proxy,
     pub l18_stuck_transaction,
-    l19_key_retention,
     pub l20_reconciliation_during_writes,
-    pub l21_business_reconciliation,
     pub l22_registry_in_another_database,
-    pub l24_borrowed_identity,
     l25_batched_debits,
 }
 

@@ -8,9 +8,12 @@
 //! - `grant account=ID amount=N key=K [client=C]`: a GRANT of N points from `sys-issuer`;
 //! - `reconcile`: the ledger's reconciliation (`points_ledger::reconcile`, one REPEATABLE
 //!   READ snapshot) of the case's database, printed as its summary
-//!   (`balance_mismatches=0 … global_sum=0`).
+//!   (`balance_mismatches=0 … global_sum=0`);
+//! - `reconcile-orders ORDER=ACCOUNT:AMOUNT …`: the business system's orders against the
+//!   ledger (`points_ledger::reconcile_orders`): `findings=1: order ord-2102 has 2
+//!   debits (app-a/k-2102, app-a/k-2103)`.
 //!
-//! Further operations: crash-workers ([`super::spec_workers`]), `ledger-svc` over HTTP
+//! Further operations: the repair ([`super::spec_repair`]), crash-workers ([`super::spec_workers`]), `ledger-svc` over HTTP
 //! ([`super::spec_service`]), the naive debit of the negative controls
 //! ([`super::spec_naive`]).
 //!
@@ -49,6 +52,9 @@ pub struct LedgerCalls {
     /// The case's `ledger-svc` (`service`, `post-debit`, …; [`super::spec_service`]);
     /// `None` until [`Calls::for_case`].
     pub services: Option<Arc<Services>>,
+    /// The case's database, for a call that needs a connection of its own (`repair`'s
+    /// debits while frozen; [`super::spec_repair`]); `None` until [`Calls::for_case`].
+    pub database_url: Option<String>,
 }
 
 fn request(call: &Call) -> Result<TransferRequest, String> {
@@ -77,6 +83,8 @@ impl Calls for LedgerCalls {
         spec_workers::check(call)
             .or_else(|| spec_service::check(call))
             .or_else(|| super::spec_naive::check(call))
+            .or_else(|| super::spec_repair::check(call))
+            .or_else(|| (call.op == "reconcile-orders").then(|| orders(call).map(|_| ())))
             .or_else(|| {
                 (call.op == "reconcile").then(|| {
                     if call.args.is_empty() {
@@ -101,6 +109,7 @@ impl Calls for LedgerCalls {
             mode,
             workers,
             services,
+            database_url: ctx.database_url().ok(),
         }))
     }
 
@@ -180,6 +189,16 @@ impl Calls for LedgerCalls {
                     .map_err(|e| format!("{e:#}"))?;
                 return Ok(findings.summary());
             }
+            if call.op == "repair" {
+                let url = self
+                    .database_url
+                    .as_deref()
+                    .ok_or("no database for a repair")?;
+                return super::spec_repair::run(client, call, self.mode, url).await;
+            }
+            if call.op == "reconcile-orders" {
+                return reconcile_orders(client, call).await;
+            }
             if spec_service::check(call).is_some() {
                 let services = self.services.as_ref().ok_or("no database for a service")?;
                 return services.run(call).await;
@@ -211,6 +230,49 @@ impl Calls for LedgerCalls {
             }
         }
         .boxed()
+    }
+}
+
+/// The orders of a `reconcile-orders` call: each argument `ORDER=ACCOUNT:AMOUNT`.
+///
+/// Errors: no order, or an argument not of that shape.
+fn orders(call: &Call) -> Result<Vec<points_ledger::Order>, String> {
+    let orders = call.args.iter().map(|(order, value)| {
+        let (account, amount) = value
+            .split_once(':')
+            .and_then(|(a, n)| Some((a, n.parse::<i64>().ok()?)))
+            .ok_or_else(|| format!("{order}={value}: ORDER=ACCOUNT:AMOUNT"))?;
+        Ok(points_ledger::Order {
+            order_id: order.clone(),
+            account_id: account.to_string(),
+            amount,
+        })
+    });
+    let orders = orders.collect::<Result<Vec<_>, String>>()?;
+    if orders.is_empty() {
+        return Err("reconcile-orders ORDER=ACCOUNT:AMOUNT …".into());
+    }
+    Ok(orders)
+}
+
+/// `reconcile-orders ORDER=ACCOUNT:AMOUNT …`: the business system's orders against the
+/// ledger (`points_ledger::reconcile_orders`), printed as `findings=N` and each
+/// finding's description after a colon, `; ` between them.
+///
+/// Errors: the arguments; the reconciliation's queries.
+async fn reconcile_orders(client: &Client, call: &Call) -> Result<String, String> {
+    let orders = orders(call)?;
+    let found = points_ledger::reconcile_orders(client, &orders)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    let described: Vec<String> = found.iter().map(|f| f.describe()).collect();
+    match described.as_slice() {
+        [] => Ok("findings=0".into()),
+        _ => Ok(format!(
+            "findings={}: {}",
+            found.len(),
+            described.join("; ")
+        )),
     }
 }
 

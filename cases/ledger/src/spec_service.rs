@@ -6,7 +6,9 @@
 //! - `call NAME: service [clients=C1,C2] [fault-injection=yes] [args=--flag,value]`
 //!   starts `ledger-svc` on the case's database, in the case's transfer mode, with those
 //!   `X-Client-Id`s given tokens under `./run.sh --auth`, and returns once `/readyz`
-//!   answers (`launch::service::Service::launch`); prints `ready`.
+//!   answers (`launch::service::Service::launch`); prints `ready`. `auth=on|off`
+//!   starts it with or without `--auth-tokens` whatever the run says; `pool=N` sets its
+//!   pool size (default `launch::service::DEFAULT_POOL_SIZE`).
 //! - `call NAME: post-debit account=ID amount=N key=K client=C` sends
 //!   `POST /accounts/ID/debits` and prints the answer: `status=409
 //!   outcome=INSUFFICIENT balance=0 replayed=false`, or for a problem (RFC 9457)
@@ -14,11 +16,22 @@
 //!   With `give-up-when-held=POINT` the client gives up on it the moment the service is
 //!   seen holding it at POINT (a lost response; `launch::lost`), printing
 //!   `gave up: holding=1 fired=1`.
+//!   With `order=ORD` the body carries the redemption order id (`order_id`, part of the
+//!   request's fingerprint); with `token=C` it is sent exactly as built, with client
+//!   `C`'s bearer token (none when the service has no tokens), `token=none` with none, `token=unknown` with one the service
+//!   does not know (a `WWW-Authenticate` answer is printed as `challenge=…`); with
+//!   `show=txn` the answer's transaction is named by the (client id, key) it was
+//!   recorded under, `txn=app-a/k-1` (or `txn=none`), so a reply carrying another
+//!   caller's transaction says so without printing an id that varies.
 //! - `call NAME: post-grant account=ID amount=N key=K [client=ops]`: the admin
 //!   listener's grant, printed the same way.
 //! - `call NAME: arm-fault point=HOOK action=A [count=N] [hold_ms=N]`
 //!   (`PUT /faults/HOOK`; needs `fault-injection=yes`; `hold_ms` bounds a pause, a hang
-//!   bound only), `call NAME: release-fault point=HOOK` (prints `released=N`). A
+//!   bound only), `call NAME: release-fault point=HOOK` (prints `released=N`; with
+//!   `when-waiting=N` it first waits until N backends of the service are seen waiting
+//!   for a lock at one moment, and prints `waiting=N released=1`: in a `race
+//!   alongside:` it releases a request held at a hook point once the others queue
+//!   behind it, L8). A
 //!   request held at a hook point, or whose service backend waits for a lock, is
 //!   reported waiting ([`Services::waiting`]), so it shows as `<waiting ...>` until a
 //!   step releases it.
@@ -30,8 +43,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use case_kit::spec::Call;
-use launch::service::{Reply, Service, ServiceOptions};
+use launch::service::{Auth, CLIENT_TIMEOUT_MS, Reply, Service, ServiceOptions};
 use points_ledger::TransferMode;
+
+use reqwest::header::{CONTENT_TYPE, WWW_AUTHENTICATE};
 
 use super::http::LedgerCalls as _;
 
@@ -39,16 +54,37 @@ use super::http::LedgerCalls as _;
 /// stops a hang (the client then gives up and the state printed says `holding=0`).
 const HELD_WAIT_MS: u64 = 10_000;
 
+/// Longest wait for `release-fault … when-waiting=N` to see N backends of the service
+/// wait for a lock; it only stops a hang.
+const WAITERS_WAIT_MS: u64 = 60_000;
+/// How often `when-waiting` looks at the service's backends.
+const POLL_MS: u64 = 10;
+
+/// A well-formed bearer token that is in no token file (`token=unknown`).
+const UNKNOWN_TOKEN: &str = "not-a-listed-token-0000000000000000";
+
 /// The operations of this module, with the arguments each takes.
 const OPS: [(&str, &[&str]); 7] = [
-    ("service", &["clients", "fault-injection", "args"]),
+    (
+        "service",
+        &["clients", "fault-injection", "args", "auth", "pool"],
+    ),
     (
         "post-debit",
-        &["account", "amount", "key", "client", "give-up-when-held"],
+        &[
+            "account",
+            "amount",
+            "key",
+            "client",
+            "give-up-when-held",
+            "order",
+            "token",
+            "show",
+        ],
     ),
     ("post-grant", &["account", "amount", "key", "client"]),
     ("arm-fault", &["point", "action", "count", "hold_ms"]),
-    ("release-fault", &["point"]),
+    ("release-fault", &["point", "when-waiting"]),
     ("stop-service", &[]),
     ("kill-service", &[]),
 ];
@@ -135,6 +171,27 @@ fn amount(call: &Call) -> Result<i64, String> {
         .map_err(|_| format!("amount={text}: an integer number of points"))
 }
 
+/// The `POST /accounts/ID/debits` of a `post-debit` call (with its `order_id` when it
+/// has `order=`), as built, before any token; bounded by `CLIENT_TIMEOUT_MS`.
+///
+/// Errors: `amount=` is not an integer.
+fn debit_request(service: &Service, call: &Call) -> Result<reqwest::RequestBuilder, String> {
+    let arg = |name: &str| call.arg(name).unwrap_or_default();
+    let mut body = format!("amount={}", amount(call)?);
+    if let Some(order) = call.arg("order") {
+        body.push_str(&format!("&order_id={order}"));
+    }
+    let path = format!("/accounts/{}/debits", arg("account"));
+    Ok(service
+        .http()
+        .post(service.public_url(&path))
+        .header("x-client-id", arg("client"))
+        .header("idempotency-key", arg("key"))
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(body)
+        .timeout(std::time::Duration::from_millis(CLIENT_TIMEOUT_MS)))
+}
+
 impl Services {
     /// No service yet, for the case's database; its log goes to `log_path`.
     pub fn new(database_url: String, log_path: PathBuf, mode: TransferMode) -> Services {
@@ -184,6 +241,41 @@ impl Services {
         in_flight > 0 && held + waiting >= in_flight
     }
 
+    /// `release-fault point=P when-waiting=N`: waits until N backends of the service wait
+    /// for a lock ([`Services::until_waiting`]), then releases P: `waiting=N released=1`.
+    ///
+    /// Errors: N is not a number; the monitor's query or the release fails.
+    async fn release_when_waiting(&self, service: &Service, call: &Call) -> Result<String, String> {
+        let arg = |name: &str| call.arg(name).unwrap_or_default();
+        let wanted: u64 = arg("when-waiting")
+            .parse()
+            .map_err(|_| "when-waiting=N".to_string())?;
+        let waiting = self
+            .until_waiting(wanted)
+            .await
+            .map_err(|e| e.to_string())?;
+        let released = service.release_fault(arg("point")).await;
+        let released = released.map_err(|e| format!("{e:#}"))?;
+        Ok(format!("waiting={waiting} released={released}"))
+    }
+
+    /// Polls until `wanted` backends of the service wait for a lock at one moment, or
+    /// [`WAITERS_WAIT_MS`] passed (a hang bound only: the count then printed is short of
+    /// `wanted`, and the transcript says so). Returns the last count seen.
+    ///
+    /// Errors: the monitor's query fails.
+    async fn until_waiting(&self, wanted: u64) -> Result<u64, tokio_postgres::Error> {
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_millis(WAITERS_WAIT_MS);
+        loop {
+            let waiting = self.service_lock_waits().await?;
+            if waiting >= wanted || std::time::Instant::now() >= deadline {
+                return Ok(waiting);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(POLL_MS)).await;
+        }
+    }
+
     async fn service_lock_waits(&self) -> Result<u64, tokio_postgres::Error> {
         let mut monitor = self.monitor.lock().await;
         if monitor.is_none() {
@@ -229,6 +321,14 @@ impl Services {
             "post-debit" if call.arg("give-up-when-held").is_some() => {
                 self.give_up_when_held(&service, call).await
             }
+            "post-debit"
+                if ["order", "token", "show"]
+                    .iter()
+                    .any(|a| call.arg(a).is_some()) =>
+            {
+                let _sent = InFlight::count(&self.in_flight);
+                self.debit_as_written(&service, call).await
+            }
             "post-debit" => {
                 let _sent = InFlight::count(&self.in_flight);
                 let reply = service
@@ -257,6 +357,9 @@ impl Services {
                 service.arm_fault(arg("point"), fault).await.map_err(text)?;
                 Ok(format!("armed at {}", arg("point")))
             }
+            "release-fault" if call.arg("when-waiting").is_some() => {
+                self.release_when_waiting(&service, call).await
+            }
             "release-fault" => {
                 let released = service.release_fault(arg("point")).await.map_err(text)?;
                 Ok(format!("released={released}"))
@@ -274,7 +377,7 @@ impl Services {
     /// Errors: the fault state cannot be read; a transport error of an answer.
     async fn give_up_when_held(&self, service: &Service, call: &Call) -> Result<String, String> {
         let arg = |name: &str| call.arg(name).unwrap_or_default();
-        let attempt = service.debit_once(arg("client"), arg("key"), arg("account"), amount(call)?);
+        let attempt = service.send(debit_request(service, call)?);
         let limit = std::time::Duration::from_millis(HELD_WAIT_MS);
         let point = arg("give-up-when-held");
         let gave_up = launch::lost::give_up_once_held(service, point, attempt, limit)
@@ -289,6 +392,81 @@ impl Services {
                 gave_up.state.holding, gave_up.state.fired
             )),
         }
+    }
+
+    /// A `post-debit` with `order=`, `token=` or `show=` (see the module documentation):
+    /// the request built here, sent as written when `token=` is given, its answer
+    /// printed with its `challenge=` and, asked for, its `txn=`.
+    ///
+    /// Errors: a client named by `token=` has no token; the transport's error; the
+    /// transaction cannot be looked up.
+    async fn debit_as_written(&self, service: &Service, call: &Call) -> Result<String, String> {
+        let request = debit_request(service, call)?;
+        let request = match call.arg("token") {
+            None => service.authorize(request),
+            Some("none") => request,
+            Some("unknown") => request.bearer_auth(UNKNOWN_TOKEN),
+            Some(client) => match service.token(client) {
+                Some(token) => request.bearer_auth(token),
+                None if !service.authenticated() => request,
+                None => return Err(format!("no token for {client}: list it in clients=")),
+            },
+        };
+        let response = request
+            .send()
+            .await
+            .map_err(|e| format!("transport: {e}"))?;
+        let challenge = response
+            .headers()
+            .get(WWW_AUTHENTICATE)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
+        let status = response.status().as_u16();
+        let replayed = response
+            .headers()
+            .get("idempotent-replayed")
+            .is_some_and(|value| value == "true");
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| format!("transport: {e}"))?;
+        let body = serde_json::from_slice(&bytes).unwrap_or_default();
+        let reply = Reply {
+            status,
+            replayed,
+            body,
+        };
+        let mut text = shown(&reply);
+        if let Some(challenge) = challenge {
+            text.push_str(&format!(" challenge={challenge}"));
+        }
+        if call.arg("show") == Some("txn") {
+            let named = self.txn_named(reply.integer("txn_id")).await;
+            text.push_str(&format!(" txn={}", named.map_err(|e| e.to_string())?));
+        }
+        Ok(text)
+    }
+
+    /// The (client id, key) the transaction `txn_id` was recorded under, as
+    /// `client/key`; `none` for no transaction.
+    ///
+    /// Errors: the lookup fails.
+    async fn txn_named(&self, txn_id: Option<i64>) -> Result<String, tokio_postgres::Error> {
+        let Some(txn_id) = txn_id else {
+            return Ok("none".into());
+        };
+        let _ = self.service_lock_waits().await?;
+        let monitor = self.monitor.lock().await;
+        let client = monitor.as_ref().expect("connected by service_lock_waits");
+        let rows = client
+            .query(
+                "SELECT client_id || '/' || idem_key FROM ledger_txn WHERE txn_id = $1",
+                &[&txn_id],
+            )
+            .await?;
+        Ok(rows
+            .first()
+            .map_or("unrecorded".into(), |row| row.get::<_, String>(0)))
     }
 
     /// `stop-service` (SIGTERM, `exit=0`) or `kill-service` (SIGKILL, `signal=9`).
@@ -328,6 +506,15 @@ impl Services {
             extra_args: list("args"),
             ..ServiceOptions::default()
         };
+        options.auth = match call.arg("auth") {
+            None => Auth::FromRun,
+            Some("on") => Auth::On,
+            Some("off") => Auth::Off,
+            Some(other) => anyhow::bail!("auth=on|off, not {other:?}"),
+        };
+        if let Some(pool) = call.arg("pool") {
+            options.pool_size = pool.parse().map_err(|_| anyhow::anyhow!("pool=N"))?;
+        }
         options.clients = list("clients");
         if self.mode != TransferMode::Statements
             && !options.extra_args.iter().any(|a| a == "--transfer-mode")

@@ -3,7 +3,8 @@
 //!
 //! - L20 with no writers and no forced debit between two reads: the separate
 //!   statements see one unchanging ledger and report nothing.
-//! - L21 with the lost order retried under the SAME key: a replay, no order paid twice.
+//! - L21 (a case file) with the lost order retried under the SAME key: a replay, no
+//!   order paid twice.
 //! - L22 with the split-registry workers run to the end, not killed between their two
 //!   commits: each retry replays, one debit each, so neither control misbehaves.
 //!
@@ -15,8 +16,7 @@ use std::sync::Arc;
 
 use case_kit::{Ctx, Env};
 use cases_ledger::{
-    self as ledger, l20_reconciliation_during_writes, l21_business_reconciliation,
-    l22_registry_in_another_database,
+    self as ledger, l20_reconciliation_during_writes, l22_registry_in_another_database, spec_calls,
 };
 
 /// Seed of this test's environment (the controls draw no random input that matters).
@@ -46,31 +46,36 @@ fn assert_control_failed(ctx: &Ctx, anomaly: &str, plan: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l21_same_key_retry_pays_no_order_twice() {
+    use case_kit::spec;
+    const ANOMALY: &str =
+        "a retry under a new key pays order ord-2102 twice; L11 sees nothing, the orders do";
     let env = Env::for_tests(SEED, &[&ledger::family()])
         .await
         .expect("scratch cluster and template");
-    let mut ctx = fresh_ctx(&env, "L21", "l21_same_key").await;
-    l21_business_reconciliation::run_with(
-        &mut ctx,
-        l21_business_reconciliation::RetryPlan::SameKey,
-    )
-    .await
-    .expect("L21 runs");
-    assert_control_failed(
-        &ctx,
-        l21_business_reconciliation::ANOMALY,
-        "a same-key retry",
-    );
-    // L11 still finds nothing, and now neither do the orders.
-    let failed: Vec<String> = ctx
-        .failed_checks()
-        .iter()
-        .map(|check| check.name.clone())
-        .collect();
-    assert!(
-        !failed.iter().any(|name| name.starts_with("L11's")),
-        "{failed:?}"
-    );
+    let path = std::path::Path::new(spec_calls::SPEC_DIR).join("l21_business_reconciliation.spec");
+    let text = std::fs::read_to_string(path).expect("L21's file");
+    let same_key = text.replace("key=k-2103", "key=k-2102");
+    assert_ne!(same_key, text, "L21 retries ord-2102 under k-2103");
+    for (database, text, exposed) in [("l21_same_key", &same_key, false), ("l21", &text, true)] {
+        let mut ctx = fresh_ctx(&env, "L21", database).await;
+        let calls = Arc::new(spec_calls::LedgerCalls::default());
+        let spec = spec::parse(text).expect("L21 parses");
+        spec::run(&mut ctx, database, &spec, calls)
+            .await
+            .expect("the spec runs");
+        if !exposed {
+            assert_control_failed(&ctx, ANOMALY, "a same-key retry");
+            continue;
+        }
+        eprint!("L21 as written:\n{}", ctx.transcript());
+        assert_eq!(
+            ctx.exposed(Some(ANOMALY)),
+            Some(true),
+            "{}",
+            ctx.transcript()
+        );
+        assert!(ctx.failed_checks().is_empty(), "{}", ctx.transcript());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
