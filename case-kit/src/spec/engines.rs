@@ -411,6 +411,11 @@ async fn expect(
             Expect::ExposesOutcome { .. } => {
                 ctx.check("exposes: outcome needs a race", false, "");
             }
+            Expect::Shows {
+                anomaly,
+                step,
+                words,
+            } => super::expect::shows(ctx, anomaly, step, words),
         }
     }
 }

@@ -131,7 +131,7 @@ fn parse_exposes(line: usize, value: &str) -> Result<Expect, ParseError> {
 
 /// Checks what step `step` printed ([`step_result`]): each of `words` is one of its
 /// words; a negative control's verdict when `anomaly` is given.
-fn shows(ctx: &mut Ctx, anomaly: &Option<String>, step: &str, words: &[String]) {
+pub(super) fn shows(ctx: &mut Ctx, anomaly: &Option<String>, step: &str, words: &[String]) {
     let printed = step_result(&ctx.transcript(), step).join(" ");
     let seen: Vec<&str> = printed.split_whitespace().collect();
     let holds = words.iter().all(|w| seen.contains(&w.as_str()));
