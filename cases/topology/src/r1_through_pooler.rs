@@ -272,7 +272,10 @@ async fn race(
             .collect()
     })
     .await?;
-    let (ok, insufficient) = (count(&replies, "201 OK"), count(&replies, "409 INSUFFICIENT"));
+    let (ok, insufficient) = (
+        count(&replies, "201 OK"),
+        count(&replies, "409 INSUFFICIENT"),
+    );
     ctx.check_eq(
         format!("{mode}: race: server sessions seen waiting on the holder's lock"),
         POOLER_POOL_SIZE as usize,
