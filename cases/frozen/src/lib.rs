@@ -15,6 +15,7 @@ pub mod fixtures;
 pub mod network;
 pub mod spec_calls;
 pub mod spec_naive;
+pub mod spec_network;
 pub mod spec_workers;
 pub mod spot;
 
@@ -26,10 +27,8 @@ case_kit::register_cases! {
     pub f08_lock_released_before_commit,
     pub f09_deadlocks_between_opposite_trades,
     f11_amounts_at_the_edge,
-    f13_withdrawal_normal_path,
     pub f14_lost_answer_and_a_crash,
     pub f15_no_external_call_under_a_lock,
-    f16_deposits_and_confirmations,
     pub f20_borrowed_tenant,
 }
 

@@ -49,6 +49,7 @@ use tokio_postgres::Client;
 
 use super::fixtures::FailAt;
 use super::spec_naive;
+use super::spec_network::{self, Network};
 use super::spec_workers::{self, Workers};
 
 /// Where the F family's spec files are (read when the family is built).
@@ -347,8 +348,8 @@ async fn reconcile(client: &mut Client, tenant: &str) -> Result<String, String> 
 
 impl Calls for FrozenCalls {
     fn check(&self, call: &Call) -> Result<(), String> {
-        if let Some(worker) = spec_workers::check(call) {
-            return worker;
+        if let Some(checked) = spec_workers::check(call).or_else(|| spec_network::check(call)) {
+            return checked;
         }
         let (_, required, optional) = OPERATIONS
             .iter()
@@ -369,14 +370,17 @@ impl Calls for FrozenCalls {
     }
 
     fn connections(&self, call: &Call) -> u32 {
-        // A worker's own connection.
-        u32::from(call.op == "worker")
+        // A worker's own connection; an executor's.
+        u32::from(call.op == "worker" || call.op == "executor")
     }
 
     fn for_case(&self, ctx: &Ctx) -> Option<Arc<dyn Calls>> {
         let url = ctx.database_url().ok()?;
+        let log = ctx.log_file("net-standin").ok()?;
+        let store = log.with_file_name(format!("{}-net-standin.sqlite", ctx.case_id()));
         Some(Arc::new(CaseCalls {
-            workers: Workers::new(url),
+            workers: Workers::new(url.clone()),
+            network: Network::new(url, log, store),
         }))
     }
 
@@ -387,8 +391,14 @@ impl Calls for FrozenCalls {
     ) -> BoxFuture<'a, Result<String, String>> {
         async move {
             self.check(call)?;
-            if spec_workers::check(call).is_some() {
-                return Err("a worker needs the case's database (Calls::for_case)".into());
+            if spec_workers::check(call)
+                .or_else(|| spec_network::check(call))
+                .is_some()
+            {
+                return Err(format!(
+                    "{} needs the case's database (Calls::for_case)",
+                    call.op
+                ));
             }
             let args = Args(call);
             match call.op.as_str() {
@@ -423,10 +433,12 @@ impl Calls for FrozenCalls {
     }
 }
 
-/// The operations as one case runs them: [`FrozenCalls`], and the case's crash-workers
-/// (`worker`, `kill-worker`; [`spec_workers`]), whose backends count with the sessions.
+/// The operations as one case runs them: [`FrozenCalls`], the case's crash-workers
+/// (`worker`, `kill-worker`; [`spec_workers`]), whose backends count with the sessions,
+/// and its external network (`network`, `executor`, …; [`spec_network`]).
 struct CaseCalls {
     workers: Workers,
+    network: Network,
 }
 
 impl Calls for CaseCalls {
@@ -439,10 +451,11 @@ impl Calls for CaseCalls {
         client: &'a mut Client,
         call: &'a Call,
     ) -> BoxFuture<'a, Result<String, String>> {
-        match spec_workers::check(call) {
-            Some(Err(e)) => async move { Err(e) }.boxed(),
-            Some(Ok(())) => self.workers.run(client, call).boxed(),
-            None => FrozenCalls.run(client, call),
+        match (spec_workers::check(call), spec_network::check(call)) {
+            (Some(Err(e)), _) | (_, Some(Err(e))) => async move { Err(e) }.boxed(),
+            (Some(Ok(())), _) => self.workers.run(client, call).boxed(),
+            (_, Some(Ok(()))) => self.network.run(call).boxed(),
+            _ => FrozenCalls.run(client, call),
         }
     }
 
@@ -451,11 +464,12 @@ impl Calls for CaseCalls {
     }
 
     fn connections(&self, call: &Call) -> u32 {
-        u32::from(call.op == "worker")
+        FrozenCalls.connections(call)
     }
 
     fn end(&self) {
         self.workers.end();
+        self.network.end();
     }
 
     fn reconcile<'a>(
