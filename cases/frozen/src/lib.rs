@@ -27,7 +27,6 @@ case_kit::register_cases! {
     pub f08_lock_released_before_commit,
     pub f09_deadlocks_between_opposite_trades,
     f11_amounts_at_the_edge,
-    pub f14_lost_answer_and_a_crash,
     pub f15_no_external_call_under_a_lock,
     pub f20_borrowed_tenant,
 }

@@ -22,6 +22,8 @@
 //!   available=… frozen=…`
 //! - `withdraw account=A asset=BTC amount=0.5 to=DEST key=K` → `outcome=OK available=…
 //!   frozen=…` (the request only: freeze, record and outbox event; SPEC §8)
+//! - `settle key=W status=CONFIRMED [detail=TEXT]` → `outcome=OK status=CONFIRMED
+//!   consumed=… released=…` (units; a withdrawal's settlement, as the executor does it)
 //! - `balance account=A asset=USDT` → `available=… frozen=…`
 //! - `reconcile` → `clean=true BTC=0.00000000 USDT=0.000000` (the per-asset sums of the
 //!   default tenant), or `clean=false`, the sums, the findings' counts and each finding
@@ -57,7 +59,7 @@ pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
 
 /// Each operation with its required arguments, then its optional ones (`tenant` is
 /// optional everywhere).
-const OPERATIONS: [(&str, &[&str], &[&str]); 9] = [
+const OPERATIONS: [(&str, &[&str], &[&str]); 10] = [
     ("deposit", &["account", "asset", "amount", "key"], &[]),
     (
         "place",
@@ -74,6 +76,7 @@ const OPERATIONS: [(&str, &[&str], &[&str]); 9] = [
     ("balance", &["account", "asset"], &[]),
     ("reconcile", &[], &[]),
     ("naive-cancel", &["order", "key", "current"], &[]),
+    ("settle", &["key", "status"], &["detail"]),
     (
         "naive-place",
         &["account", "side", "qty", "price", "key"],
@@ -305,6 +308,24 @@ async fn withdraw(client: &mut Client, args: &Args<'_>) -> Result<String, String
     Ok(text)
 }
 
+async fn settle(client: &mut Client, args: &Args<'_>) -> Result<String, String> {
+    let (tenant, key) = (args.tenant(), args.text("key")?);
+    let to: withdraw::Status = args.text("status")?.parse().map_err(|e| format!("{e}"))?;
+    let detail = args.0.arg("detail").unwrap_or("settled by the spec");
+    let r = withdraw::settle(client, &tenant, key, to, detail, &NoHooks)
+        .await
+        .map_err(shown)?;
+    let mut text = format!(
+        "outcome={} status={} consumed={} released={}",
+        r.outcome.as_str(),
+        r.status.as_str(),
+        r.consumed,
+        r.released
+    );
+    replayed(&mut text, r.replayed);
+    Ok(text)
+}
+
 async fn naive_cancel(client: &mut Client, args: &Args<'_>) -> Result<String, String> {
     let tenant = args.tenant();
     let order = order_id(client, &tenant, args.text("order")?).await?;
@@ -408,6 +429,7 @@ impl Calls for FrozenCalls {
                 "cancel" => cancel(client, &args).await,
                 "withdraw" => withdraw(client, &args).await,
                 "naive-cancel" => naive_cancel(client, &args).await,
+                "settle" => settle(client, &args).await,
                 "naive-place" => naive_place(client, &args).await,
                 "balance" => {
                     let account = args.text("account")?;
@@ -454,7 +476,7 @@ impl Calls for CaseCalls {
         match (spec_workers::check(call), spec_network::check(call)) {
             (Some(Err(e)), _) | (_, Some(Err(e))) => async move { Err(e) }.boxed(),
             (Some(Ok(())), _) => self.workers.run(client, call).boxed(),
-            (_, Some(Ok(()))) => self.network.run(call).boxed(),
+            (_, Some(Ok(()))) => self.network.run(client, call).boxed(),
             _ => FrozenCalls.run(client, call),
         }
     }
