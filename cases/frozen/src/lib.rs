@@ -16,6 +16,7 @@ pub mod network;
 pub mod spec_calls;
 pub mod spec_naive;
 pub mod spec_network;
+pub mod spec_spot;
 pub mod spec_workers;
 pub mod spot;
 
@@ -26,7 +27,6 @@ case_kit::register_cases! {
     pub f07_response_lost_after_commit,
     pub f08_lock_released_before_commit,
     pub f09_deadlocks_between_opposite_trades,
-    f11_amounts_at_the_edge,
     pub f15_no_external_call_under_a_lock,
     pub f20_borrowed_tenant,
 }

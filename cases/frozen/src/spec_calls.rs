@@ -52,6 +52,7 @@ use tokio_postgres::Client;
 use super::fixtures::FailAt;
 use super::spec_naive;
 use super::spec_network::{self, Network};
+use super::spec_spot::{self, Spot};
 use super::spec_workers::{self, Workers};
 
 /// Where the F family's spec files are (read when the family is built).
@@ -369,7 +370,10 @@ async fn reconcile(client: &mut Client, tenant: &str) -> Result<String, String> 
 
 impl Calls for FrozenCalls {
     fn check(&self, call: &Call) -> Result<(), String> {
-        if let Some(checked) = spec_workers::check(call).or_else(|| spec_network::check(call)) {
+        if let Some(checked) = spec_workers::check(call)
+            .or_else(|| spec_network::check(call))
+            .or_else(|| spec_spot::check(call))
+        {
             return checked;
         }
         let (_, required, optional) = OPERATIONS
@@ -391,8 +395,12 @@ impl Calls for FrozenCalls {
     }
 
     fn connections(&self, call: &Call) -> u32 {
-        // A worker's own connection; an executor's.
-        u32::from(call.op == "worker" || call.op == "executor")
+        // A worker's own connection; an executor's; a service's pool.
+        match call.op.as_str() {
+            "worker" | "executor" => 1,
+            "spot-service" => spec_spot::POOL_SIZE as u32,
+            _ => 0,
+        }
     }
 
     fn for_case(&self, ctx: &Ctx) -> Option<Arc<dyn Calls>> {
@@ -401,7 +409,8 @@ impl Calls for FrozenCalls {
         let store = log.with_file_name(format!("{}-net-standin.sqlite", ctx.case_id()));
         Some(Arc::new(CaseCalls {
             workers: Workers::new(url.clone()),
-            network: Network::new(url, log, store),
+            network: Network::new(url.clone(), log, store),
+            spot: Spot::new(url, ctx.log_file("ledger-svc").ok()?),
         }))
     }
 
@@ -457,10 +466,12 @@ impl Calls for FrozenCalls {
 
 /// The operations as one case runs them: [`FrozenCalls`], the case's crash-workers
 /// (`worker`, `kill-worker`; [`spec_workers`]), whose backends count with the sessions,
-/// and its external network (`network`, `executor`, …; [`spec_network`]).
+/// its external network (`network`, `executor`, …; [`spec_network`]) and its
+/// `ledger-svc` (`spot-service`, `post-place`, …; [`spec_spot`]).
 struct CaseCalls {
     workers: Workers,
     network: Network,
+    spot: Spot,
 }
 
 impl Calls for CaseCalls {
@@ -473,10 +484,18 @@ impl Calls for CaseCalls {
         client: &'a mut Client,
         call: &'a Call,
     ) -> BoxFuture<'a, Result<String, String>> {
-        match (spec_workers::check(call), spec_network::check(call)) {
-            (Some(Err(e)), _) | (_, Some(Err(e))) => async move { Err(e) }.boxed(),
-            (Some(Ok(())), _) => self.workers.run(client, call).boxed(),
-            (_, Some(Ok(()))) => self.network.run(client, call).boxed(),
+        let checks = (
+            spec_workers::check(call),
+            spec_network::check(call),
+            spec_spot::check(call),
+        );
+        match checks {
+            (Some(Err(e)), _, _) | (_, Some(Err(e)), _) | (_, _, Some(Err(e))) => {
+                async move { Err(e) }.boxed()
+            }
+            (Some(Ok(())), _, _) => self.workers.run(client, call).boxed(),
+            (_, Some(Ok(())), _) => self.network.run(client, call).boxed(),
+            (_, _, Some(Ok(()))) => self.spot.run(client, call).boxed(),
             _ => FrozenCalls.run(client, call),
         }
     }
@@ -492,6 +511,7 @@ impl Calls for CaseCalls {
     fn end(&self) {
         self.workers.end();
         self.network.end();
+        self.spot.end();
     }
 
     fn reconcile<'a>(
