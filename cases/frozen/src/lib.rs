@@ -24,7 +24,6 @@ pub mod spot;
 case_kit::register_cases! {
     f03_cancel_races_a_fill,
     f04_one_business_id_sixteen_at_once,
-    pub f07_response_lost_after_commit,
     pub f08_lock_released_before_commit,
     pub f09_deadlocks_between_opposite_trades,
     pub f15_no_external_call_under_a_lock,

@@ -11,6 +11,13 @@
 //!   replayed=false` and the body's figures (`order_id`, `frozen`, `fee_reserve`,
 //!   `notional`, `buyer_fee`, …), or `status=400 outcome=BAD_REQUEST detail=…`;
 //!   an order is named by its number (`#3`) or the business id it was placed under;
+//! - `post-place … give-up-when-held=POINT`: the client gives up on the placement the
+//!   moment the service is seen holding it at POINT (armed with a `pause`;
+//!   `launch::lost::give_up_once_held`), as a timeout would but decided by that event:
+//!   `gave up: holding=1 fired=1` (F7's lost response);
+//! - `spot-service fault-injection=yes` enables the fault routes: `arm-fault
+//!   point=spot-after-commit action=pause [count=N] [hold_ms=N]` (`armed at POINT`) and
+//!   `release-fault point=POINT` (`released=N`);
 //! - `stop-service` sends SIGTERM: `exit=0` when it ended with status 0.
 
 use case_kit::spec::Call;
@@ -40,29 +47,36 @@ const SHOWN: [&str; 11] = [
     "detail",
 ];
 
-/// Each operation with its required arguments.
-const OPERATIONS: [(&str, &[&str]); 5] = [
-    ("spot-service", &[]),
-    ("post-place", &["account", "side", "qty", "price", "key"]),
-    ("post-deposit", &["account", "asset", "amount", "key"]),
-    ("post-fill", &["buy", "sell", "qty", "price", "key"]),
-    ("stop-service", &[]),
+/// Longest wait for the service to be seen holding a request at a fault point, ms (a
+/// hang bound: `give-up-when-held` then reports `holding=0`).
+pub const HELD_WAIT_MS: u64 = 10_000;
+
+/// Each operation with its required arguments, then its optional ones.
+const OPERATIONS: [(&str, &[&str], &[&str]); 7] = [
+    ("spot-service", &[], &["fault-injection"]),
+    (
+        "post-place",
+        &["account", "side", "qty", "price", "key"],
+        &["give-up-when-held"],
+    ),
+    ("post-deposit", &["account", "asset", "amount", "key"], &[]),
+    ("post-fill", &["buy", "sell", "qty", "price", "key"], &[]),
+    ("arm-fault", &["point", "action"], &["count", "hold_ms"]),
+    ("release-fault", &["point"], &[]),
+    ("stop-service", &[], &[]),
 ];
 
 /// Whether `call` is a spot-route operation with what it needs; `None` for another op.
 pub fn check(call: &Call) -> Option<Result<(), String>> {
-    let (_, required) = OPERATIONS.iter().find(|(op, _)| *op == call.op)?;
+    let (_, required, optional) = OPERATIONS.iter().find(|(op, _, _)| *op == call.op)?;
+    let known = |name: &str| required.contains(&name) || optional.contains(&name);
+    if let Some((name, _)) = call.args.iter().find(|(name, _)| !known(name)) {
+        return Some(Err(format!("unknown argument {name:?}")));
+    }
     Some(
-        match call
-            .args
-            .iter()
-            .find(|(n, _)| !required.contains(&n.as_str()))
-        {
-            Some((name, _)) => Err(format!("unknown argument {name:?}")),
-            None => match required.iter().find(|name| call.arg(name).is_none()) {
-                Some(missing) => Err(format!("needs {missing}=")),
-                None => Ok(()),
-            },
+        match required.iter().find(|name| call.arg(name).is_none()) {
+            Some(missing) => Err(format!("needs {missing}=")),
+            None => Ok(()),
         },
     )
 }
@@ -136,6 +150,7 @@ impl Spot {
         if call.op == "spot-service" {
             let options = spot_service(ServiceOptions {
                 pool_size: POOL_SIZE,
+                fault_injection: call.arg("fault-injection") == Some("yes"),
                 ..ServiceOptions::default()
             });
             let started = Service::launch(&self.database_url, self.log.clone(), options).await;
@@ -166,6 +181,53 @@ impl Spot {
         let arg = |name: &str| call.arg(name).unwrap_or_default();
         let timeout = std::time::Duration::from_millis(launch::service::CLIENT_TIMEOUT_MS);
         let reply = match call.op.as_str() {
+            "post-place" if call.arg("give-up-when-held").is_some() => {
+                let (account, side, key) = (arg("account"), arg("side"), arg("key"));
+                let attempt = service.place(
+                    DEFAULT_TENANT,
+                    key,
+                    account,
+                    side,
+                    arg("qty"),
+                    arg("price"),
+                    timeout,
+                );
+                let limit = std::time::Duration::from_millis(HELD_WAIT_MS);
+                let point = arg("give-up-when-held");
+                let gave_up = launch::lost::give_up_once_held(service, point, attempt, limit)
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                let state = gave_up.state;
+                return match gave_up.answered {
+                    Some(reply) => Ok(format!(
+                        "answered: {}",
+                        shown(&reply.map_err(|e| e.to_string())?)
+                    )),
+                    None => Ok(format!(
+                        "gave up: holding={} fired={}",
+                        state.holding, state.fired
+                    )),
+                };
+            }
+            "arm-fault" => {
+                let mut fault = json!({ "action": arg("action") });
+                for name in ["count", "hold_ms"] {
+                    if let Some(value) = call.arg(name) {
+                        let value: u64 = value.parse().map_err(|_| format!("{name}=N"))?;
+                        fault[name] = value.into();
+                    }
+                }
+                let armed = service.arm_fault(arg("point"), fault).await;
+                armed.map_err(|e| format!("{e:#}"))?;
+                return Ok(format!("armed at {}", arg("point")));
+            }
+            "release-fault" => {
+                let released = service.release_fault(arg("point")).await;
+                return Ok(format!(
+                    "released={}",
+                    released.map_err(|e| format!("{e:#}"))?
+                ));
+            }
             "post-place" => {
                 let (account, side, key) = (arg("account"), arg("side"), arg("key"));
                 service
