@@ -137,25 +137,8 @@ impl Network {
         let net = standin
             .as_ref()
             .ok_or("no network yet (a `network` step first)")?;
-        let arg = |name: &str| call.arg(name).unwrap_or_default();
         match call.op.as_str() {
-            "network-deposit" => {
-                let asset: Asset = arg("asset").parse().map_err(|e| format!("{e}"))?;
-                let deposit = DepositState {
-                    tx_id: arg("tx").into(),
-                    tenant_id: call.arg("tenant").unwrap_or("default").into(),
-                    account_id: arg("account").into(),
-                    asset: asset.as_str().into(),
-                    amount: parse_amount("amount", asset, arg("amount"))
-                        .map_err(|e| e.to_string())?,
-                    confirmations: arg("confirmations")
-                        .parse()
-                        .map_err(|_| "confirmations=N")?,
-                    dropped: call.arg("dropped") == Some("yes"),
-                };
-                net.net().set_deposit(&deposit).await.map_err(text)?;
-                Ok("reported".into())
-            }
+            "network-deposit" => report_deposit(net, call).await,
             "network-refuse" | "network-drop" => {
                 let count: u32 = call
                     .arg("count")
@@ -219,6 +202,25 @@ impl Network {
             .collect::<Vec<_>>()
             .join(" | "))
     }
+}
+
+/// `network-deposit` (see the module documentation).
+async fn report_deposit(net: &StandIn, call: &Call) -> Result<String, String> {
+    let arg = |name: &str| call.arg(name).unwrap_or_default();
+    let asset: Asset = arg("asset").parse().map_err(|e| format!("{e}"))?;
+    let deposit = DepositState {
+        tx_id: arg("tx").into(),
+        tenant_id: call.arg("tenant").unwrap_or("default").into(),
+        account_id: arg("account").into(),
+        asset: asset.as_str().into(),
+        amount: parse_amount("amount", asset, arg("amount")).map_err(|e| e.to_string())?,
+        confirmations: arg("confirmations")
+            .parse()
+            .map_err(|_| "confirmations=N")?,
+        dropped: call.arg("dropped") == Some("yes"),
+    };
+    net.net().set_deposit(&deposit).await.map_err(text)?;
+    Ok("reported".into())
 }
 
 /// The network's own records, in order: transfers, status queries, deposits; the

@@ -172,6 +172,7 @@ impl Spot {
         result
     }
 
+    /// Sends a request or a fault command to `service` (see the module documentation).
     async fn send(
         &self,
         service: &Service,
@@ -182,64 +183,14 @@ impl Spot {
         let timeout = std::time::Duration::from_millis(launch::service::CLIENT_TIMEOUT_MS);
         let reply = match call.op.as_str() {
             "post-place" if call.arg("give-up-when-held").is_some() => {
-                let (account, side, key) = (arg("account"), arg("side"), arg("key"));
-                let attempt = service.place(
-                    DEFAULT_TENANT,
-                    key,
-                    account,
-                    side,
-                    arg("qty"),
-                    arg("price"),
-                    timeout,
-                );
-                let limit = std::time::Duration::from_millis(HELD_WAIT_MS);
-                let point = arg("give-up-when-held");
-                let gave_up = launch::lost::give_up_once_held(service, point, attempt, limit)
-                    .await
-                    .map_err(|e| format!("{e:#}"))?;
-                let state = gave_up.state;
-                return match gave_up.answered {
-                    Some(reply) => Ok(format!(
-                        "answered: {}",
-                        shown(&reply.map_err(|e| e.to_string())?)
-                    )),
-                    None => Ok(format!(
-                        "gave up: holding={} fired={}",
-                        state.holding, state.fired
-                    )),
-                };
+                return give_up_when_held(service, call).await;
             }
-            "arm-fault" => {
-                let mut fault = json!({ "action": arg("action") });
-                for name in ["count", "hold_ms"] {
-                    if let Some(value) = call.arg(name) {
-                        let value: u64 = value.parse().map_err(|_| format!("{name}=N"))?;
-                        fault[name] = value.into();
-                    }
-                }
-                let armed = service.arm_fault(arg("point"), fault).await;
-                armed.map_err(|e| format!("{e:#}"))?;
-                return Ok(format!("armed at {}", arg("point")));
-            }
-            "release-fault" => {
-                let released = service.release_fault(arg("point")).await;
-                return Ok(format!(
-                    "released={}",
-                    released.map_err(|e| format!("{e:#}"))?
-                ));
-            }
+            "arm-fault" | "release-fault" => return fault(service, call).await,
             "post-place" => {
                 let (account, side, key) = (arg("account"), arg("side"), arg("key"));
+                let (qty, price) = (arg("qty"), arg("price"));
                 service
-                    .place(
-                        DEFAULT_TENANT,
-                        key,
-                        account,
-                        side,
-                        arg("qty"),
-                        arg("price"),
-                        timeout,
-                    )
+                    .place(DEFAULT_TENANT, key, account, side, qty, price, timeout)
                     .await
             }
             "post-deposit" => {
@@ -255,10 +206,8 @@ impl Spot {
                 service.send(request).await
             }
             _ => {
-                let (buy, sell) = (
-                    order(client, arg("buy")).await?,
-                    order(client, arg("sell")).await?,
-                );
+                let buy = order(client, arg("buy")).await?;
+                let sell = order(client, arg("sell")).await?;
                 service
                     .fill(arg("key"), buy, sell, arg("qty"), arg("price"))
                     .await
@@ -266,4 +215,51 @@ impl Spot {
         };
         Ok(shown(&reply.map_err(|e| format!("transport: {e}"))?))
     }
+}
+
+/// `post-place … give-up-when-held=POINT` (see the module documentation).
+async fn give_up_when_held(service: &Service, call: &Call) -> Result<String, String> {
+    let arg = |name: &str| call.arg(name).unwrap_or_default();
+    let timeout = std::time::Duration::from_millis(launch::service::CLIENT_TIMEOUT_MS);
+    let (account, side, key) = (arg("account"), arg("side"), arg("key"));
+    let (qty, price) = (arg("qty"), arg("price"));
+    let attempt = service.place(DEFAULT_TENANT, key, account, side, qty, price, timeout);
+    let limit = std::time::Duration::from_millis(HELD_WAIT_MS);
+    let point = arg("give-up-when-held");
+    let gave_up = launch::lost::give_up_once_held(service, point, attempt, limit)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    let state = gave_up.state;
+    match gave_up.answered {
+        Some(reply) => Ok(format!(
+            "answered: {}",
+            shown(&reply.map_err(|e| e.to_string())?)
+        )),
+        None => Ok(format!(
+            "gave up: holding={} fired={}",
+            state.holding, state.fired
+        )),
+    }
+}
+
+/// `arm-fault` and `release-fault` (see the module documentation).
+async fn fault(service: &Service, call: &Call) -> Result<String, String> {
+    let arg = |name: &str| call.arg(name).unwrap_or_default();
+    if call.op == "release-fault" {
+        let released = service.release_fault(arg("point")).await;
+        return Ok(format!(
+            "released={}",
+            released.map_err(|e| format!("{e:#}"))?
+        ));
+    }
+    let mut fault = json!({ "action": arg("action") });
+    for name in ["count", "hold_ms"] {
+        if let Some(value) = call.arg(name) {
+            let value: u64 = value.parse().map_err(|_| format!("{name}=N"))?;
+            fault[name] = value.into();
+        }
+    }
+    let armed = service.arm_fault(arg("point"), fault).await;
+    armed.map_err(|e| format!("{e:#}"))?;
+    Ok(format!("armed at {}", arg("point")))
 }
