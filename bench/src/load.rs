@@ -76,11 +76,12 @@ pub enum Variant {
     OneTripFix,
     /// The batch transfer (`points_ledger::batch`): the clients submit to one
     /// `points_ledger::batcher::Batcher` whose drainers (the default count, each on its
-    /// own connection) take what is queued and execute it in one transaction; hot sink,
-    /// updated once per batch.
+    /// own connection) take what is queued in their lanes and execute it in one
+    /// transaction; the sink striped over `BenchDb::batch_stripes` (by default one stripe
+    /// per drainer's lane), each stripe updated once per batch.
     Batch,
     /// The same debits through ledger-svc `--transfer-mode batch` over HTTP (as
-    /// [`Variant::Service`]), hot sink.
+    /// [`Variant::Service`]), with `--redeem-stripes` set to the same stripes.
     #[serde(rename = "service+batch")]
     #[value(name = "service+batch")]
     ServiceBatch,
@@ -183,7 +184,7 @@ impl Debitor {
                 Ok(done.outcome == Outcome::Ok)
             }
             Debitor::Batch(batcher) => {
-                let request = TransferRequest::debit("bench", key, account, amount);
+                let request = striped_debit("bench", key, account, amount, stripes);
                 let done = batcher.submit(request).await?;
                 Ok(done.outcome == Outcome::Ok)
             }
@@ -264,6 +265,9 @@ pub struct BenchDb {
     /// How the batched variants form batches (the library batcher's limits, and
     /// ledger-svc's `--batch-max-requests`/`--batch-drainers`).
     pub batch_limits: BatchLimits,
+    /// Redemption stripes the batched variants' debits credit (1: the one `sys-redeem`;
+    /// more: one lane of the batcher per stripe, `points_ledger::batcher::lane_of`).
+    pub batch_stripes: u32,
 }
 
 impl BenchDb {
@@ -318,6 +322,7 @@ impl BenchDb {
             accounts: names,
             stripes,
             batch_limits: BatchLimits::default(),
+            batch_stripes: 1,
         })
     }
 
@@ -477,6 +482,8 @@ impl BenchDb {
                 self.batch_limits.max_requests.to_string(),
                 "--batch-drainers".to_owned(),
                 self.batch_limits.drainers.to_string(),
+                "--redeem-stripes".to_owned(),
+                self.batch_stripes.to_string(),
             ]);
         }
         Ok(match variant {
@@ -536,7 +543,11 @@ impl BenchDb {
             rng,
             accounts: point.accounts.clone(),
             variant: point.variant,
-            stripes: self.stripes,
+            stripes: if point.variant.is_batched() {
+                self.batch_stripes
+            } else {
+                self.stripes
+            },
             worker: worker as i32,
             n: 0,
         };

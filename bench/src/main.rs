@@ -83,6 +83,11 @@ struct Args {
     /// Batches executed at once (drainers), in the batched variants.
     #[arg(long, default_value_t = points_ledger::batcher::BATCH_DRAINERS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
     batch_drainers: usize,
+    /// Redemption stripes the batched variants' debits credit [default: as many as
+    /// drainers, one per drainer's lane: `points_ledger::batcher::lane_of`]; 1 is the one
+    /// hot `sys-redeem`. At most `--stripes` (the stripes the database has).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+    batch_stripes: Option<u32>,
     /// Seed for the random accounts and amounts [default: from the clock; printed].
     #[arg(long)]
     seed: Option<u64>,
@@ -121,6 +126,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .unwrap_or(1)
     });
     launch::service::set_run_auth(args.auth);
+    if batch_stripes(&args) > args.stripes.max(1) {
+        anyhow::bail!(
+            "--batch-stripes {} is more than the {} stripes the database has (--stripes)",
+            batch_stripes(&args),
+            args.stripes
+        );
+    }
     print_settings(&args, seed);
     let cluster = tokio::task::spawn_blocking(|| Cluster::start(ClusterOptions::default()))
         .await?
@@ -135,6 +147,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         max_requests: args.batch_max_requests,
         drainers: args.batch_drainers,
     };
+    db.batch_stripes = batch_stripes(&args);
     let results = measure_all(&db, &args, seed).await?;
     let points = report::summarize(&results);
     println!("{}", report::HEADER);
@@ -162,10 +175,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The redemption stripes of the batched variants: `--batch-stripes`, else one per
+/// drainer.
+fn batch_stripes(args: &Args) -> u32 {
+    args.batch_stripes.unwrap_or(args.batch_drainers as u32)
+}
+
 /// Prints the run's settings line (`seed=… warmup_ms=… …`).
 fn print_settings(args: &Args, seed: u64) {
     println!(
-        "seed={seed} warmup_ms={} duration_s={} repeat={} clients={:?} variants={} accounts={} stripes={} batch_max_requests={} batch_drainers={} service_auth={}",
+        "seed={seed} warmup_ms={} duration_s={} repeat={} clients={:?} variants={} accounts={} stripes={} batch_max_requests={} batch_drainers={} batch_stripes={} service_auth={}",
         args.warmup_ms,
         args.duration_s,
         args.repeat,
@@ -183,6 +202,7 @@ fn print_settings(args: &Args, seed: u64) {
         args.stripes,
         args.batch_max_requests,
         args.batch_drainers,
+        batch_stripes(args),
         if launch::service::run_auth() {
             "tokens"
         } else {

@@ -165,7 +165,10 @@ struct Args {
     #[arg(long, default_value_t = points_ledger::batcher::BATCH_MAX_REQUESTS as u64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     batch_max_requests: u64,
     /// In `--transfer-mode batch`: drainers, each executing one batch at a time on one
-    /// pooled connection.
+    /// pooled connection, each draining its own lane (`points_ledger::batcher::lane_of`:
+    /// the lane of a request's system account). Side by side only over
+    /// `--redeem-stripes` (best as many as drainers): with the one sink, one drainer
+    /// executes every debit.
     #[arg(long, default_value_t = points_ledger::batcher::BATCH_DRAINERS as u64, value_parser = clap::value_parser!(u64).range(1..=64))]
     batch_drainers: u64,
     /// A deliberate bug, for `./run.sh explore --planted-bug` only (it proves the

@@ -10,6 +10,14 @@
 //! client: concurrent batches queue on the sink's row and on each other's rows, so more
 //! of them only adds waits.
 //!
+//! **Lanes.** Each drainer drains its own lane, and a request queues in the lane of the
+//! system account it names ([`lane_of`]): redemption stripe `sys-redeem-NN` in lane
+//! `NN mod drainers`, any other account by a stable hash. So two drainers never lock
+//! the same sink row, and never wait for each other's COMMIT on it; a debited account
+//! always credits the same stripe, so its debits stay in one lane too. With one sink
+//! (no stripes) every debit is in one lane: one drainer executes them (two would only
+//! take turns on the sink's row); the others take the grants (the issuer's lane).
+//!
 //! A submitter is answered only after its batch's COMMIT returned (or failed); then its
 //! own task passes [`HookPoint::AfterCommit`](crate::HookPoint::AfterCommit). A
 //! submitter that stops waiting before a drainer took its request (its future dropped)
@@ -30,6 +38,8 @@ use tokio_postgres::Client;
 
 use crate::batch::{BatchAnswer, transfer_batch};
 use crate::error::LedgerError;
+use crate::schema::is_system_account;
+use crate::striping::stripe_index;
 use crate::transfer::{Hooks, TransferRequest, after_commit};
 
 /// Most requests one batch takes from the queue.
@@ -129,16 +139,39 @@ struct Pending {
     answer: oneshot::Sender<BatchAnswer>,
 }
 
-/// The queue and the gate.
-#[derive(Default)]
+/// The lane (`0..lanes`) where `request` queues: that of its system account (`to` if it
+/// is one, else `from` if it is one, else `from`): redemption stripe `NN` in lane
+/// `NN mod lanes`, any other account by its FNV-1a hash (stable across processes).
+pub fn lane_of(request: &TransferRequest, lanes: usize) -> usize {
+    if lanes <= 1 {
+        return 0;
+    }
+    let account = if is_system_account(&request.to) {
+        &request.to
+    } else {
+        &request.from
+    };
+    if let Some(stripe) = stripe_index(account) {
+        return stripe as usize % lanes;
+    }
+    let hash = account
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+    (hash % lanes as u64) as usize
+}
+
+/// The lanes (one per drainer) and the gate.
 struct Queue {
-    waiting: VecDeque<Pending>,
+    lanes: Vec<VecDeque<Pending>>,
     held: bool,
 }
 
 struct Shared {
     queue: Mutex<Queue>,
-    wake: Notify,
+    /// One per lane: its drainer waits here.
+    wake: Vec<Notify>,
     sizes: Mutex<BatchSizes>,
     limits: BatchLimits,
     hooks: Arc<dyn Hooks>,
@@ -167,8 +200,11 @@ impl Batcher {
             drainers: limits.drainers.max(1),
         };
         let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue::default()),
-            wake: Notify::new(),
+            queue: Mutex::new(Queue {
+                lanes: (0..limits.drainers).map(|_| VecDeque::new()).collect(),
+                held: false,
+            }),
+            wake: (0..limits.drainers).map(|_| Notify::new()).collect(),
             sizes: Mutex::new(BatchSizes {
                 counts: vec![0; limits.max_requests + 1],
             }),
@@ -177,7 +213,7 @@ impl Batcher {
             source,
         });
         let drainers = (0..limits.drainers)
-            .map(|_| tokio::spawn(drain(shared.clone())))
+            .map(|lane| tokio::spawn(drain(shared.clone(), lane)))
             .collect();
         Batcher { shared, drainers }
     }
@@ -187,11 +223,12 @@ impl Batcher {
     /// outcome), or [`LedgerError::BatchFailed`] when its batch failed.
     pub async fn submit(&self, request: TransferRequest) -> BatchAnswer {
         let (answer, answered) = oneshot::channel();
-        self.shared.lock_queue().waiting.push_back(Pending {
+        let lane = lane_of(&request, self.shared.limits.drainers);
+        self.shared.lock_queue().lanes[lane].push_back(Pending {
             request: request.clone(),
             answer,
         });
-        self.shared.wake.notify_one();
+        self.shared.wake[lane].notify_one();
         let result = answered.await.unwrap_or_else(|_| {
             Err(LedgerError::BatchFailed {
                 code: None,
@@ -201,17 +238,22 @@ impl Batcher {
         after_commit(self.shared.hooks.as_ref(), &request, result).await
     }
 
-    /// Requests queued and not yet taken by a drainer.
+    /// Requests queued (in all lanes) and not yet taken by a drainer.
     pub fn queued(&self) -> usize {
-        self.shared.lock_queue().waiting.len()
+        self.shared
+            .lock_queue()
+            .lanes
+            .iter()
+            .map(VecDeque::len)
+            .sum()
     }
 
     /// Holds (`true`) or releases (`false`) the queue: held, no drainer takes a new batch.
     pub fn hold(&self, held: bool) {
         self.shared.lock_queue().held = held;
         if !held {
-            for _ in 0..self.shared.limits.drainers {
-                self.shared.wake.notify_one();
+            for wake in &self.shared.wake {
+                wake.notify_one();
             }
         }
     }
@@ -249,33 +291,30 @@ impl Shared {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Waits until the queue is released and not empty, then takes up to the maximum,
-    /// leaving out requests whose submitter stopped waiting.
-    async fn take(&self) -> Vec<Pending> {
+    /// Waits until the queue is released and `lane` is not empty, then takes up to the
+    /// maximum from it, leaving out requests whose submitter stopped waiting.
+    async fn take(&self, lane: usize) -> Vec<Pending> {
         loop {
             {
                 let mut queue = self.lock_queue();
                 if !queue.held {
-                    queue.waiting.retain(|pending| !pending.answer.is_closed());
-                    if !queue.waiting.is_empty() {
-                        let count = queue.waiting.len().min(self.limits.max_requests);
-                        let batch: Vec<Pending> = queue.waiting.drain(..count).collect();
-                        if !queue.waiting.is_empty() {
-                            self.wake.notify_one();
-                        }
-                        return batch;
+                    let waiting = &mut queue.lanes[lane];
+                    waiting.retain(|pending| !pending.answer.is_closed());
+                    if !waiting.is_empty() {
+                        let count = waiting.len().min(self.limits.max_requests);
+                        return waiting.drain(..count).collect();
                     }
                 }
             }
-            self.wake.notified().await;
+            self.wake[lane].notified().await;
         }
     }
 }
 
-/// One drainer: take, execute, answer, forever.
-async fn drain(shared: Arc<Shared>) {
+/// The drainer of `lane`: take, execute, answer, forever.
+async fn drain(shared: Arc<Shared>, lane: usize) {
     loop {
-        let batch = shared.take().await;
+        let batch = shared.take(lane).await;
         let (requests, answers): (Vec<TransferRequest>, Vec<_>) = batch
             .into_iter()
             .map(|pending| (pending.request, pending.answer))
@@ -377,6 +416,31 @@ impl ConnectionSource for FixedConnections {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_queues_in_its_system_accounts_lane() {
+        use crate::striping::{redeem_stripe, striped_debit};
+        for stripe in 0..8 {
+            let debit =
+                TransferRequest::debit_into("c", "k", "acct-0001", redeem_stripe(stripe), 5);
+            assert_eq!(lane_of(&debit, 4), stripe as usize % 4);
+        }
+        assert_eq!(lane_of(&striped_debit("c", "k", "acct-0001", 5, 4), 1), 0);
+        let lanes: std::collections::BTreeSet<usize> = (1..=100)
+            .map(|n| lane_of(&striped_debit("c", "k", &format!("acct-{n:04}"), 5, 2), 2))
+            .collect();
+        assert_eq!(lanes.len(), 2, "two stripes fill both lanes");
+        let plain = TransferRequest::debit("c", "k", "acct-0001", 5);
+        let other = TransferRequest::debit("d", "j", "acct-0002", 7);
+        assert_eq!(lane_of(&plain, 3), lane_of(&other, 3), "one sink, one lane");
+        let grant = TransferRequest::grant("c", "g", "acct-0001", 5);
+        let issuer_lane = lane_of(&grant, 3);
+        assert_eq!(
+            issuer_lane,
+            lane_of(&TransferRequest::grant("e", "h", "acct-0009", 1), 3)
+        );
+        assert!(issuer_lane < 3);
+    }
 
     #[test]
     fn sizes_give_mean_and_p99() {

@@ -37,6 +37,16 @@ pub fn redeem_account_for(account: &str, stripes: u32) -> String {
     redeem_stripe(h % stripes.min(MAX_REDEEM_STRIPES))
 }
 
+/// The index of redemption stripe `account` (`sys-redeem-07` → 7), `None` for any other
+/// account (the plain `sys-redeem` among them).
+pub fn stripe_index(account: &str) -> Option<u32> {
+    let digits = account.strip_prefix(SYS_REDEEM)?.strip_prefix('-')?;
+    if digits.len() != 2 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 /// A DEBIT request of `amount` points from `account` to its redemption stripe.
 pub fn striped_debit(
     client_id: impl Into<String>,
@@ -103,6 +113,21 @@ mod tests {
             .map(|n| redeem_account_for(&format!("bench-{n:04}"), 16))
             .collect();
         assert_eq!(used.len(), 16, "1000 accounts reach every stripe");
+    }
+
+    #[test]
+    fn a_stripe_tells_its_index() {
+        assert_eq!(stripe_index(&redeem_stripe(7)), Some(7));
+        assert_eq!(stripe_index(&redeem_stripe(99)), Some(99));
+        for other in [
+            "sys-redeem",
+            "sys-redeem-",
+            "sys-redeem-7",
+            "sys-redeem-1x",
+            "acct-0001",
+        ] {
+            assert_eq!(stripe_index(other), None, "{other}");
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use points_ledger::batch::transfer_batch;
-use points_ledger::batcher::{BatchLimits, Batcher, FixedConnections};
+use points_ledger::batcher::{self, BatchLimits, Batcher, FixedConnections};
 use points_ledger::{
     LedgerError, NoHooks, Outcome, TransferMode, TransferRequest, reconcile, transfer_in,
 };
@@ -237,9 +237,15 @@ async fn two_batches_waiting_for_the_sink_both_commit() {
 
 /// Many concurrent batches through two drainers, every batch naming the same accounts in
 /// arrival orders that differ: no deadlock, each key executed once, the ledger clean.
+/// The two requests of a key credit different redemption stripes, so they queue in
+/// different lanes (`batcher::lane_of`): each drainer's batches name every account, and
+/// one key is in both drainers' batches.
 #[tokio::test]
 async fn concurrent_batches_never_deadlock_and_execute_each_key_once() {
     let db = TestDb::new("b_concurrent").await;
+    points_ledger::striping::create_redeem_stripes(&db.client, 2)
+        .await
+        .unwrap();
     for n in 1..=10 {
         let grant = TransferRequest::grant(
             "app",
@@ -269,12 +275,14 @@ async fn concurrent_batches_never_deadlock_and_execute_each_key_once() {
         } else {
             10 - (n / 2) % 10
         };
-        let request = TransferRequest::debit(
+        let request = TransferRequest::debit_into(
             "app",
             format!("k-{}", n / 2),
             points_ledger::test_account(account),
+            points_ledger::striping::redeem_stripe(n % 2),
             1,
         );
+        assert_eq!(batcher::lane_of(&request, 2), (n % 2) as usize);
         tasks.push(tokio::spawn(async move { batcher.submit(request).await }));
     }
     let mut executed = 0;
