@@ -38,9 +38,18 @@ impl StandIn {
     ///
     /// Errors: binary missing, spawn failure, no address line in time.
     pub async fn start(ctx: &Ctx) -> anyhow::Result<StandIn> {
-        let binary = case_kit::process::locate_binary("net-standin", STANDIN_BIN_ENV)?;
         let log = ctx.log_file("net-standin")?;
         let store: PathBuf = log.with_file_name(format!("{}-net-standin.sqlite", ctx.case_id()));
+        StandIn::start_at(log, store).await
+    }
+
+    /// [`StandIn::start`] with its stderr in `log` and a fresh store at `store` (the
+    /// paths `start` derives from a case's context; a spec operation, which has no
+    /// context when it runs, takes them earlier).
+    ///
+    /// Errors: binary missing, spawn failure, no address line in time.
+    pub async fn start_at(log: PathBuf, store: PathBuf) -> anyhow::Result<StandIn> {
+        let binary = case_kit::process::locate_binary("net-standin", STANDIN_BIN_ENV)?;
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", store.display()));
         }

@@ -14,25 +14,19 @@ use futures_util::FutureExt;
 pub mod fixtures;
 pub mod network;
 pub mod spec_calls;
+pub mod spec_naive;
+pub mod spec_network;
+pub mod spec_spot;
+pub mod spec_workers;
 pub mod spot;
 
 // One line per case, in id order.
 case_kit::register_cases! {
     f03_cancel_races_a_fill,
     f04_one_business_id_sixteen_at_once,
-    pub f06_failure_between_update_and_movement,
-    pub f07_response_lost_after_commit,
     pub f08_lock_released_before_commit,
     pub f09_deadlocks_between_opposite_trades,
-    f10_per_asset_reconciliation,
-    f11_amounts_at_the_edge,
-    f12_crash_inside_a_placement,
-    f13_withdrawal_normal_path,
-    pub f14_lost_answer_and_a_crash,
     pub f15_no_external_call_under_a_lock,
-    f16_deposits_and_confirmations,
-    pub f18_release_at_the_current_price,
-    pub f19_order_id_as_business_id,
     pub f20_borrowed_tenant,
 }
 

@@ -1,0 +1,150 @@
+//! Crash-workers placing an order as spec steps, so a kill inside a placement is one
+//! file (F12):
+//!
+//! - `call NAME: worker account=A side=BUY qty=1.0 price=5000 key=K stop=HOOK` launches
+//!   `crash-worker spot` (`launch::worker::CrashWorker`) running that placement (the
+//!   library's `place`, SPEC §8) up to hook point `HOOK` (`before-commit`,
+//!   `after-commit`, …) and returns once it says it is paused there: `paused at HOOK`;
+//!   its backend counts as one of the spec's sessions (`Calls::backends`);
+//! - `call NAME: kill-worker` sends the last paused worker a real SIGKILL, then waits
+//!   (at most [`BACKEND_EXIT_LIMIT_MS`]) until its backend has left `pg_stat_activity`:
+//!   `signal=9 shell_status=137 backend_gone=true`. So the next step never meets the
+//!   dying backend's locks, and the transcript does not depend on how soon it goes.
+//!
+//! A worker still alive when the case ends is killed and reaped by its handle's drop.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use case_kit::spec::Call;
+use frozen_balances::HookPoint;
+use launch::worker::CrashWorker;
+use tokio_postgres::Client;
+
+/// Longest wait for a killed worker's backend to leave `pg_stat_activity`, ms (a hang
+/// bound: the verdict is `backend_gone=`).
+pub const BACKEND_EXIT_LIMIT_MS: u64 = 10_000;
+/// Polling interval of that wait, milliseconds.
+pub const POLL_MS: u64 = 5;
+
+/// The arguments of `worker`: required, then optional.
+const WORKER_ARGS: [&str; 6] = ["account", "side", "qty", "price", "key", "stop"];
+
+/// The crash-workers one spec case started, and their backends.
+#[derive(Debug)]
+pub struct Workers {
+    database_url: String,
+    paused: tokio::sync::Mutex<Vec<(CrashWorker, i32)>>,
+    backends: Mutex<Vec<i32>>,
+}
+
+/// Whether `call` is a worker operation with what it needs; `None` for another op.
+pub fn check(call: &Call) -> Option<Result<(), String>> {
+    match call.op.as_str() {
+        "kill-worker" if call.args.is_empty() => Some(Ok(())),
+        "kill-worker" => Some(Err("kill-worker takes no argument".into())),
+        "worker" => Some(worker_args(call, "").map(|_| ())),
+        _ => None,
+    }
+}
+
+/// `crash-worker spot …` for `call` on the database at `database_url`.
+fn worker_args(call: &Call, database_url: &str) -> Result<Vec<String>, String> {
+    if let Some((name, _)) = call
+        .args
+        .iter()
+        .find(|(name, _)| !WORKER_ARGS.contains(&name.as_str()))
+    {
+        return Err(format!("unknown argument {name:?}"));
+    }
+    let arg = |name: &str| call.arg(name).ok_or(format!("needs {name}="));
+    let stop: HookPoint = arg("stop")?.parse().map_err(|e| format!("{e}"))?;
+    Ok([
+        ("--database-url", database_url),
+        ("--business-id", arg("key")?),
+        ("--account", arg("account")?),
+        ("--side", arg("side")?),
+        ("--quantity", arg("qty")?),
+        ("--price", arg("price")?),
+        ("--stop-at", stop.as_str()),
+    ]
+    .into_iter()
+    .fold(vec!["spot".to_string()], |mut args, (flag, value)| {
+        args.extend([flag.to_string(), value.to_string()]);
+        args
+    }))
+}
+
+/// Whether backend `pid` has left `pg_stat_activity`, looking every [`POLL_MS`] for at
+/// most [`BACKEND_EXIT_LIMIT_MS`].
+async fn backend_gone(client: &Client, pid: i32) -> Result<bool, String> {
+    let began = Instant::now();
+    loop {
+        let present = client
+            .query_opt("SELECT 1 FROM pg_stat_activity WHERE pid = $1", &[&pid])
+            .await
+            .map_err(|e| format!("{e}"))?
+            .is_some();
+        if !present || began.elapsed() > Duration::from_millis(BACKEND_EXIT_LIMIT_MS) {
+            return Ok(!present);
+        }
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+}
+
+impl Workers {
+    /// No worker yet, for the case's database at `database_url`.
+    pub fn new(database_url: String) -> Workers {
+        Workers {
+            database_url,
+            paused: tokio::sync::Mutex::new(Vec::new()),
+            backends: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Kills and reaps every paused worker now (their handles' drop).
+    pub fn end(&self) {
+        if let Ok(mut paused) = self.paused.try_lock() {
+            paused.clear();
+        }
+    }
+
+    /// The backends of the workers started so far.
+    pub fn backends(&self) -> Vec<i32> {
+        self.backends
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Runs a worker operation (see the module documentation) on the session `client`.
+    ///
+    /// Errors: the worker cannot be launched or does not pause; no worker to kill.
+    pub async fn run(&self, client: &Client, call: &Call) -> Result<String, String> {
+        if call.op == "kill-worker" {
+            let (mut worker, pid) = self.paused.lock().await.pop().ok_or("no paused worker")?;
+            let end = worker.kill().await.map_err(|e| format!("{e:#}"))?;
+            let signal = end
+                .signal()
+                .map_or_else(|| "none".into(), |s| s.to_string());
+            let gone = backend_gone(client, pid).await?;
+            return Ok(format!(
+                "signal={signal} shell_status={} backend_gone={gone}",
+                end.shell_status()
+            ));
+        }
+        let args = worker_args(call, &self.database_url)?;
+        let mut worker = CrashWorker::launch(args).map_err(|e| format!("{e:#}"))?;
+        let paused = worker.wait_paused().await.map_err(|e| format!("{e:#}"))?;
+        let pid = paused.backend_pid().map_err(|e| format!("{e:#}"))?;
+        self.backends
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(pid);
+        self.paused.lock().await.push((worker, pid));
+        Ok(format!(
+            "paused at {}",
+            call.arg("stop").unwrap_or_default()
+        ))
+    }
+}
