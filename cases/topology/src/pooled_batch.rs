@@ -2,25 +2,27 @@
 //! the pooler: the L3 race, L8's same key at once and L7's lost response.
 //!
 //! The service hands every debit to its batcher, whose drainers
-//! ([`BATCH_DRAINERS`], 2) each run one batch at a time on one pooled connection:
-//! `BEGIN`, one call of `ledger_transfer_batch`, `COMMIT`. Without fault injection (the
-//! service as deployed) the three are pipelined in one round trip; PgBouncer keeps a
-//! client on its server session until the server reports the transaction ended
-//! (ReadyForQuery idle, which comes only after the `COMMIT`), so the three still reach
-//! one server session. The race and the same key run on such a service; the lost
-//! response needs the `after-commit` pause, so it runs on a second one with fault
-//! injection (there the batch stops at `before-commit`: three round trips).
+//! (`points_ledger::batcher::BATCH_DRAINERS`, 2) each drain one lane, one batch at a time on one pooled
+//! connection: `BEGIN`, one call of `ledger_transfer_batch`, `COMMIT`. A request queues in
+//! the lane of its system account (`points_ledger::batcher::lane_of`): every debit of
+//! these cases credits the one sink, so all of them run in one lane, on one server
+//! session at a time. Without fault injection (the service as deployed) the three
+//! statements are pipelined in one round trip; PgBouncer keeps a client on its server
+//! session until the server reports the transaction ended (ReadyForQuery idle, which
+//! comes only after the `COMMIT`), so the three still reach one server session. The race
+//! and the same key run on such a service; the lost response needs the `after-commit`
+//! pause, so it runs on a second one with fault injection (there the batch stops at
+//! `before-commit`: three round trips).
 //!
-//! The service then never holds more than two server sessions for transfers, fewer than
-//! the pooler's four: the queue of concurrent requests forms in the batcher, not in the
-//! pooler, and filling the pool (the other modes' forcing) cannot happen. The race is
-//! forced in three steps instead, each seen, never timed: with a holder straight to
-//! PostgreSQL locking the account, the first request alone until one server session is
-//! seen waiting on a lock (`pg_stat_activity`; one drainer's batch of one), the second
-//! alone until two (the other drainer's batch of one: no drainer is free), then the rest
-//! until the batcher's queue (`GET /batch`, `queued`) holds them all. Released, the two
-//! batches of one contend for the account and the queue becomes one batch: the batch
-//! sizes (`GET /batch`, `sizes`) are 1, 1 and the rest, on any machine.
+//! The service then holds fewer server sessions for these debits than the pooler's
+//! four: the queue of concurrent requests forms in the batcher, not in the pooler, and
+//! filling the pool (the other modes' forcing) cannot happen. The race is forced in two
+//! steps instead, each seen, never timed: with a holder straight to PostgreSQL locking
+//! the account, the first request alone until one server session is seen waiting on a
+//! lock (`pg_stat_activity`; the lane's batch of one), then the rest until the batcher's
+//! queue (`GET /batch`, `queued`) holds them all. Released, the batch of one goes first
+//! and the queue becomes one batch: the batch sizes (`GET /batch`, `sizes`) are 1 and
+//! the rest, on any machine.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +30,6 @@ use std::time::{Duration, Instant};
 use cases_ledger::http::LedgerReply;
 use launch::service::{Reply, Service};
 use points_ledger::TransferMode;
-use points_ledger::batcher::BATCH_DRAINERS;
 use scratch_pg::Cluster;
 use scratch_pg::bouncer::Bouncer;
 
@@ -43,6 +44,9 @@ const RACE_DEBIT: i64 = 7;
 const SAME_KEY_REQUESTS: usize = 16;
 const SAME_KEY_DEBIT: i64 = 10;
 const MODE: TransferMode = TransferMode::Batch;
+/// The batches one account's debits can hold at once: they all credit the one sink, so
+/// they queue in one lane, drained by one drainer.
+const LANE_BATCHES: usize = 1;
 
 /// The three claims in the batch transfer, on accounts `first`, `first + 1`,
 /// `first + 2` (seeded test accounts).
@@ -75,7 +79,7 @@ pub async fn through_batch(
 struct Stepwise {
     /// The replies, in request order.
     replies: Vec<Reply>,
-    /// Server sessions seen waiting on a lock once both drainers had a batch.
+    /// Server sessions seen waiting on a lock once the lane's drainer had a batch.
     waiting: usize,
     /// Requests seen queued in the batcher then.
     queued: usize,
@@ -83,7 +87,7 @@ struct Stepwise {
     sizes: Vec<usize>,
 }
 
-/// Sends `total` requests (`request(n)` spawns the n-th) in the three seen steps of the
+/// Sends `total` requests (`request(n)` spawns the n-th) in the two seen steps of the
 /// module's documentation while a holder locks `account`, then releases the holder.
 ///
 /// Errors: SQL, transport or admin-route errors; a step not seen within the bound.
@@ -97,13 +101,10 @@ async fn stepwise(
     let before = batch_sizes(service).await?;
     let holder = Holder::lock(primary, ACCOUNT_LOCK_SQL, &[&account]).await?;
     let mut requests = Vec::new();
-    for n in 0..BATCH_DRAINERS {
-        requests.push(request(n));
-        waiting_on_lock(primary, n + 1).await?;
-    }
-    let waiting = waiting_on_lock(primary, BATCH_DRAINERS).await?;
-    requests.extend((BATCH_DRAINERS..total).map(&request));
-    let queued = queued_reaches(service, total - BATCH_DRAINERS).await?;
+    requests.extend((0..LANE_BATCHES).map(&request));
+    let waiting = waiting_on_lock(primary, LANE_BATCHES).await?;
+    requests.extend((LANE_BATCHES..total).map(&request));
+    let queued = queued_reaches(service, total - LANE_BATCHES).await?;
     holder.release().await?;
     let replies = pooled::replies(requests).await?;
     let after = batch_sizes(service).await?;
@@ -141,7 +142,7 @@ async fn race(
     );
     ctx.check_eq(
         format!("{MODE}: race: server sessions seen waiting on the holder's lock, requests queued in the batcher"),
-        format!("{:?}", (BATCH_DRAINERS, CLIENTS - BATCH_DRAINERS)),
+        format!("{:?}", (LANE_BATCHES, CLIENTS - LANE_BATCHES)),
         format!("{:?}", (seen.waiting, seen.queued)),
     );
     ctx.check_eq(
@@ -153,7 +154,7 @@ async fn race(
         format!("{MODE}: race: sizes of the batches that ran it, balance after"),
         format!(
             "{:?}",
-            (vec![1, 1, CLIENTS - 2], START_BALANCE - 14 * RACE_DEBIT)
+            (vec![1, CLIENTS - 1], START_BALANCE - 14 * RACE_DEBIT)
         ),
         format!(
             "{:?}",
@@ -187,7 +188,7 @@ async fn same_key(
     let txn_ids: std::collections::BTreeSet<Option<i64>> = created.map(|r| r.txn_id()).collect();
     ctx.check_eq(
         format!("{MODE}: same key: server sessions seen waiting on a lock, requests queued in the batcher"),
-        format!("{:?}", (BATCH_DRAINERS, SAME_KEY_REQUESTS - BATCH_DRAINERS)),
+        format!("{:?}", (LANE_BATCHES, SAME_KEY_REQUESTS - LANE_BATCHES)),
         format!("{:?}", (seen.waiting, seen.queued)),
     );
     ctx.check_eq(
@@ -201,7 +202,7 @@ async fn same_key(
         format!(
             "{:?}",
             (
-                vec![1, 1, SAME_KEY_REQUESTS - 2],
+                vec![1, SAME_KEY_REQUESTS - 1],
                 1,
                 START_BALANCE - SAME_KEY_DEBIT
             )
