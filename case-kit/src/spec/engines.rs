@@ -431,21 +431,7 @@ async fn reconcile_others(ctx: &mut Ctx, engine: &dyn SpecEngine) {
             return;
         }
     };
-    let mut covered = serde_json::Map::new();
-    let mut with_findings = Vec::new();
-    for (name, outcome) in reconciled {
-        let (clean, summary) = outcome.unwrap_or_else(|error| (false, error));
-        covered.insert(name.clone(), summary.clone().into());
-        if !clean {
-            with_findings.push(format!("{name}: {summary}"));
-        }
-    }
-    ctx.record("reconciled_databases", serde_json::Value::Object(covered));
-    ctx.check(
-        "every other clean database of the family: no findings",
-        with_findings.is_empty(),
-        with_findings.join("; "),
-    );
+    super::expect::check_others(ctx, reconciled);
 }
 
 #[cfg(test)]

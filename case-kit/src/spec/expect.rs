@@ -269,17 +269,32 @@ async fn reconcile(ctx: &mut Ctx, db: &mut Client, calls: &dyn Calls, words: &[S
 /// `reconcile others: clean`: the family's reconciliation of every other clean
 /// database; a database that cannot be reached counts as one with findings.
 async fn reconcile_others(ctx: &mut Ctx, calls: &dyn Calls) {
-    let mut covered = serde_json::Map::new();
-    let mut with_findings = Vec::new();
+    let mut reconciled = Vec::new();
     for database in ctx.clean_databases() {
         let outcome = match ctx.connect_to(&database).await {
             Ok(mut client) => calls.reconcile(&mut client).await,
             Err(error) => Err(format!("{error:#}")),
         };
+        reconciled.push((database, outcome));
+    }
+    check_others(ctx, reconciled);
+}
+
+/// The verdict of `reconcile others: clean` on any engine, from each other database's
+/// name and its reconciliation (`(clean, summary)`, or why it could not run, which counts
+/// as findings): every summary in the run record (`details["reconciled_databases"]`),
+/// the transcript naming only those with findings.
+pub(super) fn check_others(
+    ctx: &mut Ctx,
+    reconciled: Vec<(String, Result<(bool, String), String>)>,
+) {
+    let mut covered = serde_json::Map::new();
+    let mut with_findings = Vec::new();
+    for (name, outcome) in reconciled {
         let (clean, summary) = outcome.unwrap_or_else(|error| (false, error));
-        covered.insert(database.clone(), summary.clone().into());
+        covered.insert(name.clone(), summary.clone().into());
         if !clean {
-            with_findings.push(format!("{database}: {summary}"));
+            with_findings.push(format!("{name}: {summary}"));
         }
     }
     ctx.record("reconciled_databases", serde_json::Value::Object(covered));
