@@ -32,9 +32,7 @@ use super::{load, spec_id};
 use crate::case::Case;
 use crate::ctx::Ctx;
 
-/// A reconciliation's answer: `Ok((clean, summary))`, the summary as `kind=N …` words,
-/// or why it could not run.
-pub type Reconciled = Result<(bool, String), String>;
+pub use super::model::Reconciled;
 
 /// Every other clean database of a family, each with its [`Reconciled`].
 pub type ReconciledOthers = Result<Vec<(String, Reconciled)>, String>;

@@ -284,10 +284,7 @@ async fn reconcile_others(ctx: &mut Ctx, calls: &dyn Calls) {
 /// name and its reconciliation (`(clean, summary)`, or why it could not run, which counts
 /// as findings): every summary in the run record (`details["reconciled_databases"]`),
 /// the transcript naming only those with findings.
-pub(super) fn check_others(
-    ctx: &mut Ctx,
-    reconciled: Vec<(String, Result<(bool, String), String>)>,
-) {
+pub(super) fn check_others(ctx: &mut Ctx, reconciled: Vec<(String, super::model::Reconciled)>) {
     let mut covered = serde_json::Map::new();
     let mut with_findings = Vec::new();
     for (name, outcome) in reconciled {

@@ -149,6 +149,10 @@ pub struct Race {
     pub alongside: Option<Call>,
 }
 
+/// A reconciliation's answer: `Ok((clean, summary))`, the summary as `kind=N …` words,
+/// or why it could not run.
+pub type Reconciled = Result<(bool, String), String>;
+
 /// One expectation of a spec: what must hold once its steps have run (read and checked
 /// by the `expect` module, which documents each key).
 #[derive(Debug, Clone, PartialEq, Eq)]
