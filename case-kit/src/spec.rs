@@ -109,6 +109,7 @@ mod model;
 mod play;
 mod race;
 mod restart;
+pub use restart::{RECONNECT_LIMIT_MS, reconnect};
 mod result;
 mod upstream;
 

@@ -53,7 +53,11 @@ pub async fn run(ctx: &mut Ctx, spec: &Spec, calls: &dyn Calls) -> anyhow::Resul
     Ok(())
 }
 
-async fn reconnect(ctx: &Ctx) -> anyhow::Result<tokio_postgres::Client> {
+/// A new connection to the case's database after a crash, retried every
+/// `RECONNECT_PAUSE_MS` while recovery may still refuse it.
+///
+/// Errors: no connection accepted within [`RECONNECT_LIMIT_MS`] (a hang bound only).
+pub async fn reconnect(ctx: &Ctx) -> anyhow::Result<tokio_postgres::Client> {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(RECONNECT_LIMIT_MS);
     loop {
         match ctx.connect().await {

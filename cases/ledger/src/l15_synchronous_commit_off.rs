@@ -67,10 +67,11 @@ pub const WAL_WRITER_DELAY_MS: u64 = 10_000;
 /// a clock reading decides nothing; the WAL write position checked just before the crash
 /// and the count of lost debits do.
 pub const WINDOW_BUDGET_MS: u64 = 8_000;
-/// Longest time spent reconnecting after a restart, milliseconds.
-const RECONNECT_LIMIT_MS: u64 = 15_000;
-/// Pause between reconnection attempts, milliseconds.
-const RECONNECT_PAUSE_MS: u64 = 50;
+/// Longest time spent waiting for a reloaded setting to show in a new session, milliseconds
+/// (a hang bound only).
+const RELOAD_LIMIT_MS: u64 = 15_000;
+/// Pause between those looks, milliseconds.
+const RELOAD_PAUSE_MS: u64 = 50;
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let admin = ctx.connect().await?;
@@ -104,7 +105,7 @@ async fn measure(ctx: &mut Ctx) -> anyhow::Result<()> {
         async_debits_on_one_page(ctx, mode, &after, &mut off).await?;
     look_before_crash(ctx, &off, &first_async_start).await?;
     ctx.restart_cluster_immediate().await?;
-    let mut recovered = reconnect(ctx).await?;
+    let mut recovered = case_kit::spec::reconnect(ctx).await?;
     check_off_recovery(ctx, &mut recovered, &on, off_acknowledged).await?;
     retry_lost_debit(ctx, mode, &mut recovered).await
 }
@@ -146,7 +147,7 @@ async fn measure_on(
         format!("flushed={flushed}"),
     );
     ctx.restart_cluster_immediate().await?;
-    let after = reconnect(ctx).await?;
+    let after = case_kit::spec::reconnect(ctx).await?;
     let on_lost = lost_debits(&after, "k-15-on").await?;
     ctx.note(format!(
         "synchronous_commit=on:  acknowledged={on_acknowledged} lost={on_lost}"
@@ -395,37 +396,20 @@ async fn insert_lsn(client: &Client) -> anyhow::Result<String> {
 
 /// Resets `wal_writer_delay` and reloads; returns the value a new session then sees.
 async fn restore(ctx: &Ctx) -> anyhow::Result<String> {
-    let client = reconnect(ctx).await?;
+    let client = case_kit::spec::reconnect(ctx).await?;
     client
         .batch_execute("ALTER SYSTEM RESET wal_writer_delay")
         .await?;
     client.query_one("SELECT pg_reload_conf()", &[]).await?;
     // The postmaster rereads the file on the signal; a session started after that sees
     // the new value.
-    let deadline = Instant::now() + Duration::from_millis(RECONNECT_LIMIT_MS);
+    let deadline = Instant::now() + Duration::from_millis(RELOAD_LIMIT_MS);
     loop {
         let fresh = ctx.connect().await?;
         let value = setting(&fresh, "wal_writer_delay").await?;
         if value == "200ms" || Instant::now() > deadline {
             return Ok(value);
         }
-        tokio::time::sleep(Duration::from_millis(RECONNECT_PAUSE_MS)).await;
-    }
-}
-
-/// Opens a new connection to the case's database, retrying for up to
-/// [`RECONNECT_LIMIT_MS`] (the server may still be finishing recovery).
-async fn reconnect(ctx: &Ctx) -> anyhow::Result<Client> {
-    let deadline = Instant::now() + Duration::from_millis(RECONNECT_LIMIT_MS);
-    loop {
-        match ctx.connect().await {
-            Ok(client) => return Ok(client),
-            Err(error) if Instant::now() > deadline => {
-                return Err(error.context(format!(
-                    "reconnecting after the restart for limit_ms={RECONNECT_LIMIT_MS}"
-                )));
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(RECONNECT_PAUSE_MS)).await,
-        }
+        tokio::time::sleep(Duration::from_millis(RELOAD_PAUSE_MS)).await;
     }
 }
