@@ -19,6 +19,7 @@ pub mod naive_keyless;
 pub mod queries;
 pub mod spec_calls;
 pub mod spec_naive;
+pub mod spec_proxy;
 pub mod spec_repair;
 pub mod spec_service;
 pub mod spec_workers;
@@ -31,7 +32,6 @@ case_kit::register_cases! {
     pub l13_strategies,
     pub l14_any_to_any,
     l15_synchronous_commit_off,
-    pub l17_network_fault_proxy,
     pub l18_stuck_transaction,
     pub l20_reconciliation_during_writes,
     pub l22_registry_in_another_database,

@@ -15,7 +15,8 @@
 //!
 //! Further operations: the repair ([`super::spec_repair`]), crash-workers ([`super::spec_workers`]), `ledger-svc` over HTTP
 //! ([`super::spec_service`]), the naive debit of the negative controls
-//! ([`super::spec_naive`]).
+//! ([`super::spec_naive`]), a retrying proxy and the naive keyless endpoint
+//! ([`super::spec_proxy`]).
 //!
 //! `client` defaults to [`DEFAULT_CLIENT`]. The outcome prints as
 //! `outcome=OK balance=20` (`replayed=true` added for a replay); an error as its SQLSTATE
@@ -55,6 +56,9 @@ pub struct LedgerCalls {
     /// The case's database, for a call that needs a connection of its own (`repair`'s
     /// debits while frozen; [`super::spec_repair`]); `None` until [`Calls::for_case`].
     pub database_url: Option<String>,
+    /// The case's retrying proxies and keyless endpoint (`proxy`, `proxy-debit`, …;
+    /// [`super::spec_proxy`]); `None` until [`Calls::for_case`].
+    pub proxies: Option<Arc<super::spec_proxy::Proxies>>,
 }
 
 fn request(call: &Call) -> Result<TransferRequest, String> {
@@ -84,6 +88,7 @@ impl Calls for LedgerCalls {
             .or_else(|| spec_service::check(call))
             .or_else(|| super::spec_naive::check(call))
             .or_else(|| super::spec_repair::check(call))
+            .or_else(|| super::spec_proxy::check(call))
             .or_else(|| (call.op == "reconcile-orders").then(|| orders(call).map(|_| ())))
             .or_else(|| {
                 (call.op == "reconcile").then(|| {
@@ -110,6 +115,10 @@ impl Calls for LedgerCalls {
             workers,
             services,
             database_url: ctx.database_url().ok(),
+            proxies: ctx
+                .database_url()
+                .ok()
+                .map(|url| Arc::new(super::spec_proxy::Proxies::new(url))),
         }))
     }
 
@@ -126,6 +135,8 @@ impl Calls for LedgerCalls {
             // Its pool, and the monitor that sees its backends wait.
             "service" => launch::service::DEFAULT_POOL_SIZE as u32 + 1,
             "worker" => 1,
+            // The keyless endpoint's connection.
+            "proxy" if call.arg("to") == Some("keyless") => 1,
             _ => 0,
         }
     }
@@ -136,6 +147,9 @@ impl Calls for LedgerCalls {
         }
         if let Some(services) = &self.services {
             services.end();
+        }
+        if let Some(proxies) = &self.proxies {
+            proxies.end();
         }
     }
 
@@ -198,6 +212,12 @@ impl Calls for LedgerCalls {
             }
             if call.op == "reconcile-orders" {
                 return reconcile_orders(client, call).await;
+            }
+            if let Some(proxies) = &self.proxies
+                && super::spec_proxy::check(call).is_some()
+            {
+                let services = self.services.as_ref().ok_or("no database for a service")?;
+                return proxies.run(services, call).await;
             }
             if spec_service::check(call).is_some() {
                 let services = self.services.as_ref().ok_or("no database for a service")?;

@@ -125,7 +125,7 @@ pub struct Services {
 
 /// A reply as a step prints it: status, outcome, balance and replay flag; a problem's
 /// type instead of an outcome.
-fn shown(reply: &Reply) -> String {
+pub fn shown(reply: &Reply) -> String {
     let mut text = format!("status={}", reply.status);
     if let Some(problem) = reply.body["type"].as_str() {
         text.push_str(&format!(" type={problem}"));
@@ -203,6 +203,12 @@ impl Services {
             monitor: tokio::sync::Mutex::new(None),
             in_flight: AtomicUsize::new(0),
         }
+    }
+
+    /// The running service, if a step started one (the proxies of
+    /// [`super::spec_proxy`] put themselves in front of it and send through its client).
+    pub async fn current(&self) -> Option<Arc<Service>> {
+        self.service.lock().await.clone()
     }
 
     /// Lets go of the service when the case ends or is cancelled: it is killed once no
