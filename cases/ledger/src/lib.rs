@@ -22,6 +22,7 @@ pub mod spec_naive;
 pub mod spec_proxy;
 pub mod spec_repair;
 pub mod spec_service;
+pub mod spec_split;
 pub mod spec_workers;
 pub mod worker;
 
@@ -34,7 +35,6 @@ case_kit::register_cases! {
     l15_synchronous_commit_off,
     pub l18_stuck_transaction,
     pub l20_reconciliation_during_writes,
-    pub l22_registry_in_another_database,
     l25_batched_debits,
 }
 

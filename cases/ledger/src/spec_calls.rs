@@ -16,7 +16,8 @@
 //! Further operations: the repair ([`super::spec_repair`]), crash-workers ([`super::spec_workers`]), `ledger-svc` over HTTP
 //! ([`super::spec_service`]), the naive debit of the negative controls
 //! ([`super::spec_naive`]), a retrying proxy and the naive keyless endpoint
-//! ([`super::spec_proxy`]).
+//! ([`super::spec_proxy`]), the key registry in another database
+//! ([`super::spec_split`]).
 //!
 //! `client` defaults to [`DEFAULT_CLIENT`]. The outcome prints as
 //! `outcome=OK balance=20` (`replayed=true` added for a replay); an error as its SQLSTATE
@@ -89,6 +90,7 @@ impl Calls for LedgerCalls {
             .or_else(|| super::spec_naive::check(call))
             .or_else(|| super::spec_repair::check(call))
             .or_else(|| super::spec_proxy::check(call))
+            .or_else(|| super::spec_split::check(call))
             .or_else(|| (call.op == "reconcile-orders").then(|| orders(call).map(|_| ())))
             .or_else(|| {
                 (call.op == "reconcile").then(|| {
@@ -137,6 +139,10 @@ impl Calls for LedgerCalls {
             "worker" => 1,
             // The keyless endpoint's connection.
             "proxy" if call.arg("to") == Some("keyless") => 1,
+            // The admin connection and the split ledger's; a worker's two and the
+            // two that read what it left.
+            "split-databases" => 2,
+            "split-worker" => 4,
             _ => 0,
         }
     }
@@ -222,6 +228,10 @@ impl Calls for LedgerCalls {
             if spec_service::check(call).is_some() {
                 let services = self.services.as_ref().ok_or("no database for a service")?;
                 return services.run(call).await;
+            }
+            if super::spec_split::check(call).is_some() {
+                let workers = self.workers.as_ref().ok_or("no database for a worker")?;
+                return super::spec_split::run(workers, call).await;
             }
             if spec_workers::check(call).is_some() {
                 let workers = self.workers.as_ref().ok_or("no database for a worker")?;

@@ -90,6 +90,12 @@ impl Workers {
         }
     }
 
+    /// Keeps a worker another module launched and saw paused (L22's split-registry
+    /// worker, [`super::spec_split`]) for the next `kill-worker`, and for the case's end.
+    pub async fn keep_paused(&self, worker: CrashWorker) {
+        self.paused.lock().await.push(worker);
+    }
+
     /// The backends of the workers started so far.
     pub fn backends(&self) -> Vec<i32> {
         self.backends
