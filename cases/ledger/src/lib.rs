@@ -18,6 +18,7 @@ pub mod modes;
 pub mod naive_keyless;
 pub mod queries;
 pub mod spec_calls;
+pub mod spec_load;
 pub mod spec_naive;
 pub mod spec_proxy;
 pub mod spec_repair;
@@ -34,7 +35,6 @@ case_kit::register_cases! {
     pub l14_any_to_any,
     l15_synchronous_commit_off,
     pub l18_stuck_transaction,
-    pub l20_reconciliation_during_writes,
     l25_batched_debits,
 }
 

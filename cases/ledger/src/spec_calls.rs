@@ -17,7 +17,8 @@
 //! ([`super::spec_service`]), the naive debit of the negative controls
 //! ([`super::spec_naive`]), a retrying proxy and the naive keyless endpoint
 //! ([`super::spec_proxy`]), the key registry in another database
-//! ([`super::spec_split`]).
+//! ([`super::spec_split`]), a write load beside reconciliation rounds
+//! ([`super::spec_load`]).
 //!
 //! `client` defaults to [`DEFAULT_CLIENT`]. The outcome prints as
 //! `outcome=OK balance=20` (`replayed=true` added for a replay); an error as its SQLSTATE
@@ -60,6 +61,9 @@ pub struct LedgerCalls {
     /// The case's retrying proxies and keyless endpoint (`proxy`, `proxy-debit`, …;
     /// [`super::spec_proxy`]); `None` until [`Calls::for_case`].
     pub proxies: Option<Arc<super::spec_proxy::Proxies>>,
+    /// The case's write load and reconciliation rounds (`load-writer`,
+    /// `reconcile-rounds`; [`super::spec_load`]).
+    pub load: Arc<super::spec_load::Load>,
 }
 
 fn request(call: &Call) -> Result<TransferRequest, String> {
@@ -91,6 +95,7 @@ impl Calls for LedgerCalls {
             .or_else(|| super::spec_repair::check(call))
             .or_else(|| super::spec_proxy::check(call))
             .or_else(|| super::spec_split::check(call))
+            .or_else(|| super::spec_load::check(call))
             .or_else(|| (call.op == "reconcile-orders").then(|| orders(call).map(|_| ())))
             .or_else(|| {
                 (call.op == "reconcile").then(|| {
@@ -121,6 +126,7 @@ impl Calls for LedgerCalls {
                 .database_url()
                 .ok()
                 .map(|url| Arc::new(super::spec_proxy::Proxies::new(url))),
+            load: Arc::default(),
         }))
     }
 
@@ -228,6 +234,15 @@ impl Calls for LedgerCalls {
             if spec_service::check(call).is_some() {
                 let services = self.services.as_ref().ok_or("no database for a service")?;
                 return services.run(call).await;
+            }
+            match call.op.as_str() {
+                "load-writer" => return Ok(self.load.write(self.mode, client, call).await),
+                "naive-reconcile" => return super::spec_load::naive_once(client).await,
+                "reconcile-rounds" => {
+                    let url = self.database_url.as_deref().ok_or("no database")?;
+                    return self.load.rounds(self.mode, url, client, call).await;
+                }
+                _ => {}
             }
             if super::spec_split::check(call).is_some() {
                 let workers = self.workers.as_ref().ok_or("no database for a worker")?;
