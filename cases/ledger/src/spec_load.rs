@@ -45,6 +45,10 @@ pub const STEP_LIMIT_MS: u64 = 10_000;
 /// How often those waits look, milliseconds.
 const POLL_MS: u64 = 5;
 
+/// The case's table of rounds, made by the first `reconcile-rounds`.
+const ROUND_TABLE: &str = "CREATE TABLE IF NOT EXISTS reconcile_round (phase text, \
+    round int, findings int, forced_mismatch boolean, forced_ok boolean, overlapped boolean)";
+
 const UNDECIDED: u8 = 0;
 const WRITE: u8 = 1;
 const STOP: u8 = 2;
@@ -180,13 +184,7 @@ impl Load {
             forced_ok: AtomicBool::new(false),
             overlapped: AtomicBool::new(false),
         };
-        client
-            .batch_execute(
-                "CREATE TABLE IF NOT EXISTS reconcile_round (phase text, round int, \
-                 findings int, forced_mismatch boolean, forced_ok boolean, overlapped boolean)",
-            )
-            .await
-            .map_err(sql)?;
+        client.batch_execute(ROUND_TABLE).await.map_err(sql)?;
         let mut lines = Vec::new();
         let mut first = None;
         for phase in ["snapshot", "separate"] {
