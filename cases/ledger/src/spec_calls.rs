@@ -225,28 +225,12 @@ impl Calls for LedgerCalls {
             if call.op == "reconcile-orders" {
                 return reconcile_orders(client, call).await;
             }
-            if let Some(proxies) = &self.proxies
-                && super::spec_proxy::check(call).is_some()
-            {
-                let services = self.services.as_ref().ok_or("no database for a service")?;
-                return proxies.run(services, call).await;
+            if let Some(result) = self.run_later_ops(client, call).await {
+                return result;
             }
             if spec_service::check(call).is_some() {
                 let services = self.services.as_ref().ok_or("no database for a service")?;
                 return services.run(call).await;
-            }
-            match call.op.as_str() {
-                "load-writer" => return Ok(self.load.write(self.mode, client, call).await),
-                "naive-reconcile" => return super::spec_load::naive_once(client).await,
-                "reconcile-rounds" => {
-                    let url = self.database_url.as_deref().ok_or("no database")?;
-                    return self.load.rounds(self.mode, url, client, call).await;
-                }
-                _ => {}
-            }
-            if super::spec_split::check(call).is_some() {
-                let workers = self.workers.as_ref().ok_or("no database for a worker")?;
-                return super::spec_split::run(workers, call).await;
             }
             if spec_workers::check(call).is_some() {
                 let workers = self.workers.as_ref().ok_or("no database for a worker")?;
@@ -275,6 +259,40 @@ impl Calls for LedgerCalls {
             }
         }
         .boxed()
+    }
+}
+
+impl LedgerCalls {
+    /// The operations of [`super::spec_proxy`], [`super::spec_split`] and
+    /// [`super::spec_load`] (L17, L22, L20); `None` for another operation.
+    async fn run_later_ops(
+        &self,
+        client: &mut Client,
+        call: &Call,
+    ) -> Option<Result<String, String>> {
+        if let Some(proxies) = &self.proxies
+            && super::spec_proxy::check(call).is_some()
+        {
+            return Some(match &self.services {
+                Some(services) => proxies.run(services, call).await,
+                None => Err("no database for a service".into()),
+            });
+        }
+        if super::spec_split::check(call).is_some() {
+            return Some(match &self.workers {
+                Some(workers) => super::spec_split::run(workers, call).await,
+                None => Err("no database for a worker".into()),
+            });
+        }
+        Some(match call.op.as_str() {
+            "load-writer" => Ok(self.load.write(self.mode, client, call).await),
+            "naive-reconcile" => super::spec_load::naive_once(client).await,
+            "reconcile-rounds" => match self.database_url.as_deref() {
+                Some(url) => self.load.rounds(self.mode, url, client, call).await,
+                None => Err("no database".into()),
+            },
+            _ => return None,
+        })
     }
 }
 
