@@ -3,8 +3,14 @@
 //! of the run's PostgreSQL version, in the run's folder; [`pair`]), so a kill -9 or a
 //! promotion touches no other case.
 //!
-//! Adding a case: a file `rNN_<what>.rs` with its id, title, claim and checks, one line
-//! in `register_cases!` below, and its row in `docs/cases.md`.
+//! R4 is a case file, `cases/topology/specs/r04_stale_read_decides_funds.spec`, run on a
+//! pair of its own ([`spec_engine`]: sessions on either node, the standby's replay
+//! paused and waited for as calls).
+//!
+//! Adding a case: a file `cases/topology/specs/rNN_<what>.spec` when its story is
+//! sessions on the two nodes and the replay calls (no registration, no rebuild);
+//! otherwise a file `rNN_<what>.rs` with its id, title, claim and checks and one line in
+//! `register_cases!` below. Either way its row in `docs/cases.md`.
 
 use case_kit::{Engine, Family, PgTemplate};
 use futures_util::FutureExt;
@@ -13,13 +19,13 @@ pub mod pair;
 pub mod pooled;
 pub mod pooled_batch;
 pub mod pooled_spot;
+pub mod spec_engine;
 pub mod wal;
 
 case_kit::register_cases! {
     pub r1_through_pooler,
     pub r2_sync_failover,
     pub r3_async_standby_loses,
-    pub r4_stale_read_decides_funds,
     pub r5_old_primary_returns,
 }
 
@@ -34,7 +40,16 @@ pub fn family() -> Family {
             template: "topology_template",
             install: |_client| async { Ok(()) }.boxed(),
         }),
-        cases: cases(),
+        cases: all_cases(),
         extras: Vec::new(),
     }
+}
+
+/// The Rust cases and the case files, in id order (R4 is a file).
+fn all_cases() -> Vec<case_kit::Case> {
+    let mut all = cases();
+    all.extend(spec_engine::cases());
+    let number = |case: &case_kit::Case| case.id[1..].parse::<u32>().unwrap_or(u32::MAX);
+    all.sort_by_key(number);
+    all
 }
