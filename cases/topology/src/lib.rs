@@ -3,9 +3,9 @@
 //! of the run's PostgreSQL version, in the run's folder; [`pair`]), so a kill -9 or a
 //! promotion touches no other case.
 //!
-//! R4 is a case file, `cases/topology/specs/r04_stale_read_decides_funds.spec`, run on a
-//! pair of its own ([`spec_engine`]: sessions on either node, the standby's replay
-//! paused and waited for as calls).
+//! R3 and R4 are case files, `cases/topology/specs/r0N_<what>.spec`, run on a pair of
+//! their own ([`spec_engine`]: sessions on either node, the standby's replay and WAL
+//! receiver, kills, a restart and a promotion as calls).
 //!
 //! Adding a case: a file `cases/topology/specs/rNN_<what>.spec` when its story is
 //! sessions on the two nodes and the replay calls (no registration, no rebuild);
@@ -25,7 +25,6 @@ pub mod wal;
 case_kit::register_cases! {
     pub r1_through_pooler,
     pub r2_sync_failover,
-    pub r3_async_standby_loses,
     pub r5_old_primary_returns,
 }
 
@@ -45,7 +44,7 @@ pub fn family() -> Family {
     }
 }
 
-/// The Rust cases and the case files, in id order (R4 is a file).
+/// The Rust cases and the case files, in id order (R3 and R4 are files).
 fn all_cases() -> Vec<case_kit::Case> {
     let mut all = cases();
     all.extend(spec_engine::cases());

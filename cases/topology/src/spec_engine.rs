@@ -18,11 +18,20 @@
 //! | `pause-replay` | `pg_wal_replay_pause()` on the standby: `pause requested` |
 //! | `wait-paused` | waits until `pg_get_wal_replay_pause_state()` says `paused` (the startup process pauses before the next record it would apply): `replay paused` |
 //! | `naive-place account=A amount=N` | the naive placement: the balance read on the standby decides, then an unconditional `UPDATE` on the primary: `read=100 placed=true` |
+//! | `stop-receiver` | SIGSTOP to the standby's WAL receiver (`pg_stat_wal_receiver`'s pid): `WAL receiver stopped (SIGSTOP)` |
+//! | `received-all` | whether the standby's `pg_last_wal_receive_lsn()` reached the primary's flush position: `received_all=false` |
+//! | `kill node=primary\|standby` | kill -9 of that node's postmaster and every process it started: `killed primary (kill -9)` |
+//! | `start node=standby\|primary` | a killed node started again on its port (crash recovery): `started standby again` |
+//! | `promote` | `pg_ctl promote` of the standby, waited for: `promoted`; from then on the standby is the primary (`on node=standby`, and the expectations run there) |
+//! | `reconcile` | the ledger's reconciliation on the session's node: its summary (`balance_mismatches=0 … global_sum=0`) |
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -30,10 +39,10 @@ use points_ledger::{TransferMode, debit_in, grant_in};
 use scratch_pg::{Cluster, Replication};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
-use case_kit::spec::{self, Call, EngineSession, SpecEngine};
+use case_kit::spec::{self, Call, EngineSession, Reconciled, SpecEngine};
 use case_kit::{Case, Ctx};
 
-use crate::pair::{self, LEDGER_DATABASE, Pair};
+use crate::pair::{self, LEDGER_DATABASE};
 
 /// Where the family's case files are.
 pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
@@ -52,6 +61,12 @@ const OPERATIONS: &[(&str, &[&str])] = &[
     ("pause-replay", &[]),
     ("wait-paused", &[]),
     ("naive-place", &["account", "amount"]),
+    ("stop-receiver", &[]),
+    ("received-all", &[]),
+    ("kill", &["node"]),
+    ("start", &["node"]),
+    ("promote", &[]),
+    ("reconcile", &[]),
 ];
 
 /// The family's case files, read now (no registration, no rebuild).
@@ -69,7 +84,31 @@ pub fn cases() -> Vec<Case> {
 #[derive(Default)]
 pub struct PairEngine {
     /// Each running case's pair, from its first connection to its expectations.
-    pairs: Mutex<HashMap<String, Arc<Pair>>>,
+    pairs: Mutex<HashMap<String, Arc<Nodes>>>,
+}
+
+/// The case's two nodes. A killed node stays here (stopped) until it starts again or the
+/// case ends; dropping a node stops it and removes its folder.
+pub struct Nodes {
+    state: tokio::sync::Mutex<NodesState>,
+}
+
+struct NodesState {
+    primary: Option<Cluster>,
+    standby: Option<Cluster>,
+    /// Whether the standby was promoted (the expectations then run on it).
+    promoted: bool,
+}
+
+impl NodesState {
+    fn node(&self, name: &str) -> Result<&Cluster, String> {
+        let node = if name == "standby" {
+            &self.standby
+        } else {
+            &self.primary
+        };
+        node.as_ref().ok_or_else(|| format!("no {name} node"))
+    }
 }
 
 impl SpecEngine for PairEngine {
@@ -117,7 +156,14 @@ impl SpecEngine for PairEngine {
             let pair = match known {
                 Some(pair) => pair,
                 None => {
-                    let pair = Arc::new(pair::start_pair(ctx, Replication::Asynchronous).await?);
+                    let started = pair::start_pair(ctx, Replication::Asynchronous).await?;
+                    let state = NodesState {
+                        primary: Some(started.primary),
+                        standby: Some(started.standby),
+                        promoted: false,
+                    };
+                    let state = tokio::sync::Mutex::new(state);
+                    let pair = Arc::new(Nodes { state });
                     let mut pairs = self.pairs.lock().expect("not poisoned");
                     pairs.insert(ctx.case_id().to_string(), pair.clone());
                     pair
@@ -152,26 +198,28 @@ impl SpecEngine for PairEngine {
 struct NodeSession {
     client: Client,
     mode: TransferMode,
-    pair: Arc<Pair>,
+    pair: Arc<Nodes>,
 }
 
 impl NodeSession {
-    /// A session on the primary.
-    async fn open(pair: Arc<Pair>, mode: TransferMode) -> anyhow::Result<NodeSession> {
-        let client = pair.primary.connect(LEDGER_DATABASE).await?;
+    /// A session on the primary (the promoted standby once there was a promotion).
+    async fn open(pair: Arc<Nodes>, mode: TransferMode) -> anyhow::Result<NodeSession> {
+        let client = {
+            let state = pair.state.lock().await;
+            let name = if state.promoted { "standby" } else { "primary" };
+            let node = state.node(name).map_err(anyhow::Error::msg)?;
+            node.connect(LEDGER_DATABASE).await?
+        };
         Ok(NodeSession { client, mode, pair })
     }
 
-    async fn on(&mut self, node: &str) -> Result<String, String> {
-        let cluster: &Cluster = match node {
-            "standby" => &self.pair.standby,
-            _ => &self.pair.primary,
-        };
-        self.client = cluster
-            .connect(LEDGER_DATABASE)
+    /// A new connection to node `name`.
+    async fn connect(&self, name: &str) -> Result<Client, String> {
+        let state = self.pair.state.lock().await;
+        let node = state.node(name)?;
+        node.connect(LEDGER_DATABASE)
             .await
-            .map_err(|e| e.to_string())?;
-        Ok(format!("on {node}"))
+            .map_err(|e| e.to_string())
     }
 
     async fn transfer(&mut self, call: &Call) -> Result<String, String> {
@@ -186,12 +234,14 @@ impl NodeSession {
         };
         let result = result.map_err(|e| e.to_string())?;
         let outcome = format!("{:?}", result.outcome).to_uppercase();
-        Ok(format!("outcome={outcome} balance={}", result.balance))
+        Ok(format!(
+            "outcome={outcome} balance={} replayed={}",
+            result.balance, result.replayed
+        ))
     }
 
     async fn standby_sql(&self, sql: &str) -> Result<String, String> {
-        let standby = self.pair.standby.connect(LEDGER_DATABASE).await;
-        let standby = standby.map_err(|e| e.to_string())?;
+        let standby = self.connect("standby").await?;
         let row = standby
             .query_one(sql, &[])
             .await
@@ -232,13 +282,72 @@ impl NodeSession {
             .map_err(|_| "balance")?;
         let placed = read >= amount;
         if placed {
-            let primary = self.pair.primary.connect(LEDGER_DATABASE).await;
-            let primary = primary.map_err(|e| e.to_string())?;
+            let primary = self.connect("primary").await?;
             let update = "UPDATE account SET balance = balance - $1 WHERE account_id = $2";
             let updated = primary.execute(update, &[&amount, &account]).await;
             updated.map_err(|e| e.to_string())?;
         }
         Ok(format!("read={read} placed={placed}"))
+    }
+
+    /// The replication calls: what the standby has, and the WAL receiver.
+    async fn replication(&self, op: &str) -> Result<String, String> {
+        let state = self.pair.state.lock().await;
+        let (primary, standby) = (state.node("primary")?, state.node("standby")?);
+        match op {
+            "wait-replayed" => {
+                let waited = crate::wal::wait_replayed(primary, standby).await;
+                waited.map_err(|e| format!("{e:#}"))?;
+                Ok("replayed up to the primary's flush position".into())
+            }
+            "received-all" => {
+                let flushed = crate::wal::flushed(primary)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let all = crate::wal::received_up_to(standby, &flushed).await;
+                Ok(format!("received_all={}", all.map_err(|e| e.to_string())?))
+            }
+            _ => {
+                let pid = standby
+                    .wal_receiver_pid()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                kill(Pid::from_raw(pid), Signal::SIGSTOP).map_err(|e| e.to_string())?;
+                Ok("WAL receiver stopped (SIGSTOP)".into())
+            }
+        }
+    }
+
+    /// `kill`, `start` and `promote`: the failover's steps on the case's nodes.
+    async fn failover(&self, op: &str, name: &str) -> Result<String, String> {
+        let mut state = self.pair.state.lock().await;
+        let slot = if name == "standby" {
+            &mut state.standby
+        } else {
+            &mut state.primary
+        };
+        match op {
+            "kill" | "start" => {
+                let node = slot.take().ok_or_else(|| format!("no {name} node"))?;
+                let done = if op == "kill" {
+                    pair::kill_node(node).await
+                } else {
+                    pair::start_again(node).await
+                };
+                *slot = Some(done.map_err(|e| format!("{e:#}"))?);
+                Ok(if op == "kill" {
+                    format!("killed {name} (kill -9)")
+                } else {
+                    format!("started {name} again")
+                })
+            }
+            _ => {
+                let standby = state.node("standby")?;
+                standby.promote().await.map_err(|e| e.to_string())?;
+                state.promoted = true;
+                Ok("promoted".into())
+            }
+        }
     }
 }
 
@@ -249,14 +358,13 @@ impl EngineSession for NodeSession {
 
     fn call<'a>(&'a mut self, call: &'a Call) -> BoxFuture<'a, Result<String, String>> {
         async move {
+            let node = call.arg("node").unwrap_or("standby");
             match call.op.as_str() {
-                "on" => self.on(call.arg("node").unwrap_or_default()).await,
-                "grant" | "debit" => self.transfer(call).await,
-                "wait-replayed" => {
-                    let waited = crate::wal::wait_replayed(&self.pair.primary, &self.pair.standby);
-                    waited.await.map_err(|e| format!("{e:#}"))?;
-                    Ok("replayed up to the primary's flush position".into())
+                "on" => {
+                    self.client = self.connect(node).await?;
+                    Ok(format!("on {node}"))
                 }
+                "grant" | "debit" => self.transfer(call).await,
                 "pause-replay" => {
                     self.standby_sql("SELECT pg_wal_replay_pause()::text")
                         .await?;
@@ -264,8 +372,22 @@ impl EngineSession for NodeSession {
                 }
                 "wait-paused" => self.wait_paused().await,
                 "naive-place" => self.naive_place(call).await,
+                "reconcile" => Ok(self.reconcile().await?.1),
+                "wait-replayed" | "received-all" | "stop-receiver" => {
+                    self.replication(&call.op).await
+                }
+                "kill" | "start" | "promote" => self.failover(&call.op, node).await,
                 other => Err(format!("no operation {other:?}")),
             }
+        }
+        .boxed()
+    }
+
+    fn reconcile(&mut self) -> BoxFuture<'_, Reconciled> {
+        async move {
+            let findings = points_ledger::reconcile(&mut self.client).await;
+            let findings = findings.map_err(|e| e.to_string())?;
+            Ok((findings.is_clean(), findings.summary()))
         }
         .boxed()
     }
