@@ -31,12 +31,8 @@ pub mod spec_engine;
 
 // One line per case, in id order.
 case_kit::register_cases! {
-    i03_cancel_races_a_fill,
     pub i04_sixteen_inserters_deadlock,
-    i05_orders_compete_for_too_little,
     i08_server_killed_inside_a_placement,
-    pub i10_read_inside_the_failed_transaction,
-    pub i12_gap_locks_of_a_locking_read,
 }
 
 /// The family's id prefix.
