@@ -29,8 +29,8 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
 use super::model::{Action, Call, Expect, Layout, Spec};
-use super::{load, spec_id};
 use super::play::{POLL_INTERVAL_MS, STEP_WAIT_MS};
+use super::{load, spec_id};
 use crate::case::Case;
 use crate::ctx::Ctx;
 use crate::race::AbortOnDrop;
@@ -482,10 +482,14 @@ impl<'a> Waits<'a> {
         });
         self.settle(None).await?;
         let shown = step.action.display();
-        if self.flights[index].as_ref().is_some_and(|f| f.handle.is_finished()) {
+        if self.flights[index]
+            .as_ref()
+            .is_some_and(|f| f.handle.is_finished())
+        {
             let outcome = self.land(index).await?;
             self.lines.push(format!("step {}: {shown}", step.name));
-            self.lines.extend(outcome.into_iter().map(|l| format!("  {l}")));
+            self.lines
+                .extend(outcome.into_iter().map(|l| format!("  {l}")));
         } else {
             let line = format!("step {}: {shown} <waiting ...>", step.name);
             self.lines.push(line);
@@ -507,14 +511,22 @@ impl<'a> Waits<'a> {
     async fn print_completed(&mut self) -> anyhow::Result<usize> {
         let mut ended: Vec<(usize, usize)> = (0..self.flights.len())
             .filter_map(|i| self.flights[i].as_ref().map(|f| (f.sent, i)))
-            .filter(|(_, i)| self.flights[*i].as_ref().is_some_and(|f| f.handle.is_finished()))
+            .filter(|(_, i)| {
+                self.flights[*i]
+                    .as_ref()
+                    .is_some_and(|f| f.handle.is_finished())
+            })
             .collect();
         ended.sort();
         for (_, index) in &ended {
             let step = self.flights[*index].as_ref().map(|f| f.step.clone());
             let outcome = self.land(*index).await?;
-            self.lines.push(format!("step {}: <... completed>", step.unwrap_or_default()));
-            self.lines.extend(outcome.into_iter().map(|l| format!("  {l}")));
+            self.lines.push(format!(
+                "step {}: <... completed>",
+                step.unwrap_or_default()
+            ));
+            self.lines
+                .extend(outcome.into_iter().map(|l| format!("  {l}")));
         }
         Ok(ended.len())
     }
@@ -587,7 +599,12 @@ impl<'a> Waits<'a> {
         if Instant::now() < deadline {
             return Ok(());
         }
-        let stuck: Vec<&str> = self.flights.iter().flatten().map(|f| f.step.as_str()).collect();
+        let stuck: Vec<&str> = self
+            .flights
+            .iter()
+            .flatten()
+            .map(|f| f.step.as_str())
+            .collect();
         anyhow::bail!(
             "step {} still in flight after {} s",
             stuck.join(", "),

@@ -32,7 +32,6 @@ pub mod spec_engine;
 // One line per case, in id order.
 case_kit::register_cases! {
     pub i04_sixteen_inserters_deadlock,
-    i08_server_killed_inside_a_placement,
 }
 
 /// The family's id prefix.

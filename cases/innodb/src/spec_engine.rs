@@ -225,7 +225,10 @@ impl Session {
             return Err("this session already holds an event: release it first".into());
         }
         let kind = event_kind(&call.op).ok_or_else(|| format!("{} is no event", call.op))?;
-        let point: HookPoint = Args(call).text("hold")?.parse().map_err(|e| format!("{e}"))?;
+        let point: HookPoint = Args(call)
+            .text("hold")?
+            .parse()
+            .map_err(|e| format!("{e}"))?;
         let gate = Arc::new(Gate::new(kind, point));
         let mut conn = self.db.connect().await.map_err(|e| format!("{e:#}"))?;
         let (held, call) = (gate.clone(), call.clone());
@@ -244,11 +247,18 @@ impl Session {
         Ok(format!("held at {point}"))
     }
 
-    /// `release`: lets the held event go on and prints what it ends with.
+    /// `release`: lets the held event go on and prints what it ends with. An event whose
+    /// connection died meanwhile (`kill-server`, I8) prints `MariaDB client: connection
+    /// lost`: the driver's own words vary with the moment the socket is found closed
+    /// (closed, reset, broken pipe).
     async fn release(&mut self) -> Result<String, String> {
         let held = self.held.take().ok_or("no event held on this session")?;
         held.gate.release();
-        held.task.await.map_err(|e| e.to_string())?
+        let ended = held.task.await.map_err(|e| e.to_string())?;
+        ended.map_err(|error| match error.starts_with("MariaDB client:") {
+            true => "MariaDB client: connection lost".to_string(),
+            false => error,
+        })
     }
 }
 
@@ -324,7 +334,10 @@ impl EngineSession for Session {
                 "kill-server" => kill_server().await,
                 "lock-waits" => {
                     let waiting = self.db.lock_waiters(conn).await;
-                    Ok(format!("lock_waits={}", waiting.map_err(|e| format!("{e:#}"))?))
+                    Ok(format!(
+                        "lock_waits={}",
+                        waiting.map_err(|e| format!("{e:#}"))?
+                    ))
                 }
                 "naive-register" => naive_register(conn, &args).await,
                 op if event_kind(op).is_some() => {
@@ -522,14 +535,9 @@ async fn deposit(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<
         asset,
         amount: args.amount()?,
     };
-    let result = frozen_balances_innodb::deposit(
-        conn,
-        &req,
-        hooks,
-        &tally,
-    )
-    .await
-    .map_err(shown)?;
+    let result = frozen_balances_innodb::deposit(conn, &req, hooks, &tally)
+        .await
+        .map_err(shown)?;
     let after = balance(conn, &tenant, &req.account_id, asset).await;
     let mut text = format!("outcome={} {after}", result.outcome.as_str());
     replayed(&mut text, result.replayed, &tally);
@@ -548,10 +556,9 @@ async fn place(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<St
         quantity: args.quantity()?,
         limit_price: args.price()?,
     };
-    let result =
-        frozen_balances_innodb::place(conn, &req, hooks, &tally)
-            .await
-            .map_err(shown)?;
+    let result = frozen_balances_innodb::place(conn, &req, hooks, &tally)
+        .await
+        .map_err(shown)?;
     let asset = result.frozen_asset;
     let after = balance(conn, &tenant, &req.account_id, asset).await;
     let order = result.order_id.map(|id| format!(" order={id}"));
@@ -581,10 +588,9 @@ async fn fill(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<Str
         quantity: args.quantity()?,
         price: args.price()?,
     };
-    let r =
-        frozen_balances_innodb::fill(conn, &req, hooks, &tally)
-            .await
-            .map_err(shown)?;
+    let r = frozen_balances_innodb::fill(conn, &req, hooks, &tally)
+        .await
+        .map_err(shown)?;
     let mut text = format!("outcome={}", r.outcome.as_str());
     if let Some((order, status)) = r.closed_order {
         text.push_str(&format!(" closed={order} status={}", status.as_str()));
@@ -617,14 +623,9 @@ async fn cancel(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<S
         account_id: args.text("account")?.into(),
         order_id: order_id(conn, &tenant, args.text("order")?).await?,
     };
-    let r = frozen_balances_innodb::cancel(
-        conn,
-        &req,
-        hooks,
-        &tally,
-    )
-    .await
-    .map_err(shown)?;
+    let r = frozen_balances_innodb::cancel(conn, &req, hooks, &tally)
+        .await
+        .map_err(shown)?;
     let after = balance(conn, &tenant, &req.account_id, r.asset).await;
     let mut text = format!(
         "outcome={} released={} status={} {after}",
