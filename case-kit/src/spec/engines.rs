@@ -6,8 +6,10 @@
 //! The format is ours (`docs/adding-a-case.md`), read by the same parser; what differs
 //! from PostgreSQL's runner:
 //!
-//! - steps run one at a time, each to its end, in the permutation's order: the engine
-//!   has no `pg_isolation_test_session_is_blocked` to ask, so no `<waiting ...>` is ever
+//! - waits are seen only where the engine reports them ([`EngineSession::wait_id`],
+//!   [`EngineSession::waiting`]: MariaDB's `INNODB_TRX`); then a permutation plays as on
+//!   PostgreSQL, without markers or notices ([`Waits`]). Elsewhere (SQLite) steps run one
+//!   at a time, each to its end, in the permutation's order: no `<waiting ...>` is
 //!   printed, and a step that would wait for another session's lock waits inside the
 //!   engine (SQLite's busy timeout) and prints what it ends with;
 //! - no `race call:`/`race step:`, no `restart immediate:` and no PostgreSQL layout

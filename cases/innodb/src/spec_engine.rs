@@ -25,6 +25,19 @@
 //! - `reconcile` → `clean=true BTC=0.00000000 USDT=0.000000`, or `clean=false`, the
 //!   sums, the findings' counts and each finding (`row default/alice USDT: …`, `;`
 //!   between them)
+//! - an event with `hold=POINT` → `held at POINT`: started on a connection of its own
+//!   with a [`Gate`] there, returned once paused; `release` lets it go on and prints its
+//!   answer or error
+//! - `lock-waits` → `lock_waits=N`, the sessions of the case's database in `LOCK WAIT`
+//! - `kill-server` → `killed signal=9 restarted=another-process` (SIGKILL of `mariadbd`,
+//!   restarted on its data and port: InnoDB's crash recovery)
+//! - `naive-register account=A asset=X key=K` → `inside_read=NotFound` (the naive
+//!   registration that reads inside the failed transaction) or `Found:OK`, `Registered`
+//! - `place … show=reported` adds `reported_available=…`, the product's answer's figure
+//!
+//! Every session reports its connection id ([`EngineSession::wait_id`]) and which
+//! connections wait in `INNODB_TRX` ([`EngineSession::waiting`]), so a step seen waiting
+//! for a lock prints `<waiting ...>` and the next step is sent.
 //!
 //! An order is named by the business id it was placed under (`buy=place-i101`) or by its
 //! number (`#3`); every call takes `tenant=T` (default `default`); `replayed=true` is
