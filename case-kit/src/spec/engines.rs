@@ -6,8 +6,10 @@
 //! The format is ours (`docs/adding-a-case.md`), read by the same parser; what differs
 //! from PostgreSQL's runner:
 //!
-//! - steps run one at a time, each to its end, in the permutation's order: the engine
-//!   has no `pg_isolation_test_session_is_blocked` to ask, so no `<waiting ...>` is ever
+//! - waits are seen only where the engine reports them ([`EngineSession::wait_id`],
+//!   [`EngineSession::waiting`]: MariaDB's `INNODB_TRX`); then a permutation plays as on
+//!   PostgreSQL, without markers or notices ([`Waits`]). Elsewhere (SQLite) steps run one
+//!   at a time, each to its end, in the permutation's order: no `<waiting ...>` is
 //!   printed, and a step that would wait for another session's lock waits inside the
 //!   engine (SQLite's busy timeout) and prints what it ends with;
 //! - no `race call:`/`race step:`, no `restart immediate:` and no PostgreSQL layout
@@ -23,14 +25,17 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
 use super::model::{Action, Call, Expect, Layout, Spec};
+use super::play::{POLL_INTERVAL_MS, STEP_WAIT_MS};
 use super::{load, spec_id};
 use crate::case::Case;
 use crate::ctx::Ctx;
+use crate::race::AbortOnDrop;
 
 pub use super::model::Reconciled;
 
@@ -54,6 +59,26 @@ pub trait EngineSession: Send {
     /// the family has none (a failed check).
     fn reconcile(&mut self) -> BoxFuture<'_, Reconciled> {
         async { Err("this family offers no reconciliation".to_string()) }.boxed()
+    }
+
+    /// The connection's id on the server (MariaDB's `CONNECTION_ID()`), as
+    /// [`EngineSession::waiting`] reports it. `None` (the default): the engine observes
+    /// no waits, and the steps run one at a time, each to its end. When every session
+    /// of a permutation has one, the steps run as on PostgreSQL: a step seen blocked
+    /// prints `<waiting ...>`, the next step is sent, and `<... completed>` follows once
+    /// it ends.
+    fn wait_id(&self) -> Option<u64> {
+        None
+    }
+
+    /// Which of `ids` (connections' [`EngineSession::wait_id`]s) wait for a lock now,
+    /// as the engine itself reports it (InnoDB: `INNODB_TRX.trx_state = 'LOCK WAIT'`):
+    /// an observation, never a guess from time. Asked on a connection of its own (the
+    /// monitor). Default: none.
+    ///
+    /// Errors: the engine could not be asked (the monitor is reopened once).
+    fn waiting<'a>(&'a mut self, _ids: &'a [u64]) -> BoxFuture<'a, Result<Vec<u64>, String>> {
+        async { Ok(Vec::new()) }.boxed()
     }
 }
 
@@ -296,6 +321,41 @@ async fn play(
     // Closed before the sessions start, so a step that closes its own connection
     // leaves the file with none open (S7); the teardown gets a connection of its own.
     drop(setup);
+    let mut sessions = open_sessions(ctx, permutation, spec, engine).await?;
+    if sessions.iter().all(|s| s.wait_id().is_some()) && !sessions.is_empty() {
+        let mut waits = Waits::new(ctx, permutation, engine, sessions, lines);
+        waits.play(spec, names).await?;
+        let sessions = waits.into_sessions();
+        return teardown(ctx, permutation, spec, engine, sessions, lines).await;
+    }
+    for name in names {
+        let (index, step) = find(spec, name);
+        let outcome = act(sessions[index].as_mut(), &step.action).await;
+        lines.push(format!("step {}: {}", step.name, step.action.display()));
+        lines.extend(outcome.into_iter().map(|line| format!("  {line}")));
+    }
+    teardown(ctx, permutation, spec, engine, sessions, lines).await
+}
+
+/// The step `name` of `spec` and the index of its session.
+fn find<'s>(spec: &'s Spec, name: &str) -> (usize, &'s super::model::Step) {
+    spec.sessions
+        .iter()
+        .enumerate()
+        .find_map(|(i, s)| s.steps.iter().find(|st| st.name == name).map(|st| (i, st)))
+        .expect("permutations name known steps")
+}
+
+/// One connection per session of `spec` on database `permutation`, each with its own
+/// setup run.
+///
+/// Errors: a connection that cannot be opened; a session setup that fails.
+async fn open_sessions(
+    ctx: &Ctx,
+    permutation: usize,
+    spec: &Spec,
+    engine: &dyn SpecEngine,
+) -> anyhow::Result<Vec<Box<dyn EngineSession>>> {
     let mut sessions = Vec::new();
     for session in &spec.sessions {
         let mut connection = engine.connect(ctx, permutation).await?;
@@ -307,17 +367,21 @@ async fn play(
         }
         sessions.push(connection);
     }
-    for name in names {
-        let (index, step) = spec
-            .sessions
-            .iter()
-            .enumerate()
-            .find_map(|(i, s)| s.steps.iter().find(|st| st.name == *name).map(|st| (i, st)))
-            .expect("permutations name known steps");
-        let outcome = act(sessions[index].as_mut(), &step.action).await;
-        lines.push(format!("step {}: {}", step.name, step.action.display()));
-        lines.extend(outcome.into_iter().map(|line| format!("  {line}")));
-    }
+    Ok(sessions)
+}
+
+/// Each session's teardown on its connection, then the spec's on a new one (its rows
+/// printed).
+///
+/// Errors: the teardown's connection cannot be opened.
+async fn teardown(
+    ctx: &Ctx,
+    permutation: usize,
+    spec: &Spec,
+    engine: &dyn SpecEngine,
+    mut sessions: Vec<Box<dyn EngineSession>>,
+    lines: &mut Vec<String>,
+) -> anyhow::Result<()> {
     for (session, connection) in spec.sessions.iter().zip(sessions.iter_mut()) {
         for sql in &session.teardown {
             connection.sql(sql).await;
@@ -330,6 +394,225 @@ async fn play(
         lines.extend(outcome.into_iter().map(|line| format!("  {line}")));
     }
     Ok(())
+}
+
+/// A step in flight on an engine: its session's connection is in the task.
+struct Flight {
+    step: String,
+    /// Its place in the permutation: completions print in this order.
+    sent: usize,
+    /// The session's [`EngineSession::wait_id`] when it was sent.
+    id: u64,
+    handle: AbortOnDrop<(Box<dyn EngineSession>, Vec<String>)>,
+}
+
+/// A permutation played with waits observed on the engine (every session has a
+/// [`EngineSession::wait_id`]), as PostgreSQL's runner plays one (`play.rs`), without
+/// markers or notices: a step is sent, the runner looks until every step in flight has
+/// ended or is reported waiting by the engine ([`EngineSession::waiting`]), then prints
+/// the step with its result or `<waiting ...>`, then the completions of steps shown
+/// waiting, in the order they were sent.
+struct Waits<'a> {
+    ctx: &'a Ctx,
+    permutation: usize,
+    engine: &'a dyn SpecEngine,
+    /// A session's connection while it has no step in flight.
+    home: Vec<Option<Box<dyn EngineSession>>>,
+    flights: Vec<Option<Flight>>,
+    /// The connection [`EngineSession::waiting`] is asked on, opened at first need.
+    monitor: Option<Box<dyn EngineSession>>,
+    lines: &'a mut Vec<String>,
+}
+
+impl<'a> Waits<'a> {
+    fn new(
+        ctx: &'a Ctx,
+        permutation: usize,
+        engine: &'a dyn SpecEngine,
+        sessions: Vec<Box<dyn EngineSession>>,
+        lines: &'a mut Vec<String>,
+    ) -> Waits<'a> {
+        Waits {
+            ctx,
+            permutation,
+            engine,
+            flights: sessions.iter().map(|_| None).collect(),
+            home: sessions.into_iter().map(Some).collect(),
+            monitor: None,
+            lines,
+        }
+    }
+
+    /// Sends every step of `names` in order, then waits for those still in flight.
+    ///
+    /// Errors: a step still in flight after [`STEP_WAIT_MS`]; a step task that panicked;
+    /// the engine could not be asked about waits.
+    async fn play(&mut self, spec: &Spec, names: &[&str]) -> anyhow::Result<()> {
+        for (order, name) in names.iter().enumerate() {
+            let (index, step) = find(spec, name);
+            self.send(index, step, order).await?;
+        }
+        self.drain(None).await
+    }
+
+    /// The sessions' connections, once none has a step in flight (after [`Waits::play`]).
+    fn into_sessions(self) -> Vec<Box<dyn EngineSession>> {
+        self.home.into_iter().flatten().collect()
+    }
+
+    /// Sends `step` on session `index` (after the session's previous step ended) and
+    /// prints it and what it released.
+    async fn send(
+        &mut self,
+        index: usize,
+        step: &super::model::Step,
+        order: usize,
+    ) -> anyhow::Result<()> {
+        self.drain(Some(index)).await?;
+        let mut session = self.home[index].take().expect("an idle session");
+        let id = session.wait_id().unwrap_or_default();
+        let action = step.action.clone();
+        let handle = AbortOnDrop::spawn(async move {
+            let outcome = act(session.as_mut(), &action).await;
+            (session, outcome)
+        });
+        self.flights[index] = Some(Flight {
+            step: step.name.clone(),
+            sent: order,
+            id,
+            handle,
+        });
+        self.settle(None).await?;
+        let shown = step.action.display();
+        if self.flights[index]
+            .as_ref()
+            .is_some_and(|f| f.handle.is_finished())
+        {
+            let outcome = self.land(index).await?;
+            self.lines.push(format!("step {}: {shown}", step.name));
+            self.lines
+                .extend(outcome.into_iter().map(|l| format!("  {l}")));
+        } else {
+            let line = format!("step {}: {shown} <waiting ...>", step.name);
+            self.lines.push(line);
+        }
+        self.print_completed().await?;
+        Ok(())
+    }
+
+    /// Takes the ended step of session `index` back: its connection home, its outcome.
+    async fn land(&mut self, index: usize) -> anyhow::Result<Vec<String>> {
+        let flight = self.flights[index].take().expect("a step in flight");
+        let (session, outcome) = flight.handle.await?;
+        self.home[index] = Some(session);
+        Ok(outcome)
+    }
+
+    /// Prints `<... completed>` and the result of every ended step, in the order sent;
+    /// returns how many.
+    async fn print_completed(&mut self) -> anyhow::Result<usize> {
+        let mut ended: Vec<(usize, usize)> = (0..self.flights.len())
+            .filter_map(|i| self.flights[i].as_ref().map(|f| (f.sent, i)))
+            .filter(|(_, i)| {
+                self.flights[*i]
+                    .as_ref()
+                    .is_some_and(|f| f.handle.is_finished())
+            })
+            .collect();
+        ended.sort();
+        for (_, index) in &ended {
+            let step = self.flights[*index].as_ref().map(|f| f.step.clone());
+            let outcome = self.land(*index).await?;
+            self.lines.push(format!(
+                "step {}: <... completed>",
+                step.unwrap_or_default()
+            ));
+            self.lines
+                .extend(outcome.into_iter().map(|l| format!("  {l}")));
+        }
+        Ok(ended.len())
+    }
+
+    /// Looks until every step in flight has ended or is reported waiting by the engine;
+    /// `must_finish`: a session whose step must end.
+    async fn settle(&mut self, must_finish: Option<usize>) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_millis(STEP_WAIT_MS);
+        loop {
+            let running: Vec<(usize, u64)> = (0..self.flights.len())
+                .filter_map(|i| self.flights[i].as_ref().map(|f| (i, f)))
+                .filter(|(_, f)| !f.handle.is_finished())
+                .map(|(i, f)| (i, f.id))
+                .collect();
+            let quiet = if running.is_empty() {
+                true
+            } else if running.iter().any(|(i, _)| Some(*i) == must_finish) {
+                false
+            } else {
+                let ids: Vec<u64> = running.iter().map(|(_, id)| *id).collect();
+                let waiting = self.waiting(&ids).await?;
+                ids.iter().all(|id| waiting.contains(id))
+            };
+            if quiet {
+                return Ok(());
+            }
+            self.bail_after(deadline)?;
+            tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+        }
+    }
+
+    /// Which of `ids` the engine reports waiting, on the monitor (opened, or reopened
+    /// once after an error: a server restarted by a step closes it).
+    async fn waiting(&mut self, ids: &[u64]) -> anyhow::Result<Vec<u64>> {
+        for attempt in 0..2 {
+            if self.monitor.is_none() {
+                self.monitor = Some(self.engine.connect(self.ctx, self.permutation).await?);
+            }
+            let monitor = self.monitor.as_mut().expect("a monitor");
+            match monitor.waiting(ids).await {
+                Ok(waiting) => return Ok(waiting),
+                Err(error) if attempt == 1 => anyhow::bail!("waits unreadable: {error}"),
+                Err(_) => self.monitor = None,
+            }
+        }
+        unreachable!("the second attempt returns")
+    }
+
+    /// Waits until `session` (every session for `None`) has no step in flight, printing
+    /// completions meanwhile.
+    async fn drain(&mut self, session: Option<usize>) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_millis(STEP_WAIT_MS);
+        loop {
+            let busy = |w: &Self| match session {
+                Some(s) => w.flights[s].is_some(),
+                None => w.flights.iter().any(Option::is_some),
+            };
+            if !busy(self) {
+                return Ok(());
+            }
+            self.settle(session).await?;
+            if self.print_completed().await? == 0 && busy(self) {
+                self.bail_after(deadline)?;
+                tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+            }
+        }
+    }
+
+    fn bail_after(&self, deadline: Instant) -> anyhow::Result<()> {
+        if Instant::now() < deadline {
+            return Ok(());
+        }
+        let stuck: Vec<&str> = self
+            .flights
+            .iter()
+            .flatten()
+            .map(|f| f.step.as_str())
+            .collect();
+        anyhow::bail!(
+            "step {} still in flight after {} s",
+            stuck.join(", "),
+            STEP_WAIT_MS / 1000
+        )
+    }
 }
 
 /// A setup item or a step on `connection`: SQL's rows, or the call's outcome (`ERROR `

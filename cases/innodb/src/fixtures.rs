@@ -89,14 +89,7 @@ impl Db {
     ///
     /// Errors: SQL errors.
     pub async fn lock_waiters(&self, observer: &mut mysql_async::Conn) -> anyhow::Result<i64> {
-        let mut last = LAST_TRX_READ.lock().await;
-        if let Some(at) = *last {
-            let since = at.elapsed();
-            let idle = Duration::from_millis(TRX_CACHE_IDLE_MS);
-            if since < idle {
-                tokio::time::sleep(idle - since).await;
-            }
-        }
+        let mut last = paced().await;
         let n: Result<Option<i64>, _> = observer
             .exec_first(
                 "SELECT COUNT(*) FROM information_schema.INNODB_TRX t \
@@ -138,6 +131,46 @@ impl Db {
             "fewer than {n} sessions waited for a lock within {LOCK_WAIT_MAX_MS} ms (at most {most}); sessions: {sessions:?}"
         )
     }
+}
+
+/// The pacer of `INNODB_TRX` reads, held for one read: returns once the last read of
+/// the process ended at least [`TRX_CACHE_IDLE_MS`] ago; the caller sets the time its
+/// read ended.
+async fn paced() -> tokio::sync::MutexGuard<'static, Option<Instant>> {
+    let last = LAST_TRX_READ.lock().await;
+    if let Some(at) = *last {
+        let since = at.elapsed();
+        let idle = Duration::from_millis(TRX_CACHE_IDLE_MS);
+        if since < idle {
+            tokio::time::sleep(idle - since).await;
+        }
+    }
+    last
+}
+
+/// Which of the connections `ids` (`CONNECTION_ID()`) wait for an InnoDB lock now
+/// (`INNODB_TRX.trx_state = 'LOCK WAIT'`), read through the same pacer as
+/// [`Db::lock_waiters`].
+///
+/// Errors: SQL errors.
+pub async fn lock_waiting(
+    observer: &mut mysql_async::Conn,
+    ids: &[u64],
+) -> Result<Vec<u64>, mysql_async::Error> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let list: Vec<String> = ids.iter().map(u64::to_string).collect();
+    let mut last = paced().await;
+    let waiting = observer
+        .query(format!(
+            "SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX \
+             WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id IN ({})",
+            list.join(", ")
+        ))
+        .await;
+    *last = Some(Instant::now());
+    waiting
 }
 
 /// Deposits `coins` whole coins of `asset` to `account`.

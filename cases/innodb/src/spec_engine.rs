@@ -25,6 +25,19 @@
 //! - `reconcile` → `clean=true BTC=0.00000000 USDT=0.000000`, or `clean=false`, the
 //!   sums, the findings' counts and each finding (`row default/alice USDT: …`, `;`
 //!   between them)
+//! - an event with `hold=POINT` → `held at POINT`: started on a connection of its own
+//!   with a [`Gate`] there, returned once paused; `release` lets it go on and prints its
+//!   answer or error
+//! - `lock-waits` → `lock_waits=N`, the sessions of the case's database in `LOCK WAIT`
+//! - `kill-server` → `killed signal=9 restarted=another-process` (SIGKILL of `mariadbd`,
+//!   restarted on its data and port: InnoDB's crash recovery)
+//! - `naive-register account=A asset=X key=K` → `inside_read=NotFound` (the naive
+//!   registration that reads inside the failed transaction) or `Found:OK`, `Registered`
+//! - `place … show=reported` adds `reported_available=…`, the product's answer's figure
+//!
+//! Every session reports its connection id ([`EngineSession::wait_id`]) and which
+//! connections wait in `INNODB_TRX` ([`EngineSession::waiting`]), so a step seen waiting
+//! for a lock prints `<waiting ...>` and the next step is sent.
 //!
 //! An order is named by the business id it was placed under (`buy=place-i101`) or by its
 //! number (`#3`); every call takes `tenant=T` (default `default`); `replayed=true` is
@@ -54,7 +67,10 @@ use futures_util::future::BoxFuture;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, Value};
 
-use crate::fixtures::{Db, FailAt};
+use case_kit::AbortOnDrop;
+use frozen_balances_innodb::naive::{InsideRead, register_reading_inside};
+
+use crate::fixtures::{Db, FailAt, Gate};
 
 /// Where the family's case files are.
 pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
@@ -63,22 +79,30 @@ pub const SYSTEM: &str = "frozen_balances_innodb";
 
 /// Each operation with its required arguments, then its optional ones (`tenant` is
 /// optional everywhere).
-const OPERATIONS: [(&str, &[&str], &[&str]); 7] = [
+const OPERATIONS: [(&str, &[&str], &[&str]); 11] = [
     ("connect", &["client"], &[]),
-    ("deposit", &["account", "asset", "amount", "key"], &["fail"]),
+    (
+        "deposit",
+        &["account", "asset", "amount", "key"],
+        &["fail", "hold"],
+    ),
     (
         "place",
         &["account", "side", "qty", "price", "key"],
-        &["market", "fail"],
+        &["market", "fail", "hold", "show"],
     ),
     (
         "fill",
         &["buy", "sell", "qty", "price", "key"],
-        &["market", "fail"],
+        &["market", "fail", "hold"],
     ),
-    ("cancel", &["account", "order", "key"], &["fail"]),
+    ("cancel", &["account", "order", "key"], &["fail", "hold"]),
     ("balance", &["account", "asset"], &[]),
     ("reconcile", &[], &[]),
+    ("release", &[], &[]),
+    ("kill-server", &[], &[]),
+    ("lock-waits", &[], &[]),
+    ("naive-register", &["account", "asset", "key"], &[]),
 ];
 
 /// The family's case files, read now (no registration, no rebuild).
@@ -121,7 +145,13 @@ impl SpecEngine for MariaDbEngine {
         if let Some((name, _)) = call.args.iter().find(|(name, _)| !known(name)) {
             return Err(format!("unknown argument {name:?}"));
         }
-        match call.arg("fail") {
+        if call.arg("fail").is_some() && call.arg("hold").is_some() {
+            return Err("fail= and hold= together: an event is either aborted or held".into());
+        }
+        if let Some(show) = call.arg("show").filter(|show| *show != "reported") {
+            return Err(format!("show={show}: only show=reported"));
+        }
+        match call.arg("fail").or(call.arg("hold")) {
             Some(point) => point
                 .parse::<HookPoint>()
                 .map(|_| ())
@@ -153,7 +183,12 @@ impl SpecEngine for MariaDbEngine {
                 Db { name }
             };
             let conn = db.connect().await?;
-            Ok(Box::new(Session { db, conn }) as Box<dyn EngineSession>)
+            let session = Session {
+                db,
+                conn,
+                held: None,
+            };
+            Ok(Box::new(session) as Box<dyn EngineSession>)
         }
         .boxed()
     }
@@ -172,6 +207,14 @@ fn database(ctx: &Ctx, permutation: usize) -> String {
 struct Session {
     db: Db,
     conn: Conn,
+    /// The event this session holds at a hook point (`hold=POINT`), until `release`.
+    held: Option<Held>,
+}
+
+/// An event paused at a hook point on a connection of its own, until released.
+struct Held {
+    gate: Arc<Gate>,
+    task: AbortOnDrop<Result<String, String>>,
 }
 
 impl Session {
@@ -186,6 +229,103 @@ impl Session {
         self.conn = conn.map_err(|e| format!("{e:#}"))?;
         Ok(format!("connected client={client}"))
     }
+
+    /// An event with `hold=POINT`: run on a connection of its own with a [`Gate`] at
+    /// that point; returns once the event is paused there (`held at balances-updated`),
+    /// or with its error if it ended before reaching it.
+    async fn hold(&mut self, call: &Call) -> Result<String, String> {
+        if self.held.is_some() {
+            return Err("this session already holds an event: release it first".into());
+        }
+        let kind = event_kind(&call.op).ok_or_else(|| format!("{} is no event", call.op))?;
+        let point: HookPoint = Args(call)
+            .text("hold")?
+            .parse()
+            .map_err(|e| format!("{e}"))?;
+        let gate = Arc::new(Gate::new(kind, point));
+        let mut conn = self.db.connect().await.map_err(|e| format!("{e:#}"))?;
+        let (held, call) = (gate.clone(), call.clone());
+        let mut task = AbortOnDrop::spawn(async move {
+            let args = Args(&call);
+            event(&mut conn, &args, held.as_ref()).await
+        });
+        tokio::select! {
+            () = gate.reached() => {}
+            ended = &mut task => {
+                let ended = ended.map_err(|e| e.to_string())?;
+                return Err(format!("ended before {point}: {}", ended.unwrap_or_else(|e| e)));
+            }
+        }
+        self.held = Some(Held { gate, task });
+        Ok(format!("held at {point}"))
+    }
+
+    /// `release`: lets the held event go on and prints what it ends with. An event whose
+    /// connection died meanwhile (`kill-server`, I8) prints `MariaDB client: connection
+    /// lost`: the driver's own words vary with the moment the socket is found closed
+    /// (closed, reset, broken pipe).
+    async fn release(&mut self) -> Result<String, String> {
+        let held = self.held.take().ok_or("no event held on this session")?;
+        held.gate.release();
+        let ended = held.task.await.map_err(|e| e.to_string())?;
+        ended.map_err(|error| match error.starts_with("MariaDB client:") {
+            true => "MariaDB client: connection lost".to_string(),
+            false => error,
+        })
+    }
+}
+
+/// The kind of the event `op` names.
+fn event_kind(op: &str) -> Option<EventKind> {
+    Some(match op {
+        "deposit" => EventKind::Deposit,
+        "place" => EventKind::Place,
+        "fill" => EventKind::Fill,
+        "cancel" => EventKind::Cancel,
+        _ => return None,
+    })
+}
+
+/// Runs the event `args` names on `conn` with `hooks`.
+async fn event(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<String, String> {
+    match args.0.op.as_str() {
+        "deposit" => deposit(conn, args, hooks).await,
+        "place" => place(conn, args, hooks).await,
+        "fill" => fill(conn, args, hooks).await,
+        "cancel" => cancel(conn, args, hooks).await,
+        other => Err(format!("{other} is no event")),
+    }
+}
+
+/// `kill-server`: SIGKILL to `mariadbd`, started again on its data and port (InnoDB's
+/// crash recovery): `killed signal=9 restarted=another-process` once the old process is
+/// gone and a new one answers.
+async fn kill_server() -> Result<String, String> {
+    let (old, new) = tokio::task::spawn_blocking(crate::server::kill_and_restart)
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("{e:#}"))?;
+    let gone = !Path::new(&format!("/proc/{old}")).exists();
+    if old == new || !gone {
+        return Err(format!("the old process is not gone (old={old} new={new})"));
+    }
+    Ok("killed signal=9 restarted=another-process".into())
+}
+
+/// `naive-register account=A asset=X key=K`: the registration that reads the balance
+/// first, then inserts, then reads the operation inside the same transaction
+/// (`frozen_balances_innodb::naive::register_reading_inside`): `inside_read=NotFound`,
+/// `inside_read=Found:OK` or `inside_read=Registered`.
+async fn naive_register(conn: &mut Conn, args: &Args<'_>) -> Result<String, String> {
+    let (tenant, account, key) = (args.tenant(), args.text("account")?, args.text("key")?);
+    let read = register_reading_inside(conn, &tenant, key, account, args.asset()?)
+        .await
+        .map_err(shown)?;
+    Ok(match read {
+        InsideRead::NotFound => "inside_read=NotFound".into(),
+        InsideRead::Found(outcome) => format!("inside_read=Found:{outcome}"),
+        InsideRead::Registered => "inside_read=Registered".into(),
+    })
 }
 
 impl EngineSession for Session {
@@ -196,15 +336,27 @@ impl EngineSession for Session {
     fn call<'a>(&'a mut self, call: &'a Call) -> BoxFuture<'a, Result<String, String>> {
         async move {
             let args = Args(call);
-            if call.op == "connect" {
-                return self.reconnect(args.text("client")?).await;
+            match call.op.as_str() {
+                "connect" => return self.reconnect(args.text("client")?).await,
+                "release" => return self.release().await,
+                _ if call.arg("hold").is_some() => return self.hold(call).await,
+                _ => {}
             }
             let conn = &mut self.conn;
             match call.op.as_str() {
-                "deposit" => deposit(conn, &args).await,
-                "place" => place(conn, &args).await,
-                "fill" => fill(conn, &args).await,
-                "cancel" => cancel(conn, &args).await,
+                "kill-server" => kill_server().await,
+                "lock-waits" => {
+                    let waiting = self.db.lock_waiters(conn).await;
+                    Ok(format!(
+                        "lock_waits={}",
+                        waiting.map_err(|e| format!("{e:#}"))?
+                    ))
+                }
+                "naive-register" => naive_register(conn, &args).await,
+                op if event_kind(op).is_some() => {
+                    let hooks = hooks(&args, event_kind(op).expect("an event"))?;
+                    event(conn, &args, hooks.as_ref()).await
+                }
                 "balance" => {
                     let account = args.text("account")?;
                     Ok(balance(conn, &args.tenant(), account, args.asset()?).await)
@@ -212,6 +364,19 @@ impl EngineSession for Session {
                 "reconcile" => reconcile_call(conn, &args.tenant()).await,
                 other => Err(format!("unknown operation {other:?}")),
             }
+        }
+        .boxed()
+    }
+
+    fn wait_id(&self) -> Option<u64> {
+        Some(u64::from(self.conn.id()))
+    }
+
+    fn waiting<'a>(&'a mut self, ids: &'a [u64]) -> BoxFuture<'a, Result<Vec<u64>, String>> {
+        async move {
+            crate::fixtures::lock_waiting(&mut self.conn, ids)
+                .await
+                .map_err(|e| e.to_string())
         }
         .boxed()
     }
@@ -373,7 +538,7 @@ fn replayed(text: &mut String, replayed: bool, tally: &Tally) {
     }
 }
 
-async fn deposit(conn: &mut Conn, args: &Args<'_>) -> Result<String, String> {
+async fn deposit(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<String, String> {
     let tally = Tally::default();
     let (tenant, asset) = (args.tenant(), args.asset()?);
     let req = DepositRequest {
@@ -383,21 +548,16 @@ async fn deposit(conn: &mut Conn, args: &Args<'_>) -> Result<String, String> {
         asset,
         amount: args.amount()?,
     };
-    let result = frozen_balances_innodb::deposit(
-        conn,
-        &req,
-        hooks(args, EventKind::Deposit)?.as_ref(),
-        &tally,
-    )
-    .await
-    .map_err(shown)?;
+    let result = frozen_balances_innodb::deposit(conn, &req, hooks, &tally)
+        .await
+        .map_err(shown)?;
     let after = balance(conn, &tenant, &req.account_id, asset).await;
     let mut text = format!("outcome={} {after}", result.outcome.as_str());
     replayed(&mut text, result.replayed, &tally);
     Ok(text)
 }
 
-async fn place(conn: &mut Conn, args: &Args<'_>) -> Result<String, String> {
+async fn place(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<String, String> {
     let tally = Tally::default();
     let tenant = args.tenant();
     let req = PlaceRequest {
@@ -409,10 +569,9 @@ async fn place(conn: &mut Conn, args: &Args<'_>) -> Result<String, String> {
         quantity: args.quantity()?,
         limit_price: args.price()?,
     };
-    let result =
-        frozen_balances_innodb::place(conn, &req, hooks(args, EventKind::Place)?.as_ref(), &tally)
-            .await
-            .map_err(shown)?;
+    let result = frozen_balances_innodb::place(conn, &req, hooks, &tally)
+        .await
+        .map_err(shown)?;
     let asset = result.frozen_asset;
     let after = balance(conn, &tenant, &req.account_id, asset).await;
     let order = result.order_id.map(|id| format!(" order={id}"));
@@ -423,11 +582,15 @@ async fn place(conn: &mut Conn, args: &Args<'_>) -> Result<String, String> {
         format_units(asset, result.frozen_amount),
         format_units(asset, result.fee_reserve),
     );
+    if args.0.arg("show") == Some("reported") {
+        let reported = format_units(asset, result.available);
+        text.push_str(&format!(" reported_available={reported}"));
+    }
     replayed(&mut text, result.replayed, &tally);
     Ok(text)
 }
 
-async fn fill(conn: &mut Conn, args: &Args<'_>) -> Result<String, String> {
+async fn fill(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<String, String> {
     let tally = Tally::default();
     let (tenant, market) = (args.tenant(), args.market()?);
     let req = FillRequest {
@@ -438,10 +601,9 @@ async fn fill(conn: &mut Conn, args: &Args<'_>) -> Result<String, String> {
         quantity: args.quantity()?,
         price: args.price()?,
     };
-    let r =
-        frozen_balances_innodb::fill(conn, &req, hooks(args, EventKind::Fill)?.as_ref(), &tally)
-            .await
-            .map_err(shown)?;
+    let r = frozen_balances_innodb::fill(conn, &req, hooks, &tally)
+        .await
+        .map_err(shown)?;
     let mut text = format!("outcome={}", r.outcome.as_str());
     if let Some((order, status)) = r.closed_order {
         text.push_str(&format!(" closed={order} status={}", status.as_str()));
@@ -465,7 +627,7 @@ async fn fill(conn: &mut Conn, args: &Args<'_>) -> Result<String, String> {
     Ok(text)
 }
 
-async fn cancel(conn: &mut Conn, args: &Args<'_>) -> Result<String, String> {
+async fn cancel(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<String, String> {
     let tally = Tally::default();
     let tenant = args.tenant();
     let req = CancelRequest {
@@ -474,14 +636,9 @@ async fn cancel(conn: &mut Conn, args: &Args<'_>) -> Result<String, String> {
         account_id: args.text("account")?.into(),
         order_id: order_id(conn, &tenant, args.text("order")?).await?,
     };
-    let r = frozen_balances_innodb::cancel(
-        conn,
-        &req,
-        hooks(args, EventKind::Cancel)?.as_ref(),
-        &tally,
-    )
-    .await
-    .map_err(shown)?;
+    let r = frozen_balances_innodb::cancel(conn, &req, hooks, &tally)
+        .await
+        .map_err(shown)?;
     let after = balance(conn, &tenant, &req.account_id, r.asset).await;
     let mut text = format!(
         "outcome={} released={} status={} {after}",

@@ -1,10 +1,12 @@
-//! The I-family negative controls can fail: each runs under a plan where its fault
-//! cannot happen ([`Plan::Harmless`]: no registration that rolls back behind I4's
-//! sixteen placements, I10's naive registration after the winner committed, I12's second
-//! read not locking), and its `negative control exposes` check must report FAIL. Under
-//! the forced plan, as `./run.sh` runs them, every check passes. I11 is a case file
-//! (`cases/innodb/specs/`): it runs here as committed, where every check passes, and with
-//! its UPDATEs changing the row (`+ 1`, then `- 1`), where its exposes check must fail.
+//! The I-family negative controls can fail: each runs where its fault cannot happen,
+//! and its `negative control exposes` check must report FAIL. I4 (Rust) runs under
+//! [`Plan::Harmless`] (no registration that rolls back behind the sixteen placements)
+//! and under the forced plan, as `./run.sh` runs it, where every check passes. I10, I11
+//! and I12 are case files (`cases/innodb/specs/`): each runs here as committed, where
+//! every check passes, and with one edit removing its fault, where its exposes check,
+//! and only it, must fail: I10's naive registration sent after the winner was released
+//! (its snapshot then includes the winner), I11's UPDATEs changing the row (`+ 1`, then
+//! `- 1`), I12's second read without `LOCK IN SHARE MODE`.
 //!
 //! One scratch MariaDB for the whole binary (fetched into the project's cache on first
 //! use, as root), one database per case and plan; the server is stopped and its folder
@@ -17,10 +19,7 @@ use case_kit::spec;
 use case_kit::{CaseReport, Ctx, Env};
 use cases_innodb::fixtures::Plan;
 use cases_innodb::spec_engine::{MariaDbEngine, SPEC_DIR};
-use cases_innodb::{
-    self as innodb, i04_sixteen_inserters_deadlock as i04,
-    i10_read_inside_the_failed_transaction as i10, i12_gap_locks_of_a_locking_read as i12,
-};
+use cases_innodb::{self as innodb, i04_sixteen_inserters_deadlock as i04};
 
 /// Seed of this test's environment (the controls use no random input).
 const SEED: u64 = 34;
@@ -43,8 +42,6 @@ async fn run(env: &std::sync::Arc<Env>, case_id: &'static str, plan: Plan) -> Ct
         .expect("a context");
     let result = match case_id {
         "I4" => i04::run(&mut ctx, plan).await,
-        "I10" => i10::run(&mut ctx, plan).await,
-        "I12" => i12::run(&mut ctx, plan).await,
         other => panic!("no control {other}"),
     };
     result.unwrap_or_else(|e| panic!("{case_id} under {plan:?} fails to run: {e:#}"));
@@ -52,22 +49,24 @@ async fn run(env: &std::sync::Arc<Env>, case_id: &'static str, plan: Plan) -> Ct
     ctx
 }
 
-/// Runs the I11 file, its text changed by `edits`, as case I11; returns the report.
-async fn run_i11(env: &Arc<Env>, edits: &[(&str, &str)]) -> CaseReport {
-    let name = "i11_affected_rows.spec";
-    let mut text = std::fs::read_to_string(Path::new(SPEC_DIR).join(name)).expect("I11");
+/// Runs the file `name`, its text changed by `edits`, as case `id`; returns the report.
+async fn run_file(env: &Arc<Env>, id: &str, name: &str, edits: &[(&str, &str)]) -> CaseReport {
+    let mut text = std::fs::read_to_string(Path::new(SPEC_DIR).join(name)).expect(name);
     for (from, to) in edits {
         assert!(text.contains(from), "{name} has no {from:?}");
         text = text.replace(from, to);
     }
-    let parsed = spec::parse(&text).expect("I11 parses");
+    let parsed = spec::parse(&text).expect("the file parses");
     let shown = format!("cases/innodb/specs/{name}");
     let engine = Arc::new(MariaDbEngine::default());
-    let case = spec::engine_case("I11".into(), shown, Arc::new(parsed), engine);
+    let case = spec::engine_case(id.into(), shown, Arc::new(parsed), engine);
     let report = case_kit::run_case(env.clone(), &innodb::family(), &case).await;
-    eprint!("I11 {edits:?}:\n{}", report.transcript());
+    eprint!("{id} {edits:?}:\n{}", report.transcript());
     report
 }
+
+/// Text replacements applied to a case file before it runs: `(from, to)`.
+type Edits<'a> = &'a [(&'a str, &'a str)];
 
 /// The report's failed checks.
 fn failed(report: &CaseReport) -> Vec<String> {
@@ -76,23 +75,19 @@ fn failed(report: &CaseReport) -> Vec<String> {
     failed.map(String::from).collect()
 }
 
-/// I11 as committed passes; with its UPDATEs changing the row, its exposes check, and
-/// only it, fails.
-async fn i11_file_can_fail(env: &Arc<Env>) {
-    let report = run_i11(env, &[]).await;
+/// The file `name` (case `id`) as committed passes; with `harmless` applied, its exposes
+/// check, and only it, fails.
+async fn file_can_fail(env: &Arc<Env>, id: &str, name: &str, harmless: &[(&str, &str)]) {
+    let report = run_file(env, id, name, &[]).await;
     assert!(failed(&report).is_empty(), "{}", report.transcript());
-    let changing = [
-        ("available + 0", "available + 1"),
-        ("available - 0", "available - 1"),
-    ];
-    let report = run_i11(env, &changing).await;
+    let report = run_file(env, id, name, harmless).await;
     let failed = failed(&report);
     assert!(
         !failed.is_empty()
             && failed
                 .iter()
                 .all(|f| f.contains("negative control exposes")),
-        "with the row changed only the exposes check fails:\n{}",
+        "{id} without its fault: only the exposes check fails:\n{}",
         report.transcript()
     );
 }
@@ -117,21 +112,43 @@ async fn innodb_controls_fail_where_the_fault_cannot_happen() {
     let env = Env::for_tests(SEED, &[&innodb::family()])
         .await
         .expect("an environment");
-    i11_file_can_fail(&env).await;
-    for case_id in ["I4", "I10", "I12"] {
-        let ctx = run(&env, case_id, Plan::Harmless).await;
-        assert!(
-            exposes(&ctx).iter().all(|passed| !passed),
-            "{case_id}: a control claims to expose its anomaly although the fault could \
-             not happen:\n{}",
-            ctx.transcript()
-        );
-        let ctx = run(&env, case_id, Plan::Forced).await;
-        assert!(
-            ctx.failed_checks().is_empty() && exposes(&ctx).iter().all(|passed| *passed),
-            "{case_id} under the forced plan has a failed check:\n{}",
-            ctx.transcript()
-        );
+    let files: [(&str, &str, Edits); 3] = [
+        (
+            "I10",
+            "i10_read_inside_the_failed_transaction.spec",
+            &[(
+                "first second naive release_first",
+                "first second release_first naive",
+            )],
+        ),
+        (
+            "I11",
+            "i11_affected_rows.spec",
+            &[
+                ("available + 0", "available + 1"),
+                ("available - 0", "available - 1"),
+            ],
+        ),
+        (
+            "I12",
+            "i12_gap_locks_of_a_locking_read.spec",
+            &[(" LOCK IN SHARE MODE", "")],
+        ),
+    ];
+    for (id, name, harmless) in files {
+        file_can_fail(&env, id, name, harmless).await;
     }
+    let ctx = run(&env, "I4", Plan::Harmless).await;
+    assert!(
+        exposes(&ctx).iter().all(|passed| !passed),
+        "I4: a control claims to expose its anomaly although the fault could not happen:\n{}",
+        ctx.transcript()
+    );
+    let ctx = run(&env, "I4", Plan::Forced).await;
+    assert!(
+        ctx.failed_checks().is_empty() && exposes(&ctx).iter().all(|passed| *passed),
+        "I4 under the forced plan has a failed check:\n{}",
+        ctx.transcript()
+    );
     drop(innodb::server::take());
 }

@@ -428,7 +428,8 @@ impl EngineSession for FileSession {
 
 /// Runs `sql` statement by statement; rows as `column=value`, `(0 rows)`, or one
 /// `ERROR <code name>: message` line (the rows before it dropped, as on PostgreSQL).
-fn run_sql(connection: &Connection, sql: &str) -> Vec<String> {
+/// The P family's SQLite files print their rows with it too.
+pub fn run_sql(connection: &Connection, sql: &str) -> Vec<String> {
     let error = |e: &rusqlite::Error| {
         let message = match e {
             rusqlite::Error::SqliteFailure(_, Some(message)) => message.clone(),

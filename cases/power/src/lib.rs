@@ -9,14 +9,21 @@
 //! Mounting needs root and `/dev/fuse`: elsewhere the family is listed as not run, with
 //! the reason (`launch::power::unavailable`).
 //!
-//! Adding a case: copy P5 (SQLite) or P1 (PostgreSQL), give it its id, add its module
-//! to `register_cases!` below and a row to docs/cases.md, then `./run.sh --accept PN`.
+//! P5–P7 (SQLite) are case files, `cases/power/specs/pNN_<what>.spec`, run on an
+//! inventory file on the case's own disk ([`spec_engine`]; `docs/specs.md`, "A power cut
+//! as one file"): the worker's acknowledged changes, the `power-cut` call, then rows,
+//! counts and the integrity check as expectations.
+//!
+//! Adding a case: an SQLite power cut is one file beside P5 (found at start-up, no
+//! registration, no rebuild); a PostgreSQL one is Rust: copy P1, give it its id, add its
+//! module to `register_cases!` below. Either way a row in docs/cases.md, then
+//! `./run.sh --accept PN`.
 
 use case_kit::{Engine, Family};
 
 pub mod durability;
 pub mod ledger;
-pub mod sqlite;
+pub mod spec_engine;
 pub mod torn;
 
 // One line per case, in id order. The negative controls are public so that a test can
@@ -26,9 +33,6 @@ case_kit::register_cases! {
     pub p02_fsync_off,
     pub p03_torn_page_detected,
     p04_torn_page_repaired,
-    p05_sqlite_as_shipped,
-    pub p06_sqlite_wal_normal,
-    pub p07_sqlite_journal_sync_off,
     p08_withdrawal_broadcast_then_cut,
 }
 
@@ -38,10 +42,19 @@ pub fn family() -> Family {
         prefix: "P",
         title: "power cuts on a disk that forgets what was never synced (forgetful-fs)",
         engine: Engine::None,
-        cases: cases()
+        cases: all_cases()
             .into_iter()
             .map(|case| case.requires(launch::power::unavailable))
             .collect(),
         extras: Vec::new(),
     }
+}
+
+/// The Rust cases and the case files, in id order (P5–P7 are files).
+fn all_cases() -> Vec<case_kit::Case> {
+    let mut all = cases();
+    all.extend(spec_engine::cases());
+    let number = |case: &case_kit::Case| case.id[1..].parse::<u32>().unwrap_or(u32::MAX);
+    all.sort_by_key(number);
+    all
 }

@@ -1,15 +1,16 @@
 //! The P-family negative controls can fail: run where their fault cannot happen —
-//! P2 with `fsync=on`, P3 without the tear, P6 with `synchronous=FULL`, P7 with
-//! `synchronous=EXTRA` — each
-//! control's `negative control exposes` check must report FAIL. Root only (a FUSE
-//! mount); as another user each test says why it did not run.
+//! P2 with `fsync=on`, P3 without the tear, P6's file with `synchronous=full`, P7's
+//! with `synchronous=extra` — each control's `negative control exposes` check must
+//! report FAIL. The files run as committed first, where every check passes. Root only
+//! (a FUSE mount); as another user each test says why it did not run.
 
 use std::sync::Arc;
 
+use case_kit::CaseReport;
+use case_kit::spec::{self, Spec};
 use case_kit::{Ctx, Env, Resource};
-use cases_power::{
-    p02_fsync_off, p03_torn_page_detected, p06_sqlite_wal_normal, p07_sqlite_journal_sync_off,
-};
+use cases_power::spec_engine::{PowerSqliteEngine, SPEC_DIR};
+use cases_power::{p02_fsync_off, p03_torn_page_detected};
 
 /// Seed of this test's environment (the controls use no random input).
 const SEED: u64 = 30;
@@ -56,17 +57,59 @@ async fn p3_without_the_tear_detects_nothing() {
     assert!(ctx.failed_checks().len() == 1, "{}", ctx.transcript());
 }
 
+/// The case file `name`, its text changed by `edit` (as committed when `None`), parsed.
+fn spec_file(name: &str, edit: Option<(&str, &str)>) -> Spec {
+    let path = std::path::Path::new(SPEC_DIR).join(name);
+    let text = std::fs::read_to_string(path).expect("the file");
+    let text = match edit {
+        Some((from, to)) => {
+            assert!(text.contains(from), "{name} has no {from:?}");
+            text.replace(from, to)
+        }
+        None => text,
+    };
+    spec::parse(&text).expect("parses")
+}
+
+/// Runs `spec` as case `id` in a fresh environment; returns the report's failed checks.
+async fn failed_checks(id: &str, name: &str, spec: Spec) -> Vec<String> {
+    let env = Env::for_tests(SEED, &[&cases_power::family()])
+        .await
+        .expect("an environment without a shared PostgreSQL");
+    let shown = format!("cases/power/specs/{name}");
+    let engine = Arc::new(PowerSqliteEngine::default());
+    let case = spec::engine_case(id.into(), shown, Arc::new(spec), engine);
+    let report: CaseReport = case_kit::run_case(env, &cases_power::family(), &case).await;
+    eprint!("{}", report.transcript());
+    let transcript = report.transcript();
+    let failed = transcript.lines();
+    let failed = failed.filter(|line| line.trim_start().starts_with("FAIL"));
+    failed.map(String::from).collect()
+}
+
+/// The file passes as committed; with `guard` (the fault made impossible) its
+/// `exposes:` fails, and nothing else does.
+async fn file_control_can_fail(id: &str, name: &str, guard: (&str, &str)) {
+    if let Some(reason) = launch::power::unavailable() {
+        eprintln!("not run: {reason}");
+        return;
+    }
+    let failed = failed_checks(id, name, spec_file(name, None)).await;
+    assert!(
+        failed.is_empty(),
+        "as committed every check passes: {failed:?}"
+    );
+    let failed = failed_checks(id, name, spec_file(name, Some(guard))).await;
+    assert!(
+        failed.len() == 1 && failed[0].contains("negative control exposes"),
+        "with the fault made impossible only the exposes check fails: {failed:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p6_with_synchronous_full_exposes_nothing() {
-    let Some((_env, mut ctx)) = ctx("P6").await else {
-        return;
-    };
-    p06_sqlite_wal_normal::run_with(&mut ctx, "full")
-        .await
-        .unwrap();
-    eprint!("{}", ctx.transcript());
-    assert!(!exposed(&ctx), "{}", ctx.transcript());
-    assert!(ctx.failed_checks().len() == 1, "{}", ctx.transcript());
+    let name = "p06_sqlite_wal_normal.spec";
+    file_control_can_fail("P6", name, ("synchronous=normal", "synchronous=full")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,12 +117,17 @@ async fn p7_with_synchronous_extra_exposes_nothing() {
     // EXTRA, not FULL: in DELETE mode a commit is the journal's unlink, and only EXTRA
     // syncs the directory after it (SQLite docs, "PRAGMA synchronous"); with FULL this
     // disk loses the last acknowledged change (LIMITS.md, the power-cut table).
-    let Some((_env, mut ctx)) = ctx("P7").await else {
-        return;
-    };
-    p07_sqlite_journal_sync_off::run_with(&mut ctx, "extra")
-        .await
-        .unwrap();
-    eprint!("{}", ctx.transcript());
-    assert!(!exposed(&ctx), "{}", ctx.transcript());
+    let name = "p07_sqlite_journal_sync_off.spec";
+    file_control_can_fail("P7", name, ("synchronous=off", "synchronous=extra")).await;
+}
+
+#[test]
+fn every_power_file_loads_with_the_familys_operations() {
+    for case in cases_power::spec_engine::cases() {
+        assert!(
+            case.title != "spec file that cannot be run",
+            "{} does not load",
+            case.id
+        );
+    }
 }

@@ -3,8 +3,14 @@
 //! of the run's PostgreSQL version, in the run's folder; [`pair`]), so a kill -9 or a
 //! promotion touches no other case.
 //!
-//! Adding a case: a file `rNN_<what>.rs` with its id, title, claim and checks, one line
-//! in `register_cases!` below, and its row in `docs/cases.md`.
+//! R3 and R4 are case files, `cases/topology/specs/r0N_<what>.spec`, run on a pair of
+//! their own ([`spec_engine`]: sessions on either node, the standby's replay and WAL
+//! receiver, kills, a restart and a promotion as calls).
+//!
+//! Adding a case: a file `cases/topology/specs/rNN_<what>.spec` when its story is
+//! sessions on the two nodes and the replay calls (no registration, no rebuild);
+//! otherwise a file `rNN_<what>.rs` with its id, title, claim and checks and one line in
+//! `register_cases!` below. Either way its row in `docs/cases.md`.
 
 use case_kit::{Engine, Family, PgTemplate};
 use futures_util::FutureExt;
@@ -13,13 +19,12 @@ pub mod pair;
 pub mod pooled;
 pub mod pooled_batch;
 pub mod pooled_spot;
+pub mod spec_engine;
 pub mod wal;
 
 case_kit::register_cases! {
     pub r1_through_pooler,
     pub r2_sync_failover,
-    pub r3_async_standby_loses,
-    pub r4_stale_read_decides_funds,
     pub r5_old_primary_returns,
 }
 
@@ -34,7 +39,16 @@ pub fn family() -> Family {
             template: "topology_template",
             install: |_client| async { Ok(()) }.boxed(),
         }),
-        cases: cases(),
+        cases: all_cases(),
         extras: Vec::new(),
     }
+}
+
+/// The Rust cases and the case files, in id order (R3 and R4 are files).
+fn all_cases() -> Vec<case_kit::Case> {
+    let mut all = cases();
+    all.extend(spec_engine::cases());
+    let number = |case: &case_kit::Case| case.id[1..].parse::<u32>().unwrap_or(u32::MAX);
+    all.sort_by_key(number);
+    all
 }

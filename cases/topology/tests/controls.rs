@@ -1,6 +1,6 @@
 //! The negative controls of family R can fail: each run without its fault (R1 with the
-//! named statement straight to PostgreSQL, R3 with the
-//! standby's WAL receiver running and caught up) must report its `negative control
+//! named statement straight to PostgreSQL, R3 with the standby's WAL receiver running
+//! and caught up, R4's file with replay running and the standby caught up) must report its `negative control
 //! exposes` check as FAIL; with the fault every check must pass.
 //!
 //! One scratch PostgreSQL 16 cluster for the binaries; each run starts its own primary
@@ -8,8 +8,9 @@
 
 use std::sync::Arc;
 
+use case_kit::spec::{self, Spec};
 use case_kit::{Ctx, Env};
-use cases_topology::r3_async_standby_loses::{self as r3, Receiver};
+use cases_topology::spec_engine::{PairEngine, SPEC_DIR};
 
 /// Seed of this test's environment (the controls use no random input).
 const SEED: u64 = 31;
@@ -47,29 +48,77 @@ fn assert_control_failed(ctx: &Ctx, anomaly: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r3_loses_debits_only_with_the_receiver_stopped() {
+    // R3 is a case file: as committed every check passes; with the receiver left
+    // running and the standby waited for instead, nothing is lost and its exposes fails
+    // (and the checks of what the stop forced: received_all, the lost keys, the retry).
     let env = Env::for_tests(SEED, &[&cases_topology::family()])
         .await
         .expect("scratch cluster");
-    let mut stopped = fresh_ctx(&env, "R3", "r3_stopped").await;
-    r3::run_with(&mut stopped, Receiver::Stopped).await.unwrap();
-    assert_all_passed(&stopped);
-    let mut running = fresh_ctx(&env, "R3", "r3_running").await;
-    r3::run_with(&mut running, Receiver::Running).await.unwrap();
-    assert_control_failed(&running, r3::ANOMALY);
+    let name = "r03_async_standby_loses.spec";
+    let failed = file_failed(&env, "R3", name, spec_file(name, &[])).await;
+    assert!(
+        failed.is_empty(),
+        "as committed every check passes: {failed:?}"
+    );
+    let running = [
+        ("f_stop: stop-receiver", "f_stop: wait-replayed"),
+        ("f_received: received-all", "f_received: wait-replayed"),
+    ];
+    let failed = file_failed(&env, "R3", name, spec_file(name, &running)).await;
+    assert!(
+        failed
+            .iter()
+            .any(|f| f.contains("negative control exposes")),
+        "with the receiver running the exposes check fails: {failed:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r4_overdraws_only_with_replay_paused() {
-    use cases_topology::r4_stale_read_decides_funds::{self as r4, Replay};
+    // R4 is a case file: as committed every check passes; with the pause taken out and
+    // the standby waited for instead, the read is fresh and only its exposes fails.
     let env = Env::for_tests(SEED, &[&cases_topology::family()])
         .await
         .expect("scratch cluster");
-    let mut paused = fresh_ctx(&env, "R4", "r4_paused").await;
-    r4::run_with(&mut paused, Replay::Paused).await.unwrap();
-    assert_all_passed(&paused);
-    let mut running = fresh_ctx(&env, "R4", "r4_running").await;
-    r4::run_with(&mut running, Replay::Running).await.unwrap();
-    assert_control_failed(&running, r4::ANOMALY);
+    let name = "r04_stale_read_decides_funds.spec";
+    let failed = file_failed(&env, "R4", name, spec_file(name, &[])).await;
+    assert!(
+        failed.is_empty(),
+        "as committed every check passes: {failed:?}"
+    );
+    let running = [
+        ("s_pause: pause-replay", "s_pause: wait-replayed"),
+        ("s_paused: wait-paused", "s_paused: wait-replayed"),
+    ];
+    let failed = file_failed(&env, "R4", name, spec_file(name, &running)).await;
+    assert!(
+        failed.len() == 1 && failed[0].contains("negative control exposes"),
+        "with replay running only the exposes check fails: {failed:?}"
+    );
+}
+
+/// The case file `name` with each `(from, to)` of `edits` applied, parsed.
+fn spec_file(name: &str, edits: &[(&str, &str)]) -> Spec {
+    let path = std::path::Path::new(SPEC_DIR).join(name);
+    let mut text = std::fs::read_to_string(path).expect("the file");
+    for (from, to) in edits {
+        assert!(text.contains(from), "{name} has no {from:?}");
+        text = text.replace(from, to);
+    }
+    spec::parse(&text).expect("parses")
+}
+
+/// Runs `spec` (the file `name`) as case `id`; returns its failed checks.
+async fn file_failed(env: &Arc<Env>, id: &str, name: &str, spec: Spec) -> Vec<String> {
+    let shown = format!("cases/topology/specs/{name}");
+    let engine = Arc::new(PairEngine::default());
+    let case = spec::engine_case(id.into(), shown, Arc::new(spec), engine);
+    let report = case_kit::run_case(env.clone(), &cases_topology::family(), &case).await;
+    let transcript = report.transcript();
+    eprint!("{transcript}");
+    let failed = transcript.lines();
+    let failed = failed.filter(|line| line.trim_start().starts_with("FAIL"));
+    failed.map(String::from).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
