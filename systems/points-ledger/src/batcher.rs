@@ -5,7 +5,10 @@
 //! to [`BatchLimits::max_requests`], and executes it at once; requests that arrive
 //! meanwhile queue for the next free drainer. An idle system therefore adds no wait (a
 //! lone request is a batch of one), and a loaded one makes batches as large as the
-//! queue that builds during one batch's execution and commit. Few drainers
+//! queue that builds during one batch's execution and commit. Before taking the next
+//! batch, a drainer yields to the scheduler while that lets more requests in (never a
+//! timer): the submitters it just answered, in a closed loop, join the next batch rather
+//! than the one after it (`Shared::settle`). Few drainers
 //! ([`BatchLimits::drainers`], default [`BATCH_DRAINERS`]) rather than one batch per
 //! client: concurrent batches queue on the sink's row and on each other's rows, so more
 //! of them only adds waits.
@@ -291,6 +294,23 @@ impl Shared {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Lets the submitters this drainer just answered, and every other runnable task, run
+    /// before it takes `lane` again: yields to the scheduler (`tokio::task::yield_now`,
+    /// never a timer) as long as each yield brought more requests into the lane, at most
+    /// `max_requests` times. A submitter that answers its caller and submits the next
+    /// request at once (a closed loop: the bench's clients, a caller's next debit) joins
+    /// the next batch instead of the one after it; with nothing else runnable (an idle
+    /// system) the first yield returns at once and nothing is added.
+    async fn settle(&self, lane: usize) {
+        for _ in 0..self.limits.max_requests {
+            let before = self.lock_queue().lanes[lane].len();
+            tokio::task::yield_now().await;
+            if self.lock_queue().lanes[lane].len() <= before {
+                break;
+            }
+        }
+    }
+
     /// Waits until the queue is released and `lane` is not empty, then takes up to the
     /// maximum from it, leaving out requests whose submitter stopped waiting.
     async fn take(&self, lane: usize) -> Vec<Pending> {
@@ -343,6 +363,7 @@ async fn drain(shared: Arc<Shared>, lane: usize) {
         for (answer, result) in answers.into_iter().zip(results) {
             let _ = answer.send(result);
         }
+        shared.settle(lane).await;
     }
 }
 
