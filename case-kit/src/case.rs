@@ -177,6 +177,20 @@ impl Family {
     }
 }
 
+/// A family's Rust cases and its case files as one list in id order: by the number
+/// after the id's leading letters (`I3` before `I10`); an id with no number last.
+/// One definition for the families that mix both (I, P, R).
+pub fn in_id_order(mut cases: Vec<Case>) -> Vec<Case> {
+    let number = |case: &Case| {
+        case.id
+            .trim_start_matches(|c: char| c.is_ascii_alphabetic())
+            .parse::<u32>()
+            .unwrap_or(u32::MAX)
+    };
+    cases.sort_by_key(number);
+    cases
+}
+
 /// Declares each case module of a family and lists it in `cases()`, in the order given:
 ///
 /// ```ignore

@@ -45,7 +45,7 @@ mod setup;
 pub mod snapshot;
 pub mod spec;
 
-pub use case::{Case, CaseBody, DEFAULT_CONNECTIONS, Family};
+pub use case::{Case, CaseBody, DEFAULT_CONNECTIONS, Family, in_id_order};
 pub use ctx::Ctx;
 pub use engine::{Engine, InstallFn, PgTemplate};
 pub use env::{CONNECTION_HEADROOM, Env, EnvOptions};

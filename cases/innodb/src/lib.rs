@@ -50,12 +50,5 @@ pub fn family() -> Family {
 
 /// The hand-written cases and the case files of `specs/` ([`spec_engine`]), in id order.
 fn all_cases() -> Vec<case_kit::Case> {
-    let mut all: Vec<case_kit::Case> = cases().into_iter().chain(spec_engine::cases()).collect();
-    let number = |id: &str| {
-        id.trim_start_matches(PREFIX)
-            .parse::<u32>()
-            .unwrap_or(u32::MAX)
-    };
-    all.sort_by_key(|case| number(&case.id));
-    all
+    case_kit::in_id_order(cases().into_iter().chain(spec_engine::cases()).collect())
 }

@@ -94,13 +94,7 @@ pub fn sibling(own: &Path, name: &str) -> PathBuf {
 
 impl SpecEngine for SqliteEngine {
     fn check(&self, call: &Call) -> Result<(), String> {
-        let (_, needed) = OPERATIONS
-            .iter()
-            .find(|(op, _)| *op == call.op)
-            .ok_or_else(|| format!("no operation {:?}", call.op))?;
-        if let Some(missing) = needed.iter().find(|arg| call.arg(arg).is_none()) {
-            return Err(format!("{} needs {missing}=", call.op));
-        }
+        call.check_needed(OPERATIONS)?;
         if let Some(stop) = call.arg("stop") {
             stop.parse::<ChangePoint>()?;
         }

@@ -52,9 +52,5 @@ pub fn family() -> Family {
 
 /// The Rust cases and the case files, in id order (P5–P7 are files).
 fn all_cases() -> Vec<case_kit::Case> {
-    let mut all = cases();
-    all.extend(spec_engine::cases());
-    let number = |case: &case_kit::Case| case.id[1..].parse::<u32>().unwrap_or(u32::MAX);
-    all.sort_by_key(number);
-    all
+    case_kit::in_id_order(cases().into_iter().chain(spec_engine::cases()).collect())
 }

@@ -69,13 +69,7 @@ pub struct PowerSqliteEngine {
 
 impl SpecEngine for PowerSqliteEngine {
     fn check(&self, call: &Call) -> Result<(), String> {
-        let (_, needed) = OPERATIONS
-            .iter()
-            .find(|(op, _)| *op == call.op)
-            .ok_or_else(|| format!("no operation {:?}", call.op))?;
-        if let Some(missing) = needed.iter().find(|arg| call.arg(arg).is_none()) {
-            return Err(format!("{} needs {missing}=", call.op));
-        }
+        call.check_needed(OPERATIONS)?;
         let known = |key: &str, values: &[&str]| match call.arg(key) {
             Some(value) if !values.contains(&value) => Err(format!("{key}={value}: {values:?}")),
             _ => Ok(()),

@@ -113,13 +113,7 @@ impl NodesState {
 
 impl SpecEngine for PairEngine {
     fn check(&self, call: &Call) -> Result<(), String> {
-        let (_, needed) = OPERATIONS
-            .iter()
-            .find(|(op, _)| *op == call.op)
-            .ok_or_else(|| format!("no operation {:?}", call.op))?;
-        if let Some(missing) = needed.iter().find(|arg| call.arg(arg).is_none()) {
-            return Err(format!("{} needs {missing}=", call.op));
-        }
+        call.check_needed(OPERATIONS)?;
         match call.arg("node") {
             Some(node) if !["primary", "standby"].contains(&node) => {
                 Err(format!("node={node}: primary or standby"))
