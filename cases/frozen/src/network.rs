@@ -16,49 +16,6 @@ pub use launch::network::{
 
 /// Longest run of one executor process that is not meant to stop, milliseconds.
 pub const EXECUTOR_RUN_LIMIT_MS: u64 = 20_000;
-/// Runs `withdrawal-executor <subcommand>` to its end: its stdout lines and how it ended.
-///
-/// Errors: spawn failure, or it ran past [`EXECUTOR_RUN_LIMIT_MS`] (then it is killed).
-pub async fn run_executor_command(
-    ctx: &Ctx,
-    net: &StandIn,
-    subcommand: &str,
-    extra: &[&str],
-) -> anyhow::Result<(Vec<String>, WorkerEnd, String)> {
-    let mut args = vec![
-        subcommand.to_owned(),
-        "--database-url".into(),
-        ctx.database_url()?,
-        "--network-url".into(),
-        net.url().to_owned(),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let mut worker = CrashWorker::launch_binary(&executor_binary()?, args)?;
-    collect(&mut worker).await
-}
-
-/// Runs `withdrawal-executor <subcommand>` to its end ([`run_executor_command`]), notes
-/// each stdout line as `<label>: <line>` and checks `<label> exited with status 0`.
-/// Returns the lines.
-///
-/// Errors: as [`run_executor_command`].
-pub async fn run_executor_checked(
-    ctx: &mut Ctx,
-    net: &StandIn,
-    label: &str,
-    subcommand: &str,
-    extra: &[&str],
-) -> anyhow::Result<Vec<String>> {
-    let (lines, end, stderr) = run_executor_command(ctx, net, subcommand, extra).await?;
-    note_lines(ctx, label, &lines);
-    ctx.check_eq(
-        format!("{label} exited with status 0"),
-        "exited with status 0".to_string(),
-        format!("{end}{stderr}"),
-    );
-    Ok(lines)
-}
-
 /// Reads every stdout line of `worker` until it closes, then its end and stderr.
 ///
 /// Errors: it ran past [`EXECUTOR_RUN_LIMIT_MS`] (then it is killed).

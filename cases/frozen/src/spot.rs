@@ -307,12 +307,3 @@ pub async fn recorded(client: &tokio_postgres::Client) -> anyhow::Result<String>
         .await?;
     Ok(row.get(0))
 }
-
-/// `BTC=… USDT=…`: the per-asset sums of available + frozen over every account of the
-/// tenant, from the reconciliation (never added across assets).
-///
-/// Errors: database errors.
-pub async fn asset_sums(client: &mut tokio_postgres::Client) -> anyhow::Result<String> {
-    let findings = frozen_balances::reconcile(client).await?;
-    Ok(findings.totals_text(DEFAULT_TENANT))
-}
