@@ -25,13 +25,13 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
 use super::model::{Action, Call, Expect, Layout, Spec};
-use super::play::{POLL_INTERVAL_MS, STEP_WAIT_MS};
+use super::play::{POLL_INTERVAL_MS, StepBound};
 use super::{load, spec_id};
 use crate::case::Case;
 use crate::ctx::Ctx;
@@ -445,8 +445,8 @@ impl<'a> Waits<'a> {
 
     /// Sends every step of `names` in order, then waits for those still in flight.
     ///
-    /// Errors: a step still in flight after [`STEP_WAIT_MS`]; a step task that panicked;
-    /// the engine could not be asked about waits.
+    /// Errors: a step still in flight after [`STEP_WAIT_MS`](super::play::STEP_WAIT_MS);
+    /// a step task that panicked; the engine could not be asked about waits.
     async fn play(&mut self, spec: &Spec, names: &[&str]) -> anyhow::Result<()> {
         for (order, name) in names.iter().enumerate() {
             let (index, step) = find(spec, name);
@@ -536,7 +536,7 @@ impl<'a> Waits<'a> {
     /// Looks until every step in flight has ended or is reported waiting by the engine;
     /// `must_finish`: a session whose step must end.
     async fn settle(&mut self, must_finish: Option<usize>) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_millis(STEP_WAIT_MS);
+        let bound = StepBound::start();
         loop {
             let running: Vec<(usize, u64)> = (0..self.flights.len())
                 .filter_map(|i| self.flights[i].as_ref().map(|f| (i, f)))
@@ -555,7 +555,7 @@ impl<'a> Waits<'a> {
             if quiet {
                 return Ok(());
             }
-            self.bail_after(deadline)?;
+            self.bail_after(&bound)?;
             tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
         }
     }
@@ -580,7 +580,7 @@ impl<'a> Waits<'a> {
     /// Waits until `session` (every session for `None`) has no step in flight, printing
     /// completions meanwhile.
     async fn drain(&mut self, session: Option<usize>) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_millis(STEP_WAIT_MS);
+        let bound = StepBound::start();
         loop {
             let busy = |w: &Self| match session {
                 Some(s) => w.flights[s].is_some(),
@@ -591,27 +591,14 @@ impl<'a> Waits<'a> {
             }
             self.settle(session).await?;
             if self.print_completed().await? == 0 && busy(self) {
-                self.bail_after(deadline)?;
+                self.bail_after(&bound)?;
                 tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
             }
         }
     }
 
-    fn bail_after(&self, deadline: Instant) -> anyhow::Result<()> {
-        if Instant::now() < deadline {
-            return Ok(());
-        }
-        let stuck: Vec<&str> = self
-            .flights
-            .iter()
-            .flatten()
-            .map(|f| f.step.as_str())
-            .collect();
-        anyhow::bail!(
-            "step {} still in flight after {} s",
-            stuck.join(", "),
-            STEP_WAIT_MS / 1000
-        )
+    fn bail_after(&self, bound: &StepBound) -> anyhow::Result<()> {
+        bound.check(self.flights.iter().flatten().map(|f| f.step.as_str()))
     }
 }
 

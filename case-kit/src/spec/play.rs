@@ -17,6 +17,37 @@ use crate::race::AbortOnDrop;
 /// tester allows 300 s (`PGISOLATIONTIMEOUT`), and so do we; the case's own timeout
 /// (`CASE_TIMEOUT_MS`) bounds the whole case first.
 pub const STEP_WAIT_MS: u64 = 300_000;
+
+/// The hang bound of the steps in flight, [`STEP_WAIT_MS`] from when a runner starts to
+/// wait for them: a bound only, never what decides a claim. One definition for both
+/// runners (PostgreSQL's here, the other engines' in `engines.rs`).
+pub(crate) struct StepBound {
+    deadline: Instant,
+}
+
+impl StepBound {
+    /// Starts the bound now.
+    pub(crate) fn start() -> StepBound {
+        StepBound {
+            deadline: Instant::now() + Duration::from_millis(STEP_WAIT_MS),
+        }
+    }
+
+    /// `Ok` within the bound.
+    ///
+    /// Errors: past it, `step NAMES still in flight after 300 s` naming `in_flight`.
+    pub(crate) fn check<'a>(&self, in_flight: impl Iterator<Item = &'a str>) -> anyhow::Result<()> {
+        if Instant::now() < self.deadline {
+            return Ok(());
+        }
+        let stuck: Vec<&str> = in_flight.collect();
+        anyhow::bail!(
+            "step {} still in flight after {} s",
+            stuck.join(", "),
+            STEP_WAIT_MS / 1000
+        )
+    }
+}
 /// How often the runner looks at steps in flight (completion, then
 /// `pg_isolation_test_session_is_blocked`).
 pub const POLL_INTERVAL_MS: u64 = 5;
@@ -193,7 +224,7 @@ impl<'a> Play<'a> {
     ///
     /// Errors: that did not happen within [`STEP_WAIT_MS`].
     async fn settle(&mut self, must_finish: Option<usize>) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_millis(STEP_WAIT_MS);
+        let bound = StepBound::start();
         loop {
             let mut quiet = true;
             for index in 0..self.sessions.len() {
@@ -217,25 +248,17 @@ impl<'a> Play<'a> {
             if quiet {
                 return Ok(());
             }
-            self.bail_after(deadline)?;
+            self.bail_after(&bound)?;
             tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
         }
     }
 
-    fn bail_after(&self, deadline: Instant) -> anyhow::Result<()> {
-        if Instant::now() < deadline {
-            return Ok(());
-        }
-        let stuck: Vec<&str> = self
-            .sessions
-            .iter()
-            .filter_map(|s| s.flight.as_ref())
-            .map(|f| f.step.as_str())
-            .collect();
-        anyhow::bail!(
-            "step {} still in flight after {} s",
-            stuck.join(", "),
-            STEP_WAIT_MS / 1000
+    fn bail_after(&self, bound: &StepBound) -> anyhow::Result<()> {
+        bound.check(
+            self.sessions
+                .iter()
+                .filter_map(|s| s.flight.as_ref())
+                .map(|f| f.step.as_str()),
         )
     }
 
@@ -299,7 +322,7 @@ impl<'a> Play<'a> {
     ///
     /// Errors: it still has one after [`STEP_WAIT_MS`].
     async fn drain(&mut self, session: Option<usize>) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_millis(STEP_WAIT_MS);
+        let bound = StepBound::start();
         loop {
             let busy = |play: &Self| match session {
                 Some(s) => play.sessions[s].flight.is_some(),
@@ -310,7 +333,7 @@ impl<'a> Play<'a> {
             }
             self.settle(session).await?;
             if self.print_completed(None).await? == 0 && busy(self) {
-                self.bail_after(deadline)?;
+                self.bail_after(&bound)?;
                 tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
             }
         }
