@@ -48,6 +48,15 @@ const DEFAULT_DURATION_S: u64 = 5;
 const DEFAULT_WARMUP_MS: u64 = 500;
 /// Default repetitions of every point (each figure is the median repetition's).
 const DEFAULT_REPEAT: u64 = 3;
+/// Default worker threads of the bench's own runtime (its clients, and in the library
+/// variants the system under test's tasks: the batcher's drainers among them). One: on
+/// a machine whose few cores PostgreSQL's backends need, a second runtime thread only
+/// competes with them and adds wakeups between threads (the reason the service variants'
+/// ledger-svc runs one too, `load::SERVICE_WORKER_THREADS`). Measured on the two-core
+/// development machine, `batch` at 32 clients, five seconds, one thread against two in
+/// turns: 10,807 / 10,151 / 11,929 debits/s against 9,293 / 7,857 / 9,752, the load's CPU
+/// 11–13 µs per debit against 17–21 (docs/bench.md, "The load generator's threads").
+const DEFAULT_LOAD_THREADS: usize = 1;
 
 /// Debit throughput of the ledger with and without the hot row.
 #[derive(Debug, Parser)]
@@ -91,6 +100,10 @@ struct Args {
     /// Seed for the random accounts and amounts [default: from the clock; printed].
     #[arg(long)]
     seed: Option<u64>,
+    /// Worker threads of the bench's own runtime, which runs the load's clients and, in the
+    /// library variants, the system under test's tasks (the batcher's drainers).
+    #[arg(long, default_value_t = DEFAULT_LOAD_THREADS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    load_threads: usize,
     /// Folder for the table and the plot.
     #[arg(long, default_value = "evidence/bench")]
     out: PathBuf,
@@ -100,15 +113,19 @@ struct Args {
     auth: bool,
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let args = Args::parse();
-    match run(args).await {
-        Ok(()) => {}
-        Err(error) => {
-            eprintln!("bench error: {error:#}");
-            std::process::exit(2);
-        }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.load_threads)
+        .enable_all()
+        .build();
+    let outcome = match runtime {
+        Ok(runtime) => runtime.block_on(run(args)),
+        Err(error) => Err(anyhow::Error::new(error).context("starting the bench's runtime")),
+    };
+    if let Err(error) = outcome {
+        eprintln!("bench error: {error:#}");
+        std::process::exit(2);
     }
 }
 
@@ -161,6 +178,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         repeat: args.repeat as usize,
         accounts: args.accounts,
         stripes: args.stripes,
+        load_threads: args.load_threads,
         postgres: facts,
         machine: report::machine(),
         wall_time_s: started.elapsed().as_secs_f64(),
@@ -184,7 +202,7 @@ fn batch_stripes(args: &Args) -> u32 {
 /// Prints the run's settings line (`seed=… warmup_ms=… …`).
 fn print_settings(args: &Args, seed: u64) {
     println!(
-        "seed={seed} warmup_ms={} duration_s={} repeat={} clients={:?} variants={} accounts={} stripes={} batch_max_requests={} batch_drainers={} batch_stripes={} service_auth={}",
+        "seed={seed} warmup_ms={} duration_s={} repeat={} clients={:?} variants={} accounts={} stripes={} batch_max_requests={} batch_drainers={} batch_stripes={} load_threads={} service_auth={}",
         args.warmup_ms,
         args.duration_s,
         args.repeat,
@@ -203,6 +221,7 @@ fn print_settings(args: &Args, seed: u64) {
         args.batch_max_requests,
         args.batch_drainers,
         batch_stripes(args),
+        args.load_threads,
         if launch::service::run_auth() {
             "tokens"
         } else {

@@ -22,6 +22,8 @@ pub struct Context {
     pub accounts: u32,
     /// Stripes of the `fix` variant.
     pub stripes: u32,
+    /// Worker threads of the bench's own runtime (`--load-threads`).
+    pub load_threads: usize,
     /// Server version and durability settings as read from the server.
     pub postgres: scratch_pg::ServerFacts,
     /// CPU model, cores and memory of this machine.
@@ -325,13 +327,14 @@ pub fn write(
         context.postgres.full_page_writes
     ));
     md.push_str(&format!(
-        "- seed {}, {} ms warm-up and {} s measured per point and repetition, {} repetitions, {} funded accounts, amounts 1-100 points, {} stripes for `fix` and `onetrip+fix`; wall time {:.0} s\n\n",
+        "- seed {}, {} ms warm-up and {} s measured per point and repetition, {} repetitions, {} funded accounts, amounts 1-100 points, {} stripes for `fix` and `onetrip+fix`, {} load thread(s); wall time {:.0} s\n\n",
         context.seed,
         context.warmup_ms,
         context.duration_s,
         context.repeat,
         context.accounts,
         context.stripes,
+        context.load_threads,
         context.wall_time_s
     ));
     md.push_str(HEADER);
