@@ -635,6 +635,26 @@ pub fn load(dir: &Path, name: &str, shown: &str) -> Result<Spec, String> {
     Ok(spec)
 }
 
+/// Reads case file `name` of `dir` with each `(from, to)` of `edits` replaced, in order,
+/// and parses it: how a negative control runs a committed file with its fault taken out
+/// (its `exposes:` must then fail). Every `from` must occur in the text it is applied to,
+/// so a control whose edit no longer matches the file fails rather than running the file
+/// unchanged.
+///
+/// Errors: the file unreadable, a `from` absent, or the edited text not parsing, as
+/// `<name>: <reason>`.
+pub fn load_edited(dir: &Path, name: &str, edits: &[(&str, &str)]) -> Result<Spec, String> {
+    let mut text = std::fs::read_to_string(dir.join(name))
+        .map_err(|e| format!("{name}: cannot read it: {e}"))?;
+    for (from, to) in edits {
+        if !text.contains(from) {
+            return Err(format!("{name}: has no {from:?} to replace"));
+        }
+        text = text.replace(from, to);
+    }
+    parse(&text).map_err(|error| format!("{name}: {error}"))
+}
+
 /// Reads the description of a spec in PostgreSQL's format into `spec`: the keys of our
 /// format's header (`title:`, `claim:`, `fails:`, `system:`, `clean:`) and
 /// `upstream:` (where the spec comes from: path and commit).
@@ -989,6 +1009,25 @@ session b
   call b1: debit account=acct-0001 amount=30
 permutation: a1 b1 a2
 ";
+
+    #[test]
+    fn load_edited_replaces_or_says_what_it_did_not_find() {
+        let dir = std::env::temp_dir().join(format!("case-kit-load-edited-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("s01_x.spec"), SPEC).unwrap();
+        let edited = load_edited(&dir, "s01_x.spec", &[("amount=30", "amount=40")]);
+        let as_committed = load_edited(&dir, "s01_x.spec", &[]);
+        let missing = load_edited(&dir, "s01_x.spec", &[("amount=99", "amount=40")]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_ne!(
+            format!("{:?}", edited.unwrap()),
+            format!("{:?}", as_committed.unwrap())
+        );
+        assert_eq!(
+            missing.unwrap_err(),
+            "s01_x.spec: has no \"amount=99\" to replace"
+        );
+    }
 
     #[test]
     fn parses_keys_sessions_steps_and_continuations() {

@@ -51,12 +51,7 @@ async fn run(env: &std::sync::Arc<Env>, case_id: &'static str, plan: Plan) -> Ct
 
 /// Runs the file `name`, its text changed by `edits`, as case `id`; returns the report.
 async fn run_file(env: &Arc<Env>, id: &str, name: &str, edits: &[(&str, &str)]) -> CaseReport {
-    let mut text = std::fs::read_to_string(Path::new(SPEC_DIR).join(name)).expect(name);
-    for (from, to) in edits {
-        assert!(text.contains(from), "{name} has no {from:?}");
-        text = text.replace(from, to);
-    }
-    let parsed = spec::parse(&text).expect("the file parses");
+    let parsed = spec::load_edited(Path::new(SPEC_DIR), name, edits).expect("the file");
     let shown = format!("cases/innodb/specs/{name}");
     let engine = Arc::new(MariaDbEngine::default());
     let case = spec::engine_case(id.into(), shown, Arc::new(parsed), engine);

@@ -27,15 +27,7 @@ async fn env() -> Arc<Env> {
 /// The case file `name`, its text changed by `edit` (as committed when `edit` is
 /// `None`), parsed.
 fn spec_file(name: &str, edit: Option<(&str, &str)>) -> Spec {
-    let text = std::fs::read_to_string(Path::new(SPEC_DIR).join(name)).expect("the file");
-    let text = match edit {
-        Some((from, to)) => {
-            assert!(text.contains(from), "{name} has no {from:?}");
-            text.replace(from, to)
-        }
-        None => text,
-    };
-    spec::parse(&text).expect("parses")
+    spec::load_edited(Path::new(SPEC_DIR), name, edit.as_slice()).expect("the file")
 }
 
 /// Runs `spec` as case `id` in a fresh environment; returns the report.

@@ -59,16 +59,7 @@ async fn p3_without_the_tear_detects_nothing() {
 
 /// The case file `name`, its text changed by `edit` (as committed when `None`), parsed.
 fn spec_file(name: &str, edit: Option<(&str, &str)>) -> Spec {
-    let path = std::path::Path::new(SPEC_DIR).join(name);
-    let text = std::fs::read_to_string(path).expect("the file");
-    let text = match edit {
-        Some((from, to)) => {
-            assert!(text.contains(from), "{name} has no {from:?}");
-            text.replace(from, to)
-        }
-        None => text,
-    };
-    spec::parse(&text).expect("parses")
+    spec::load_edited(std::path::Path::new(SPEC_DIR), name, edit.as_slice()).expect("the file")
 }
 
 /// Runs `spec` as case `id` in a fresh environment; returns the report's failed checks.

@@ -99,13 +99,7 @@ async fn r4_overdraws_only_with_replay_paused() {
 
 /// The case file `name` with each `(from, to)` of `edits` applied, parsed.
 fn spec_file(name: &str, edits: &[(&str, &str)]) -> Spec {
-    let path = std::path::Path::new(SPEC_DIR).join(name);
-    let mut text = std::fs::read_to_string(path).expect("the file");
-    for (from, to) in edits {
-        assert!(text.contains(from), "{name} has no {from:?}");
-        text = text.replace(from, to);
-    }
-    spec::parse(&text).expect("parses")
+    spec::load_edited(std::path::Path::new(SPEC_DIR), name, edits).expect("the file")
 }
 
 /// Runs `spec` (the file `name`) as case `id`; returns its failed checks.
