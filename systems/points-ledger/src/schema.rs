@@ -315,6 +315,10 @@ DECLARE
     v_uneg    boolean[];
     v_nuser   integer;
     v_sys     text[];
+    v_names   text[];
+    v_inserted bigint;
+    v_ic      text[];
+    v_ik      text[];
     v_sids    text[];
     v_sbal    bigint[];
     v_sneg    boolean[];
@@ -345,7 +349,7 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    IF (SELECT count(DISTINCT (u.c, u.k)) FROM unnest(p_client_ids, p_idem_keys) u(c, k)) <> v_n THEN
+    IF (SELECT count(*) FROM (SELECT DISTINCT u.c, u.k FROM unnest(p_client_ids, p_idem_keys) u(c, k)) d) <> v_n THEN
         RAISE EXCEPTION 'a batch names each (client_id, idem_key) once' USING ERRCODE = 'LD004';
     END IF;
     v_status := array_fill(NULL::text, ARRAY[v_n]);
@@ -378,9 +382,17 @@ BEGIN
             ORDER BY u.c, u.k
             ON CONFLICT (client_id, idem_key) DO NOTHING
             RETURNING client_id, idem_key)
-        SELECT coalesce(array_agg(u.g ORDER BY u.g), '{}') INTO v_new
-        FROM unnest(p_client_ids, p_idem_keys) WITH ORDINALITY u(c, k, g)
-        WHERE EXISTS (SELECT 1 FROM ins WHERE ins.client_id = u.c AND ins.idem_key = u.k);
+        SELECT count(*), array_agg(ins.client_id), array_agg(ins.idem_key)
+        INTO v_inserted, v_ic, v_ik FROM ins;
+        -- Every key to do registered (keys are distinct): no need to tell them apart.
+        IF v_inserted = cardinality(v_todo) THEN
+            v_new := v_todo;
+        ELSE
+            v_new := ARRAY(SELECT u.g FROM unnest(p_client_ids, p_idem_keys) WITH ORDINALITY u(c, k, g)
+                           WHERE u.g = ANY (v_todo)
+                             AND EXISTS (SELECT 1 FROM unnest(v_ic, v_ik) i(c, k) WHERE i.c = u.c AND i.k = u.k)
+                           ORDER BY u.g);
+        END IF;
         v_reg := v_reg || v_new;
         EXIT WHEN cardinality(v_new) = cardinality(v_todo);
         v_todo := ARRAY(SELECT g FROM unnest(v_todo) g WHERE g <> ALL (v_new));
@@ -419,7 +431,9 @@ BEGIN
         FROM generate_series(1, v_n) g;
         RETURN;
     END IF;
-    v_reg := ARRAY(SELECT g FROM unnest(v_reg) g ORDER BY g);
+    IF v_attempt > 0 THEN
+        v_reg := ARRAY(SELECT g FROM unnest(v_reg) g ORDER BY g);
+    END IF;
 
     -- 3. Lock the accounts named in one global order: the user accounts (outside the
     -- `sys-` prefix) by account id, then the system accounts by account id; so two
@@ -431,9 +445,14 @@ BEGIN
     -- conflict with the FOR KEY SHARE that the foreign-key checks of another batch's
     -- entries (step 6) take on the sink, so two batches never hold that share each while
     -- both wait to lock the sink (docs 13.3.2, "Row-Level Locks").
-    v_sys := ARRAY(SELECT DISTINCT n FROM (SELECT p_froms[g] FROM unnest(v_reg) g
-                                           UNION SELECT p_tos[g] FROM unnest(v_reg) g) s(n)
-                   WHERE n LIKE 'sys-%' ORDER BY n);
+    -- The accounts the registered requests name, repeats and all (usually every request's).
+    IF cardinality(v_reg) = v_n THEN
+        v_names := p_froms || p_tos;
+    ELSE
+        v_names := ARRAY(SELECT p_froms[g] FROM unnest(v_reg) g
+                         UNION ALL SELECT p_tos[g] FROM unnest(v_reg) g);
+    END IF;
+    v_sys := ARRAY(SELECT DISTINCT n FROM unnest(v_names) n WHERE n LIKE 'sys-%' ORDER BY n);
     v_split := (SELECT max(p_froms[g]) FROM unnest(v_reg) g WHERE p_froms[g] LIKE 'sys-%');
     SELECT coalesce(array_agg(l.account_id ORDER BY l.sys, l.account_id), '{}'),
            coalesce(array_agg(l.balance ORDER BY l.sys, l.account_id), '{}'),
@@ -441,8 +460,7 @@ BEGIN
     INTO v_uids, v_ubal, v_uneg
     FROM (SELECT a.account_id, a.balance, a.allow_negative, a.account_id LIKE 'sys-%' AS sys
           FROM account a
-          WHERE a.account_id IN (SELECT p_froms[g] FROM unnest(v_reg) g
-                                 UNION SELECT p_tos[g] FROM unnest(v_reg) g)
+          WHERE a.account_id = ANY (v_names)
             AND (a.account_id NOT LIKE 'sys-%' OR a.account_id <= v_split)
           ORDER BY a.account_id LIKE 'sys-%', a.account_id FOR NO KEY UPDATE) l;
     v_nuser := cardinality(v_uids);
@@ -476,7 +494,9 @@ BEGIN
         v_open := NOT v_exact AND cardinality(v_sids) > 0;
         v_high := array_fill(NULL::numeric, ARRAY[cardinality(v_ids)]);
 
-        -- 4. The debit decisions, in arrival order, on the locked balances.
+        -- 4. The debit decisions, in arrival order, on the locked balances; the OK ones
+        -- collected in that order (v_ok).
+        v_ok := '{}';
         FOREACH i IN ARRAY v_reg LOOP
             f := array_position(v_ids, p_froms[i]);
             t := array_position(v_ids, p_tos[i]);
@@ -517,6 +537,7 @@ BEGIN
             v_bal[f] := v_bal[f] - p_amounts[i];
             v_bal[t] := v_bal[t] + p_amounts[i];
             v_outcome[i] := 'OK';
+            v_ok := v_ok || i;
             f := CASE WHEN p_kinds[i] = 'GRANT' THEN t ELSE f END;
             IF v_open AND f > v_nuser THEN
                 -- The balance to report is an open one: decide again, exactly.
@@ -533,7 +554,6 @@ BEGIN
         -- 6. The transactions (ids drawn in arrival order; the exact attempt first reuses
         -- those the first drew, as a sequence never gives them back) and their entries
         -- (-amount first).
-        v_ok := ARRAY(SELECT g FROM unnest(v_reg) g WHERE v_outcome[g] = 'OK' AND v_status[g] = 'executed');
         IF cardinality(v_ok) > 0 THEN
             f := 0;
             FOREACH i IN ARRAY v_ok LOOP
