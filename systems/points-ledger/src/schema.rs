@@ -245,9 +245,10 @@ $fn$;
 /// The steps, each one statement over the whole batch except the debit decisions:
 ///
 /// 1. the freeze check;
-/// 2. registration of every key, sorted by key, the keys registered told apart by the
-///    INSERT's RETURNING; retried for keys whose conflicting row vanished; keys already
-///    known read back in a new statement;
+/// 2. registration of every key, sorted by key: all registered when the INSERT inserted
+///    as many rows as keys, else the keys registered told apart by its RETURNING; retried
+///    for keys whose conflicting row vanished; keys already known read back in a new
+///    statement;
 /// 3. the accounts locked in one global order (user accounts by id, then system accounts
 ///    by id), `FOR NO KEY UPDATE`, so two batches never wait on each other in a circle:
 ///    here the user accounts and the system accounts up to the last one debited;
@@ -369,8 +370,9 @@ BEGIN
     END LOOP;
 
     -- 2. Register every key, sorted by key (ON CONFLICT waits for a key another
-    -- transaction holds). The keys registered are told apart by the INSERT's RETURNING;
-    -- a known key is read back in a new statement (a new snapshot).
+    -- transaction holds). The keys registered are counted, and told apart by the
+    -- INSERT's RETURNING only when some were not; a known key is read back in a new
+    -- statement (a new snapshot).
     v_todo := ARRAY(SELECT g FROM generate_series(1, v_n) g WHERE v_status[g] IS NULL);
     WHILE cardinality(v_todo) > 0 LOOP
         WITH ins AS (
