@@ -271,7 +271,7 @@ impl Ctx {
     ///
     /// For the run's evidence page each participant's start and end (microseconds after
     /// the race was called, read off the clock only to draw it, never to decide a check)
-    /// and its result (`{:?}`, cut to [`RACE_OUTCOME_CHARS`]) go to the case's
+    /// and its result (`{:?}`, cut to `RACE_OUTCOME_CHARS`, 120 characters) go to the case's
     /// `details["races"]`.
     pub async fn race<T, F, Fut>(&self, participants: usize, body: F) -> anyhow::Result<Vec<T>>
     where
