@@ -7,7 +7,7 @@
 //! from PostgreSQL's runner:
 //!
 //! - waits are seen only where the engine reports them ([`EngineSession::wait_id`],
-//!   [`EngineSession::waiting`]: MariaDB's `INNODB_TRX`); then a permutation plays as on
+//!   [`EngineSession::waiting`]: MariaDB's `INNODB_TRX` and `PROCESSLIST`); then a permutation plays as on
 //!   PostgreSQL, without markers or notices ([`Waits`]). Elsewhere (SQLite) steps run one
 //!   at a time, each to its end, in the permutation's order: no `<waiting ...>` is
 //!   printed, and a step that would wait for another session's lock waits inside the
@@ -72,7 +72,8 @@ pub trait EngineSession: Send {
     }
 
     /// Which of `ids` (connections' [`EngineSession::wait_id`]s) wait for a lock now,
-    /// as the engine itself reports it (InnoDB: `INNODB_TRX.trx_state = 'LOCK WAIT'`):
+    /// as the engine itself reports it (MariaDB: `INNODB_TRX.trx_state = 'LOCK WAIT'`, or
+    /// a lock wait above InnoDB in `PROCESSLIST.STATE`):
     /// an observation, never a guess from time. Asked on a connection of its own (the
     /// monitor). Default: none.
     ///

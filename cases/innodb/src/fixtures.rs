@@ -148,9 +148,13 @@ async fn paced() -> tokio::sync::MutexGuard<'static, Option<Instant>> {
     last
 }
 
-/// Which of the connections `ids` (`CONNECTION_ID()`) wait for an InnoDB lock now
-/// (`INNODB_TRX.trx_state = 'LOCK WAIT'`), read through the same pacer as
-/// [`Db::lock_waiters`].
+/// Which of the connections `ids` (`CONNECTION_ID()`) wait for a lock now: an InnoDB
+/// row or table lock (`INNODB_TRX.trx_state = 'LOCK WAIT'`, read through the same pacer
+/// as [`Db::lock_waiters`]), or a lock of the server above the engine, which InnoDB
+/// does not see: a metadata lock (an `ALTER TABLE` behind an open transaction that read
+/// the table), a table-level lock, the backup or global read lock, a `GET_LOCK` user
+/// lock. Those show in the connection's `PROCESSLIST.STATE` (`Waiting for … lock`,
+/// `User lock`; MariaDB's thread states, "General Thread States"), read live.
 ///
 /// Errors: SQL errors.
 pub async fn lock_waiting(
@@ -165,8 +169,10 @@ pub async fn lock_waiting(
     let waiting = observer
         .query(format!(
             "SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX \
-             WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id IN ({})",
-            list.join(", ")
+             WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id IN ({ids}) \
+             UNION SELECT ID FROM information_schema.PROCESSLIST \
+             WHERE ID IN ({ids}) AND (STATE LIKE 'Waiting for %lock' OR STATE = 'User lock')",
+            ids = list.join(", ")
         ))
         .await;
     *last = Some(Instant::now());

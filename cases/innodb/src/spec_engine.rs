@@ -36,8 +36,9 @@
 //! - `place … show=reported` adds `reported_available=…`, the product's answer's figure
 //!
 //! Every session reports its connection id ([`EngineSession::wait_id`]) and which
-//! connections wait in `INNODB_TRX` ([`EngineSession::waiting`]), so a step seen waiting
-//! for a lock prints `<waiting ...>` and the next step is sent.
+//! connections wait for a lock (`INNODB_TRX`, and `PROCESSLIST` for the server's own
+//! locks above InnoDB: metadata, table-level, user locks; [`EngineSession::waiting`]), so
+//! a step seen waiting for a lock prints `<waiting ...>` and the next step is sent.
 //!
 //! An order is named by the business id it was placed under (`buy=place-i101`) or by its
 //! number (`#3`); every call takes `tenant=T` (default `default`); `replayed=true` is

@@ -8,6 +8,13 @@
 //! (its snapshot then includes the winner), I11's UPDATEs changing the row (`+ 1`, then
 //! `- 1`), I12's second read without `LOCK IN SHARE MODE`.
 //!
+//! Then the engine's wait observation beyond InnoDB's own lock table: a file (written
+//! here, not a case of the run) whose `ALTER TABLE` waits for the metadata lock of a
+//! transaction that read the table, and whose `GET_LOCK` waits for a user lock held by
+//! another session. Both must print `<waiting ...>` and `<... completed>`, so that the
+//! steps behind them are sent: a wait the runner did not see would leave the
+//! permutation stuck until the step bound (300 s) failed it.
+//!
 //! One scratch MariaDB for the whole binary (fetched into the project's cache on first
 //! use, as root), one database per case and plan; the server is stopped and its folder
 //! removed at the end.
@@ -49,10 +56,17 @@ async fn run(env: &std::sync::Arc<Env>, case_id: &'static str, plan: Plan) -> Ct
     ctx
 }
 
-/// Runs the file `name`, its text changed by `edits`, as case `id`; returns the report.
-async fn run_file(env: &Arc<Env>, id: &str, name: &str, edits: &[(&str, &str)]) -> CaseReport {
-    let parsed = spec::load_edited(Path::new(SPEC_DIR), name, edits).expect("the file");
-    let shown = format!("cases/innodb/specs/{name}");
+/// Runs the file `name` of `dir`, its text changed by `edits`, as case `id`; returns the
+/// report.
+async fn run_file(
+    env: &Arc<Env>,
+    dir: &Path,
+    id: &str,
+    name: &str,
+    edits: &[(&str, &str)],
+) -> CaseReport {
+    let parsed = spec::load_edited(dir, name, edits).expect("the file");
+    let shown = dir.join(name).display().to_string();
     let engine = Arc::new(MariaDbEngine::default());
     let case = spec::engine_case(id.into(), shown, Arc::new(parsed), engine);
     let report = case_kit::run_case(env.clone(), &innodb::family(), &case).await;
@@ -73,9 +87,9 @@ fn failed(report: &CaseReport) -> Vec<String> {
 /// The file `name` (case `id`) as committed passes; with `harmless` applied, its exposes
 /// check, and only it, fails.
 async fn file_can_fail(env: &Arc<Env>, id: &str, name: &str, harmless: &[(&str, &str)]) {
-    let report = run_file(env, id, name, &[]).await;
+    let report = run_file(env, Path::new(SPEC_DIR), id, name, &[]).await;
     assert!(failed(&report).is_empty(), "{}", report.transcript());
-    let report = run_file(env, id, name, harmless).await;
+    let report = run_file(env, Path::new(SPEC_DIR), id, name, harmless).await;
     let failed = failed(&report);
     assert!(
         !failed.is_empty()
@@ -85,6 +99,54 @@ async fn file_can_fail(env: &Arc<Env>, id: &str, name: &str, harmless: &[(&str, 
         "{id} without its fault: only the exposes check fails:\n{}",
         report.transcript()
     );
+}
+
+/// A file whose steps wait for locks above InnoDB: a metadata lock (`alter` behind
+/// `read`'s open transaction) and a user lock (`wait` behind `take`).
+const WAITS_ABOVE_INNODB: &str = "\
+title: waits InnoDB's lock table does not show
+claim: a step waiting for a metadata lock or for a user lock is seen waiting, and the
+  steps behind it are sent
+fails: a wait not seen: the permutation stays stuck until the step bound
+system: frozen_balances_innodb
+clean: yes
+session r
+  step read: START TRANSACTION; SELECT COUNT(*) AS n FROM balance
+  step commit: COMMIT
+session a
+  step alter: ALTER TABLE balance COMMENT = 'altered behind a reader'
+session u
+  step take: SELECT GET_LOCK('innodb-waits', 0) AS got
+  step free: SELECT RELEASE_LOCK('innodb-waits') AS freed
+session w
+  step wait: SELECT GET_LOCK('innodb-waits', 300) AS got
+permutation: read alter commit take wait free
+shows: take got=1
+shows: wait got=1
+";
+
+/// [`WAITS_ABOVE_INNODB`] passes, `alter` and `wait` each seen waiting and completed.
+async fn waits_above_innodb_are_seen(env: &Arc<Env>) {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let name = "waits_above_innodb.spec";
+    std::fs::write(dir.path().join(name), WAITS_ABOVE_INNODB).expect("the file");
+    let report = run_file(env, dir.path(), "IW1", name, &[]).await;
+    let transcript = report.transcript();
+    assert!(failed(&report).is_empty(), "{transcript}");
+    for step in ["alter", "wait"] {
+        let waited = format!("step {step}: ");
+        assert!(
+            transcript
+                .lines()
+                .any(|l| l.contains(&waited) && l.ends_with("<waiting ...>")),
+            "{step} not seen waiting:\n{transcript}"
+        );
+        let completed = format!("step {step}: <... completed>");
+        assert!(
+            transcript.contains(&completed),
+            "{step} not completed:\n{transcript}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,5 +207,6 @@ async fn innodb_controls_fail_where_the_fault_cannot_happen() {
         "I4 under the forced plan has a failed check:\n{}",
         ctx.transcript()
     );
+    waits_above_innodb_are_seen(&env).await;
     drop(innodb::server::take());
 }
