@@ -7,8 +7,8 @@
 //! from PostgreSQL's runner:
 //!
 //! - waits are seen only where the engine reports them ([`EngineSession::wait_id`],
-//!   [`EngineSession::waiting`]: MariaDB's `INNODB_TRX` and `PROCESSLIST`); then a permutation plays as on
-//!   PostgreSQL, without markers or notices ([`Waits`]). Elsewhere (SQLite) steps run one
+//!   [`EngineSession::waiting`]: MariaDB's `INNODB_TRX` and `PROCESSLIST`); then a
+//!   permutation plays as on PostgreSQL, without markers or notices ([`Waits`]). Elsewhere (SQLite) steps run one
 //!   at a time, each to its end, in the permutation's order: no `<waiting ...>` is
 //!   printed, and a step that would wait for another session's lock waits inside the
 //!   engine (SQLite's busy timeout) and prints what it ends with;

@@ -8,8 +8,8 @@
 //! (its snapshot then includes the winner), I11's UPDATEs changing the row (`+ 1`, then
 //! `- 1`), I12's second read without `LOCK IN SHARE MODE`.
 //!
-//! Then the engine's wait observation beyond InnoDB's own lock table: a file (written
-//! here, not a case of the run) whose `ALTER TABLE` waits for the metadata lock of a
+//! Then the engine's wait observation beyond InnoDB's own lock table: a file (a
+//! constant here, not a case of the run) whose `ALTER TABLE` waits for the metadata lock of a
 //! transaction that read the table, and whose `GET_LOCK` waits for a user lock held by
 //! another session. Both must print `<waiting ...>` and `<... completed>`, so that the
 //! steps behind them are sent: a wait the runner did not see would leave the
@@ -56,22 +56,19 @@ async fn run(env: &std::sync::Arc<Env>, case_id: &'static str, plan: Plan) -> Ct
     ctx
 }
 
-/// Runs the file `name` of `dir`, its text changed by `edits`, as case `id`; returns the
-/// report.
-async fn run_file(
-    env: &Arc<Env>,
-    dir: &Path,
-    id: &str,
-    name: &str,
-    edits: &[(&str, &str)],
-) -> CaseReport {
-    let parsed = spec::load_edited(dir, name, edits).expect("the file");
-    let shown = dir.join(name).display().to_string();
-    let engine = Arc::new(MariaDbEngine::default());
-    let case = spec::engine_case(id.into(), shown, Arc::new(parsed), engine);
-    let report = case_kit::run_case(env.clone(), &innodb::family(), &case).await;
+/// Runs the file `name`, its text changed by `edits`, as case `id`; returns the report.
+async fn run_file(env: &Arc<Env>, id: &str, name: &str, edits: &[(&str, &str)]) -> CaseReport {
+    let parsed = spec::load_edited(Path::new(SPEC_DIR), name, edits).expect("the file");
+    let report = run_spec(env, id, format!("cases/innodb/specs/{name}"), parsed).await;
     eprint!("{id} {edits:?}:\n{}", report.transcript());
     report
+}
+
+/// Runs `parsed` (shown as `shown`) as case `id` on the MariaDB engine; returns the report.
+async fn run_spec(env: &Arc<Env>, id: &str, shown: String, parsed: spec::Spec) -> CaseReport {
+    let engine = Arc::new(MariaDbEngine::default());
+    let case = spec::engine_case(id.into(), shown, Arc::new(parsed), engine);
+    case_kit::run_case(env.clone(), &innodb::family(), &case).await
 }
 
 /// Text replacements applied to a case file before it runs: `(from, to)`.
@@ -87,9 +84,9 @@ fn failed(report: &CaseReport) -> Vec<String> {
 /// The file `name` (case `id`) as committed passes; with `harmless` applied, its exposes
 /// check, and only it, fails.
 async fn file_can_fail(env: &Arc<Env>, id: &str, name: &str, harmless: &[(&str, &str)]) {
-    let report = run_file(env, Path::new(SPEC_DIR), id, name, &[]).await;
+    let report = run_file(env, id, name, &[]).await;
     assert!(failed(&report).is_empty(), "{}", report.transcript());
-    let report = run_file(env, Path::new(SPEC_DIR), id, name, harmless).await;
+    let report = run_file(env, id, name, harmless).await;
     let failed = failed(&report);
     assert!(
         !failed.is_empty()
@@ -101,7 +98,7 @@ async fn file_can_fail(env: &Arc<Env>, id: &str, name: &str, harmless: &[(&str, 
     );
 }
 
-/// A file whose steps wait for locks above InnoDB: a metadata lock (`alter` behind
+/// A case file (parsed here, not a case of the run) whose steps wait for locks above InnoDB: a metadata lock (`alter` behind
 /// `read`'s open transaction) and a user lock (`wait` behind `take`).
 const WAITS_ABOVE_INNODB: &str = "\
 title: waits InnoDB's lock table does not show
@@ -127,10 +124,8 @@ shows: wait got=1
 
 /// [`WAITS_ABOVE_INNODB`] passes, `alter` and `wait` each seen waiting and completed.
 async fn waits_above_innodb_are_seen(env: &Arc<Env>) {
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let name = "waits_above_innodb.spec";
-    std::fs::write(dir.path().join(name), WAITS_ABOVE_INNODB).expect("the file");
-    let report = run_file(env, dir.path(), "IW1", name, &[]).await;
+    let parsed = spec::parse(WAITS_ABOVE_INNODB).expect("the file parses");
+    let report = run_spec(env, "IW1", "WAITS_ABOVE_INNODB".into(), parsed).await;
     let transcript = report.transcript();
     assert!(failed(&report).is_empty(), "{transcript}");
     for step in ["alter", "wait"] {
