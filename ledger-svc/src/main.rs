@@ -16,6 +16,7 @@
 
 mod http;
 mod pooler;
+mod session;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -171,8 +172,9 @@ struct Args {
     /// executes every debit.
     #[arg(long, default_value_t = points_ledger::batcher::BATCH_DRAINERS as u64, value_parser = clap::value_parser!(u64).range(1..=64))]
     batch_drainers: u64,
-    /// A deliberate bug, for `./run.sh explore --planted-bug` only (it proves the
-    /// explorer's checker can fail; see `http::planted`). Off by default.
+    /// A deliberate bug, for `./run.sh explore --planted-bug` (it proves the explorer's
+    /// checker can fail) and R2's negative control only; see `http::planted`. Off by
+    /// default.
     #[arg(long, value_enum)]
     planted_bug: Option<http::planted::PlantedBug>,
 }
@@ -451,9 +453,14 @@ fn build_pool(args: &Args) -> anyhow::Result<(Pool, String)> {
     // (`verify_idle`), which catches a connection that died while nobody used it; under
     // load connections are reused within milliseconds and never pay for it. A request on
     // a connection that dies anyway gets 503 UNKNOWN, and the dead connection is dropped.
-    let manager = Manager::from_config(
+    // Every session ends at a server WARNING, so a COMMIT whose wait for the synchronous
+    // standby was cancelled is never answered as committed (`session`).
+    let sessions = session::WarningEndsSession {
+        trust_warnings: args.planted_bug == Some(http::planted::PlantedBug::TrustCancelledCommit),
+    };
+    let manager = Manager::from_connect(
         config,
-        tokio_postgres::NoTls,
+        sessions,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },

@@ -80,13 +80,24 @@ pub fn start(pool: Pool, faults: Option<Arc<FaultHooks>>, limits: BatchLimits) -
 
 /// Runs `request` in the next batch, within the request's bound: past it the answer is
 /// [`Failure::Unknown`] (503 `UNKNOWN`; the batch may still commit, a retry with the same
-/// key tells).
+/// key tells). A replay is [covered](super::bound::cover) on a pooled connection within
+/// what is left of the bound before it is answered: the batch read its record and wrote
+/// nothing for it.
 pub async fn run(
     state: &AppState,
     batcher: &Batcher,
     request: TransferRequest,
 ) -> Result<TransferResult, Failure<LedgerError>> {
-    match tokio::time::timeout(state.request_timeout(), batcher.submit(request)).await {
+    let deadline = tokio::time::Instant::now() + state.request_timeout();
+    match tokio::time::timeout_at(deadline, batcher.submit(request)).await {
+        Ok(Ok(result)) if result.replayed => {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let ran = super::bound::run(&state.pool, &state.tasks, left, move |_client| {
+                Box::pin(std::future::ready(Ok::<_, LedgerError>(result)))
+            })
+            .await;
+            super::bound::settle(ran)
+        }
         Ok(Ok(result)) => Ok(result),
         Ok(Err(error)) => Err(Failure::Failed(error)),
         Err(_) => {

@@ -16,10 +16,15 @@
 //!    Progress"), again after [`CANCEL_INTERVAL_MS`], doubling up to
 //!    [`CANCEL_INTERVAL_MAX_MS`], until the transaction has ended (a cancel that reaches
 //!    the session between two statements is ignored by the server);
-//! 3. the answer is what really happened: a statement cancelled before `COMMIT` took
-//!    effect rolls the transaction back (SQLSTATE 57014 `query_canceled`), and the
-//!    client gets 503 `UNKNOWN` naming the bound, with nothing recorded; a transaction
-//!    that committed before the cancel arrived is answered as committed;
+//! 3. the answer is what really happened: a statement cancelled before `COMMIT` rolls
+//!    the transaction back (the server reports SQLSTATE 57014 `query_canceled`), and
+//!    the client gets 503 `UNKNOWN` naming the bound, with nothing recorded; a
+//!    transaction that committed before the cancel arrived is answered as committed; a
+//!    cancel that reaches a COMMIT waiting for the synchronous standby ends that wait
+//!    without rolling back, and the server's warning ends the session
+//!    (`crate::session`), so the transaction ends with its connection closed and no
+//!    SQLSTATE: 503 `UNKNOWN` (it committed on the primary and may be lost by a
+//!    failover; a retry with the same key learns which);
 //! 4. a transaction that has not ended [`CANCEL_GRACE_MS`] after the bound (its session
 //!    does not answer: a stopped server process, a half-open connection) is answered 503
 //!    `UNKNOWN` without its outcome, and goes on in its task until it ends on its own; a
@@ -30,6 +35,10 @@
 //!
 //! A connection that was sent a cancel is closed, never handed back to the pool, so a
 //! late cancel cannot reach another request's statement.
+//!
+//! A replay is answered only once the record it read is on the synchronous standby
+//! ([`cover`]): the record may be one whose COMMIT's wait for the standby was cancelled,
+//! visible on the primary and lost by a failover.
 //!
 //! Time held at an armed fault point (`delay`, `pause`, `close`; `super::faults`) is a
 //! stall injected on purpose and does not count against the bound: the deadline moves by
@@ -115,7 +124,8 @@ pub enum NotRun {
 }
 
 /// What a bounded request's work returned, and whether the bound ran out while it ran
-/// (then at least one cancel was sent: an error of the work means it was rolled back).
+/// (then at least one cancel was sent: an error the server reported means it was rolled
+/// back, a closed connection that its outcome is unknown; [`settle`]).
 #[derive(Debug)]
 pub struct Ran<T> {
     /// The work's own result.
@@ -133,21 +143,79 @@ enum Phase {
     Done,
 }
 
+/// A result that may have been read back from what an earlier request recorded (a
+/// replay, `Idempotent-Replayed: true`) instead of executed now.
+pub trait Replayed {
+    /// Whether this result is a replay.
+    fn replayed(&self) -> bool;
+}
+
+impl Replayed for points_ledger::TransferResult {
+    fn replayed(&self) -> bool {
+        self.replayed
+    }
+}
+
+macro_rules! replayed_field {
+    ($($result:ty),*) => {$(
+        impl Replayed for $result {
+            fn replayed(&self) -> bool {
+                self.replayed
+            }
+        }
+    )*};
+}
+
+replayed_field!(
+    frozen_balances::PlaceResult,
+    frozen_balances::CancelResult,
+    frozen_balances::FillResult,
+    frozen_balances::DepositResult
+);
+
+/// The statement of a replay's cover ([`cover`]): its own implicit transaction, whose one
+/// write is a transactional logical-decoding message (`pg_logical_emit_message`,
+/// PostgreSQL docs, "Replication Management Functions"; any role may call it, and
+/// it needs no `wal_level = logical`).
+pub const COVER_SQL: &str = "SELECT pg_logical_emit_message(true, 'ledger-svc', 'replay cover')";
+
+/// Covers a replay: commits a transaction that writes WAL, after the replay read its
+/// record. PostgreSQL waits for the synchronous standby only at the COMMIT of a
+/// transaction that has a transaction id and wrote WAL (`RecordTransactionCommit`,
+/// src/backend/access/transam/xact.c), so the replay's own read, which writes nothing,
+/// waits for nothing; the cover's transactional message takes an id and writes one
+/// record, so its COMMIT waits until the standby has WAL up to the cover's commit record,
+/// which lies after the commit of every transaction the replay saw committed, the record
+/// included. Under `synchronous_commit = off` or without a synchronous standby it waits
+/// for nothing, as every commit then does. A cancel of its wait ends the session
+/// (`crate::session`): the replay is answered 503 `UNKNOWN`. One round trip (the simple
+/// query protocol: unnamed, through a transaction pooler too).
+///
+/// Errors: the statement's, or a closed connection.
+pub async fn cover(client: &tokio_postgres::Client) -> Result<(), tokio_postgres::Error> {
+    client.batch_execute(COVER_SQL).await
+}
+
 /// Runs `work` on a pooled connection of `pool` in a task of `tasks`, answered within
-/// `bound` from now (plus the time held at fault points): see the module docs.
+/// `bound` from now (plus the time held at fault points): see the module docs. A replay
+/// (`R::replayed`) is [covered](cover) on the same connection before it is answered;
+/// a cover that failed turns it into the cover's error.
 ///
 /// Errors: [`NotRun`] when no connection could be had in time (then `work` never ran), or
 /// when the cancelled transaction did not end within [`CANCEL_GRACE_MS`] (then it goes on
 /// in its task and ends on its own).
-pub async fn run<T, W>(
+pub async fn run<R, E, W>(
     pool: &Pool,
     tasks: &TaskTracker,
     bound: Duration,
     work: W,
-) -> Result<Ran<T>, NotRun>
+) -> Result<Ran<Result<R, E>>, NotRun>
 where
-    T: Send + 'static,
-    W: for<'c> FnOnce(&'c mut tokio_postgres::Client) -> BoxFuture<'c, T> + Send + 'static,
+    R: Replayed + Send + 'static,
+    E: From<tokio_postgres::Error> + Send + 'static,
+    W: for<'c> FnOnce(&'c mut tokio_postgres::Client) -> BoxFuture<'c, Result<R, E>>
+        + Send
+        + 'static,
 {
     let deadline = Instant::now() + bound;
     let client = connection(pool, deadline).await?;
@@ -161,21 +229,30 @@ where
 /// Runs `work` on `client` in a task of `tasks` with `holds` as its fault-hold record; a
 /// connection whose transaction was being cancelled ([`Phase::Cancelling`]) when the work
 /// ended is never pooled again. The receiver gets the work's output.
-fn spawn_work<T, W>(
+fn spawn_work<R, E, W>(
     tasks: &TaskTracker,
     client: Object,
     holds: Arc<Holds>,
     phase: Arc<Mutex<Phase>>,
     work: W,
-) -> tokio::sync::oneshot::Receiver<T>
+) -> tokio::sync::oneshot::Receiver<Result<R, E>>
 where
-    T: Send + 'static,
-    W: for<'c> FnOnce(&'c mut tokio_postgres::Client) -> BoxFuture<'c, T> + Send + 'static,
+    R: Replayed + Send + 'static,
+    E: From<tokio_postgres::Error> + Send + 'static,
+    W: for<'c> FnOnce(&'c mut tokio_postgres::Client) -> BoxFuture<'c, Result<R, E>>
+        + Send
+        + 'static,
 {
     let (answer, answered) = tokio::sync::oneshot::channel();
     tasks.spawn(HELD.scope(holds, async move {
         let mut client = client;
-        let output = work(&mut client).await;
+        let mut output = work(&mut client).await;
+        if output.as_ref().is_ok_and(Replayed::replayed) {
+            if let Err(error) = cover(&client).await {
+                eprintln!("ledger-svc: a replay's cover failed, answering without it: {error}");
+                output = Err(E::from(error));
+            }
+        }
         let cancelled = {
             let mut phase = phase.lock().unwrap_or_else(|p| p.into_inner());
             std::mem::replace(&mut *phase, Phase::Done) == Phase::Cancelling
@@ -272,33 +349,74 @@ async fn connection(pool: &Pool, deadline: Instant) -> Result<Object, NotRun> {
 /// Why a bounded request failed: its work's own error, the bound, or no connection.
 #[derive(Debug)]
 pub enum Failure<E> {
-    /// The work ran and failed (rolled back unless the error says otherwise).
+    /// The work ran and failed (rolled back unless the error says otherwise: an error
+    /// without an SQLSTATE is a lost connection, and a COMMIT it cut short may have
+    /// committed).
     Failed(E),
-    /// The bound ran out: no connection in time, or the running transaction was
-    /// cancelled and rolled back. Nothing was recorded.
+    /// The bound ran out: no connection in time, or the server reported the running
+    /// statement failed (the cancel's SQLSTATE 57014 or another), so the transaction was
+    /// rolled back. Nothing was recorded.
     RanOut,
     /// No connection could be made: nothing ran.
     NoConnection(String),
-    /// The bound ran out and the transaction did not end after its cancel: it may or may
-    /// not take effect (a retry with the same key learns which).
+    /// The outcome is unknown: the bound ran out and the transaction did not end after
+    /// its cancel, or it ended with its connection closed (a COMMIT whose wait for the
+    /// synchronous standby was cancelled: `crate::session`). It may or may not take
+    /// effect; a retry with the same key learns which.
     Unknown,
 }
 
-/// The result of a bounded transaction: its own result; [`Failure::RanOut`] for any error
-/// once the bound ran out (the cancel's 57014, or whatever the cancelled statement
-/// reported) unless `as_is` says the error stands on its own (a fault that closed the
-/// connection); and the pool's failures.
-pub fn settle<T, E: std::fmt::Display>(
-    ran: Result<Ran<Result<T, E>>, NotRun>,
-    as_is: impl Fn(&E) -> bool,
-) -> Result<T, Failure<E>> {
+/// What [`settle`] must know of a work's error.
+pub trait WorkError: std::fmt::Display {
+    /// The error stands on its own even once the bound ran out (a fault that closed the
+    /// connection on purpose).
+    fn stands_alone(&self) -> bool;
+    /// The SQLSTATE the server reported, `None` when the error did not come from the
+    /// server (a closed connection: then a COMMIT under way may have committed).
+    fn server_sqlstate(&self) -> Option<&str>;
+}
+
+impl WorkError for points_ledger::LedgerError {
+    fn stands_alone(&self) -> bool {
+        matches!(self, points_ledger::LedgerError::HookAborted(_))
+    }
+    fn server_sqlstate(&self) -> Option<&str> {
+        self.sqlstate()
+    }
+}
+
+impl WorkError for frozen_balances::FrozenError {
+    fn stands_alone(&self) -> bool {
+        matches!(self, frozen_balances::FrozenError::HookAborted(_))
+    }
+    fn server_sqlstate(&self) -> Option<&str> {
+        self.sqlstate()
+    }
+}
+
+/// The result of a bounded transaction: its own result; once the bound ran out, an error
+/// the server reported (the cancel's 57014, or whatever the cancelled statement
+/// reported: the transaction was rolled back) is [`Failure::RanOut`], and any other
+/// error is [`Failure::Unknown`] (the connection closed: the cancel may have reached a
+/// COMMIT waiting for the synchronous standby, which then committed locally and warned,
+/// `crate::session`), unless the error stands on its own ([`WorkError::stands_alone`]);
+/// and the pool's failures.
+pub fn settle<T, E: WorkError>(ran: Result<Ran<Result<T, E>>, NotRun>) -> Result<T, Failure<E>> {
     match ran {
         Ok(Ran {
             output: Err(error),
             bound_ran_out: true,
-        }) if !as_is(&error) => {
-            eprintln!("ledger-svc: rolled back when the request bound ran out: {error}");
-            Err(Failure::RanOut)
+        }) if !error.stands_alone() => {
+            if error.server_sqlstate().is_some() {
+                eprintln!("ledger-svc: rolled back when the request bound ran out: {error}");
+                Err(Failure::RanOut)
+            } else {
+                eprintln!(
+                    "ledger-svc: the request bound ran out and the transaction ended without \
+                     its outcome: {error}"
+                );
+                Err(Failure::Unknown)
+            }
         }
         Ok(Ran { output, .. }) => output.map_err(Failure::Failed),
         Err(NotRun::NoConnectionInTime) => Err(Failure::RanOut),

@@ -8,7 +8,11 @@
 //!   record expired or was removed; 503 `UNKNOWN` with `Retry-After` when a bounded wait
 //!   ran out or the database failed in a way that may pass
 //!   ([`super::state::transient`]); 500 `UNKNOWN` for any other database error (a
-//!   trigger's SQLSTATE 22003 included). Nothing is recorded on any of these.
+//!   trigger's SQLSTATE 22003 included). Nothing is recorded on any of these, but for a
+//!   503 whose connection closed under a COMMIT (a cancelled wait for the synchronous
+//!   standby among them, `crate::session`): that one may have committed, and a retry
+//!   with the same key learns it. A replay is answered only once its record is on the
+//!   synchronous standby (`super::bound::cover`).
 //! - `POST /accounts/{id}/grants` on the admin listener: same headers, body and table as
 //!   a debit, without `order_id`, which is 400 there; a grant to a missing account is 404
 //!   `NO_ACCOUNT`, not recorded.
@@ -292,7 +296,7 @@ async fn run_transfer(
         },
     )
     .await;
-    bound::settle(ran, |error| matches!(error, LedgerError::HookAborted(_)))
+    bound::settle(ran)
 }
 
 /// 422 `KEY_EXPIRED`: the key's record expired or was removed; nothing executed again, and
@@ -369,8 +373,10 @@ fn transfer_response(
             )
             .into_response())
         }
-        // A wait ran out (lock_timeout, statement_timeout, idle bound), the connection
-        // failed, a deadlock: rolled back, nothing recorded; the same key may be retried.
+        // A wait ran out (lock_timeout, statement_timeout, idle bound), a deadlock: rolled
+        // back, nothing recorded. The connection failed (no SQLSTATE; among others the
+        // session ended at a warning, `crate::session`): a COMMIT under way may have
+        // committed. Either way the outcome is unknown to the client: retry with the key.
         Err(Failure::Failed(error @ LedgerError::Db { .. })) if transient(&error) => {
             eprintln!("ledger-svc: transfer failed: {error}");
             Ok(Problem::unavailable().into_response())

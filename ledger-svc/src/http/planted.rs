@@ -1,7 +1,8 @@
 //! Planted bugs: deliberate faults in the service's own logic, off by default, that
 //! `./run.sh explore --planted-bug …` switches on to prove that its history checker
-//! catches what it claims (an explorer that never finds anything proves nothing). Never
-//! used by a case and never meant for a real deployment.
+//! catches what it claims (an explorer that never finds anything proves nothing), and
+//! that R2's negative control switches on to show what the service's earlier rule lost.
+//! Never meant for a real deployment.
 
 use points_ledger::{Hooks, LedgerError, TransferRequest, TransferResult, transfer};
 
@@ -15,6 +16,11 @@ pub enum PlantedBug {
     /// second time, and reconciliation stays clean (each execution has its own record),
     /// so only a history of what clients asked for shows it.
     ReexecuteKnownKeys,
+    /// A COMMIT that reports success after a `WARNING` is trusted (the session goes on,
+    /// `crate::session`): the rule the service had before, under which a COMMIT whose
+    /// wait for the synchronous standby was cancelled at the request bound is answered
+    /// 201 although it exists only on the primary (R2's negative control).
+    TrustCancelledCommit,
 }
 
 /// How many derived keys the bug tries before it gives up and returns what it got.

@@ -270,7 +270,7 @@ fn parse_asset(text: &str) -> Result<Asset, Problem> {
 /// the request's bound (`super::bound`).
 async fn run_event<R, F>(state: &Arc<AppState>, label: String, event: F) -> Result<R, Failure>
 where
-    R: Send + 'static,
+    R: bound::Replayed + Send + 'static,
     F: for<'c> FnOnce(
             &'c mut tokio_postgres::Client,
             &'c dyn Hooks,
@@ -305,7 +305,7 @@ where
             },
         )
         .await;
-        bound::settle(ran, |error| matches!(error, FrozenError::HookAborted(_)))
+        bound::settle(ran)
     });
     match task.await {
         Ok(result) => result,

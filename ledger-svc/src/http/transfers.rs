@@ -133,7 +133,7 @@ async fn run(
             },
         )
         .await;
-        bound::settle(ran, |error| matches!(error, LedgerError::HookAborted(_)))
+        bound::settle(ran)
     });
     let refused = |response: HttpResponse| Err(Box::new(response));
     match task.await {
