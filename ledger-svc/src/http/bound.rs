@@ -247,11 +247,11 @@ where
     tasks.spawn(HELD.scope(holds, async move {
         let mut client = client;
         let mut output = work(&mut client).await;
-        if output.as_ref().is_ok_and(Replayed::replayed) {
-            if let Err(error) = cover(&client).await {
-                eprintln!("ledger-svc: a replay's cover failed, answering without it: {error}");
-                output = Err(E::from(error));
-            }
+        if output.as_ref().is_ok_and(Replayed::replayed)
+            && let Err(error) = cover(&client).await
+        {
+            eprintln!("ledger-svc: a replay's cover failed, answering without it: {error}");
+            output = Err(E::from(error));
         }
         let cancelled = {
             let mut phase = phase.lock().unwrap_or_else(|p| p.into_inner());
