@@ -634,6 +634,57 @@ impl Service {
         Ok(reply.body["released"].as_u64().unwrap_or(0))
     }
 
+    /// `GET /batch` on the admin listener: the batch mode's queue and the batch sizes seen
+    /// (`ledger-svc/src/http/batch.rs`).
+    ///
+    /// Errors: transport errors.
+    pub async fn batch_state(&self) -> anyhow::Result<Value> {
+        Ok(self
+            .send(self.http.get(self.admin_url("/batch")))
+            .await?
+            .body)
+    }
+
+    /// Holds (`true`, `PUT /batch/hold`) or releases (`DELETE`) the batch mode's queue: no
+    /// drainer takes a new batch while it is held (fault injection only).
+    ///
+    /// Errors: transport errors, or a status other than 200 (409 outside the batch mode,
+    /// 404 without fault injection).
+    pub async fn hold_batches(&self, held: bool) -> anyhow::Result<()> {
+        let url = self.admin_url("/batch/hold");
+        let request = if held {
+            self.http.put(url)
+        } else {
+            self.http.delete(url)
+        };
+        let reply = self.send(request).await?;
+        if reply.status != 200 {
+            bail!("/batch/hold answered {}", reply.status);
+        }
+        Ok(())
+    }
+
+    /// Reads `GET /batch` every [`HELD_POLL_MS`] until `count` requests are queued;
+    /// `limit` only stops a hang: then the count last seen is returned and the caller's
+    /// check decides.
+    ///
+    /// Errors: transport errors.
+    pub async fn queued_within(&self, count: u64, limit: Duration) -> anyhow::Result<u64> {
+        let look = async {
+            loop {
+                let queued = self.batch_state().await?["queued"].as_u64().unwrap_or(0);
+                if queued >= count {
+                    return anyhow::Ok(queued);
+                }
+                tokio::time::sleep(Duration::from_millis(HELD_POLL_MS)).await;
+            }
+        };
+        match tokio::time::timeout(limit, look).await {
+            Ok(queued) => queued,
+            Err(_) => Ok(self.batch_state().await?["queued"].as_u64().unwrap_or(0)),
+        }
+    }
+
     /// Sends SIGTERM and waits for the exit (at most [`SERVICE_STOP_TIMEOUT_MS`], then
     /// SIGKILL). Returns the exit status.
     ///

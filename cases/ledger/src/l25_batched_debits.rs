@@ -21,7 +21,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use futures_util::future::join_all;
 use points_ledger::{HookPoint, TransferMode};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio_postgres::Client;
 
 use super::http::{LedgerCalls, LedgerReply};
@@ -105,48 +105,9 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     service.stop_checked(ctx).await
 }
 
-/// `GET /batch` on the admin listener.
-async fn batch_state(service: &Service) -> anyhow::Result<Value> {
-    Ok(service
-        .send(service.http().get(service.admin_url("/batch")))
-        .await?
-        .body)
-}
-
-/// Holds (`true`) or releases the queue.
-async fn hold(service: &Service, held: bool) -> anyhow::Result<()> {
-    let url = service.admin_url("/batch/hold");
-    let request = if held {
-        service.http().put(url)
-    } else {
-        service.http().delete(url)
-    };
-    let reply = service.send(request).await?;
-    anyhow::ensure!(reply.status == 200, "/batch/hold answered {}", reply.status);
-    Ok(())
-}
-
-/// Reads `GET /batch` every [`HELD_POLL_MS`] until `count` requests are queued (bounded
-/// by [`OBSERVE_LIMIT_MS`] against a hang); returns what it last saw.
-async fn queued_within(service: &Service, count: u64) -> anyhow::Result<u64> {
-    let look = async {
-        loop {
-            let queued = batch_state(service).await?["queued"].as_u64().unwrap_or(0);
-            if queued >= count {
-                return anyhow::Ok(queued);
-            }
-            tokio::time::sleep(Duration::from_millis(HELD_POLL_MS)).await;
-        }
-    };
-    match tokio::time::timeout(Duration::from_millis(OBSERVE_LIMIT_MS), look).await {
-        Ok(queued) => queued,
-        Err(_) => Ok(batch_state(service).await?["queued"].as_u64().unwrap_or(0)),
-    }
-}
-
 /// Batches of `size` requests seen so far.
 async fn batches_of(service: &Service, size: usize) -> anyhow::Result<u64> {
-    Ok(batch_state(service).await?["sizes"][size]
+    Ok(service.batch_state().await?["sizes"][size]
         .as_u64()
         .unwrap_or(0))
 }
@@ -160,15 +121,15 @@ async fn as_one_batch(
     requests: &[(&str, &str, i64)],
 ) -> anyhow::Result<Vec<Result<Reply, reqwest::Error>>> {
     let before = batches_of(service, requests.len()).await?;
-    hold(service, true).await?;
+    service.hold_batches(true).await?;
     let sent = join_all(
         requests
             .iter()
             .map(|(key, account, amount)| service.debit_once(CLIENT, key, account, *amount)),
     );
     let release = async {
-        let queued = queued_within(service, requests.len() as u64).await?;
-        hold(service, false).await?;
+        let queued = service.queued_within(requests.len() as u64, Duration::from_millis(OBSERVE_LIMIT_MS)).await?;
+        service.hold_batches(false).await?;
         anyhow::Ok(queued)
     };
     let (replies, queued) = tokio::join!(sent, release);
@@ -353,15 +314,15 @@ async fn killed_before_commit(
 ) -> anyhow::Result<Service> {
     let pause = json!({"action": "pause", "hold_ms": PAUSE_BOUND_MS, "count": 1});
     service.arm_fault(HookPoint::BeforeCommit, pause).await?;
-    hold(&service, true).await?;
+    service.hold_batches(true).await?;
     let keys = killed_keys();
     let sent = join_all(
         keys.iter()
             .map(|key| service.debit_once(CLIENT, key, "acct-0007", 10)),
     );
     let kill = async {
-        let queued = queued_within(&service, KILLED as u64).await?;
-        hold(&service, false).await?;
+        let queued = service.queued_within(KILLED as u64, Duration::from_millis(OBSERVE_LIMIT_MS)).await?;
+        service.hold_batches(false).await?;
         let limit = Duration::from_millis(OBSERVE_LIMIT_MS);
         let held = service.held_within(HookPoint::BeforeCommit, limit).await?;
         let sessions = db.query_one(SESSIONS_SQL, &[]).await?;

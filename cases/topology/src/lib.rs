@@ -15,11 +15,14 @@
 use case_kit::{Engine, Family, PgTemplate};
 use futures_util::FutureExt;
 
+pub mod debit_groups;
+pub mod lost_acknowledged;
 pub mod pair;
 pub mod pooled;
 pub mod pooled_batch;
 pub mod pooled_spot;
 pub mod spec_engine;
+pub mod syncrep;
 pub mod wal;
 
 case_kit::register_cases! {

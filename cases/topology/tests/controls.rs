@@ -1,7 +1,9 @@
 //! The negative controls of family R can fail: each run without its fault (R1 with the
-//! named statement straight to PostgreSQL, R3 with the standby's WAL receiver running
-//! and caught up, R4's file with replay running and the standby caught up) must report its `negative control
-//! exposes` check as FAIL; with the fault every check must pass.
+//! named statement straight to PostgreSQL, R2's with the service as built and with a
+//! synchronous standby, R3 with the standby's WAL receiver running and caught up, R4's
+//! file with replay running and the standby caught up) must report its `negative control
+//! exposes` check as FAIL; with the fault every check must pass. R2's own claims fail
+//! against the service's earlier rule (the planted bug `trust-cancelled-commit`).
 //!
 //! One scratch PostgreSQL 16 cluster for the binaries; each run starts its own primary
 //! and standby, as in a harness run.
@@ -147,4 +149,60 @@ async fn r1_named_statements_fail_only_through_the_pooler() {
     let mut direct = fresh_ctx(&env, "R1", "r1_direct").await;
     r1::control(&mut direct, Route::Direct).await.unwrap();
     assert_control_failed(&direct, r1::ANOMALY);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r2_controls_lose_acknowledged_debits_only_with_their_fault() {
+    use cases_topology::lost_acknowledged::{self as control, Fault};
+    let env = Env::for_tests(SEED, &[&cases_topology::family()])
+        .await
+        .expect("scratch cluster");
+    let mode = points_ledger::TransferMode::Statements;
+    for (fault, name) in [
+        (Fault::TrustedCancelledCommit, "r2_trusted"),
+        (Fault::AsynchronousStandby, "r2_async"),
+    ] {
+        let mut with_fault = fresh_ctx(&env, "R2", &format!("{name}_with")).await;
+        control::run(&mut with_fault, fault, true, mode)
+            .await
+            .unwrap();
+        assert_all_passed(&with_fault);
+        let mut without = fresh_ctx(&env, "R2", &format!("{name}_without")).await;
+        control::run(&mut without, fault, false, mode)
+            .await
+            .unwrap();
+        assert_control_failed(&without, &fault.anomaly());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r2_claims_fail_against_the_earlier_rule() {
+    // The service started with the planted bug `trust-cancelled-commit` (COMMIT's success
+    // trusted after the server's warning, a replay answered without its cover): the
+    // debits whose waits were cancelled are acknowledged, so is their same-key retry
+    // while the standby is stopped, and the failover takes them away.
+    let env = Env::for_tests(SEED, &[&cases_topology::family()])
+        .await
+        .expect("scratch cluster");
+    let mut earlier = fresh_ctx(&env, "R2", "r2_earlier_rule").await;
+    cases_topology::r2_sync_failover::schedule(&mut earlier, true)
+        .await
+        .unwrap();
+    eprint!("R2 against the earlier rule:\n{}", earlier.transcript());
+    let failed: Vec<&str> = earlier
+        .failed_checks()
+        .iter()
+        .map(|check| check.name.as_str())
+        .collect();
+    for claim in [
+        "bound: answers",
+        "cancelled: answers",
+        "same-key retries of the bound group while the standby is stopped: answers",
+        "acknowledged debits missing, doubled or under another transaction id on the new primary: none",
+    ] {
+        assert!(
+            failed.contains(&claim),
+            "against the earlier rule {claim:?} did not fail: {failed:?}"
+        );
+    }
 }

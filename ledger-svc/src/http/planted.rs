@@ -16,11 +16,25 @@ pub enum PlantedBug {
     /// second time, and reconciliation stays clean (each execution has its own record),
     /// so only a history of what clients asked for shows it.
     ReexecuteKnownKeys,
-    /// A COMMIT that reports success after a `WARNING` is trusted (the session goes on,
-    /// `crate::session`): the rule the service had before, under which a COMMIT whose
-    /// wait for the synchronous standby was cancelled at the request bound is answered
-    /// 201 although it exists only on the primary (R2's negative control).
+    /// The rule the service had before: a COMMIT that reports success after a `WARNING`
+    /// is trusted (the session goes on, `crate::session`), so a COMMIT whose wait for the
+    /// synchronous standby was cancelled is answered 201 although it exists only on the
+    /// primary; and a replay is answered without its cover (`super::bound::cover`), so a
+    /// same-key retry of it is too (R2's negative control and its test).
     TrustCancelledCommit,
+}
+
+/// The planted bug of this process, set once at start ([`set`]).
+static PLANTED: std::sync::OnceLock<Option<PlantedBug>> = std::sync::OnceLock::new();
+
+/// Records the process's planted bug (`--planted-bug`), once, at start.
+pub fn set(bug: Option<PlantedBug>) {
+    let _ = PLANTED.set(bug);
+}
+
+/// Whether `bug` is planted in this process.
+pub fn active(bug: PlantedBug) -> bool {
+    PLANTED.get().copied().flatten() == Some(bug)
 }
 
 /// How many derived keys the bug tries before it gives up and returns what it got.

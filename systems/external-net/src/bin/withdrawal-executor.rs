@@ -75,11 +75,12 @@ enum Command {
     },
 }
 
+/// A session that ends at the server's first WARNING (`pg_session`): a COMMIT whose wait
+/// for the synchronous standby was cancelled fails here as a closed connection, so the
+/// executor never calls the network on a record a failover may take away.
 async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
+    let config: tokio_postgres::Config = url.parse()?;
+    let (client, _driver) = pg_session::connect(&config, "withdrawal-executor", false).await?;
     Ok(client)
 }
 
