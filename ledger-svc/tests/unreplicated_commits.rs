@@ -191,10 +191,11 @@ fn debit(mode: &str) -> Route {
 }
 
 async fn service(db: &TestDb, mode: &str) -> Service {
-    let mut options = Options::default();
-    options.extra_args = ["--transfer-mode", mode, "--request-timeout-ms", BOUND_MS]
-        .map(String::from)
-        .to_vec();
+    let extra_args = ["--transfer-mode", mode, "--request-timeout-ms", BOUND_MS];
+    let options = Options {
+        extra_args: extra_args.map(String::from).to_vec(),
+        ..Options::default()
+    };
     Service::start(&db.url(), options).await
 }
 
@@ -238,15 +239,16 @@ async fn no_route_acknowledges_a_commit_the_standby_lacks() {
     // The test can fail: the earlier rule (a COMMIT's success trusted after the server's
     // warning) answers a stalled grant 201. (Not a debit: the batch mode's first debit
     // still waits in SyncRep, holding its rows, since its bound cancels nothing.)
-    let mut options = Options::default();
-    options.extra_args = [
+    let extra_args = [
         "--request-timeout-ms",
         BOUND_MS,
         "--planted-bug",
         "trust-cancelled-commit",
-    ]
-    .map(String::from)
-    .to_vec();
+    ];
+    let options = Options {
+        extra_args: extra_args.map(String::from).to_vec(),
+        ..Options::default()
+    };
     let earlier = Service::start(&db.url(), options).await;
     let trusted = ledger(
         "grant",

@@ -21,6 +21,7 @@ pub mod pair;
 pub mod pooled;
 pub mod pooled_batch;
 pub mod pooled_spot;
+pub mod pooled_syncrep;
 pub mod spec_engine;
 pub mod syncrep;
 pub mod wal;

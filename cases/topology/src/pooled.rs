@@ -4,7 +4,7 @@
 //! and L7's lost response (every transfer mode has the `after-commit` point).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cases_ledger::http::{LedgerCalls, LedgerReply};
 use launch::lost::give_up_once_held;
@@ -191,26 +191,8 @@ pub fn count(replies: &[Reply], outcome: &str) -> usize {
 ///
 /// Errors: SQL errors; not seen within [`SERVICE_BOUND_MS`].
 pub async fn waiting_on_lock(primary: &Cluster, want: usize) -> anyhow::Result<usize> {
-    let observer = primary.connect(LEDGER_DATABASE).await?;
-    let deadline = Instant::now() + Duration::from_millis(SERVICE_BOUND_MS);
-    loop {
-        let seen: i64 = observer
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE datname = $1 AND wait_event_type = 'Lock'",
-                &[&LEDGER_DATABASE],
-            )
-            .await?
-            .get(0);
-        if seen as usize >= want {
-            return Ok(seen as usize);
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "only {seen} of {want} sessions seen waiting on a lock"
-        );
-        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
-    }
+    crate::syncrep::sessions_waiting(primary, crate::syncrep::Wait::Lock, want, SERVICE_BOUND_MS)
+        .await
 }
 
 /// A ledger account's balance.

@@ -108,7 +108,8 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         findings.is_clean(),
         findings.summary(),
     );
-    pooled_spot::through_spot(ctx, &primary, &bouncer).await
+    pooled_spot::through_spot(ctx, &primary, &bouncer).await?;
+    crate::pooled_syncrep::through_syncrep(ctx, &primary, &bouncer).await
 }
 
 /// Only the negative control, with its clients on `route` (its test: it must fail

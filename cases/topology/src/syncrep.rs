@@ -2,7 +2,8 @@
 //! receiver stopped (SIGSTOP), so every COMMIT on the primary that writes WAL waits in
 //! `SyncRep` (PostgreSQL's src/backend/replication/syncrep.c) for a flush report that
 //! never comes; the waits seen in `pg_stat_activity`, ended by `pg_cancel_backend`, or
-//! cut by a failover whose promoted standby holds only what its receiver wrote to disk.
+//! cut by a failover whose promoted standby holds only what its receiver wrote to disk;
+//! and, for every R case, the sessions seen waiting in `pg_stat_activity` ([`sessions_waiting`]).
 
 use std::time::{Duration, Instant};
 
@@ -17,10 +18,6 @@ use crate::pair::{self, LEDGER_DATABASE, Pair};
 pub const OBSERVE_LIMIT_MS: u64 = 60_000;
 /// Pause between two looks at `pg_stat_activity`, milliseconds (pacing only).
 const POLL_MS: u64 = 10;
-
-/// Sessions of the ledger database whose COMMIT waits for the synchronous standby.
-const WAITING_SQL: &str = "\
-SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event = 'SyncRep'";
 
 /// Cancels every such wait, the way a DBA would (`pg_cancel_backend`, PostgreSQL docs,
 /// "Server Signaling Functions"); the count of sessions signalled.
@@ -38,27 +35,59 @@ pub async fn stop_receiver(standby: &Cluster) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What a session of the ledger database is seen waiting for in `pg_stat_activity`.
+#[derive(Debug, Clone, Copy)]
+pub enum Wait {
+    /// A heavyweight lock (`wait_event_type = 'Lock'`): a row lock another holds.
+    Lock,
+    /// The synchronous standby (`wait_event = 'SyncRep'`): a COMMIT.
+    Standby,
+}
+
+impl Wait {
+    fn condition(self) -> &'static str {
+        match self {
+            Wait::Lock => "wait_event_type = 'Lock'",
+            Wait::Standby => "wait_event = 'SyncRep'",
+        }
+    }
+}
+
 /// Waits until at least `want` sessions of the ledger database on `primary` are seen
-/// waiting in `SyncRep`; returns the count seen then.
+/// waiting for `wait`, looking every few milliseconds; returns the count seen then.
 ///
-/// Errors: SQL errors; fewer seen within [`OBSERVE_LIMIT_MS`] (a hang bound).
-pub async fn waiting_on_standby(primary: &Cluster, want: usize) -> anyhow::Result<usize> {
+/// Errors: SQL errors; fewer seen within `limit_ms` (a hang bound).
+pub async fn sessions_waiting(
+    primary: &Cluster,
+    wait: Wait,
+    want: usize,
+    limit_ms: u64,
+) -> anyhow::Result<usize> {
     let observer = primary.connect(LEDGER_DATABASE).await?;
-    let deadline = Instant::now() + Duration::from_millis(OBSERVE_LIMIT_MS);
+    let sql = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND {}",
+        wait.condition()
+    );
+    let deadline = Instant::now() + Duration::from_millis(limit_ms);
     loop {
-        let seen: i64 = observer
-            .query_one(WAITING_SQL, &[&LEDGER_DATABASE])
-            .await?
-            .get(0);
+        let seen: i64 = observer.query_one(&sql, &[&LEDGER_DATABASE]).await?.get(0);
         if seen as usize >= want {
             return Ok(seen as usize);
         }
         anyhow::ensure!(
             Instant::now() < deadline,
-            "only {seen} of {want} sessions seen waiting for the standby (SyncRep)"
+            "only {seen} of {want} sessions seen waiting ({wait:?})"
         );
         tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
     }
+}
+
+/// Waits until at least `want` sessions of the ledger database on `primary` are seen
+/// waiting in `SyncRep` ([`sessions_waiting`] within [`OBSERVE_LIMIT_MS`]).
+///
+/// Errors: SQL errors; fewer seen within the hang bound.
+pub async fn waiting_on_standby(primary: &Cluster, want: usize) -> anyhow::Result<usize> {
+    sessions_waiting(primary, Wait::Standby, want, OBSERVE_LIMIT_MS).await
 }
 
 /// `pg_cancel_backend` of every session waiting in `SyncRep`; the count signalled.
