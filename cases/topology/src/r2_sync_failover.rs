@@ -93,9 +93,12 @@ impl Bounds {
     };
     /// A request bound the stopped standby outlasts, and a `statement_timeout` below it
     /// (it passes first, and does not end a COMMIT's wait: PostgreSQL disables the
-    /// statement timer before the commit, src/backend/tcop/postgres.c).
+    /// statement timer before the commit, src/backend/tcop/postgres.c). A group's debits
+    /// reach `SyncRep` within milliseconds of their arrival; the bound is seconds so that
+    /// a loaded machine still sees all of them waiting before it runs out (it decides no
+    /// claim: a wait cut earlier would still be answered 503).
     const SHORT: Bounds = Bounds {
-        request_ms: 2_000,
+        request_ms: 4_000,
         statement_ms: 1_000,
         lock_ms: 60_000,
     };
