@@ -46,7 +46,8 @@ pub struct Answer {
 }
 
 impl Answer {
-    fn of(result: Result<Reply, reqwest::Error>) -> Answer {
+    /// The answer a request got: its reply, or the transport's error.
+    pub fn of(result: Result<Reply, reqwest::Error>) -> Answer {
         match result {
             Ok(reply) => Answer {
                 said: if reply.replayed {

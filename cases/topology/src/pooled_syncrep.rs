@@ -21,6 +21,7 @@ use points_ledger::test_account;
 use scratch_pg::Cluster;
 use scratch_pg::bouncer::Bouncer;
 
+use crate::debit_groups::{self, Answer};
 use crate::pair::LEDGER_DATABASE;
 use crate::pooled::{self, CLIENT, POOLER_POOL_SIZE};
 use crate::syncrep::{self, Wait};
@@ -103,22 +104,13 @@ fn send(service: &Arc<Service>, keys: &[String], accounts: &[String]) -> Vec<poo
         .collect()
 }
 
-/// The answers as counts, `503 UNKNOWN=4` (with ` replayed` for a replay).
+/// The answers as counts, `503 UNKNOWN=4` ([`debit_groups::tally`]).
 async fn answers(pending: Vec<pooled::Pending>) -> anyhow::Result<String> {
-    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    let mut answers = Vec::new();
     for reply in pending {
-        let said = match reply.await? {
-            Ok(reply) if reply.replayed => format!("{} replayed", reply.status_outcome()),
-            Ok(reply) => reply.status_outcome(),
-            Err(_) => "transport".into(),
-        };
-        *counts.entry(said).or_default() += 1;
+        answers.push(Answer::of(reply.await?));
     }
-    let counted: Vec<String> = counts
-        .iter()
-        .map(|(said, n)| format!("{said}={n}"))
-        .collect();
-    Ok(counted.join(" "))
+    Ok(debit_groups::tally(&answers))
 }
 
 /// `ALTER SYSTEM SET synchronous_standby_names` (or RESET) and a reload, waited for until
