@@ -15,7 +15,7 @@
 //! A dependency declared for a feature only is listed in its package's
 //! `[package.metadata.cargo-machete] ignored`, the list cargo-machete reads.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -262,4 +262,107 @@ fn the_check_reports_what_it_should() {
     );
     assert!(names("never_named!(x)", "never_named"));
     assert!(!names("not_never_named::f()", "never_named"));
+}
+
+/// The workspace's own packages: name → folder relative to the workspace root.
+fn members(metadata: &Value) -> BTreeMap<String, String> {
+    let root = workspace();
+    metadata["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|package| {
+            let manifest = Path::new(package["manifest_path"].as_str().unwrap());
+            let folder = manifest.parent().unwrap().strip_prefix(&root).unwrap();
+            let name = package["name"].as_str().unwrap().to_string();
+            (name, folder.to_string_lossy().into_owned())
+        })
+        .collect()
+}
+
+/// What breaks the layers (README "Layout"): a system's normal dependency on a
+/// workspace package outside `systems/`, or the case kit's on a system, a case family,
+/// `launch` or the harness. `members` maps package names to folders; `normal` lists
+/// each package's normal dependencies.
+fn layer_findings(
+    members: &BTreeMap<String, String>,
+    normal: &BTreeMap<String, Vec<String>>,
+) -> Vec<String> {
+    let in_folder =
+        |name: &str, prefix: &str| members.get(name).is_some_and(|f| f.starts_with(prefix));
+    let mut found = Vec::new();
+    for (package, deps) in normal {
+        for dep in deps.iter().filter(|dep| members.contains_key(*dep)) {
+            let system = in_folder(package, "systems/");
+            if system && !in_folder(dep, "systems/") {
+                found.push(format!(
+                    "{package} (a system) depends on {dep}, which is not a system"
+                ));
+            }
+            let kit_breach = ["systems/", "cases/", "launch", "harness"]
+                .iter()
+                .any(|prefix| in_folder(dep, prefix));
+            if package == "case-kit" && kit_breach {
+                found.push(format!(
+                    "case-kit depends on {dep}: the kit knows no system and no case"
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn layers_point_one_way() {
+    let metadata = metadata();
+    let members = members(&metadata);
+    let normal: BTreeMap<String, Vec<String>> = metadata["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|package| {
+            let deps = package["dependencies"].as_array().unwrap();
+            let deps = deps.iter().filter(|dep| dep["kind"].is_null());
+            let names = deps
+                .map(|dep| dep["name"].as_str().unwrap().to_string())
+                .collect();
+            (package["name"].as_str().unwrap().to_string(), names)
+        })
+        .collect();
+    assert!(
+        members
+            .values()
+            .filter(|f| f.starts_with("systems/"))
+            .count()
+            >= 6
+    );
+    let found = layer_findings(&members, &normal);
+    assert!(found.is_empty(), "layers broken:\n{}", found.join("\n"));
+    // The check can fail: a system that names the kit, and a kit that names a system.
+    let mut planted = normal.clone();
+    planted
+        .get_mut("points-ledger")
+        .unwrap()
+        .push("case-kit".into());
+    planted
+        .get_mut("case-kit")
+        .unwrap()
+        .push("frozen-balances".into());
+    assert_eq!(layer_findings(&members, &planted).len(), 2);
+}
+
+#[test]
+fn the_readme_layout_names_every_package() {
+    let metadata = metadata();
+    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    let missing: Vec<String> = members(&metadata)
+        .into_iter()
+        .filter(|(name, folder)| !readme.contains(&format!("| `{folder}/` | `{name}` |")))
+        .map(|(name, folder)| format!("{folder}/ ({name})"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "README's layout table has no row `| `FOLDER/` | `CRATE` | … |` for: {}",
+        missing.join(", ")
+    );
 }
