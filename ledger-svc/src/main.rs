@@ -313,6 +313,7 @@ async fn start(args: &Args, pool: Pool) -> Result<Started, String> {
         planted_bug: args.planted_bug,
         auth,
         request_timeout_ms: args.request_timeout_ms,
+        cancels_at_bound: !args.behind_transaction_pooler,
     });
     if let Some(bug) = args.planted_bug {
         eprintln!("ledger-svc: PLANTED BUG {bug:?} is on (for ./run.sh explore only)");

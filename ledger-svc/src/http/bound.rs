@@ -36,6 +36,15 @@
 //! A connection that was sent a cancel is closed, never handed back to the pool, so a
 //! late cancel cannot reach another request's statement.
 //!
+//! Behind a transaction pooler (`--behind-transaction-pooler`) no cancel is sent: the
+//! request is answered 503 `UNKNOWN` at its bound and its transaction goes on in its task
+//! until it ends on its own, within the database's own `lock_timeout` and
+//! `statement_timeout` (which that flag requires). The cancel would go through the
+//! pooler's cancel forwarding, and PgBouncer 1.18 exits (`FATAL … disconnect_client():
+//! bad client state: 0`, pgbouncer/pgbouncer#801, fixed by #846) when a cancel client
+//! closes its socket before the forwarded cancel is done, which tokio-postgres's cancel
+//! does (seen in R1 with four cancelled waits for the synchronous standby).
+//!
 //! A replay is answered only once the record it read is on the synchronous standby
 //! ([`cover`]): the record may be one whose COMMIT's wait for the standby was cancelled,
 //! visible on the primary and lost by a failover.
@@ -48,6 +57,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool, PoolError, Timeouts};
+
+use super::state::AppState;
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
@@ -205,8 +216,7 @@ pub async fn cover(client: &tokio_postgres::Client) -> Result<(), tokio_postgres
 /// when the cancelled transaction did not end within [`CANCEL_GRACE_MS`] (then it goes on
 /// in its task and ends on its own).
 pub async fn run<R, E, W>(
-    pool: &Pool,
-    tasks: &TaskTracker,
+    state: &AppState,
     bound: Duration,
     work: W,
 ) -> Result<Ran<Result<R, E>>, NotRun>
@@ -218,12 +228,12 @@ where
         + 'static,
 {
     let deadline = Instant::now() + bound;
-    let client = connection(pool, deadline).await?;
-    let cancel = client.cancel_token();
+    let client = connection(&state.pool, deadline).await?;
+    let cancel = state.cancels_at_bound.then(|| client.cancel_token());
     let holds = Arc::new(Holds::default());
     let phase = Arc::new(Mutex::new(Phase::Running));
-    let answered = spawn_work(tasks, client, holds.clone(), phase.clone(), work);
-    watch(answered, &holds, &phase, &cancel, deadline).await
+    let answered = spawn_work(&state.tasks, client, holds.clone(), phase.clone(), work);
+    watch(answered, &holds, &phase, cancel.as_ref(), deadline).await
 }
 
 /// Runs `work` on `client` in a task of `tasks` with `holds` as its fault-hold record; a
@@ -270,12 +280,13 @@ where
 /// Waits for the work's answer until `deadline` (moved on by the time held at fault
 /// points), then cancels its statement with back-off (every [`CANCEL_INTERVAL_MS`],
 /// doubling to [`CANCEL_INTERVAL_MAX_MS`]) and gives up [`CANCEL_GRACE_MS`] past the
-/// deadline ([`NotRun::Unanswered`]).
+/// deadline ([`NotRun::Unanswered`]). Without a `cancel` token (behind a transaction
+/// pooler) it gives up at the deadline itself and cancels nothing.
 async fn watch<T>(
     mut answered: tokio::sync::oneshot::Receiver<T>,
     holds: &Holds,
     phase: &Mutex<Phase>,
-    cancel: &tokio_postgres::CancelToken,
+    cancel: Option<&tokio_postgres::CancelToken>,
     deadline: Instant,
 ) -> Result<Ran<T>, NotRun> {
     let mut wake = deadline;
@@ -298,6 +309,13 @@ async fn watch<T>(
                     wake = if holding { now + interval } else { due };
                     continue;
                 }
+                let Some(cancel) = cancel else {
+                    eprintln!(
+                        "ledger-svc: request bound ran out behind a transaction pooler (no \
+                         cancel is sent); answering without its outcome"
+                    );
+                    return Err(NotRun::Unanswered);
+                };
                 if now >= due + Duration::from_millis(CANCEL_GRACE_MS) {
                     eprintln!(
                         "ledger-svc: request bound ran out and its transaction did not end \

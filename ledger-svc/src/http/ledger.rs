@@ -261,40 +261,31 @@ async fn run_transfer(
     }
     let (mode, planted_bug, faults) =
         (state.transfer_mode, state.planted_bug, state.faults.clone());
-    let ran = bound::run(
-        &state.pool,
-        &state.tasks,
-        state.request_timeout(),
-        move |client| {
-            Box::pin(async move {
-                let hooks = super::faults::ledger_hooks(faults.as_deref());
-                let mut result = transfer_in(mode, client, &transfer_request, hooks).await;
-                if planted_bug == Some(super::planted::PlantedBug::ReexecuteKnownKeys) {
-                    result = super::planted::reexecute_known_keys(
-                        client,
-                        &transfer_request,
-                        hooks,
-                        result,
-                    )
-                    .await;
-                }
-                if let Err(LedgerError::HookAborted(point)) = &result {
-                    eprintln!(
-                        "ledger-svc: fault at {point} aborted {} {}: {}; closing the connection \
+    let ran = bound::run(state, state.request_timeout(), move |client| {
+        Box::pin(async move {
+            let hooks = super::faults::ledger_hooks(faults.as_deref());
+            let mut result = transfer_in(mode, client, &transfer_request, hooks).await;
+            if planted_bug == Some(super::planted::PlantedBug::ReexecuteKnownKeys) {
+                result =
+                    super::planted::reexecute_known_keys(client, &transfer_request, hooks, result)
+                        .await;
+            }
+            if let Err(LedgerError::HookAborted(point)) = &result {
+                eprintln!(
+                    "ledger-svc: fault at {point} aborted {} {}: {}; closing the connection \
                      without a response",
-                        transfer_request.kind.as_str(),
-                        transfer_request.idem_key,
-                        if *point == HookPoint::AfterCommit {
-                            "the transfer is committed"
-                        } else {
-                            "the transfer was rolled back"
-                        }
-                    );
-                }
-                result
-            })
-        },
-    )
+                    transfer_request.kind.as_str(),
+                    transfer_request.idem_key,
+                    if *point == HookPoint::AfterCommit {
+                        "the transfer is committed"
+                    } else {
+                        "the transfer was rolled back"
+                    }
+                );
+            }
+            result
+        })
+    })
     .await;
     bound::settle(ran)
 }

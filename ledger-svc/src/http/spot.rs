@@ -281,29 +281,24 @@ where
     let task_state = state.clone();
     let task = state.tasks.spawn(async move {
         let faults = task_state.faults.clone();
-        let ran = bound::run(
-            &task_state.pool,
-            &task_state.tasks,
-            task_state.request_timeout(),
-            move |client| {
-                Box::pin(async move {
-                    let hooks = super::faults::spot_hooks(faults.as_deref());
-                    let result = event(client, hooks).await;
-                    if let Err(FrozenError::HookAborted(point)) = &result {
-                        eprintln!(
-                            "ledger-svc: fault at spot-{point} aborted {label}: {}; closing the \
+        let ran = bound::run(&task_state, task_state.request_timeout(), move |client| {
+            Box::pin(async move {
+                let hooks = super::faults::spot_hooks(faults.as_deref());
+                let result = event(client, hooks).await;
+                if let Err(FrozenError::HookAborted(point)) = &result {
+                    eprintln!(
+                        "ledger-svc: fault at spot-{point} aborted {label}: {}; closing the \
                          connection without a response",
-                            if *point == frozen_balances::HookPoint::AfterCommit {
-                                "the event is committed"
-                            } else {
-                                "the event was rolled back"
-                            }
-                        );
-                    }
-                    result
-                })
-            },
-        )
+                        if *point == frozen_balances::HookPoint::AfterCommit {
+                            "the event is committed"
+                        } else {
+                            "the event was rolled back"
+                        }
+                    );
+                }
+                result
+            })
+        })
         .await;
         bound::settle(ran)
     });

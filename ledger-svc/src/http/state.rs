@@ -67,6 +67,10 @@ pub struct AppState {
     pub auth: Option<Arc<TokenTable>>,
     /// The bound of one request, milliseconds (`--request-timeout-ms`, `super::bound`).
     pub request_timeout_ms: u64,
+    /// Whether a request past its bound has its statement cancelled (CancelRequest):
+    /// not behind a transaction pooler, whose cancel forwarding PgBouncer 1.18 can die of
+    /// (`super::bound`).
+    pub cancels_at_bound: bool,
 }
 
 impl AppState {
