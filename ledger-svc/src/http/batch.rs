@@ -92,7 +92,7 @@ pub async fn run(
     match tokio::time::timeout_at(deadline, batcher.submit(request)).await {
         Ok(Ok(result)) if result.replayed => {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let ran = super::bound::run(state, left, move |_client| {
+            let ran = super::bound::run(state.runner(), left, move |_client| {
                 Box::pin(std::future::ready(Ok::<_, LedgerError>(result)))
             })
             .await;

@@ -57,8 +57,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool, PoolError, Timeouts};
-
-use super::state::AppState;
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
@@ -154,6 +152,19 @@ enum Phase {
     Done,
 }
 
+/// Where a bounded request runs: the service's pool and task tracker, and whether a
+/// request past its bound has its statement cancelled (not behind a transaction pooler;
+/// see the module docs).
+#[derive(Clone, Copy)]
+pub struct Runner<'a> {
+    /// The database pool.
+    pub pool: &'a Pool,
+    /// The tracker the transaction's task joins (shutdown waits for it).
+    pub tasks: &'a TaskTracker,
+    /// Send CancelRequest once the bound ran out.
+    pub cancels_at_bound: bool,
+}
+
 /// A result that may have been read back from what an earlier request recorded (a
 /// replay, `Idempotent-Replayed: true`) instead of executed now.
 pub trait Replayed {
@@ -216,7 +227,7 @@ pub async fn cover(client: &tokio_postgres::Client) -> Result<(), tokio_postgres
 /// when the cancelled transaction did not end within [`CANCEL_GRACE_MS`] (then it goes on
 /// in its task and ends on its own).
 pub async fn run<R, E, W>(
-    state: &AppState,
+    runner: Runner<'_>,
     bound: Duration,
     work: W,
 ) -> Result<Ran<Result<R, E>>, NotRun>
@@ -228,11 +239,11 @@ where
         + 'static,
 {
     let deadline = Instant::now() + bound;
-    let client = connection(&state.pool, deadline).await?;
-    let cancel = state.cancels_at_bound.then(|| client.cancel_token());
+    let client = connection(runner.pool, deadline).await?;
+    let cancel = runner.cancels_at_bound.then(|| client.cancel_token());
     let holds = Arc::new(Holds::default());
     let phase = Arc::new(Mutex::new(Phase::Running));
-    let answered = spawn_work(&state.tasks, client, holds.clone(), phase.clone(), work);
+    let answered = spawn_work(runner.tasks, client, holds.clone(), phase.clone(), work);
     watch(answered, &holds, &phase, cancel.as_ref(), deadline).await
 }
 

@@ -261,7 +261,7 @@ async fn run_transfer(
     }
     let (mode, planted_bug, faults) =
         (state.transfer_mode, state.planted_bug, state.faults.clone());
-    let ran = bound::run(state, state.request_timeout(), move |client| {
+    let ran = bound::run(state.runner(), state.request_timeout(), move |client| {
         Box::pin(async move {
             let hooks = super::faults::ledger_hooks(faults.as_deref());
             let mut result = transfer_in(mode, client, &transfer_request, hooks).await;

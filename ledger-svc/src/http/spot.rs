@@ -279,9 +279,10 @@ where
         + 'static,
 {
     let task_state = state.clone();
-    let task = state.tasks.spawn(async move {
-        let faults = task_state.faults.clone();
-        let ran = bound::run(&task_state, task_state.request_timeout(), move |client| {
+    let task =
+        state.tasks.spawn(async move {
+            let faults = task_state.faults.clone();
+            let ran = bound::run(task_state.runner(), task_state.request_timeout(), move |client| {
             Box::pin(async move {
                 let hooks = super::faults::spot_hooks(faults.as_deref());
                 let result = event(client, hooks).await;
@@ -300,8 +301,8 @@ where
             })
         })
         .await;
-        bound::settle(ran)
-    });
+            bound::settle(ran)
+        });
     match task.await {
         Ok(result) => result,
         Err(join_error) => {

@@ -78,6 +78,15 @@ impl AppState {
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
     }
+
+    /// Where a bounded request runs (`super::bound::run`).
+    pub fn runner(&self) -> super::bound::Runner<'_> {
+        super::bound::Runner {
+            pool: &self.pool,
+            tasks: &self.tasks,
+            cancels_at_bound: self.cancels_at_bound,
+        }
+    }
 }
 
 pub type Handled = Result<HttpResponse, CloseConnection>;

@@ -121,12 +121,16 @@ async fn run(
     let task_state = state.clone();
     let task = state.tasks.spawn(async move {
         let faults = task_state.faults.clone();
-        let ran = bound::run(&task_state, task_state.request_timeout(), move |client| {
-            Box::pin(async move {
-                let hooks = super::faults::ledger_hooks(faults.as_deref());
-                transfer_between(client, &req, hooks).await
-            })
-        })
+        let ran = bound::run(
+            task_state.runner(),
+            task_state.request_timeout(),
+            move |client| {
+                Box::pin(async move {
+                    let hooks = super::faults::ledger_hooks(faults.as_deref());
+                    transfer_between(client, &req, hooks).await
+                })
+            },
+        )
         .await;
         bound::settle(ran)
     });
