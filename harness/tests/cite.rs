@@ -172,7 +172,7 @@ fn write_fills_quotes_and_a_changed_snapshot_line_is_stale() {
         "  note ok=14 insufficient=18",
         "  note ok=15 insufficient=17",
     );
-    let checked = scratch.cite(&["--check"], false);
+    let checked = scratch.cite(&["--check", "text.md"], false);
     let out = stdout(&checked);
     assert_eq!(checked.status.code(), Some(1), "{out}");
     assert!(
