@@ -1,6 +1,6 @@
 //! What a citation quotes, named by content: lines or one figure of a case's committed
-//! snapshot, a region of a source file between `ANCHOR:` and `ANCHOR_END:` comments, a
-//! LIMITS.md entry. [`Selector::parse`] reads a marker's text, [`Selector::resolve`]
+//! snapshot (or a figure of a committed file), a region of a source file between
+//! `ANCHOR:` and `ANCHOR_END:` comments, a row of a committed table, a LIMITS.md entry. [`Selector::parse`] reads a marker's text, [`Selector::resolve`]
 //! finds the text it selects now.
 
 use std::path::{Path, PathBuf};
@@ -15,12 +15,24 @@ const LIMITS: &str = "LIMITS.md";
 pub enum Selector {
     /// Lines of the body of `evidence/snapshots/<family>/<id>.snap`.
     Snapshot { case: CaseRef, lines: Lines },
-    /// The first group of the first match of a pattern in a snapshot's body.
-    Figure { case: CaseRef, pattern: String },
+    /// The first group of the first match of a pattern in a snapshot's body or a file.
+    Figure { from: FigureFrom, pattern: String },
+    /// The first table row of a Markdown file whose first cell starts with `cell`.
+    Row { path: String, cell: String },
     /// The lines between `ANCHOR: <anchor>` and `ANCHOR_END: <anchor>` in a file.
     Source { path: String, anchor: String },
     /// The LIMITS.md entry (bold list item, heading or table row) starting with words.
     Limit { words: String },
+}
+
+/// What a figure is read from: a snapshot's body (`L/L3`), or a committed file (a path
+/// with a dot in it: `evidence/matrix.md`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FigureFrom {
+    /// The body of a case's snapshot.
+    Snapshot(CaseRef),
+    /// A file, relative to the repository's root.
+    File(String),
 }
 
 /// A case's snapshot: `L/L3` is `evidence/snapshots/L/L3.snap`.
@@ -55,7 +67,8 @@ pub enum Unresolved {
 
 impl Selector {
     /// Reads a marker's text: `snapshot L/L3 [from "A" [to "B"] | lines /re/]`,
-    /// `figure L/L3 /re/`, `source path#anchor`, `limit "first words"`.
+    /// `figure L/L3 /re/` (or `figure path.md /re/`), `source path#anchor`,
+    /// `row path "first cell"`, `limit "first words"`.
     ///
     /// Errors: the text is none of these.
     pub fn parse(text: &str) -> Result<Selector, String> {
@@ -70,10 +83,22 @@ impl Selector {
                 })
             }
             "figure" => {
-                let (case, rest) = case_ref(rest)?;
+                let (from, rest) = figure_from(rest)?;
                 Ok(Selector::Figure {
-                    case,
+                    from,
                     pattern: pattern(rest)?,
+                })
+            }
+            "row" => {
+                let (path, rest) = rest
+                    .split_once(' ')
+                    .ok_or("a row selector is path \"cell\"")?;
+                safe_path(path)?;
+                let (cell, rest) = quoted(rest)?;
+                expect_end(rest)?;
+                Ok(Selector::Row {
+                    path: path.to_string(),
+                    cell,
                 })
             }
             "source" => {
@@ -92,7 +117,7 @@ impl Selector {
                 Ok(Selector::Limit { words })
             }
             _ => Err(format!(
-                "{kind:?} is not a selector (snapshot, figure, source, limit, or none, illustrative)"
+                "{kind:?} is not a selector (snapshot, figure, source, row, limit, or none, illustrative)"
             )),
         }
     }
@@ -100,7 +125,11 @@ impl Selector {
     /// The case whose snapshot this selects from, if any.
     pub fn case(&self) -> Option<&CaseRef> {
         match self {
-            Selector::Snapshot { case, .. } | Selector::Figure { case, .. } => Some(case),
+            Selector::Snapshot { case, .. }
+            | Selector::Figure {
+                from: FigureFrom::Snapshot(case),
+                ..
+            } => Some(case),
             _ => None,
         }
     }
@@ -112,7 +141,19 @@ impl Selector {
     pub fn resolve(&self, root: &Path) -> Result<String, Unresolved> {
         match self {
             Selector::Snapshot { case, lines } => select_lines(&body(root, case)?, lines),
-            Selector::Figure { case, pattern } => figure(&body(root, case)?, pattern),
+            Selector::Figure { from, pattern } => {
+                let text = match from {
+                    FigureFrom::Snapshot(case) => body(root, case)?,
+                    FigureFrom::File(path) => read(&root.join(path), path)?,
+                };
+                figure(&text, pattern)
+            }
+            Selector::Row { path, cell } => {
+                let text = read(&root.join(path), path)?;
+                table_row(&text, cell).ok_or_else(|| {
+                    Unresolved::Missing(format!("no table row of {path} starts with {cell:?}"))
+                })
+            }
             Selector::Source { path, anchor } => {
                 let text = read(&root.join(path), path)?;
                 anchored(&text, anchor).map_err(|why| Unresolved::Missing(format!("{path}: {why}")))
@@ -129,8 +170,12 @@ impl Selector {
     /// The file this selects from, relative to the repository's root.
     pub fn file(&self) -> PathBuf {
         match self {
-            Selector::Snapshot { case, .. } | Selector::Figure { case, .. } => case.file(),
-            Selector::Source { path, .. } => PathBuf::from(path),
+            Selector::Snapshot { case, .. } => case.file(),
+            Selector::Figure { from, .. } => match from {
+                FigureFrom::Snapshot(case) => case.file(),
+                FigureFrom::File(path) => PathBuf::from(path),
+            },
+            Selector::Source { path, .. } | Selector::Row { path, .. } => PathBuf::from(path),
             Selector::Limit { .. } => PathBuf::from(LIMITS),
         }
     }
@@ -162,6 +207,17 @@ fn case_ref(text: &str) -> Result<(CaseRef, &str), String> {
         id: id.to_string(),
     };
     Ok((case, rest.trim()))
+}
+
+/// A figure's source, `L/L3` or a path with a dot, and what follows it.
+fn figure_from(text: &str) -> Result<(FigureFrom, &str), String> {
+    let (word, rest) = text.split_once(' ').unwrap_or((text, ""));
+    if word.contains('.') {
+        safe_path(word)?;
+        return Ok((FigureFrom::File(word.to_string()), rest.trim()));
+    }
+    let (case, rest) = case_ref(text)?;
+    Ok((FigureFrom::Snapshot(case), rest))
 }
 
 /// `from "A" [to "B"]`, `lines /re/` or nothing.
@@ -360,6 +416,16 @@ fn lead(line: &str) -> Option<String> {
     row.split('|').next().map(plain)
 }
 
+/// The first table row (`| … |`, separator rows aside) whose first cell starts with
+/// `cell`, trimmed.
+fn table_row(text: &str, cell: &str) -> Option<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('|') && !l.starts_with("|-") && !l.starts_with("| -"))
+        .find(|l| lead(l).is_some_and(|lead| lead.starts_with(cell)))
+        .map(ToString::to_string)
+}
+
 /// The text of the first LIMITS.md entry whose lead starts with `words`: a bold list
 /// item with its continuation lines, a heading's line, or a table row; each line trimmed.
 fn limit_entry(text: &str, words: &str) -> Option<String> {
@@ -406,8 +472,19 @@ mod tests {
         );
         assert!(matches!(
             Selector::parse(r"figure L/L3 /ok=(\d+)/"),
-            Ok(Selector::Figure { pattern, .. }) if pattern == r"ok=(\d+)"
+            Ok(Selector::Figure { from: FigureFrom::Snapshot(_), pattern }) if pattern == r"ok=(\d+)"
         ));
+        assert!(matches!(
+            Selector::parse(r"figure evidence/matrix.md /passed=(\d+)/"),
+            Ok(Selector::Figure { from: FigureFrom::File(path), .. }) if path == "evidence/matrix.md"
+        ));
+        assert_eq!(
+            Selector::parse(r#"row evidence/matrix.md "server_version""#),
+            Ok(Selector::Row {
+                path: "evidence/matrix.md".into(),
+                cell: "server_version".into()
+            })
+        );
         assert!(matches!(
             Selector::parse("source a/b.rs#debit"),
             Ok(Selector::Source { path, anchor }) if path == "a/b.rs" && anchor == "debit"
@@ -422,6 +499,8 @@ mod tests {
             "snapshot L3",
             "snapshot ../L3",
             "figure L/L3 /(/",
+            "figure ../x.md /(a)/",
+            "row evidence/matrix.md server_version",
             "source ../x#a",
             "limit Probing",
             "snapshot L/L3 from \"a\" extra",
@@ -465,5 +544,11 @@ mod tests {
         );
         assert_eq!(limit_entry(limits, "Limits").unwrap(), "# Limits");
         assert_eq!(limit_entry(limits, "Space"), None);
+        let table = "| | 15 | 16 |\n|---|---|---|\n| server_version | 15.18 | 16.14 |\n";
+        assert_eq!(
+            table_row(table, "server").unwrap(),
+            "| server_version | 15.18 | 16.14 |"
+        );
+        assert_eq!(table_row(table, "-"), None);
     }
 }
