@@ -325,3 +325,29 @@ fn uncited_output_missing_selectors_and_usage_errors() {
         assert_eq!(output.status.code(), Some(2), "{args:?}");
     }
 }
+
+/// After `--accept` rewrote L3's snapshot, the run names the default texts' citations
+/// that quote the old one (and none for a case no text quotes stale).
+#[test]
+fn accept_names_the_texts_that_quote_the_old_snapshot() {
+    let scratch = Scratch::new("accept");
+    std::fs::create_dir_all(scratch.root.join("docs")).unwrap();
+    scratch.put("evidence/README.md", "# Evidence\n");
+    scratch.put("README.md", TEXT);
+    let wrote = scratch.cite(&["--write"], false);
+    assert_eq!(wrote.status.code(), Some(0), "{}", stdout(&wrote));
+    let accepted = ["L3".to_string()];
+    assert!(harness::cite::stale_after_accept(&scratch.root, &accepted).is_empty());
+    scratch.change(
+        "evidence/snapshots/L/L3.snap",
+        "  note ok=14 insufficient=18",
+        "  note ok=15 insufficient=17",
+    );
+    let lines = harness::cite::stale_after_accept(&scratch.root, &accepted);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0].starts_with("cited: README.md:3 snapshot L/L3 from \"CASE L3\" to \"  ok   outcomes\" quotes the snapshot as it was; ./run.sh cite --check fails until ./run.sh cite --write README.md updates it"),
+        "{lines:?}"
+    );
+    assert!(harness::cite::stale_after_accept(&scratch.root, &["L9".to_string()]).is_empty());
+}
