@@ -140,7 +140,8 @@ fn last_line(output: &Output) -> String {
         .to_string()
 }
 
-const ALL_CURRENT: &str = "CITE cites=4 ok=4 stale=0 missing=0 gone=0 illustrative=1 uncited=0";
+const ALL_CURRENT: &str =
+    "CITE cites=4 ok=4 stale=0 missing=0 unverified=0 gone=0 illustrative=1 uncited=0";
 
 /// Fills the scratch text's quotes with `--write` and checks they are then current.
 fn written(scratch: &Scratch) {
@@ -193,7 +194,7 @@ fn write_fills_quotes_and_a_changed_snapshot_line_is_stale() {
     );
     assert_eq!(
         last_line(&checked),
-        "CITE cites=4 ok=2 stale=2 missing=0 gone=0 illustrative=1 uncited=0"
+        "CITE cites=4 ok=2 stale=2 missing=0 unverified=0 gone=0 illustrative=1 uncited=0"
     );
 
     // Under CI nothing is written.
@@ -259,7 +260,7 @@ fn a_removed_limits_entry_is_gone_and_write_cannot_fix_it() {
         assert!(out.contains(gone), "{action}: {out}");
         assert_eq!(
             last_line(&output),
-            "CITE cites=4 ok=3 stale=0 missing=0 gone=1 illustrative=1 uncited=0"
+            "CITE cites=4 ok=3 stale=0 missing=0 unverified=0 gone=1 illustrative=1 uncited=0"
         );
     }
     // The blockquote is compared as prose: an entry wrapped anew is current, a reworded
@@ -312,7 +313,7 @@ fn uncited_output_missing_selectors_and_usage_errors() {
     );
     assert_eq!(
         last_line(&checked),
-        "CITE cites=2 ok=0 stale=0 missing=1 gone=1 illustrative=0 uncited=1"
+        "CITE cites=2 ok=0 stale=0 missing=1 unverified=0 gone=1 illustrative=0 uncited=1"
     );
     let usage: [&[&str]; 4] = [
         &[],
@@ -350,4 +351,75 @@ fn accept_names_the_texts_that_quote_the_old_snapshot() {
         "{lines:?}"
     );
     assert!(harness::cite::stale_after_accept(&scratch.root, &["L9".to_string()]).is_empty());
+}
+
+/// Runs git in `dir` with a fixed identity; panics if it fails.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .args(["-c", "user.name=cite", "-c", "user.email=cite@localhost"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(output.status.success(), "git {args:?}: {output:?}");
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+/// A run record's field is current only when the latest run is of the checked-out
+/// commit: otherwise `unverified`; of that commit and different, `stale`.
+#[test]
+fn a_run_record_field_is_unverified_unless_the_run_is_of_head() {
+    let scratch = Scratch::new("record");
+    let text = "Server <!-- cite: record environment.json /postgres/facts/server_version -->16.14<!-- /cite -->, \
+                <!-- cite: record results.json /passed -->94<!-- /cite --> checks.\n";
+    scratch.put("text.md", text);
+    let check = || scratch.cite(&["--check", "text.md"], false);
+    let no_git = check();
+    assert_eq!(no_git.status.code(), Some(1));
+    assert!(stdout(&no_git).contains("unverified text.md:1 record environment.json /postgres/facts/server_version: no evidence/latest/environment.json"), "{}", stdout(&no_git));
+    git(&scratch.root, &["init", "-q"]);
+    git(&scratch.root, &["add", "."]);
+    git(&scratch.root, &["commit", "-qm", "scratch"]);
+    let head = git(&scratch.root, &["rev-parse", "HEAD"]);
+    std::fs::create_dir_all(scratch.root.join("evidence/latest")).unwrap();
+    let environment = |commit: &str, version: &str| {
+        scratch.put(
+            "evidence/latest/environment.json",
+            &format!(r#"{{"git_commit": "{commit}", "postgres": {{"facts": {{"server_version": "{version}"}}}}}}"#),
+        );
+    };
+    scratch.put(
+        "evidence/latest/results.json",
+        r#"{"passed": 94, "failed": 0}"#,
+    );
+    environment(&format!("{head}-dirty"), "16.14");
+    let dirty = check();
+    assert_eq!(dirty.status.code(), Some(1));
+    assert!(
+        stdout(&dirty).contains(&format!("is a run of {head}-dirty, not of HEAD {head}")),
+        "{}",
+        stdout(&dirty)
+    );
+    assert!(
+        last_line(&dirty).contains(" unverified=2 "),
+        "{}",
+        stdout(&dirty)
+    );
+    environment(&head, "16.14");
+    let current = check();
+    assert_eq!(current.status.code(), Some(0), "{}", stdout(&current));
+    environment(&head, "16.15");
+    let stale = check();
+    assert_eq!(stale.status.code(), Some(1));
+    assert!(
+        stdout(&stale)
+            .contains("stale text.md:1 record environment.json /postgres/facts/server_version\n"),
+        "{}",
+        stdout(&stale)
+    );
+    assert!(
+        stdout(&stale).contains("    +16.15\n"),
+        "{}",
+        stdout(&stale)
+    );
 }

@@ -1,8 +1,9 @@
 //! `./run.sh cite`: citations in the texts that quote the evidence, checked against the
 //! committed files (docs/citing.md). A citation is a marker before a fenced block, a
 //! blockquote or an inline figure, naming what it quotes by content ([`selector`]); the
-//! check reads the texts and the files they cite (snapshots, sources, LIMITS.md), no run
-//! record, no database, and says which quotes are current.
+//! check reads the texts and the files they cite (snapshots, sources, committed tables,
+//! LIMITS.md; the latest run record only for a `record` citation), no database, and says
+//! which quotes are current.
 //!
 //! Exit status: 0 when every citation is current and no harness output is quoted
 //! without one, 1 otherwise, 2 for a usage error (as the harness's).
@@ -56,6 +57,8 @@ pub enum Status {
     Missing(String),
     /// The cited file or LIMITS.md entry is gone.
     Gone(String),
+    /// A run record's field with no run of the checked-out commit to compare with.
+    Unverified(String),
 }
 
 /// One citation of a text and how it stands.
@@ -93,15 +96,16 @@ impl Report {
         self.uncited.is_empty() && self.cited.iter().all(|c| c.status == Status::Ok)
     }
 
-    /// `CITE cites=N ok=N stale=N missing=N gone=N illustrative=N uncited=N`.
+    /// `CITE cites=N ok=N stale=N missing=N unverified=N gone=N illustrative=N uncited=N`.
     pub fn summary(&self) -> String {
         let count = |f: fn(&Status) -> bool| self.cited.iter().filter(|c| f(&c.status)).count();
         format!(
-            "CITE cites={} ok={} stale={} missing={} gone={} illustrative={} uncited={}",
+            "CITE cites={} ok={} stale={} missing={} unverified={} gone={} illustrative={} uncited={}",
             self.cited.len(),
             count(|s| *s == Status::Ok),
             count(|s| matches!(s, Status::Stale { .. })),
             count(|s| matches!(s, Status::Missing(_))),
+            count(|s| matches!(s, Status::Unverified(_))),
             count(|s| matches!(s, Status::Gone(_))),
             self.illustrative.len(),
             self.uncited.len(),
@@ -127,6 +131,9 @@ impl Report {
                 }
                 Status::Gone(why) => {
                     out.push_str(&format!("gone {at} {}: {why}\n", cited.selector))
+                }
+                Status::Unverified(why) => {
+                    out.push_str(&format!("unverified {at} {}: {why}\n", cited.selector))
                 }
             }
         }
@@ -316,6 +323,7 @@ fn status(
         Ok(current) => trimmed_lines(&current),
         Err(Unresolved::Missing(why)) => return Status::Missing(why),
         Err(Unresolved::Gone(why)) => return Status::Gone(why),
+        Err(Unresolved::Unverified(why)) => return Status::Unverified(why),
     };
     let same = match quote {
         // A blockquote is prose: its line breaks and spacing are the text's own.

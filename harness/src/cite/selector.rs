@@ -1,6 +1,7 @@
 //! What a citation quotes, named by content: lines or one figure of a case's committed
 //! snapshot (or a figure of a committed file), a region of a source file between
-//! `ANCHOR:` and `ANCHOR_END:` comments, a row of a committed table, a LIMITS.md entry. [`Selector::parse`] reads a marker's text, [`Selector::resolve`]
+//! `ANCHOR:` and `ANCHOR_END:` comments, a row of a committed table, a LIMITS.md entry, a
+//! field of the latest run record. [`Selector::parse`] reads a marker's text, [`Selector::resolve`]
 //! finds the text it selects now.
 
 use std::path::{Path, PathBuf};
@@ -9,6 +10,8 @@ use std::path::{Path, PathBuf};
 const SNAPSHOTS: &str = "evidence/snapshots";
 /// The file of limits a `limit` selector names entries of.
 const LIMITS: &str = "LIMITS.md";
+/// The newest completed run's record, under the repository's root.
+const LATEST_RUN: &str = "evidence/latest";
 
 /// What a citation selects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +26,9 @@ pub enum Selector {
     Source { path: String, anchor: String },
     /// The LIMITS.md entry (bold list item, heading or table row) starting with words.
     Limit { words: String },
+    /// A field of the latest run's record (`evidence/latest/<file>`, a JSON pointer),
+    /// current only when that run was of the checked-out commit with a clean tree.
+    Record { file: String, pointer: String },
 }
 
 /// What a figure is read from: a snapshot's body (`L/L3`), or a committed file (a path
@@ -63,6 +69,9 @@ pub enum Unresolved {
     Missing(String),
     /// The cited file or LIMITS.md entry is no longer there.
     Gone(String),
+    /// A run record's field, but the latest run is not of the checked-out commit (or
+    /// there is none): nothing to compare with.
+    Unverified(String),
 }
 
 impl Selector {
@@ -111,13 +120,28 @@ impl Selector {
                     anchor: anchor.trim().to_string(),
                 })
             }
+            "record" => {
+                let (file, pointer) = rest
+                    .split_once(' ')
+                    .ok_or("a record selector is file /pointer")?;
+                let plain = !file.contains('/') && safe_path(file).is_ok();
+                if !plain || !pointer.starts_with('/') {
+                    return Err(format!(
+                        "{rest:?} is not <file of evidence/latest> /<JSON pointer>"
+                    ));
+                }
+                Ok(Selector::Record {
+                    file: file.to_string(),
+                    pointer: pointer.trim().to_string(),
+                })
+            }
             "limit" => {
                 let (words, rest) = quoted(rest)?;
                 expect_end(rest)?;
                 Ok(Selector::Limit { words })
             }
             _ => Err(format!(
-                "{kind:?} is not a selector (snapshot, figure, source, row, limit, or none, illustrative)"
+                "{kind:?} is not a selector (snapshot, figure, source, row, limit, record, or none, illustrative)"
             )),
         }
     }
@@ -158,6 +182,7 @@ impl Selector {
                 let text = read(&root.join(path), path)?;
                 anchored(&text, anchor).map_err(|why| Unresolved::Missing(format!("{path}: {why}")))
             }
+            Selector::Record { file, pointer } => record_field(root, file, pointer),
             Selector::Limit { words } => {
                 let text = read(&root.join(LIMITS), LIMITS)?;
                 limit_entry(&text, words).ok_or_else(|| {
@@ -177,6 +202,7 @@ impl Selector {
             },
             Selector::Source { path, .. } | Selector::Row { path, .. } => PathBuf::from(path),
             Selector::Limit { .. } => PathBuf::from(LIMITS),
+            Selector::Record { file, .. } => Path::new(LATEST_RUN).join(file),
         }
     }
 }
@@ -416,6 +442,49 @@ fn lead(line: &str) -> Option<String> {
     row.split('|').next().map(plain)
 }
 
+/// A field of the latest run's record, when that run was of the commit checked out at
+/// `root` with a clean tree (its `environment.json` says which: `git_commit`).
+fn record_field(root: &Path, file: &str, pointer: &str) -> Result<String, Unresolved> {
+    let latest = root.join(LATEST_RUN);
+    let json = |name: &str| -> Result<serde_json::Value, Unresolved> {
+        let shown = format!("{LATEST_RUN}/{name}");
+        let text = read(&latest.join(name), &shown).map_err(|_| {
+            Unresolved::Unverified(format!("no {shown}: run ./run.sh on this commit first"))
+        })?;
+        serde_json::from_str(&text).map_err(|e| Unresolved::Missing(format!("{shown}: {e}")))
+    };
+    let ran = json("environment.json")?["git_commit"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let head = git_head(root).ok_or_else(|| {
+        Unresolved::Unverified("not a git checkout: no commit to compare the run with".into())
+    })?;
+    if ran != head {
+        return Err(Unresolved::Unverified(format!(
+            "{LATEST_RUN} is a run of {ran}, not of HEAD {head} with a clean tree"
+        )));
+    }
+    match json(file)?.pointer(pointer) {
+        Some(serde_json::Value::String(text)) => Ok(text.clone()),
+        Some(value) => Ok(value.to_string()),
+        None => Err(Unresolved::Missing(format!(
+            "no {pointer} in {LATEST_RUN}/{file}"
+        ))),
+    }
+}
+
+/// The commit checked out at `root` (`git rev-parse HEAD`); `None` outside a git checkout.
+fn git_head(root: &Path) -> Option<String> {
+    let output = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(root)
+        .output()
+        .ok()?;
+    let head = String::from_utf8(output.stdout).ok()?.trim().to_string();
+    (output.status.success() && !head.is_empty()).then_some(head)
+}
+
 /// The first table row (`| … |`, separator rows aside) whose first cell starts with
 /// `cell`, trimmed.
 fn table_row(text: &str, cell: &str) -> Option<String> {
@@ -479,6 +548,13 @@ mod tests {
             Ok(Selector::Figure { from: FigureFrom::File(path), .. }) if path == "evidence/matrix.md"
         ));
         assert_eq!(
+            Selector::parse("record environment.json /postgres/facts/server_version"),
+            Ok(Selector::Record {
+                file: "environment.json".into(),
+                pointer: "/postgres/facts/server_version".into()
+            })
+        );
+        assert_eq!(
             Selector::parse(r#"row evidence/matrix.md "server_version""#),
             Ok(Selector::Row {
                 path: "evidence/matrix.md".into(),
@@ -501,6 +577,8 @@ mod tests {
             "figure L/L3 /(/",
             "figure ../x.md /(a)/",
             "row evidence/matrix.md server_version",
+            "record runs/x.json /a",
+            "record environment.json seed",
             "source ../x#a",
             "limit Probing",
             "snapshot L/L3 from \"a\" extra",
