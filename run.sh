@@ -7,6 +7,8 @@
 # `./run.sh matrix [ids]` runs the cases once per PostgreSQL major (15-18) and writes
 # evidence/matrix.md and matrix.json; `--pg N` picks one major, `--database-url URL` an
 # existing server.
+# `./run.sh cite --check [PATH...]` checks the citations of the texts against the committed
+# snapshots, sources and LIMITS.md (docs/citing.md): no server, only the harness binary built.
 # Before building it checks the requirements (README "Requirements") and names what to
 # install when one is missing.
 set -euo pipefail
@@ -67,6 +69,7 @@ pg_majors() {
 # (SQLite) or I (MariaDB) one. Anything else is assumed to start PostgreSQL.
 postgres_must_be_fetched() {
     [ -n "${PG_BIN:-}" ] && return 1
+    [ "${1:-}" = cite ] && return 1
     local mode=harness words=0 sqlite_only=yes
     case "${1:-}" in
         bench|explore|matrix) mode="$1"; shift ;;
@@ -128,6 +131,11 @@ if [ ! -x "target/$profile_dir/harness" ]; then
     echo "run.sh: building $profile_dir binaries (first release build: about 4 minutes on 2 cores, about 1 GB in target/)" >&2
 else
     echo "run.sh: building $profile_dir binaries" >&2
+fi
+if [ "${1:-}" = "cite" ]; then
+    # Texts and committed files only: the harness binary alone.
+    cargo build "${profile_flag[@]}" "${quiet[@]}" -p harness --bin harness
+    exec "target/$profile_dir/harness" "$@"
 fi
 cargo build "${profile_flag[@]}" "${quiet[@]}" --bins
 if [ "${1:-}" = "bench" ]; then

@@ -433,6 +433,15 @@ fn read_snapshot(file: &Path) -> anyhow::Result<Option<Snapshot>> {
         .map_err(|error| anyhow::anyhow!("reading {}: {error}", file.display()))
 }
 
+/// The body of the snapshot at `file` (its transcript, after the header) as insta reads
+/// and compares it (line endings unified, trailing whitespace trimmed); `None` when there
+/// is no such file. The citations of the texts (`./run.sh cite`) quote this.
+///
+/// Errors: the file cannot be read, or insta cannot parse it.
+pub fn read_body(file: &Path) -> anyhow::Result<Option<String>> {
+    Ok(read_snapshot(file)?.map(|snapshot| text_of(snapshot.contents())))
+}
+
 fn unified_diff(old: &str, new: &str, shown: &str) -> String {
     let with_newline = |text: &str| {
         if text.is_empty() {

@@ -4,6 +4,8 @@
 
 use case_kit::Family;
 
+pub mod cite;
+
 /// Every family, in the order a full run lists them: L (the points ledger), F (frozen
 /// balances), S (the SQLite inventory), R (the ledger with a standby and a failover),
 /// P (power cuts), I (frozen balances on InnoDB, a scratch MariaDB).

@@ -46,7 +46,8 @@ const EXIT_CHECK_FAILED: i32 = 1;
 const EXIT_HARNESS_ERROR: i32 = 2;
 
 /// Runs the case families (L: points ledger; more in `./run.sh --list`) and writes the
-/// evidence.
+/// evidence. `harness cite --check` checks the texts' citations instead
+/// (docs/citing.md; `harness cite --help`).
 #[derive(Debug, clap::Parser)]
 #[command(name = "harness", version)]
 struct Args {
@@ -122,6 +123,14 @@ struct Args {
 }
 
 fn main() {
+    // `harness cite …` (`./run.sh cite`) reads texts and committed files only: no
+    // families, no server.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|word| word == "cite")
+    {
+        std::process::exit(harness::cite::main(std::env::args_os().skip(1)));
+    }
     let matches = <Args as clap::CommandFactory>::command().get_matches();
     let args = <Args as clap::FromArgMatches>::from_arg_matches(&matches)
         .unwrap_or_else(|error| error.exit());
@@ -620,6 +629,10 @@ fn record_run(
     } = ran;
     drop(env); // stops the cluster (immediate) and removes its folder
     print_closing(args, &durations, &compared, &folder, seed, snapshot_mode);
+    // The texts quoting an accepted snapshot (docs/citing.md).
+    for line in harness::cite::stale_after_accept(Path::new("."), &compared.accepted) {
+        println!("{line}");
+    }
     print!("{not_run_block}{summary}");
     Ok(if failed == 0 { 0 } else { EXIT_CHECK_FAILED })
 }
@@ -723,6 +736,9 @@ struct Compared {
     /// Cases whose snapshot differed although their own checks passed: what `--accept`
     /// would take.
     acceptable: Vec<String>,
+    /// Cases whose existing snapshot `--accept` rewrote (the texts citing them may be
+    /// stale now).
+    accepted: Vec<String>,
 }
 
 /// Compares each default case with its snapshot, prints its transcript (and diff), and
@@ -738,6 +754,7 @@ fn compare_snapshots(
         transcript: String::new(),
         diffs: Default::default(),
         acceptable: Vec::new(),
+        accepted: Vec::new(),
     };
     for mut report in reports {
         let family = selection.family_of(&report.id);
@@ -747,6 +764,9 @@ fn compare_snapshots(
                 // Only a case whose own checks all passed can be accepted.
                 if matches!(verdict, Verdict::Differs { .. }) && report.failed == 0 {
                     compared.acceptable.push(report.id.clone());
+                }
+                if matches!(verdict, Verdict::Written { created: false, .. }) {
+                    compared.accepted.push(report.id.clone());
                 }
                 store.record(&mut report, &verdict)
             }

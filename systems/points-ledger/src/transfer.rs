@@ -244,11 +244,13 @@ WHERE client_id = $1 AND idem_key = $2";
 // Step 2. If a concurrent transaction changed the row, PostgreSQL waits for it and
 // re-evaluates the WHERE clause on the new row version (docs, 13.2.1 "Read Committed
 // Isolation Level"), so "enough?" and "take it" are one evaluation.
+// ANCHOR: debit_from (quoted by docs/citing.md; `./run.sh cite --check`)
 const DEBIT_FROM_SQL: &str = "\
 UPDATE account
 SET balance = balance - $2
 WHERE account_id = $1 AND (allow_negative OR balance >= $2)
 RETURNING balance";
+// ANCHOR_END: debit_from
 
 // Step 2, refused: INSUFFICIENT with the current balance if `from` exists, else NO_ACCOUNT
 // with 0; recorded on the registration.
