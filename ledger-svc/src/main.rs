@@ -181,7 +181,6 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    http::planted::set(args.planted_bug);
     http::log::init();
     let mut builder = match args.worker_threads {
         1 => tokio::runtime::Builder::new_current_thread(),

@@ -4,13 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cases_ledger::http::LedgerCalls;
 use launch::service::{Reply, Service};
 use points_ledger::{TransferMode, test_account};
 
-use crate::syncrep::OBSERVE_LIMIT_MS;
+use crate::syncrep::{OBSERVE_LIMIT_MS, seen_within};
 
 /// Debits in a group, one per account, and the accounts debited.
 pub const GROUP_SIZE: usize = 8;
@@ -18,8 +18,6 @@ pub const GROUP_SIZE: usize = 8;
 pub const CLIENT: &str = "app-r2";
 /// Points each debit takes.
 pub const DEBIT: i64 = 1;
-/// Pause before a retry of a key answered anything but 201, milliseconds (pacing only).
-const RETRY_PAUSE_MS: u64 = 20;
 /// Per-request timeout of R2's clients, milliseconds: above every bound of R2's services.
 const REQUEST_TIMEOUT_MS: u64 = 90_000;
 
@@ -125,8 +123,8 @@ async fn answers_to(service: Arc<Service>, keys: Vec<String>) -> Vec<Answer> {
     futures_util::future::join_all(sent).await
 }
 
-/// Each key of `keys` retried through `service` until it is answered 201 (bounded by
-/// [`OBSERVE_LIMIT_MS`] per key, a hang bound); the last answer of each.
+/// Each key of `keys` retried through `service` until it is answered 201 ([`seen_within`]
+/// [`OBSERVE_LIMIT_MS`] per key, a hang bound); the 201 of each.
 ///
 /// Errors: a key answered nothing but 503 `UNKNOWN` or a transport error until the
 /// bound, or anything else (a 409, 422 or 500) at all.
@@ -134,31 +132,27 @@ pub async fn retry_until_acknowledged(
     service: &Service,
     keys: &[String],
 ) -> anyhow::Result<Vec<Answer>> {
+    let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
     let mut answers = Vec::new();
     for (n, key) in keys.iter().enumerate() {
-        let deadline = Instant::now() + Duration::from_millis(OBSERVE_LIMIT_MS);
-        let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
-        loop {
-            let answer = Answer::of(
-                service
-                    .debit(CLIENT, key, &account_of(n), DEBIT, timeout)
-                    .await,
-            );
-            if answer.acknowledged() {
-                answers.push(answer);
-                break;
-            }
+        let account = account_of(n);
+        let account = account.as_str();
+        let look = move || async move {
+            let answer = Answer::of(service.debit(CLIENT, key, account, DEBIT, timeout).await);
             anyhow::ensure!(
-                answer.said == "503 UNKNOWN" || answer.said == "transport",
+                answer.acknowledged() || answer.said == "503 UNKNOWN" || answer.said == "transport",
                 "{key}: answered {} on its retry",
                 answer.said
             );
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "{key}: not acknowledged within {OBSERVE_LIMIT_MS} ms"
-            );
-            tokio::time::sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
-        }
+            Ok(answer)
+        };
+        let (answer, acknowledged) =
+            seen_within(OBSERVE_LIMIT_MS, look, Answer::acknowledged).await?;
+        anyhow::ensure!(
+            acknowledged,
+            "{key}: not acknowledged within {OBSERVE_LIMIT_MS} ms"
+        );
+        answers.push(answer);
     }
     Ok(answers)
 }

@@ -92,21 +92,14 @@ pub async fn run(
         syncrep::cancel_waiting(&pair.primary).await?;
     }
     let answers = sending.await?;
-    let acknowledged: Vec<&String> = keys
+    let acknowledged: Vec<String> = keys
         .iter()
         .zip(&answers)
         .filter(|(_, answer)| answer.acknowledged())
-        .map(|(key, _)| key)
+        .map(|(key, _)| key.clone())
         .collect();
     let promoted = syncrep::fail_over(pair).await?;
-    let mut lost = Vec::new();
-    for key in acknowledged {
-        if syncrep::committed_on(&promoted, debit_groups::CLIENT, std::slice::from_ref(key)).await?
-            == 0
-        {
-            lost.push(key.clone());
-        }
-    }
+    let lost = syncrep::missing_on(&promoted, debit_groups::CLIENT, &acknowledged).await?;
     ctx.note(format!(
         "control {}: answers {}",
         fault.label(),

@@ -10,7 +10,6 @@
 //! durable"; R2 shows the same with a real standby and a failover.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use launch::service::Service;
 use points_ledger::test_account;
@@ -132,20 +131,17 @@ async fn standby_names(primary: &Cluster, value: Option<&str>) -> anyhow::Result
     };
     client.batch_execute(&statement).await?;
     client.batch_execute("SELECT pg_reload_conf()").await?;
-    let deadline = std::time::Instant::now() + Duration::from_millis(pooled::SERVICE_BOUND_MS);
-    loop {
+    let want = value.unwrap_or("");
+    let look = move || async move {
         let fresh = primary.connect(LEDGER_DATABASE).await?;
         let now: String = fresh
             .query_one("SHOW synchronous_standby_names", &[])
             .await?
             .get(0);
-        if now == value.unwrap_or("") {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            std::time::Instant::now() < deadline,
-            "synchronous_standby_names still {now:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(pooled::POLL_MS)).await;
-    }
+        Ok(now)
+    };
+    let (now, seen) =
+        syncrep::seen_within(pooled::SERVICE_BOUND_MS, look, |now| now == want).await?;
+    anyhow::ensure!(seen, "synchronous_standby_names still {now:?}");
+    Ok(())
 }

@@ -309,14 +309,13 @@ async fn killed_after_commit(
     doomed.arm_fault(HookPoint::AfterCommit, pause).await?;
     let group = keys("killed-after-commit");
     let sending = debit_groups::send(&doomed, TransferMode::Batch, &group).await?;
-    let limit = std::time::Duration::from_millis(syncrep::OBSERVE_LIMIT_MS);
-    let deadline = std::time::Instant::now() + limit;
-    let (mut committed, mut held) = (0, 0);
-    while (committed < GROUP_SIZE || held < GROUP_SIZE as u32) && std::time::Instant::now() < deadline {
-        committed = syncrep::committed_on(primary, CLIENT, &group).await?;
-        held = doomed.fault_state(HookPoint::AfterCommit).await?.holding;
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    let (watched, group_ref) = (&doomed, &group);
+    let look = move || async move {
+        let committed = syncrep::committed_on(primary, CLIENT, group_ref).await?;
+        Ok((committed, watched.fault_state(HookPoint::AfterCommit).await?.holding))
+    };
+    let all_held = |&(committed, held): &(usize, u32)| committed == GROUP_SIZE && held == GROUP_SIZE as u32;
+    let ((committed, held), _) = syncrep::seen_within(syncrep::OBSERVE_LIMIT_MS, look, all_held).await?;
     doomed.sigkill_now()?;
     let answers = sending.await?;
     if let Some(doomed) = Arc::into_inner(doomed) {

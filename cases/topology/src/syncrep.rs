@@ -53,10 +53,38 @@ impl Wait {
     }
 }
 
-/// Waits until at least `want` sessions of the ledger database on `primary` are seen
-/// waiting for `wait`, looking every few milliseconds; returns the count seen then.
+/// Looks with `look` every [`POLL_MS`] until what it saw is `done`, for at most
+/// `limit_ms`; returns the last thing seen and whether it was `done`. The family's one
+/// clock read for what it observes, and only a hang bound: a case checks what `look`
+/// saw, never how long seeing it took.
 ///
-/// Errors: SQL errors; fewer seen within `limit_ms` (a hang bound).
+/// Errors: `look`'s.
+pub async fn seen_within<T, F, Fut>(
+    limit_ms: u64,
+    mut look: F,
+    done: impl Fn(&T) -> bool,
+) -> anyhow::Result<(T, bool)>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<T>>,
+{
+    let deadline = Instant::now() + Duration::from_millis(limit_ms);
+    loop {
+        let seen = look().await?;
+        if done(&seen) {
+            return Ok((seen, true));
+        }
+        if Instant::now() >= deadline {
+            return Ok((seen, false));
+        }
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+}
+
+/// Waits until at least `want` sessions of the ledger database on `primary` are seen
+/// waiting for `wait` ([`seen_within`] `limit_ms`); returns the count seen then.
+///
+/// Errors: SQL errors; fewer seen within the hang bound.
 pub async fn sessions_waiting(
     primary: &Cluster,
     wait: Wait,
@@ -68,18 +96,17 @@ pub async fn sessions_waiting(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND {}",
         wait.condition()
     );
-    let deadline = Instant::now() + Duration::from_millis(limit_ms);
-    loop {
-        let seen: i64 = observer.query_one(&sql, &[&LEDGER_DATABASE]).await?.get(0);
-        if seen as usize >= want {
-            return Ok(seen as usize);
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "only {seen} of {want} sessions seen waiting ({wait:?})"
-        );
-        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
-    }
+    let (observer, sql) = (&observer, &sql);
+    let look = move || async move {
+        let row = observer.query_one(sql, &[&LEDGER_DATABASE]).await?;
+        Ok(row.get::<_, i64>(0) as usize)
+    };
+    let (seen, enough) = seen_within(limit_ms, look, |seen| *seen >= want).await?;
+    anyhow::ensure!(
+        enough,
+        "only {seen} of {want} sessions seen waiting ({wait:?})"
+    );
+    Ok(seen)
 }
 
 /// Waits until at least `want` sessions of the ledger database on `primary` are seen
@@ -115,6 +142,25 @@ pub async fn committed_on(node: &Cluster, client: &str, keys: &[String]) -> anyh
     Ok(row.get::<_, i64>(0) as usize)
 }
 
+/// Those of `keys` (of `client`) with no transaction on `node`, in key order.
+///
+/// Errors: SQL errors.
+pub async fn missing_on(
+    node: &Cluster,
+    client: &str,
+    keys: &[String],
+) -> anyhow::Result<Vec<String>> {
+    let db = node.connect(LEDGER_DATABASE).await?;
+    let rows = db
+        .query(
+            "SELECT key FROM unnest($2::text[]) AS k(key) WHERE NOT EXISTS \
+             (SELECT 1 FROM ledger_txn WHERE client_id = $1 AND idem_key = key) ORDER BY key",
+            &[&client, &keys],
+        )
+        .await?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
 /// How many of `keys` have a transaction on `node`, looked at until all of them do
 /// (bounded by [`OBSERVE_LIMIT_MS`] against a hang): a COMMIT whose wait was cancelled
 /// becomes visible a moment after its session sent the warning.
@@ -125,14 +171,9 @@ pub async fn committed_within(
     client: &str,
     keys: &[String],
 ) -> anyhow::Result<usize> {
-    let deadline = Instant::now() + Duration::from_millis(OBSERVE_LIMIT_MS);
-    loop {
-        let committed = committed_on(node, client, keys).await?;
-        if committed == keys.len() || Instant::now() >= deadline {
-            return Ok(committed);
-        }
-        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
-    }
+    let look = move || committed_on(node, client, keys);
+    let (committed, _) = seen_within(OBSERVE_LIMIT_MS, look, |n| *n == keys.len()).await?;
+    Ok(committed)
 }
 
 /// The failover: kill -9 of the primary, then of the standby, the standby started

@@ -163,6 +163,9 @@ pub struct Runner<'a> {
     pub tasks: &'a TaskTracker,
     /// Send CancelRequest once the bound ran out.
     pub cancels_at_bound: bool,
+    /// [Cover](cover) every replay (off only with the planted bug
+    /// `trust-cancelled-commit`, `super::planted`).
+    pub covers_replays: bool,
 }
 
 /// A result that may have been read back from what an earlier request recorded (a
@@ -170,12 +173,6 @@ pub struct Runner<'a> {
 pub trait Replayed {
     /// Whether this result is a replay.
     fn replayed(&self) -> bool;
-}
-
-impl Replayed for points_ledger::TransferResult {
-    fn replayed(&self) -> bool {
-        self.replayed
-    }
 }
 
 macro_rules! replayed_field {
@@ -189,6 +186,7 @@ macro_rules! replayed_field {
 }
 
 replayed_field!(
+    points_ledger::TransferResult,
     frozen_balances::PlaceResult,
     frozen_balances::CancelResult,
     frozen_balances::FillResult,
@@ -243,15 +241,16 @@ where
     let cancel = runner.cancels_at_bound.then(|| client.cancel_token());
     let holds = Arc::new(Holds::default());
     let phase = Arc::new(Mutex::new(Phase::Running));
-    let answered = spawn_work(runner.tasks, client, holds.clone(), phase.clone(), work);
+    let answered = spawn_work(runner, client, holds.clone(), phase.clone(), work);
     watch(answered, &holds, &phase, cancel.as_ref(), deadline).await
 }
 
-/// Runs `work` on `client` in a task of `tasks` with `holds` as its fault-hold record; a
+/// Runs `work` on `client` in a task of `runner`'s tracker with `holds` as its fault-hold
+/// record, then covers a replay (when `runner` says so); a
 /// connection whose transaction was being cancelled ([`Phase::Cancelling`]) when the work
 /// ended is never pooled again. The receiver gets the work's output.
 fn spawn_work<R, E, W>(
-    tasks: &TaskTracker,
+    runner: Runner<'_>,
     client: Object,
     holds: Arc<Holds>,
     phase: Arc<Mutex<Phase>>,
@@ -265,11 +264,12 @@ where
         + 'static,
 {
     let (answer, answered) = tokio::sync::oneshot::channel();
-    tasks.spawn(HELD.scope(holds, async move {
+    let covers_replays = runner.covers_replays;
+    runner.tasks.spawn(HELD.scope(holds, async move {
         let mut client = client;
         let mut output = work(&mut client).await;
         if output.as_ref().is_ok_and(Replayed::replayed)
-            && !super::planted::active(super::planted::PlantedBug::TrustCancelledCommit)
+            && covers_replays
             && let Err(error) = cover(&client).await
         {
             eprintln!("ledger-svc: a replay's cover failed, answering without it: {error}");

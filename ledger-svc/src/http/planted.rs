@@ -24,19 +24,6 @@ pub enum PlantedBug {
     TrustCancelledCommit,
 }
 
-/// The planted bug of this process, set once at start ([`set`]).
-static PLANTED: std::sync::OnceLock<Option<PlantedBug>> = std::sync::OnceLock::new();
-
-/// Records the process's planted bug (`--planted-bug`), once, at start.
-pub fn set(bug: Option<PlantedBug>) {
-    let _ = PLANTED.set(bug);
-}
-
-/// Whether `bug` is planted in this process.
-pub fn active(bug: PlantedBug) -> bool {
-    PLANTED.get().copied().flatten() == Some(bug)
-}
-
 /// How many derived keys the bug tries before it gives up and returns what it got.
 pub const MAX_DERIVED_KEYS: u32 = 16;
 

@@ -85,6 +85,8 @@ impl AppState {
             pool: &self.pool,
             tasks: &self.tasks,
             cancels_at_bound: self.cancels_at_bound,
+            covers_replays: self.planted_bug
+                != Some(super::planted::PlantedBug::TrustCancelledCommit),
         }
     }
 }
