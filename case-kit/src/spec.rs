@@ -34,7 +34,8 @@
 //! - `session NAME` opens a session: its own connection, its optional `setup` SQL (often
 //!   `BEGIN ISOLATION LEVEL …`) and `teardown` SQL, and its steps in order: `step NAME:
 //!   SQL` (one or more statements, simple query protocol) or `call NAME: OP key=value …`,
-//!   an operation of the family's library ([`Calls`]) run on the session's connection.
+//!   an operation of the family's verb set ([`Calls`] on PostgreSQL) run on the session's
+//!   connection.
 //!   Step names are unique across sessions.
 //! - `permutation: NAMES` runs those steps in that order; with no permutation line, every
 //!   order that keeps each session's steps in their order runs ([`all_orders`]).
@@ -70,8 +71,13 @@
 //!
 //! # Running a permutation
 //!
+//! One runner ([`cases_in`], [`run`]) plays every family's files on the family's engine
+//! ([`SpecEngine`]; PostgreSQL is [`PgEngine`], the others are in their case crates):
+//! what follows is how it plays them on PostgreSQL, and the `engine` module says what
+//! another engine offers and what it does not.
+//!
 //! The first permutation runs in the case's own database, each later one in a fresh
-//! clone of the family's template ([`Ctx::extra_database`], `<case db>_p2`, …), so every
+//! clone of the family's template (`<case db>_p2`, …), so every
 //! permutation starts from the same state; the family's reconciliation sees the case's
 //! own database, the first permutation's. A step is sent on its session's connection; the runner then
 //! polls until every step in flight has either completed or is blocked, which it learns
@@ -95,28 +101,21 @@
 //! happens changes the transcript and fails the case.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use futures_util::FutureExt;
-
-use crate::case::Case;
-use crate::ctx::Ctx;
-
-mod engines;
+mod engine;
 mod expect;
 mod layout;
 mod model;
 mod play;
+mod postgres;
 mod race;
 mod restart;
 pub use restart::{RECONNECT_LIMIT_MS, reconnect};
 mod result;
+mod runner;
 mod upstream;
 
-pub use engines::{
-    EngineSession, Reconciled, ReconciledOthers, SpecEngine, engine_case, engine_cases_in,
-    engine_spec_id,
-};
+pub use engine::{EngineSession, Opening, Reconciled, ReconciledOthers, SpecEngine};
 pub use layout::{meaningful, same_meaning, table};
 use model::error;
 pub use model::{
@@ -124,7 +123,9 @@ pub use model::{
     Step,
 };
 pub use play::{POLL_INTERVAL_MS, STEP_WAIT_MS};
+pub use postgres::PgEngine;
 pub use race::with_index;
+pub use runner::{cases_in, run, spec_case, spec_id};
 pub use upstream::{MAX_UPSTREAM_SPEC_LINES, is_upstream, parse_upstream};
 
 /// Longest a spec file may be: a spec is a short interleaving, not a program.
@@ -535,78 +536,6 @@ impl Spec {
     }
 }
 
-/// The id of spec file `sN_<what>.spec` in family `prefix`: `<prefix>-SN` (`L-S1`).
-/// Hand-written case ids are `<prefix>N` and never contain `-`, so the two cannot meet.
-/// A case converted from Rust keeps its id: `l03_<what>.spec` is `L3` (the family's
-/// prefix in lower case and the case's number, leading zeros dropped).
-pub fn spec_id(prefix: &str, file_name: &str) -> Option<String> {
-    let stem = file_name.strip_suffix(".spec")?;
-    let digits = |rest: &str| {
-        let number = rest.split('_').next()?.to_string();
-        (!number.is_empty() && number.chars().all(|c| c.is_ascii_digit())).then_some(number)
-    };
-    if let Some(number) = stem.strip_prefix('s').and_then(digits) {
-        return (!number.starts_with('0')).then(|| format!("{prefix}-S{number}"));
-    }
-    let number: u32 = stem
-        .strip_prefix(&prefix.to_ascii_lowercase())
-        .and_then(digits)?
-        .parse()
-        .ok()?;
-    Some(format!("{prefix}{number}"))
-}
-
-/// The spec cases of family `prefix` found in `dir` (`*.spec`, read now; no registration
-/// anywhere), sorted by number. A file that cannot be read or parsed, or whose name is
-/// neither `sN_<what>.spec` nor a converted case's `<prefix>NN_<what>.spec` ([`spec_id`]),
-/// still becomes a case, one that fails with the reason, so a
-/// broken spec is never silently skipped. `shown_dir` is `dir` as printed (relative to the
-/// workspace); `template` the family's template database (the `system:` a spec must
-/// name).
-pub fn cases_in(
-    prefix: &str,
-    dir: &Path,
-    shown_dir: &str,
-    template: &str,
-    calls: Arc<dyn Calls>,
-) -> Vec<Case> {
-    let mut files: Vec<String> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .map(|entry| entry.file_name().to_string_lossy().into_owned())
-        .filter(|name| name.ends_with(".spec"))
-        .collect();
-    let number = |name: &str| {
-        spec_id(prefix, name)
-            .and_then(|id| id.rsplit('S').next().and_then(|n| n.parse::<u32>().ok()))
-            .unwrap_or(u32::MAX)
-    };
-    files.sort_by_key(|name| (number(name), name.clone()));
-    files
-        .into_iter()
-        .map(|name| {
-            let shown = format!("{shown_dir}/{name}");
-            let loaded = load(dir, &name, &shown).and_then(|spec| {
-                check_spec(&spec, template, calls.as_ref())
-                    .map(|()| spec)
-                    .map_err(|error| format!("{shown}: {error}"))
-            });
-            match (spec_id(prefix, &name), loaded) {
-                (Some(id), Ok(spec)) => spec_case(id, shown, Arc::new(spec), calls.clone()),
-                (id, outcome) => {
-                    let id = id.unwrap_or_else(|| format!("{prefix}-S-{name}"));
-                    let reason = match outcome {
-                        Err(reason) => reason,
-                        Ok(_) => format!("{shown}: a spec file is named sN_<what>.spec"),
-                    };
-                    broken_case(id, reason)
-                }
-            }
-        })
-        .collect()
-}
-
 /// Reads spec file `name` of `dir`: ours, or PostgreSQL's format ([`is_upstream`])
 /// with its description in `<stem>.about` beside it ([`parse_about`]) and, when there
 /// is one, PostgreSQL's expected output in `<stem>.out`.
@@ -685,306 +614,6 @@ pub fn parse_about(text: &str, mut spec: Spec) -> Result<Spec, ParseError> {
         .map(|s| s.name.clone())
         .collect();
     finish(spec, clean, &seen)
-}
-
-fn check_spec(spec: &Spec, template: &str, calls: &dyn Calls) -> Result<(), String> {
-    if spec.system != template {
-        return Err(format!(
-            "system: {} is not this family's template {template}",
-            spec.system
-        ));
-    }
-    let steps = spec
-        .sessions
-        .iter()
-        .flat_map(|s| &s.steps)
-        .map(|s| &s.action);
-    let race = spec.race.iter().map(|race| &race.action);
-    let alongside: Vec<Action> = spec
-        .race
-        .iter()
-        .filter_map(|race| race.alongside.clone().map(Action::Call))
-        .collect();
-    let after = spec.after_restart.iter();
-    let actions = spec.setup.iter().chain(steps).chain(race).chain(after);
-    for action in actions.chain(alongside.iter()) {
-        if let Action::Call(call) = action {
-            calls
-                .check(call)
-                .map_err(|e| format!("call {}: {e}", call.display()))?;
-        }
-    }
-    Ok(())
-}
-
-fn broken_case(id: String, reason: String) -> Case {
-    Case::new(id, "spec file that cannot be run", move |_ctx: &mut Ctx| {
-        let reason = reason.clone();
-        async move { Err(anyhow::anyhow!(reason)) }.boxed()
-    })
-    .not_clean()
-}
-
-/// A case that runs `spec`: one connection per session, a monitor and the setup's.
-pub fn spec_case(id: String, shown: String, spec: Arc<Spec>, calls: Arc<dyn Calls>) -> Case {
-    // A session each (or a racer each, a holder and the race's own), a monitor and the
-    // setup's.
-    let connections =
-        spec.sessions.len() as u32 + 2 + spec.race.as_ref().map_or(0, |r| r.count as u32 + 3);
-    // And what the calls hold beyond their sessions (a service's pool).
-    let steps = spec
-        .sessions
-        .iter()
-        .flat_map(|s| &s.steps)
-        .map(|s| &s.action);
-    let connections = connections
-        + spec
-            .setup
-            .iter()
-            .chain(steps)
-            .map(|action| match action {
-                Action::Call(call) => calls.connections(call),
-                Action::Sql(_) => 0,
-            })
-            .sum::<u32>();
-    let clean = spec.clean;
-    let schedule = spec.schedule;
-    let restart = spec.restart.clone();
-    let case = Case::new(id, spec.title.clone(), move |ctx: &mut Ctx| {
-        let spec = spec.clone();
-        let calls = calls.clone();
-        let shown = shown.clone();
-        async move { run(ctx, &shown, &spec, calls).await }.boxed()
-    })
-    .connections(connections);
-    let case = match schedule {
-        Some(schedule) => case.schedule(schedule),
-        None => case,
-    };
-    let case = match restart {
-        Some(reason) => case.restarts_server(reason),
-        None => case,
-    };
-    if clean { case } else { case.not_clean() }
-}
-
-/// Runs every permutation of `spec` in `ctx`'s database and writes the transcript: in
-/// our layout, a summary and each permutation's lines under its label; in PostgreSQL's
-/// layout, the lines its tester prints. A spec with an expected output then checks
-/// that the transcript means the same ([`same_meaning`]).
-///
-/// Errors: connection failures; a database clone that fails.
-pub async fn run(
-    ctx: &mut Ctx,
-    shown: &str,
-    spec: &Spec,
-    calls: Arc<dyn Calls>,
-) -> anyhow::Result<()> {
-    let calls = calls.for_case(ctx).unwrap_or(calls);
-    // Ends what the operations started, also when the case is cancelled midway.
-    let _ended = Ended(calls.clone());
-    let orders = spec.orders();
-    summary(ctx, shown, spec, orders.len());
-    if let Some(race) = &spec.race {
-        return race::run(ctx, spec, race, calls).await;
-    }
-    let postgres = spec.layout == Layout::Postgres;
-    let mut printed = String::new();
-    if postgres {
-        printed = format!("Parsed test spec with {} sessions\n", spec.sessions.len());
-        ctx.note(printed.trim_end().to_string());
-    }
-    for (number, order) in orders.iter().enumerate() {
-        let label = format!("permutation {} of {}", number + 1, orders.len());
-        let names: Vec<&str> = order.iter().map(|e| e.name.as_str()).collect();
-        let mut lines = Vec::new();
-        if postgres {
-            lines.push(String::new());
-            lines.push(format!("starting permutation: {}", names.join(" ")));
-        } else {
-            ctx.note(format!("{label}: {}", names.join(" ")));
-        }
-        let database = if number == 0 {
-            ctx.database().to_string()
-        } else {
-            ctx.extra_database(&format!("p{}", number + 1)).await?
-        };
-        let outcome = play_one(ctx, &database, spec, order, calls.clone(), &mut lines).await;
-        for line in &lines {
-            printed.push_str(line);
-            printed.push('\n');
-            if !line.trim().is_empty() {
-                let indent = if postgres { "" } else { "  " };
-                ctx.note(format!("{indent}{}", line.trim_end()));
-            }
-        }
-        let (passed, seen) = match outcome {
-            Ok(()) => (true, String::new()),
-            Err(error) => (false, format!("{error:#}")),
-        };
-        ctx.check(
-            format!("{label} ran every step, none left waiting"),
-            passed,
-            seen,
-        );
-    }
-    after_permutations(ctx, spec, calls.as_ref(), &printed).await
-}
-
-/// What follows the permutations: the comparison with an expected output, the crash
-/// (`restart immediate:`), then the expectations.
-///
-/// Errors: the restart fails; no connection for the expectations.
-async fn after_permutations(
-    ctx: &mut Ctx,
-    spec: &Spec,
-    calls: &dyn Calls,
-    printed: &str,
-) -> anyhow::Result<()> {
-    if let Some((file, expected)) = &spec.expected {
-        let verdict = same_meaning(printed, expected);
-        let seen = verdict.clone().err().unwrap_or_default();
-        ctx.check(
-            format!("the transcript means what {file} says"),
-            verdict.is_ok(),
-            seen,
-        );
-    }
-    if spec.restart.is_some() {
-        restart::run(ctx, spec, calls).await?;
-    }
-    if !spec.expectations.is_empty() {
-        let mut db = ctx.connect().await?;
-        expect::run(ctx, &mut db, calls, &spec.expectations, "").await;
-    }
-    Ok(())
-}
-
-/// Calls [`Calls::end`] when dropped.
-struct Ended(Arc<dyn Calls>);
-
-impl Drop for Ended {
-    fn drop(&mut self) {
-        self.0.end();
-    }
-}
-
-/// Notes what `spec` is: its sessions, steps and permutations, and where an upstream
-/// spec comes from.
-fn summary(ctx: &mut Ctx, shown: &str, spec: &Spec, orders: usize) {
-    record_shape(ctx, spec);
-    if let Some(race) = &spec.race {
-        let steps: usize = spec.sessions.iter().map(|s| s.steps.len()).sum();
-        let then = match steps {
-            0 => String::new(),
-            1 => ", then 1 step".to_string(),
-            n => format!(", then {n} steps"),
-        };
-        ctx.note(format!(
-            "spec {shown}: a race of {} sessions{then}",
-            race.count
-        ));
-        return;
-    }
-    let steps: usize = spec.sessions.iter().map(|s| s.steps.len()).sum();
-    let how = if spec.permutations.is_empty() {
-        "every order"
-    } else {
-        "as listed"
-    };
-    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
-    ctx.note(format!(
-        "spec {shown}: {}, {}, {} ({how})",
-        plural(spec.sessions.len(), "session"),
-        plural(steps, "step"),
-        plural(orders, "permutation")
-    ));
-    if !spec.upstream.is_empty() {
-        let upstream = spec
-            .upstream
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ");
-        ctx.note(format!("upstream: {upstream}"));
-    }
-}
-
-/// Records for the evidence page the spec's claim, its failure condition and which
-/// session each step belongs to (`details["claim"]`, `["fails"]`, `["spec_sessions"]`:
-/// session name → its step names).
-fn record_shape(ctx: &mut Ctx, spec: &Spec) {
-    ctx.record("claim", serde_json::Value::String(spec.claim.clone()));
-    ctx.record("fails", serde_json::Value::String(spec.fails.clone()));
-    let sessions: serde_json::Map<String, serde_json::Value> = spec
-        .sessions
-        .iter()
-        .map(|session| {
-            let steps = session
-                .steps
-                .iter()
-                .map(|step| step.name.clone().into())
-                .collect();
-            (session.name.clone(), serde_json::Value::Array(steps))
-        })
-        .collect();
-    ctx.record("spec_sessions", serde_json::Value::Object(sessions));
-}
-
-/// Plays `order` on `database`: the spec's setup, its sessions, each step sent in turn
-/// (waits read from PostgreSQL), then every session's and the spec's teardown.
-///
-/// Errors: a setup that fails; a step that cannot be sent or finished (the sessions are
-/// cancelled and torn down first).
-async fn play_one(
-    ctx: &Ctx,
-    database: &str,
-    spec: &Spec,
-    order: &[Entry],
-    calls: Arc<dyn Calls>,
-    lines: &mut Vec<String>,
-) -> anyhow::Result<()> {
-    let mut setup = ctx.connect_to(database).await?;
-    play::setup(&mut setup, spec, calls.as_ref(), lines).await?;
-    let result = play_steps(ctx, database, spec, order, calls, lines).await;
-    play::teardown(&setup, spec, lines).await;
-    result
-}
-
-/// Plays the steps of `order` on `database`: the sessions opened, each step sent in
-/// turn (waits read from PostgreSQL), then every session's teardown; no spec setup or
-/// teardown (a race's steps run after the race, on its setup).
-///
-/// Errors: a step that cannot be sent or finished (the sessions are cancelled and torn
-/// down first); a session that cannot be opened.
-async fn play_steps(
-    ctx: &Ctx,
-    database: &str,
-    spec: &Spec,
-    order: &[Entry],
-    calls: Arc<dyn Calls>,
-    lines: &mut Vec<String>,
-) -> anyhow::Result<()> {
-    let mut result = Ok(());
-    {
-        let mut play = play::Play::open(ctx, database, spec, calls, lines).await?;
-        for (sent, entry) in order.iter().enumerate() {
-            let (session, step) = spec
-                .find(&entry.name)
-                .expect("permutations name known steps");
-            if let Err(error) = play.send(session, step, entry, sent).await {
-                result = Err(error);
-                break;
-            }
-        }
-        if result.is_ok() {
-            result = play.finish().await;
-        }
-        if result.is_err() {
-            play.cancel().await;
-        }
-        play.teardown().await;
-    }
-    result
 }
 
 #[cfg(test)]

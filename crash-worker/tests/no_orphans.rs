@@ -270,7 +270,7 @@ async fn l9_cancelled_midway_leaves_no_process() {
     let mut spec = case_kit::spec::load(dir, file, file).expect("L9's file");
     let kill = spec.permutations[0].pop().expect("the kill");
     assert_eq!(kill.name, "w_kill");
-    let calls = Arc::new(cases_ledger::spec_calls::LedgerCalls::default());
+    let calls = cases_ledger::spec_calls::engine();
     let case = case_kit::spec::spec_case("L9".into(), file.into(), Arc::new(spec), calls);
     let mut ctx = Ctx::new(env.clone(), "L", "L9", Resource::Database(db));
 

@@ -69,7 +69,6 @@ async fn control_fails_when_callers_authenticate(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn borrowed_identity_control_fails_when_callers_authenticate() {
     use case_kit::spec;
-    use std::sync::Arc;
     const ANOMALY: &str =
         "B, declaring A's client id, receives A's stored response (txn id and balance)";
     let family = ledger::family();
@@ -92,8 +91,7 @@ async fn borrowed_identity_control_fails_when_callers_authenticate() {
             .await
             .expect("clone the template");
         let spec = spec::parse(text).expect("L24 parses");
-        let calls = Arc::new(spec_calls::LedgerCalls::default());
-        spec::run(&mut ctx, database, &spec, calls)
+        spec::run(&mut ctx, database, &spec, spec_calls::engine())
             .await
             .expect("the spec runs");
         eprint!("L24 ({database}):\n{}", ctx.transcript());

@@ -6,7 +6,7 @@
 //!   row, in order (`= (0 rows)` for none): the rows as the runner prints them;
 //! - `count: N SQL`: the query returns exactly N rows;
 //! - `reconcile: clean` or `reconcile: kind=N …`: the family's reconciliation of the
-//!   case's database ([`Calls::reconcile`]) finds nothing, or exactly those figures
+//!   case's database ([`EngineSession::reconcile`]) finds nothing, or exactly those figures
 //!   (kinds not named are not compared);
 //! - `reconcile others: clean`: every other clean database of the family
 //!   ([`Ctx::clean_databases`]; a case that says so is `schedule: last`) reconciles
@@ -23,10 +23,8 @@
 //! - `shows: NAME WORDS`: step NAME printed each of WORDS (whitespace-separated words
 //!   of its result, as `status=403`), read from the transcript once the steps ran.
 
-use tokio_postgres::Client;
-
-use super::model::{Calls, Expect, Layout, ParseError, error};
-use super::result::run_sql;
+use super::engine::{EngineSession, SpecEngine};
+use super::model::{Expect, ParseError, error};
 use crate::ctx::Ctx;
 
 fn one_line(text: &str) -> String {
@@ -146,15 +144,15 @@ pub(super) fn shows(ctx: &mut Ctx, anomaly: &Option<String>, step: &str, words: 
     }
 }
 
-/// Checks every expectation of `expectations` in order on `db` (the case's database);
-/// `outcomes` are a race's counts as printed (`ok=14 check_violation=18`; empty when
-/// the spec has no race).
+/// Checks every expectation of `expectations` in order on `db` (the case's database,
+/// on `engine`); `outcomes` are a race's counts as printed (`ok=14
+/// check_violation=18`; empty when the spec has no race).
 ///
 /// Errors: none of its own: a query that fails is a failed check.
 pub async fn run(
     ctx: &mut Ctx,
-    db: &mut Client,
-    calls: &dyn Calls,
+    db: &mut dyn EngineSession,
+    engine: &dyn SpecEngine,
     expectations: &[Expect],
     outcomes: &str,
 ) {
@@ -173,51 +171,53 @@ pub async fn run(
                 ctx.exposes(anomaly, seen >= *at_least, format!("{kind}={seen}"));
             }
             Expect::True(sql) => {
-                let outcome = run_sql(db, sql, Layout::Ours).await;
-                let passed = outcome.len() == 1 && outcome[0].ends_with("=t");
+                let outcome = db.sql(sql).await;
+                let passed = outcome.len() == 1 && first_is_true(&outcome[0]);
                 ctx.check(one_line(sql), passed, outcome.join(" "));
             }
             Expect::Rows { sql, rows } => {
-                let outcome = run_sql(db, sql, Layout::Ours).await;
-                let passed = &outcome == rows;
-                ctx.check(format!("rows of {}", one_line(sql)), passed, "");
+                let outcome = db.sql(sql).await;
+                ctx.check(format!("rows of {}", one_line(sql)), &outcome == rows, "");
                 for row in &outcome {
                     ctx.note(format!("  {row}"));
                 }
             }
-            Expect::Count { figure, sql } => {
-                let outcome = run_sql(db, sql, Layout::Ours).await;
-                let seen = match outcome.as_slice() {
-                    [only] if only == "(0 rows)" => Ok(0),
-                    [only] if only.starts_with("ERROR") => Err(only.clone()),
-                    rows => Ok(rows.len()),
-                };
-                let name = format!("count {figure}: {}", one_line(sql));
-                let shown = match &seen {
-                    Ok(n) => format!("rows={n}"),
-                    Err(error) => error.clone(),
-                };
-                ctx.check(name, seen == Ok(*figure), shown);
-            }
+            Expect::Count { figure, sql } => count(ctx, db, *figure, sql).await,
             Expect::Shows {
                 anomaly,
                 step,
                 words,
             } => shows(ctx, anomaly, step, words),
-            Expect::Reconcile(words) => reconcile(ctx, db, calls, words).await,
-            Expect::ReconcileOthers => reconcile_others(ctx, calls).await,
+            Expect::Reconcile(words) => reconcile(ctx, db, words).await,
+            Expect::ReconcileOthers => reconcile_others(ctx, engine).await,
             Expect::Exposes { anomaly, sql } => {
-                let outcome = run_sql(db, sql, Layout::Ours).await;
-                let first = outcome.first().map(String::as_str).unwrap_or("");
-                let happened = outcome.len() == 1
-                    && first
-                        .split_whitespace()
-                        .next()
-                        .is_some_and(|cell| cell.ends_with("=t"));
+                let outcome = db.sql(sql).await;
+                let first = outcome.first().cloned().unwrap_or_default();
+                let happened = outcome.len() == 1 && first_is_true(&first);
                 ctx.exposes(anomaly, happened, first);
             }
         }
     }
+}
+
+/// Whether a printed row's first cell is true as any engine says it: `t`, `true` or
+/// `1` (SQLite and MariaDB have no boolean type: a comparison is 1 or 0).
+fn first_is_true(row: &str) -> bool {
+    let first = row.split_whitespace().next().unwrap_or("");
+    ["=t", "=true", "=1"].iter().any(|end| first.ends_with(end))
+}
+
+/// `count: N SQL`: the query returns exactly N rows.
+async fn count(ctx: &mut Ctx, db: &mut dyn EngineSession, figure: usize, sql: &str) {
+    let outcome = db.sql(sql).await;
+    let seen = match outcome.as_slice() {
+        [only] if only == "(0 rows)" => Ok(0),
+        [only] if only.starts_with("ERROR") => Err(only.clone()),
+        rows => Ok(rows.len()),
+    };
+    let shown = seen.clone().map_or_else(|e| e, |n| format!("rows={n}"));
+    let name = format!("count {figure}: {}", one_line(sql));
+    ctx.check(name, seen == Ok(figure), shown);
 }
 
 /// What step `name` printed in `transcript` (a case's, as rendered): the lines
@@ -246,8 +246,8 @@ fn step_result(transcript: &str, name: &str) -> Vec<String> {
 }
 
 /// `reconcile:`: the family's reconciliation, clean or with the figures named.
-async fn reconcile(ctx: &mut Ctx, db: &mut Client, calls: &dyn Calls, words: &[String]) {
-    match calls.reconcile(db).await {
+async fn reconcile(ctx: &mut Ctx, db: &mut dyn EngineSession, words: &[String]) {
+    match db.reconcile().await {
         Err(error) => {
             ctx.check("reconciliation ran", false, error);
         }
@@ -267,24 +267,20 @@ async fn reconcile(ctx: &mut Ctx, db: &mut Client, calls: &dyn Calls, words: &[S
 }
 
 /// `reconcile others: clean`: the family's reconciliation of every other clean
-/// database; a database that cannot be reached counts as one with findings.
-async fn reconcile_others(ctx: &mut Ctx, calls: &dyn Calls) {
-    let mut reconciled = Vec::new();
-    for database in ctx.clean_databases() {
-        let outcome = match ctx.connect_to(&database).await {
-            Ok(mut client) => calls.reconcile(&mut client).await,
-            Err(error) => Err(format!("{error:#}")),
-        };
-        reconciled.push((database, outcome));
+/// database ([`SpecEngine::reconcile_others`]); a database that cannot be reached
+/// counts as one with findings.
+async fn reconcile_others(ctx: &mut Ctx, engine: &dyn SpecEngine) {
+    match engine.reconcile_others(ctx).await {
+        Ok(reconciled) => check_others(ctx, reconciled),
+        Err(error) => _ = ctx.check("reconciliation of the others ran", false, error),
     }
-    check_others(ctx, reconciled);
 }
 
 /// The verdict of `reconcile others: clean` on any engine, from each other database's
 /// name and its reconciliation (`(clean, summary)`, or why it could not run, which counts
 /// as findings): every summary in the run record (`details["reconciled_databases"]`),
 /// the transcript naming only those with findings.
-pub(super) fn check_others(ctx: &mut Ctx, reconciled: Vec<(String, super::model::Reconciled)>) {
+fn check_others(ctx: &mut Ctx, reconciled: Vec<(String, super::model::Reconciled)>) {
     let mut covered = serde_json::Map::new();
     let mut with_findings = Vec::new();
     for (name, outcome) in reconciled {
@@ -305,6 +301,15 @@ pub(super) fn check_others(ctx: &mut Ctx, reconciled: Vec<(String, super::model:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_first_cell_is_true_as_any_engine_says_it() {
+        assert!(first_is_true("ok=1 units=120"));
+        assert!(first_is_true("?column?=t"));
+        assert!(!first_is_true("ok=0 units=120"));
+        assert!(!first_is_true("ok=10"));
+        assert!(!first_is_true("(0 rows)"));
+    }
 
     #[test]
     fn reads_each_kind_and_refuses_what_is_incomplete() {

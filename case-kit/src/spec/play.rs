@@ -1,14 +1,15 @@
-//! Playing one permutation: the sessions, each step sent on its session's connection,
-//! waits read from PostgreSQL, markers honoured, notices printed in the order they
-//! arrived, the transcript lines in the spec's layout.
+//! Playing one permutation on any engine: the sessions, each step sent on its
+//! session's connection, waits read from the engine's monitor, markers honoured,
+//! notices printed in the order they arrived, the transcript lines in the spec's
+//! layout.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio_postgres::Client;
+use futures_util::FutureExt;
 
-use super::model::{Action, Blocker, Calls, Entry, Layout, Spec, Step};
-use super::result::{NoticeLog, Outcome, connect_noticed, is_error, run_action, run_sql};
+use super::engine::{EngineSession, Opening, SpecEngine};
+use super::model::{Action, Blocker, Entry, Layout, Spec, Step};
+use super::result::{NoticeLog, Outcome, is_error};
 use crate::ctx::Ctx;
 use crate::race::AbortOnDrop;
 
@@ -18,9 +19,8 @@ use crate::race::AbortOnDrop;
 /// (`CASE_TIMEOUT_MS`) bounds the whole case first.
 pub const STEP_WAIT_MS: u64 = 300_000;
 
-/// The hang bound of the steps in flight, [`STEP_WAIT_MS`] from when a runner starts to
-/// wait for them: a bound only, never what decides a claim. One definition for both
-/// runners (PostgreSQL's here, the other engines' in `engines.rs`).
+/// The hang bound of the steps in flight, [`STEP_WAIT_MS`] from when the runner starts
+/// to wait for them: a bound only, never what decides a claim.
 pub(crate) struct StepBound {
     deadline: Instant,
 }
@@ -48,9 +48,12 @@ impl StepBound {
         )
     }
 }
-/// How often the runner looks at steps in flight (completion, then
-/// `pg_isolation_test_session_is_blocked`).
+
+/// How often the runner looks at steps in flight (completion, then the monitor).
 pub const POLL_INTERVAL_MS: u64 = 5;
+
+/// A connection as a step's task hands it back, with what the step printed.
+type Landed = (Box<dyn EngineSession>, Outcome);
 
 /// A step in flight on its session's connection.
 struct Flight {
@@ -62,74 +65,89 @@ struct Flight {
     fresh_once: bool,
     /// Aborted when the flight is dropped (a case cancelled midway), so no step task
     /// outlives its case.
-    handle: AbortOnDrop<(Client, Outcome)>,
+    handle: AbortOnDrop<Landed>,
 }
 
 struct Live {
-    pid: i32,
-    client: Option<Client>,
+    /// The connection's [`EngineSession::wait_id`].
+    id: Option<u64>,
+    connection: Option<Box<dyn EngineSession>>,
     flight: Option<Flight>,
 }
 
 /// One permutation's sessions and its transcript lines.
 pub struct Play<'a> {
-    monitor: Client,
+    ctx: &'a Ctx,
+    engine: &'a dyn SpecEngine,
+    permutation: usize,
+    /// The connection waits are asked on, opened at first need.
+    monitor: Option<Box<dyn EngineSession>>,
     sessions: Vec<Live>,
-    pids: Vec<i32>,
+    /// Every session's id, when every session has one: the engine observes waits.
+    ids: Option<Vec<u64>>,
     spec: &'a Spec,
-    calls: Arc<dyn Calls>,
     notices: NoticeLog,
     notices_printed: usize,
     lines: &'a mut Vec<String>,
 }
 
+/// A setup item or a step on `connection`: SQL's rows, or the call's outcome (`ERROR `
+/// and its error; a result of several lines as several lines).
+pub async fn act(connection: &mut dyn EngineSession, action: &Action) -> Outcome {
+    match action {
+        Action::Sql(sql) => connection.sql(sql).await,
+        Action::Call(call) => match connection.call(call).await {
+            Ok(outcome) => outcome.lines().map(String::from).collect(),
+            Err(error) => vec![format!("ERROR {error}")],
+        },
+    }
+}
+
 impl<'a> Play<'a> {
-    /// Opens one session per spec session on `database` (each with its backend pid and
-    /// its own setup run, whose rows are printed) and the monitor connection.
+    /// Opens one session per spec session on the database of `permutation` (each with
+    /// its own setup run, whose rows are printed).
     ///
     /// Errors: connection failures; a session setup that fails.
     pub async fn open(
-        ctx: &Ctx,
-        database: &str,
+        ctx: &'a Ctx,
+        engine: &'a dyn SpecEngine,
+        permutation: usize,
         spec: &'a Spec,
-        calls: Arc<dyn Calls>,
         lines: &'a mut Vec<String>,
     ) -> anyhow::Result<Play<'a>> {
         let notices = NoticeLog::default();
         let mut sessions = Vec::new();
         for (index, session) in spec.sessions.iter().enumerate() {
-            let config = ctx.config_for(database)?;
-            let client = connect_noticed(config, index, notices.clone()).await?;
-            let pid: i32 = client
-                .query_one("SELECT pg_backend_pid()", &[])
-                .await?
-                .get(0);
+            let opening = Opening {
+                permutation,
+                layout: spec.layout,
+                session: Some((index, notices.clone())),
+            };
+            let mut connection = engine.connect(ctx, opening).await?;
             for sql in &session.setup {
-                let outcome = run_sql(&client, sql, spec.layout).await;
+                let outcome = connection.sql(sql).await;
                 if is_error(&outcome) {
                     let shown = outcome.join(" ");
                     anyhow::bail!("setup of session {}: {shown}", session.name);
                 }
-                print_rows(
-                    lines,
-                    spec.layout,
-                    &format!("setup of {}", session.name),
-                    sql,
-                    outcome,
-                );
+                let what = format!("setup of {}", session.name);
+                print_rows(lines, spec.layout, &what, sql, outcome);
             }
             sessions.push(Live {
-                pid,
-                client: Some(client),
+                id: connection.wait_id(),
+                connection: Some(connection),
                 flight: None,
             });
         }
+        let ids = sessions.iter().map(|s| s.id).collect::<Option<Vec<u64>>>();
         Ok(Play {
-            monitor: ctx.connect_to(database).await?,
-            pids: sessions.iter().map(|s| s.pid).collect(),
+            ctx,
+            engine,
+            permutation,
+            monitor: None,
+            ids: ids.filter(|ids| !ids.is_empty()),
             sessions,
             spec,
-            calls,
             notices,
             notices_printed: 0,
             lines,
@@ -170,28 +188,49 @@ impl<'a> Play<'a> {
         log.iter().filter(|(s, _)| *s == session).count()
     }
 
-    /// Whether `session` waits, per PostgreSQL: for a lock held by another session of
-    /// the spec (or a backend the family's operations started, [`Calls::backends`]), or
-    /// for a safe snapshot (`pg_isolation_test_session_is_blocked`, the
-    /// function PostgreSQL's own tester asks; PostgreSQL docs §9.27).
-    async fn blocked(&self, session: usize) -> anyhow::Result<bool> {
-        let mut pids = self.pids.clone();
-        pids.extend(self.calls.backends());
-        let row = self
-            .monitor
-            .query_one(
-                "SELECT pg_catalog.pg_isolation_test_session_is_blocked($1::int4, $2::int4[])",
-                &[&self.sessions[session].pid, &pids],
-            )
-            .await?;
-        Ok(row.get(0))
+    /// The monitor, opened (or reopened once after an error: a server restarted by a
+    /// step closes it) and asked `ask`.
+    ///
+    /// Errors: the engine could not be asked twice.
+    async fn ask<T>(
+        &mut self,
+        ask: impl for<'m> Fn(
+            &'m mut Box<dyn EngineSession>,
+        ) -> futures_util::future::BoxFuture<'m, Result<T, String>>,
+    ) -> anyhow::Result<T> {
+        for attempt in 0..2 {
+            if self.monitor.is_none() {
+                let opening = Opening::plain(self.permutation, Layout::Ours);
+                self.monitor = Some(self.engine.connect(self.ctx, opening).await?);
+            }
+            let monitor = self.monitor.as_mut().expect("a monitor");
+            match ask(monitor).await {
+                Ok(answer) => return Ok(answer),
+                Err(error) if attempt == 1 => anyhow::bail!("waits unreadable: {error}"),
+                Err(_) => self.monitor = None,
+            }
+        }
+        unreachable!("the second attempt returns")
     }
 
-    /// Whether the step in flight on `session` is a call its family reports waiting
-    /// ([`Calls::waiting`]: a request paused at a service's hook point, say).
-    async fn held(&self, session: usize) -> bool {
+    /// Whether the step in flight on `session` waits: the engine's monitor reports it
+    /// waiting for a lock, or the family reports its call held
+    /// ([`SpecEngine::held`]: a request paused at a service's hook point, say).
+    async fn waits(&mut self, session: usize) -> anyhow::Result<bool> {
+        let (Some(ids), Some(id)) = (self.ids.clone(), self.sessions[session].id) else {
+            return Ok(false);
+        };
+        let waiting = self
+            .ask(|m| {
+                let ids = ids.clone();
+                Box::pin(async move { m.waiting(&[id], &ids).await })
+            })
+            .await?;
+        if waiting.contains(&id) {
+            return Ok(true);
+        }
         let Some(flight) = &self.sessions[session].flight else {
-            return false;
+            return Ok(false);
         };
         match self.spec.find(&flight.step) {
             Some((
@@ -200,27 +239,23 @@ impl<'a> Play<'a> {
                     action: Action::Call(call),
                     ..
                 },
-            )) => self.calls.waiting(call).await,
-            _ => false,
+            )) => Ok(self.engine.held(call).await),
+            _ => Ok(false),
         }
     }
 
-    /// Whether the backend of `session` still runs a statement (`pg_stat_activity.state`
-    /// is `active`; PostgreSQL docs §27.2.3): it turns idle only once the statement, or
-    /// the abort after its error, is over, just before the backend says it is ready.
-    async fn active(&self, session: usize) -> anyhow::Result<bool> {
-        let row = self
-            .monitor
-            .query_opt(
-                "SELECT state = 'active' FROM pg_stat_activity WHERE pid = $1::int4",
-                &[&self.sessions[session].pid],
-            )
-            .await?;
-        Ok(row.is_some_and(|row| row.get::<_, Option<bool>>(0).unwrap_or(false)))
+    /// Whether the server still works on the answered step of `session`
+    /// ([`EngineSession::still_active`]).
+    async fn still_active(&mut self, session: usize) -> anyhow::Result<bool> {
+        let (Some(_), Some(id)) = (&self.ids, self.sessions[session].id) else {
+            return Ok(false);
+        };
+        self.ask(|m| m.still_active(id)).await
     }
 
-    /// Polls until every step in flight has completed (its backend idle again) or is
-    /// blocked (per PostgreSQL); `must_finish` is a session whose step must complete.
+    /// Polls until every step in flight has completed (and the engine no longer works
+    /// on it) or waits (per the engine); `must_finish` is a session whose step must
+    /// complete.
     ///
     /// Errors: that did not happen within [`STEP_WAIT_MS`].
     async fn settle(&mut self, must_finish: Option<usize>) -> anyhow::Result<()> {
@@ -231,17 +266,11 @@ impl<'a> Play<'a> {
                 let Some(flight) = &self.sessions[index].flight else {
                     continue;
                 };
-                if flight.handle.0.is_finished() {
-                    // After an error PostgreSQL sends the error first, then aborts the
-                    // transaction and releases its locks (PostgresMain's error recovery,
-                    // src/backend/tcop/postgres.c): until the backend is idle, the steps
-                    // it blocks are not settled.
-                    if self.active(index).await? {
+                if flight.handle.is_finished() {
+                    if self.still_active(index).await? {
                         quiet = false;
                     }
-                } else if must_finish == Some(index)
-                    || !(self.blocked(index).await? || self.held(index).await)
-                {
+                } else if must_finish == Some(index) || !self.waits(index).await? {
                     quiet = false;
                 }
             }
@@ -269,7 +298,7 @@ impl<'a> Play<'a> {
         let Some(flight) = &self.sessions[session].flight else {
             return false;
         };
-        if !flight.handle.0.is_finished() || flight.fresh_once {
+        if !flight.handle.is_finished() || flight.fresh_once {
             return false;
         }
         flight.blockers.iter().all(|blocker| match blocker {
@@ -292,8 +321,8 @@ impl<'a> Play<'a> {
             .flight
             .take()
             .expect("a step in flight");
-        let (client, outcome) = (&mut flight.handle).await?;
-        self.sessions[session].client = Some(client);
+        let (connection, outcome) = (&mut flight.handle).await?;
+        self.sessions[session].connection = Some(connection);
         Ok((flight, outcome))
     }
 
@@ -318,7 +347,8 @@ impl<'a> Play<'a> {
         Ok(count)
     }
 
-    /// Waits until `session` has no step in flight, reporting completions meanwhile.
+    /// Waits until `session` (every session for `None`) has no step in flight,
+    /// reporting completions meanwhile.
     ///
     /// Errors: it still has one after [`STEP_WAIT_MS`].
     async fn drain(&mut self, session: Option<usize>) -> anyhow::Result<()> {
@@ -354,14 +384,14 @@ impl<'a> Play<'a> {
         // The session still waits: only another step can release it, or an error (a
         // deadlock) ends its step. Wait for that, as PostgreSQL's tester does.
         self.drain(Some(session)).await?;
-        let mut client = self.sessions[session]
-            .client
+        let mut connection = self.sessions[session]
+            .connection
             .take()
             .expect("an idle session");
-        let (action, calls, layout) = (step.action.clone(), self.calls.clone(), self.spec.layout);
-        let handle = tokio::spawn(async move {
-            let outcome = run_action(&mut client, &action, calls.as_ref(), layout).await;
-            (client, outcome)
+        let action = step.action.clone();
+        let handle = AbortOnDrop::spawn(async move {
+            let outcome = act(connection.as_mut(), &action).await;
+            (connection, outcome)
         });
         let once = entry.blockers.contains(&Blocker::Once);
         self.sessions[session].flight = Some(Flight {
@@ -369,10 +399,10 @@ impl<'a> Play<'a> {
             sent: order,
             blockers: entry.blockers.clone(),
             fresh_once: once,
-            handle: AbortOnDrop(handle),
+            handle,
         });
-        let shown = match (layout, &step.action) {
-            (Layout::Postgres, super::model::Action::Sql(sql)) => sql.clone(),
+        let shown = match (self.spec.layout, &step.action) {
+            (Layout::Postgres, Action::Sql(sql)) => sql.clone(),
             (_, action) => action.display(),
         };
         if !once {
@@ -405,22 +435,23 @@ impl<'a> Play<'a> {
         Ok(())
     }
 
-    /// Cancels every step in flight and takes the connections back (on a failure).
+    /// Cancels every step in flight (on a failure): asked of the engine where it can
+    /// (then the step is waited for, at most [`STEP_WAIT_MS`]), aborted otherwise.
     pub async fn cancel(&mut self) {
         for index in 0..self.sessions.len() {
             let Some(flight) = self.sessions[index].flight.take() else {
                 continue;
             };
-            let pid = self.sessions[index].pid;
-            let _ = self
-                .monitor
-                .execute("SELECT pg_cancel_backend($1::int4)", &[&pid])
-                .await;
+            let asked = match self.sessions[index].id {
+                Some(id) => self
+                    .ask(|m| m.cancel(id).map(Ok).boxed())
+                    .await
+                    .unwrap_or(false),
+                None => false,
+            };
             let abort = flight.handle.0.abort_handle();
-            if tokio::time::timeout(Duration::from_millis(STEP_WAIT_MS), flight.handle)
-                .await
-                .is_err()
-            {
+            let limit = Duration::from_millis(if asked { STEP_WAIT_MS } else { 0 });
+            if tokio::time::timeout(limit, flight.handle).await.is_err() {
                 abort.abort();
             }
         }
@@ -430,17 +461,52 @@ impl<'a> Play<'a> {
     /// tester does) and closes the sessions.
     pub async fn teardown(mut self) {
         for (index, session) in self.spec.sessions.iter().enumerate() {
-            let Some(client) = self.sessions[index].client.take() else {
+            let Some(mut connection) = self.sessions[index].connection.take() else {
                 continue;
             };
             for sql in &session.teardown {
-                let outcome = run_sql(&client, sql, self.spec.layout).await;
+                let outcome = connection.sql(sql).await;
                 if self.spec.layout == Layout::Postgres && !is_error(&outcome) {
                     self.lines.extend(outcome);
                 }
             }
         }
     }
+}
+
+/// Plays the steps of `order` on the database of `permutation`: the sessions opened,
+/// each step sent in turn (waits read from the engine), then every session's teardown;
+/// no spec setup or teardown (a race's steps run after the race, on its setup).
+///
+/// Errors: a step that cannot be sent or finished (the sessions are cancelled and torn
+/// down first); a session that cannot be opened.
+pub async fn play_steps(
+    ctx: &Ctx,
+    engine: &dyn SpecEngine,
+    permutation: usize,
+    spec: &Spec,
+    order: &[Entry],
+    lines: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let mut play = Play::open(ctx, engine, permutation, spec, lines).await?;
+    let mut result = Ok(());
+    for (sent, entry) in order.iter().enumerate() {
+        let (session, step) = spec
+            .find(&entry.name)
+            .expect("permutations name known steps");
+        if let Err(error) = play.send(session, step, entry, sent).await {
+            result = Err(error);
+            break;
+        }
+    }
+    if result.is_ok() {
+        result = play.finish().await;
+    }
+    if result.is_err() {
+        play.cancel().await;
+    }
+    play.teardown().await;
+    result
 }
 
 /// Prints the rows a setup or teardown returned: in PostgreSQL's layout as its tester
@@ -458,32 +524,31 @@ pub fn print_rows(lines: &mut Vec<String>, layout: Layout, what: &str, sql: &str
     }
 }
 
-/// Runs the spec's setup on `client`; rows printed ([`print_rows`]).
+/// Runs the spec's setup on `connection`; rows printed ([`print_rows`]).
 ///
 /// Errors: a setup item that fails.
 pub async fn setup(
-    client: &mut Client,
+    connection: &mut dyn EngineSession,
     spec: &Spec,
-    calls: &dyn Calls,
     lines: &mut Vec<String>,
 ) -> anyhow::Result<()> {
     for action in &spec.setup {
-        let outcome = run_action(client, action, calls, spec.layout).await;
+        let outcome = act(connection, action).await;
         if let Some(failed) = outcome.iter().find(|line| line.starts_with("ERROR")) {
             anyhow::bail!("setup {} failed: {failed}", action.display());
         }
-        if let super::model::Action::Sql(sql) = action {
+        if let Action::Sql(sql) = action {
             print_rows(lines, spec.layout, "setup", sql, outcome);
         }
     }
     Ok(())
 }
 
-/// Runs the spec's teardown on `client`: ours prints `teardown: SQL` and its rows,
+/// Runs the spec's teardown on `connection`: ours prints `teardown: SQL` and its rows,
 /// PostgreSQL's layout the rows only.
-pub async fn teardown(client: &Client, spec: &Spec, lines: &mut Vec<String>) {
+pub async fn teardown(connection: &mut dyn EngineSession, spec: &Spec, lines: &mut Vec<String>) {
     for sql in &spec.teardown {
-        let outcome = run_sql(client, sql, spec.layout).await;
+        let outcome = connection.sql(sql).await;
         match spec.layout {
             Layout::Postgres => lines.extend(outcome),
             Layout::Ours => {

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::engine::{Opening, SpecEngine};
 use super::model::{Action, Call, Calls, Layout, Race, Spec};
 use super::play;
 use super::result::{is_error, run_sql};
@@ -125,12 +126,13 @@ pub async fn run(
     ctx: &mut Ctx,
     spec: &Spec,
     race: &Race,
+    engine: &dyn SpecEngine,
     calls: Arc<dyn Calls>,
 ) -> anyhow::Result<()> {
-    let mut db = ctx.connect().await?;
+    let mut db = engine.connect(ctx, Opening::plain(1, Layout::Ours)).await?;
     let mut lines = Vec::new();
-    play::setup(&mut db, spec, calls.as_ref(), &mut lines).await?;
-    let outcomes = contend(ctx, &db, race, calls.clone()).await?;
+    play::setup(db.as_mut(), spec, &mut lines).await?;
+    let outcomes = contend(ctx, race, calls.clone()).await?;
     let kinds: Vec<String> = outcomes.iter().map(kind).collect();
     let seen = counts(&kinds);
     ctx.note(seen.clone());
@@ -149,25 +151,24 @@ pub async fn run(
         ctx.check_eq("outcomes", counts(&wanted), seen.clone());
     }
     if !spec.sessions.is_empty() {
-        steps_after(ctx, spec, calls.clone()).await;
+        steps_after(ctx, spec, engine).await;
     }
-    play::teardown(&db, spec, &mut lines).await;
+    play::teardown(db.as_mut(), spec, &mut lines).await;
     for line in lines {
         ctx.note(line);
     }
-    super::expect::run(ctx, &mut db, calls.as_ref(), &spec.expectations, &seen).await;
+    super::expect::run(ctx, db.as_mut(), engine, &spec.expectations, &seen).await;
     Ok(())
 }
 
 /// The steps that follow a race (the spec's one order of them), in the race's database,
 /// noted as a permutation's are; a check says they all ran and none was left waiting.
-async fn steps_after(ctx: &mut Ctx, spec: &Spec, calls: Arc<dyn Calls>) {
+async fn steps_after(ctx: &mut Ctx, spec: &Spec, engine: &dyn SpecEngine) {
     let order = spec.orders().into_iter().next().unwrap_or_default();
     let names: Vec<&str> = order.iter().map(|e| e.name.as_str()).collect();
     ctx.note(format!("then: {}", names.join(" ")));
     let mut lines = Vec::new();
-    let database = ctx.database().to_string();
-    let outcome = super::play_steps(ctx, &database, spec, &order, calls, &mut lines).await;
+    let outcome = play::play_steps(ctx, engine, 1, spec, &order, &mut lines).await;
     for line in lines.iter().filter(|l| !l.trim().is_empty()) {
         ctx.note(format!("  {}", line.trim_end()));
     }
@@ -198,12 +199,12 @@ fn note_alongside(ctx: &mut Ctx, race: &Race, outcome: Option<Result<String, Str
 // Long: the holder, the racers and the call beside them are set up and joined in one place.
 async fn contend(
     ctx: &mut Ctx,
-    db: &tokio_postgres::Client,
     race: &Race,
     calls: Arc<dyn Calls>,
 ) -> anyhow::Result<Vec<Result<String, String>>> {
     let count = race.count;
     ctx.note(format!("race: {count} × {}", race.action.display()));
+    let db = ctx.connect().await?;
     let mut holder = ctx.connect().await?;
     let hold = match &race.hold {
         None => None,
@@ -253,7 +254,7 @@ async fn contend(
             None => Ok((racing.await?, None)),
             Some(hold) => {
                 let limit = Duration::from_millis(QUEUE_WAIT_MS);
-                let release = release_once_queued(db, hold, count as i64, limit);
+                let release = release_once_queued(&db, hold, count as i64, limit);
                 let (outcomes, waiting) = tokio::join!(racing, release);
                 anyhow::Ok((outcomes?, Some(waiting?)))
             }

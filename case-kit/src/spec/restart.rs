@@ -13,8 +13,9 @@
 
 use std::time::Duration;
 
-use super::model::{Calls, Spec};
-use super::result::run_action;
+use super::engine::{Opening, SpecEngine};
+use super::model::Spec;
+use super::play::act;
 use crate::ctx::Ctx;
 
 /// Longest time spent connecting after the restart (recovery may still run); it only
@@ -29,7 +30,7 @@ const RECONNECT_PAUSE_MS: u64 = 100;
 ///
 /// Errors: the restart fails, or no connection is accepted within
 /// [`RECONNECT_LIMIT_MS`].
-pub async fn run(ctx: &mut Ctx, spec: &Spec, calls: &dyn Calls) -> anyhow::Result<()> {
+pub async fn run(ctx: &mut Ctx, spec: &Spec, engine: &dyn SpecEngine) -> anyhow::Result<()> {
     let old = ctx.connect().await?;
     ctx.restart_cluster_immediate().await?;
     ctx.note("immediate stop and start: WAL recovery");
@@ -42,9 +43,12 @@ pub async fn run(ctx: &mut Ctx, spec: &Spec, calls: &dyn Calls) -> anyhow::Resul
     if spec.after_restart.is_empty() {
         return Ok(());
     }
-    let mut client = reconnect(ctx).await?;
+    // Accepted again once recovery is over; the actions run on the engine's own
+    // connection.
+    drop(reconnect(ctx).await?);
+    let mut db = engine.connect(ctx, Opening::plain(1, spec.layout)).await?;
     for action in &spec.after_restart {
-        let outcome = run_action(&mut client, action, calls, spec.layout).await;
+        let outcome = act(db.as_mut(), action).await;
         ctx.note(format!("after restart: {}", action.display()));
         for line in outcome {
             ctx.note(format!("  {line}"));

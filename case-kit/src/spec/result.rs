@@ -7,7 +7,7 @@ use futures_util::future::poll_fn;
 use tokio_postgres::{AsyncMessage, Client, SimpleQueryMessage};
 
 use super::layout::table;
-use super::model::{Action, Calls, Layout};
+use super::model::Layout;
 
 /// A step's result as printed below its line.
 pub type Outcome = Vec<String>;
@@ -75,25 +75,6 @@ fn lay_out(layout: Layout, names: &[String], rows: &[Vec<Option<String>>]) -> Ou
                 cells.join(" ")
             })
             .collect(),
-    }
-}
-
-/// Runs a setup item or a step: SQL ([`run_sql`]) or a library call (its outcome, or
-/// `ERROR ` and its error).
-pub async fn run_action(
-    client: &mut Client,
-    action: &Action,
-    calls: &dyn Calls,
-    layout: Layout,
-) -> Outcome {
-    match action {
-        Action::Sql(sql) => run_sql(client, sql, layout).await,
-        Action::Call(call) => match calls.run(client, call).await {
-            // A result of several lines prints as several lines.
-            Ok(outcome) if outcome.contains('\n') => outcome.lines().map(String::from).collect(),
-            Ok(outcome) => vec![outcome],
-            Err(error) => vec![format!("ERROR {error}")],
-        },
     }
 }
 

@@ -525,11 +525,14 @@ impl Calls for CaseCalls {
 /// The F family's spec cases from [`SPEC_DIR`]: `f<NN>_<what>.spec` as `F<NN>`,
 /// `sN_<what>.spec` as `F-SN`.
 pub fn cases() -> Vec<case_kit::Case> {
-    spec::cases_in(
-        "F",
-        Path::new(SPEC_DIR),
-        "cases/frozen/specs",
+    spec::cases_in("F", Path::new(SPEC_DIR), "cases/frozen/specs", engine())
+}
+
+/// The F family's engine: its calls on PostgreSQL, in databases cloned from
+/// [`super::TEMPLATE_DATABASE`].
+pub fn engine() -> Arc<dyn spec::SpecEngine> {
+    Arc::new(spec::PgEngine::new(
         super::TEMPLATE_DATABASE,
         Arc::new(FrozenCalls),
-    )
+    ))
 }

@@ -115,14 +115,9 @@ const SPEC_CONTROLS: [(&str, &str, &str, &str); 4] = [
 async fn run_spec_text(env: &Arc<Env>, case_id: &'static str, database: &str, text: &str) -> Ctx {
     let mut ctx = fresh_ctx(env, case_id, database).await;
     let parsed = spec::parse(text).unwrap_or_else(|e| panic!("{case_id}: {e}"));
-    spec::run(
-        &mut ctx,
-        database,
-        &parsed,
-        Arc::new(spec_calls::FrozenCalls),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{case_id} fails to run: {e:#}"));
+    spec::run(&mut ctx, database, &parsed, spec_calls::engine())
+        .await
+        .unwrap_or_else(|e| panic!("{case_id} fails to run: {e:#}"));
     eprint!("{case_id} ({database}):\n{}", ctx.transcript());
     ctx
 }

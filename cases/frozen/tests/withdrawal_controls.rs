@@ -47,14 +47,9 @@ const F14_ANOMALY: &str = "a retry under a new id sends a second transfer for on
 async fn run_spec_text(env: &Arc<Env>, database: &str, text: &str) -> Ctx {
     let mut ctx = fresh_ctx(env, "F14", database).await;
     let parsed = spec::parse(text).expect("F14 parses");
-    spec::run(
-        &mut ctx,
-        database,
-        &parsed,
-        Arc::new(spec_calls::FrozenCalls),
-    )
-    .await
-    .expect("F14 runs");
+    spec::run(&mut ctx, database, &parsed, spec_calls::engine())
+        .await
+        .expect("F14 runs");
     eprint!("F14 ({database}):\n{}", ctx.transcript());
     ctx
 }

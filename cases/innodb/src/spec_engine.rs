@@ -108,11 +108,10 @@ const OPERATIONS: [(&str, &[&str], &[&str]); 11] = [
 
 /// The family's case files, read now (no registration, no rebuild).
 pub fn cases() -> Vec<Case> {
-    spec::engine_cases_in(
+    spec::cases_in(
         crate::PREFIX,
         Path::new(SPEC_DIR),
         "cases/innodb/specs",
-        SYSTEM,
         Arc::new(MariaDbEngine::default()),
     )
 }
@@ -133,6 +132,10 @@ impl MariaDbEngine {
 }
 
 impl SpecEngine for MariaDbEngine {
+    fn system(&self) -> &str {
+        SYSTEM
+    }
+
     fn check(&self, call: &Call) -> Result<(), String> {
         let (_, required, optional) = OPERATIONS
             .iter()
@@ -171,8 +174,9 @@ impl SpecEngine for MariaDbEngine {
     fn connect<'a>(
         &'a self,
         ctx: &'a Ctx,
-        permutation: usize,
+        opening: spec::Opening,
     ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>> {
+        let permutation = opening.permutation;
         let name = database(ctx, permutation);
         async move {
             let fresh = !self.created().contains(&name);
@@ -373,7 +377,11 @@ impl EngineSession for Session {
         Some(u64::from(self.conn.id()))
     }
 
-    fn waiting<'a>(&'a mut self, ids: &'a [u64]) -> BoxFuture<'a, Result<Vec<u64>, String>> {
+    fn waiting<'a>(
+        &'a mut self,
+        ids: &'a [u64],
+        _among: &'a [u64],
+    ) -> BoxFuture<'a, Result<Vec<u64>, String>> {
         async move {
             crate::fixtures::lock_waiting(&mut self.conn, ids)
                 .await

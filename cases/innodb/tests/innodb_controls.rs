@@ -67,7 +67,7 @@ async fn run_file(env: &Arc<Env>, id: &str, name: &str, edits: &[(&str, &str)]) 
 /// Runs `parsed` (shown as `shown`) as case `id` on the MariaDB engine; returns the report.
 async fn run_spec(env: &Arc<Env>, id: &str, shown: String, parsed: spec::Spec) -> CaseReport {
     let engine = Arc::new(MariaDbEngine::default());
-    let case = spec::engine_case(id.into(), shown, Arc::new(parsed), engine);
+    let case = spec::spec_case(id.into(), shown, Arc::new(parsed), engine);
     case_kit::run_case(env.clone(), &innodb::family(), &case).await
 }
 

@@ -54,11 +54,10 @@ const WORKER_WAIT_MS: u64 = 30_000;
 
 /// The family's case files, read now (no registration, no rebuild).
 pub fn cases() -> Vec<Case> {
-    spec::engine_cases_in(
+    spec::cases_in(
         "S",
         Path::new(SPEC_DIR),
         "cases/inventory/specs",
-        SYSTEM,
         Arc::new(SqliteEngine),
     )
 }
@@ -93,6 +92,10 @@ pub fn sibling(own: &Path, name: &str) -> PathBuf {
 }
 
 impl SpecEngine for SqliteEngine {
+    fn system(&self) -> &str {
+        SYSTEM
+    }
+
     fn check(&self, call: &Call) -> Result<(), String> {
         call.check_needed(OPERATIONS)?;
         if let Some(stop) = call.arg("stop") {
@@ -109,8 +112,9 @@ impl SpecEngine for SqliteEngine {
     fn connect<'a>(
         &'a self,
         ctx: &'a Ctx,
-        permutation: usize,
+        opening: spec::Opening,
     ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>> {
+        let permutation = opening.permutation;
         let own = ctx.sqlite_path();
         let path = match permutation {
             1 => own.clone(),

@@ -34,7 +34,7 @@ fn spec_file(name: &str, edit: Option<(&str, &str)>) -> Spec {
 async fn run(id: &str, name: &str, spec: Spec) -> CaseReport {
     let env = env().await;
     let shown = format!("cases/inventory/specs/{name}");
-    let case = spec::engine_case(id.into(), shown, Arc::new(spec), Arc::new(SqliteEngine));
+    let case = spec::spec_case(id.into(), shown, Arc::new(spec), Arc::new(SqliteEngine));
     let report = case_kit::run_case(env, &inventory::family(), &case).await;
     eprint!("{}", report.transcript());
     report

@@ -341,11 +341,14 @@ async fn reconcile_orders(client: &Client, call: &Call) -> Result<String, String
 
 /// The L family's spec cases, `L-S1`, `L-S2`, … from [`SPEC_DIR`].
 pub fn cases() -> Vec<case_kit::Case> {
-    spec::cases_in(
-        "L",
-        Path::new(SPEC_DIR),
-        "cases/ledger/specs",
+    spec::cases_in("L", Path::new(SPEC_DIR), "cases/ledger/specs", engine())
+}
+
+/// The L family's engine: its calls on PostgreSQL, in databases cloned from
+/// [`super::TEMPLATE_DATABASE`].
+pub fn engine() -> Arc<dyn spec::SpecEngine> {
+    Arc::new(spec::PgEngine::new(
         super::TEMPLATE_DATABASE,
         Arc::new(LedgerCalls::default()),
-    )
+    ))
 }

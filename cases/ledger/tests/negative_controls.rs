@@ -15,7 +15,7 @@ use std::path::Path;
 
 use case_kit::spec::{self, Spec};
 use case_kit::{Ctx, Env};
-use cases_ledger::spec_calls::{self, LedgerCalls};
+use cases_ledger::spec_calls;
 use cases_ledger::{self as ledger};
 
 /// Seed of this test's environment (the controls use no random input).
@@ -65,7 +65,7 @@ fn control(file: &str) -> Spec {
 /// Runs `spec` as case `case_id` in a fresh database `database`.
 async fn run_spec(env: &Arc<Env>, case_id: &'static str, database: &str, spec: &Spec) -> Ctx {
     let mut ctx = fresh_ctx(env, case_id, database).await;
-    let calls = Arc::new(LedgerCalls::default());
+    let calls = spec_calls::engine();
     spec::run(&mut ctx, database, spec, calls)
         .await
         .expect("the spec runs");

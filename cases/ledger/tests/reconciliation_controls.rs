@@ -57,7 +57,7 @@ async fn l21_same_key_retry_pays_no_order_twice() {
     assert_ne!(same_key, text, "L21 retries ord-2102 under k-2103");
     for (database, text, exposed) in [("l21_same_key", &same_key, false), ("l21", &text, true)] {
         let mut ctx = fresh_ctx(&env, "L21", database).await;
-        let calls = Arc::new(spec_calls::LedgerCalls::default());
+        let calls = spec_calls::engine();
         let spec = spec::parse(text).expect("L21 parses");
         spec::run(&mut ctx, database, &spec, calls)
             .await
@@ -93,7 +93,7 @@ async fn l20_separate_statements_find_nothing_without_writes() {
     assert_ne!(quiet, text, "L20 forces writes between the reads");
     for (database, text, exposed) in [("l20_quiet", &quiet, false), ("l20", &text, true)] {
         let mut ctx = fresh_ctx(&env, "L20", database).await;
-        let calls = Arc::new(spec_calls::LedgerCalls::default());
+        let calls = spec_calls::engine();
         let spec = spec::parse(text).expect("L20 parses");
         spec::run(&mut ctx, database, &spec, calls)
             .await
@@ -127,7 +127,7 @@ async fn l22_split_registry_without_a_kill_debits_once() {
     );
     for (database, text, exposed) in [("l22_no_kill", &no_kill, false), ("l22", &text, true)] {
         let mut ctx = fresh_ctx(&env, "L22", database).await;
-        let calls = Arc::new(spec_calls::LedgerCalls::default());
+        let calls = spec_calls::engine();
         let spec = spec::parse(text).expect("L22 parses");
         spec::run(&mut ctx, database, &spec, calls)
             .await

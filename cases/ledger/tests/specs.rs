@@ -36,12 +36,7 @@ fn spec_file(name: &str) -> (String, Spec) {
 }
 
 async fn run(env: &Arc<Env>, family: &Family, id: &str, shown: String, spec: Spec) -> CaseReport {
-    let case = spec::spec_case(
-        id.to_string(),
-        shown,
-        Arc::new(spec),
-        Arc::new(spec_calls::LedgerCalls::default()),
-    );
+    let case = spec::spec_case(id.to_string(), shown, Arc::new(spec), spec_calls::engine());
     let report = case_kit::run_case(env.clone(), family, &case).await;
     eprint!("{}", report.transcript());
     report
@@ -136,13 +131,7 @@ fn a_broken_spec_file_is_a_failing_case() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     std::fs::write(dir.join("s1_broken.spec"), "title: t\nstep x: SELECT 1\n").expect("write");
     std::fs::write(dir.join("no_number.spec"), "title: t\n").expect("write");
-    let cases = spec::cases_in(
-        "L",
-        &dir,
-        "specs",
-        ledger::TEMPLATE_DATABASE,
-        Arc::new(spec_calls::LedgerCalls::default()),
-    );
+    let cases = spec::cases_in("L", &dir, "specs", spec_calls::engine());
     std::fs::remove_dir_all(&dir).ok();
     let ids: Vec<&str> = cases.iter().map(|case| case.id.as_str()).collect();
     assert_eq!(ids, ["L-S1", "L-S-no_number.spec"]);

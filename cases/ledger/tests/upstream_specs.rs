@@ -36,12 +36,7 @@ fn load(name: &str) -> (String, Spec) {
 }
 
 async fn run(env: &Arc<Env>, family: &Family, id: &str, shown: String, spec: Spec) -> CaseReport {
-    let case = spec::spec_case(
-        id.to_string(),
-        shown,
-        Arc::new(spec),
-        Arc::new(spec_calls::LedgerCalls::default()),
-    );
+    let case = spec::spec_case(id.to_string(), shown, Arc::new(spec), spec_calls::engine());
     let report = case_kit::run_case(env.clone(), family, &case).await;
     eprint!("{}", report.transcript());
     report

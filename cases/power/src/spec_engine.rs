@@ -51,11 +51,10 @@ const OPERATIONS: &[(&str, &[&str])] = &[
 
 /// The family's SQLite case files, read now (no registration, no rebuild).
 pub fn cases() -> Vec<Case> {
-    spec::engine_cases_in(
+    spec::cases_in(
         "P",
         Path::new(SPEC_DIR),
         "cases/power/specs",
-        SYSTEM,
         Arc::new(PowerSqliteEngine::default()),
     )
 }
@@ -68,6 +67,10 @@ pub struct PowerSqliteEngine {
 }
 
 impl SpecEngine for PowerSqliteEngine {
+    fn system(&self) -> &str {
+        SYSTEM
+    }
+
     fn check(&self, call: &Call) -> Result<(), String> {
         call.check_needed(OPERATIONS)?;
         let known = |key: &str, values: &[&str]| match call.arg(key) {
@@ -90,8 +93,9 @@ impl SpecEngine for PowerSqliteEngine {
     fn connect<'a>(
         &'a self,
         ctx: &'a Ctx,
-        permutation: usize,
+        opening: spec::Opening,
     ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>> {
+        let permutation = opening.permutation;
         let work = self
             .work
             .lock()

@@ -69,7 +69,7 @@ async fn failed_checks(id: &str, name: &str, spec: Spec) -> Vec<String> {
         .expect("an environment without a shared PostgreSQL");
     let shown = format!("cases/power/specs/{name}");
     let engine = Arc::new(PowerSqliteEngine::default());
-    let case = spec::engine_case(id.into(), shown, Arc::new(spec), engine);
+    let case = spec::spec_case(id.into(), shown, Arc::new(spec), engine);
     let report: CaseReport = case_kit::run_case(env, &cases_power::family(), &case).await;
     eprint!("{}", report.transcript());
     let transcript = report.transcript();

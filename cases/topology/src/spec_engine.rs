@@ -71,11 +71,10 @@ const OPERATIONS: &[(&str, &[&str])] = &[
 
 /// The family's case files, read now (no registration, no rebuild).
 pub fn cases() -> Vec<Case> {
-    spec::engine_cases_in(
+    spec::cases_in(
         "R",
         Path::new(SPEC_DIR),
         "cases/topology/specs",
-        SYSTEM,
         Arc::new(PairEngine::default()),
     )
 }
@@ -112,6 +111,10 @@ impl NodesState {
 }
 
 impl SpecEngine for PairEngine {
+    fn system(&self) -> &str {
+        SYSTEM
+    }
+
     fn check(&self, call: &Call) -> Result<(), String> {
         call.check_needed(OPERATIONS)?;
         match call.arg("node") {
@@ -134,8 +137,9 @@ impl SpecEngine for PairEngine {
     fn connect<'a>(
         &'a self,
         ctx: &'a Ctx,
-        permutation: usize,
+        opening: spec::Opening,
     ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>> {
+        let permutation = opening.permutation;
         async move {
             anyhow::ensure!(
                 permutation == 1,

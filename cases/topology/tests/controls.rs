@@ -108,7 +108,7 @@ fn spec_file(name: &str, edits: &[(&str, &str)]) -> Spec {
 async fn file_failed(env: &Arc<Env>, id: &str, name: &str, spec: Spec) -> Vec<String> {
     let shown = format!("cases/topology/specs/{name}");
     let engine = Arc::new(PairEngine::default());
-    let case = spec::engine_case(id.into(), shown, Arc::new(spec), engine);
+    let case = spec::spec_case(id.into(), shown, Arc::new(spec), engine);
     let report = case_kit::run_case(env.clone(), &cases_topology::family(), &case).await;
     let transcript = report.transcript();
     eprint!("{transcript}");
