@@ -162,6 +162,10 @@ pub struct Family {
     /// Cases compiled and tested but run only when named (a template to copy, a canary
     /// that must fail); they have no snapshot.
     pub extras: Vec<Case>,
+    /// The verb sets its case files may call ([`crate::spec::verbs`]), as
+    /// `./run.sh --verbs` lists them; empty for a family whose verbs are not declared
+    /// in a table yet.
+    pub verbs: Vec<&'static crate::spec::verbs::Verbs>,
 }
 
 impl Family {

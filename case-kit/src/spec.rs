@@ -114,6 +114,7 @@ pub use restart::{RECONNECT_LIMIT_MS, reconnect};
 mod result;
 mod runner;
 mod upstream;
+pub mod verbs;
 
 pub use engine::{EngineSession, Opening, Reconciled, ReconciledOthers, SpecEngine};
 pub use layout::{meaningful, same_meaning, table};

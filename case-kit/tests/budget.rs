@@ -47,6 +47,7 @@ fn family(cases: Vec<Case>) -> Family {
         }),
         cases,
         extras: Vec::new(),
+        verbs: Vec::new(),
     }
 }
 

@@ -283,6 +283,7 @@ mod tests {
             engine: case_kit::Engine::None,
             cases: vec![],
             extras: vec![],
+            verbs: Vec::new(),
         };
         let quiet = Case::new("X1", "stays up", |_| Box::pin(async { Ok(()) }));
         let loud =

@@ -20,6 +20,52 @@ pub fn families() -> Vec<Family> {
     ]
 }
 
+/// The verbs of `families` (those whose prefix is in `named`; all when it is empty),
+/// as `./run.sh --verbs` prints them: per family its verb sets, one usage line per
+/// verb and its documentation; a family whose verbs are not declared yet says so.
+///
+/// Errors: a name that is no family's prefix.
+pub fn verb_listing(families: &[Family], named: &[String]) -> Result<String, String> {
+    if let Some(unknown) = named
+        .iter()
+        .find(|name| !families.iter().any(|f| f.prefix == name.as_str()))
+    {
+        return Err(format!(
+            "--verbs takes family prefixes; {unknown:?} is none"
+        ));
+    }
+    let mut text = String::new();
+    for family in families {
+        if !named.is_empty() && !named.iter().any(|name| name == family.prefix) {
+            continue;
+        }
+        if family.verbs.is_empty() {
+            text.push_str(&format!(
+                "{}: verbs not declared in a table yet (docs/specs.md lists them)\n",
+                family.prefix
+            ));
+            continue;
+        }
+        text.push_str(&case_kit::spec::verbs::listing(
+            family.prefix,
+            &family.verbs,
+        ));
+    }
+    Ok(text)
+}
+
+/// The verb reference of every family, in Markdown, as `docs/specs.md` holds it
+/// between `<!-- verbs: begin -->` and `<!-- verbs: end -->` (checked by
+/// `cargo test -p harness --test verbs`).
+pub fn verb_reference() -> String {
+    let families = families();
+    let composed: Vec<(&str, Vec<&case_kit::spec::verbs::Verbs>)> = families
+        .iter()
+        .map(|family| (family.prefix, family.verbs.clone()))
+        .collect();
+    case_kit::spec::verbs::reference(&composed)
+}
+
 /// The id of the canary case, which checks something false on purpose and must FAIL;
 /// if it ever passes, the runner is not reporting failures.
 pub const CANARY_ID: &str = cases_ledger::canary::CANARY_ID;

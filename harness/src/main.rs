@@ -58,6 +58,10 @@ struct Args {
     /// List the families and their cases, then exit.
     #[arg(long)]
     list: bool,
+    /// List the verbs the case files may call (`call NAME: VERB …`), with their
+    /// arguments, for every family or the families named, then exit.
+    #[arg(long, conflicts_with = "list")]
+    verbs: bool,
     /// Write the transcripts of the cases run (those without failed checks) over their
     /// snapshots in evidence/snapshots/, for review with `git diff`. Refused under CI=true.
     #[arg(long)]
@@ -143,6 +147,13 @@ fn main() {
     }
     if args.list {
         print!("{}", selection::listing(&families));
+        return;
+    }
+    if args.verbs {
+        match harness::verb_listing(&families, &args.cases) {
+            Ok(text) => print!("{text}"),
+            Err(message) => usage_error(&message),
+        }
         return;
     }
     if args.matrix {

@@ -279,6 +279,7 @@ mod tests {
             engine: Engine::None,
             cases: ids.iter().map(|id| case(id)).collect(),
             extras: Vec::new(),
+            verbs: Vec::new(),
         }
     }
 

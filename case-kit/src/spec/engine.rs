@@ -30,6 +30,7 @@ use futures_util::future::BoxFuture;
 
 use super::model::{Call, Calls, Layout};
 use super::result::NoticeLog;
+use super::verbs::Verbs;
 use crate::ctx::Ctx;
 
 pub use super::model::Reconciled;
@@ -129,9 +130,20 @@ pub trait SpecEngine: Send + Sync {
     /// databases get.
     fn system(&self) -> &str;
 
-    /// Whether `call` names a known operation with the arguments it needs; checked when
-    /// the file is read, before anything runs.
-    fn check(&self, call: &Call) -> Result<(), String>;
+    /// The verb sets the family composes, each verb declared once by the system it
+    /// drives ([`super::verbs`]): what `./run.sh --verbs` lists and the docs' verb
+    /// reference shows. Default: none.
+    fn verbs(&self) -> Vec<&'static Verbs> {
+        Vec::new()
+    }
+
+    /// Whether `call` names a known verb with the arguments it takes; checked when the
+    /// file is read, before anything runs. Default: against [`SpecEngine::verbs`]
+    /// ([`super::verbs::check`]); a family adds what a declaration cannot say (a hook
+    /// point's name, a list's items).
+    fn check(&self, call: &Call) -> Result<(), String> {
+        super::verbs::check(&self.verbs(), &call.op, &call.args)
+    }
 
     /// The family's operations over a PostgreSQL connection, when the engine is
     /// PostgreSQL: what races (`race call:`), crashes (`restart immediate:`) and

@@ -297,9 +297,16 @@ pub(crate) fn error(line: usize, message: impl Into<String>) -> ParseError {
 /// The library operations a family offers as steps (`call NAME: OP key=value …`), each
 /// run on the session's own connection, so the family's own transaction can be a step.
 pub trait Calls: Send + Sync {
-    /// Whether `call` names a known operation with the arguments it needs; the message
-    /// says what is wrong. Checked before anything runs.
-    fn check(&self, call: &Call) -> Result<(), String>;
+    /// The verb sets these operations compose ([`super::verbs`]). Default: none.
+    fn verbs(&self) -> Vec<&'static super::verbs::Verbs> {
+        Vec::new()
+    }
+
+    /// Whether `call` names a known verb with the arguments it takes; the message says
+    /// what is wrong. Checked before anything runs. Default: against [`Calls::verbs`].
+    fn check(&self, call: &Call) -> Result<(), String> {
+        super::verbs::check(&self.verbs(), &call.op, &call.args)
+    }
 
     /// Runs `call` on `client`. `Ok` is the outcome as printed (`outcome=OK balance=20`);
     /// `Err` an error as printed after `ERROR ` (its SQLSTATE first when it has one).

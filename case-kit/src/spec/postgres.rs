@@ -47,6 +47,10 @@ impl SpecEngine for PgEngine {
         &self.template
     }
 
+    fn verbs(&self) -> Vec<&'static super::verbs::Verbs> {
+        self.calls.verbs()
+    }
+
     fn check(&self, call: &Call) -> Result<(), String> {
         self.calls.check(call)
     }

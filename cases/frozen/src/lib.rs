@@ -45,6 +45,7 @@ pub fn family() -> Family {
         // The hand-written cases, then the spec files of `specs/` (`F5`, …).
         cases: cases().into_iter().chain(spec_calls::cases()).collect(),
         extras: Vec::new(),
+        verbs: Vec::new(),
     }
 }
 

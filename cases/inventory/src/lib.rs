@@ -28,6 +28,7 @@ pub fn family() -> Family {
         // The case files of `specs/`, read now (`spec_engine`).
         cases: spec_engine::cases(),
         extras: Vec::new(),
+        verbs: Vec::new(),
     }
 }
 

@@ -25,6 +25,7 @@ pub mod spec_repair;
 pub mod spec_service;
 pub mod spec_split;
 pub mod spec_workers;
+pub mod verbs;
 pub mod worker;
 
 // One line per case, in id order. The negative controls are public so that a test can
@@ -53,6 +54,7 @@ pub fn family() -> Family {
         // The hand-written cases, then the spec files of `specs/` (`L-S1`, …).
         cases: cases().into_iter().chain(spec_calls::cases()).collect(),
         extras: vec![l00_template::case(), canary::case()],
+        verbs: verbs::ALL.to_vec(),
     }
 }
 

@@ -28,13 +28,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 use case_kit::Ctx;
+use case_kit::spec::verbs::Verbs;
 use case_kit::spec::{self, Call, Calls};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use points_ledger::{NoHooks, TransferMode, TransferRequest, transfer_in};
 
-use super::spec_service::{self, Services};
+use super::spec_service::Services;
 use super::spec_workers::{self, Workers};
+use super::verbs;
 use tokio_postgres::Client;
 
 /// The client id of a call that names none.
@@ -88,25 +90,20 @@ fn request(call: &Call) -> Result<TransferRequest, String> {
 }
 
 impl Calls for LedgerCalls {
+    fn verbs(&self) -> Vec<&'static Verbs> {
+        verbs::ALL.to_vec()
+    }
+
+    /// The declarations ([`super::verbs`]), then what they cannot say: a worker's hook
+    /// point, a repair's attempts, the orders of `reconcile-orders`.
     fn check(&self, call: &Call) -> Result<(), String> {
-        spec_workers::check(call)
-            .or_else(|| spec_service::check(call))
-            .or_else(|| super::spec_naive::check(call))
-            .or_else(|| super::spec_repair::check(call))
-            .or_else(|| super::spec_proxy::check(call))
-            .or_else(|| super::spec_split::check(call))
-            .or_else(|| super::spec_load::check(call))
-            .or_else(|| (call.op == "reconcile-orders").then(|| orders(call).map(|_| ())))
-            .or_else(|| {
-                (call.op == "reconcile").then(|| {
-                    if call.args.is_empty() {
-                        Ok(())
-                    } else {
-                        Err("reconcile takes no argument".to_string())
-                    }
-                })
-            })
-            .unwrap_or_else(|| request(call).map(|_| ()))
+        spec::verbs::check(&self.verbs(), &call.op, &call.args)?;
+        match call.op.as_str() {
+            "worker" => spec_workers::check(call).unwrap_or(Ok(())),
+            "repair" => super::spec_repair::check(call).unwrap_or(Ok(())),
+            "reconcile-orders" => orders(call).map(|_| ()),
+            _ => Ok(()),
+        }
     }
 
     fn for_case(&self, ctx: &Ctx) -> Option<Arc<dyn Calls>> {
@@ -181,7 +178,7 @@ impl Calls for LedgerCalls {
         call: &'a Call,
         barrier: &'a tokio::sync::Barrier,
     ) -> BoxFuture<'a, Result<String, String>> {
-        if super::spec_naive::check(call).is_none() {
+        if call.op != "naive-debit" {
             return self.run(client, call);
         }
         super::spec_naive::run(client, call, Some(barrier)).boxed()
@@ -206,7 +203,7 @@ impl Calls for LedgerCalls {
         call: &'a Call,
     ) -> BoxFuture<'a, Result<String, String>> {
         async move {
-            if super::spec_naive::check(call).is_some() {
+            if call.op == "naive-debit" {
                 return super::spec_naive::run(client, call, None).await;
             }
             if call.op == "reconcile" {
@@ -228,11 +225,11 @@ impl Calls for LedgerCalls {
             if let Some(result) = self.run_later_ops(client, call).await {
                 return result;
             }
-            if spec_service::check(call).is_some() {
+            if verbs::SERVICE.has(&call.op) {
                 let services = self.services.as_ref().ok_or("no database for a service")?;
                 return services.run(call).await;
             }
-            if spec_workers::check(call).is_some() {
+            if verbs::PROCESSES.has(&call.op) {
                 let workers = self.workers.as_ref().ok_or("no database for a worker")?;
                 return workers.run(call).await;
             }
@@ -271,14 +268,14 @@ impl LedgerCalls {
         call: &Call,
     ) -> Option<Result<String, String>> {
         if let Some(proxies) = &self.proxies
-            && super::spec_proxy::check(call).is_some()
+            && verbs::PROXIES.has(&call.op)
         {
             return Some(match &self.services {
                 Some(services) => proxies.run(services, call).await,
                 None => Err("no database for a service".into()),
             });
         }
-        if super::spec_split::check(call).is_some() {
+        if ["split-databases", "split-worker"].contains(&call.op.as_str()) {
             return Some(match &self.workers {
                 Some(workers) => super::spec_split::run(workers, call).await,
                 None => Err("no database for a worker".into()),

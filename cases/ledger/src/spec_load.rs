@@ -62,37 +62,6 @@ pub struct Load {
     committed: AtomicU64,
 }
 
-/// Whether `call` is an operation of this module with what it needs; `None` for another.
-pub fn check(call: &Call) -> Option<Result<(), String>> {
-    let (known, needs): (&[&str], &[&str]) = match call.op.as_str() {
-        "load-writer" => (&["account", "amount", "key"], &["account", "amount", "key"]),
-        "reconcile-rounds" => (
-            &["rounds", "forced", "amount", "writes", "warm-up"],
-            &["rounds", "forced", "amount", "writes"],
-        ),
-        "naive-reconcile" => (&[], &[]),
-        _ => return None,
-    };
-    if let Some((name, _)) = call.args.iter().find(|(n, _)| !known.contains(&n.as_str())) {
-        return Some(Err(format!("{}: unknown argument {name:?}", call.op)));
-    }
-    if let Some(missing) = needs.iter().find(|n| call.arg(n).is_none()) {
-        return Some(Err(format!("{} needs {missing}=…", call.op)));
-    }
-    for name in ["amount", "rounds", "warm-up"] {
-        if call.arg(name).is_some_and(|v| v.parse::<u64>().is_err()) {
-            return Some(Err(format!("{name}=N takes a whole number")));
-        }
-    }
-    if let Some(writes) = call
-        .arg("writes")
-        .filter(|w| !["forced", "none"].contains(w))
-    {
-        return Some(Err(format!("writes=forced|none, not {writes:?}")));
-    }
-    Some(Ok(()))
-}
-
 fn number(call: &Call, name: &str) -> u64 {
     call.arg(name).and_then(|v| v.parse().ok()).unwrap_or(0)
 }

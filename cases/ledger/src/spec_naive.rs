@@ -18,11 +18,6 @@ use points_ledger::naive::debit::{BalanceWrite, NaiveDebit, NaiveOutcome, naive_
 use tokio::sync::Barrier;
 use tokio_postgres::Client;
 
-/// Whether `call` is `naive-debit` with what it needs; `None` for another op.
-pub fn check(call: &Call) -> Option<Result<(), String>> {
-    (call.op == "naive-debit").then(|| request(call).map(|_| ()))
-}
-
 fn request(call: &Call) -> Result<NaiveDebit, String> {
     for (name, _) in &call.args {
         if !["account", "amount", "key", "client", "write"].contains(&name.as_str()) {

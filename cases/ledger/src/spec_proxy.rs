@@ -33,44 +33,6 @@ use reqwest::header::CONTENT_TYPE;
 use super::naive_keyless::KeylessEndpoint;
 use super::spec_service::{Services, shown};
 
-/// The operations of this module, with the arguments each takes.
-const OPS: [(&str, &[&str]); 4] = [
-    ("proxy", &["to", "upstream-retries"]),
-    ("cut-answers", &["to", "count"]),
-    ("keyless-drop", &["count"]),
-    (
-        "proxy-debit",
-        &["to", "account", "amount", "client", "key", "retry"],
-    ),
-];
-
-/// Whether `call` is an operation of this module with known arguments; `None` for
-/// another op.
-pub fn check(call: &Call) -> Option<Result<(), String>> {
-    let (_, known) = OPS.iter().find(|(op, _)| *op == call.op)?;
-    if let Some((name, _)) = call.args.iter().find(|(n, _)| !known.contains(&n.as_str())) {
-        return Some(Err(format!("{}: unknown argument {name:?}", call.op)));
-    }
-    let needs: &[&str] = match call.op.as_str() {
-        "proxy" | "cut-answers" => &["to"],
-        "proxy-debit" => &["to", "account", "amount", "client"],
-        _ => &[],
-    };
-    if let Some(missing) = needs.iter().find(|n| call.arg(n).is_none()) {
-        return Some(Err(format!("{} needs {missing}=…", call.op)));
-    }
-    if let Some(to) = call
-        .arg("to")
-        .filter(|to| !["service", "keyless"].contains(to))
-    {
-        return Some(Err(format!("to=service|keyless, not {to:?}")));
-    }
-    if let Some(retry) = call.arg("retry").filter(|r| *r != "on-no-answer") {
-        return Some(Err(format!("retry=on-no-answer, not {retry:?}")));
-    }
-    Some(Ok(()))
-}
-
 /// The proxies and the keyless endpoint of one spec case.
 pub struct Proxies {
     database_url: String,

@@ -63,53 +63,6 @@ const POLL_MS: u64 = 10;
 /// A well-formed bearer token that is in no token file (`token=unknown`).
 const UNKNOWN_TOKEN: &str = "not-a-listed-token-0000000000000000";
 
-/// The operations of this module, with the arguments each takes.
-const OPS: [(&str, &[&str]); 7] = [
-    (
-        "service",
-        &["clients", "fault-injection", "args", "auth", "pool"],
-    ),
-    (
-        "post-debit",
-        &[
-            "account",
-            "amount",
-            "key",
-            "client",
-            "give-up-when-held",
-            "order",
-            "token",
-            "show",
-        ],
-    ),
-    ("post-grant", &["account", "amount", "key", "client"]),
-    ("arm-fault", &["point", "action", "count", "hold_ms"]),
-    ("release-fault", &["point", "when-waiting"]),
-    ("stop-service", &[]),
-    ("kill-service", &[]),
-];
-
-/// Whether `call` is a service operation with known arguments; `None` for another op.
-pub fn check(call: &Call) -> Option<Result<(), String>> {
-    let (_, known) = OPS.iter().find(|(op, _)| *op == call.op)?;
-    for (name, _) in &call.args {
-        if !known.contains(&name.as_str()) {
-            return Some(Err(format!("{}: unknown argument {name:?}", call.op)));
-        }
-    }
-    let needs: &[&str] = match call.op.as_str() {
-        "post-debit" => &["account", "amount", "key", "client"],
-        "post-grant" => &["account", "amount", "key"],
-        "arm-fault" => &["point", "action"],
-        "release-fault" => &["point"],
-        _ => &[],
-    };
-    Some(match needs.iter().find(|n| call.arg(n).is_none()) {
-        Some(missing) => Err(format!("{} needs {missing}=…", call.op)),
-        None => Ok(()),
-    })
-}
-
 /// The service of one spec case, and what starting it needs.
 pub struct Services {
     database_url: String,

@@ -34,40 +34,6 @@ use super::worker::WorkerSpec;
 /// Longest wait for a worker that runs to its end; it only stops a hang.
 const WORKER_FINISH_LIMIT_MS: u64 = 20_000;
 
-/// Whether `call` is an operation of this module with what it needs; `None` for another.
-pub fn check(call: &Call) -> Option<Result<(), String>> {
-    let (known, needs): (&[&str], &[&str]) = match call.op.as_str() {
-        "split-databases" => (&["grant", "amount"], &["grant", "amount"]),
-        "split-worker" => (
-            &["account", "amount", "key", "client", "commit-first", "stop"],
-            &["account", "amount", "key", "commit-first"],
-        ),
-        _ => return None,
-    };
-    if let Some((name, _)) = call.args.iter().find(|(n, _)| !known.contains(&n.as_str())) {
-        return Some(Err(format!("{}: unknown argument {name:?}", call.op)));
-    }
-    if let Some(missing) = needs.iter().find(|n| call.arg(n).is_none()) {
-        return Some(Err(format!("{} needs {missing}=…", call.op)));
-    }
-    if call
-        .arg("amount")
-        .is_some_and(|a| a.parse::<i64>().is_err())
-    {
-        return Some(Err("amount=N takes an integer number of points".into()));
-    }
-    if let Some(first) = call
-        .arg("commit-first")
-        .filter(|f| !["key", "debit"].contains(f))
-    {
-        return Some(Err(format!("commit-first=key|debit, not {first:?}")));
-    }
-    if let Some(stop) = call.arg("stop").filter(|s| *s != "between-commits") {
-        return Some(Err(format!("stop=between-commits, not {stop:?}")));
-    }
-    Some(Ok(()))
-}
-
 /// `url` with its database (the last path segment) replaced by `database`.
 fn with_database(url: &str, database: &str) -> String {
     let (base, rest) = url.rsplit_once('/').unwrap_or((url, ""));

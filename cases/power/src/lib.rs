@@ -47,6 +47,7 @@ pub fn family() -> Family {
             .map(|case| case.requires(launch::power::unavailable))
             .collect(),
         extras: Vec::new(),
+        verbs: Vec::new(),
     }
 }
 

@@ -45,6 +45,7 @@ pub fn family() -> Family {
         }),
         cases: all_cases(),
         extras: Vec::new(),
+        verbs: Vec::new(),
     }
 }
 

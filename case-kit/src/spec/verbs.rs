@@ -1,0 +1,334 @@
+//! Verb sets: every operation a case file may call (`call NAME: VERB key=value …`),
+//! declared once, in a table, by the system it drives: its name, its arguments with
+//! what each takes and what it means when left out, and one line of documentation
+//! (what it does and prints). A family composes the sets it offers (the ledger's, the
+//! shared fault vocabulary, …); a call is checked against them when its file is read,
+//! `./run.sh --verbs [FAMILY]` lists them, and `docs/specs.md`'s verb reference is
+//! generated from them ([`reference`]; a test compares the two).
+
+use std::fmt::Write;
+
+/// What an argument's value must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Any word (an account, a key, a hook point the system itself checks).
+    Word,
+    /// An integer (`amount=30`, `count=2`).
+    Integer,
+    /// A decimal number (`qty=0.4`, `price=4900`).
+    Decimal,
+    /// One of these words.
+    OneOf(&'static [&'static str]),
+}
+
+impl Kind {
+    /// How the argument is written in a usage line: `key=N`, `key=X`, `key=a|b`.
+    fn placeholder(self) -> String {
+        match self {
+            Kind::Word => "X".into(),
+            Kind::Integer => "N".into(),
+            Kind::Decimal => "D".into(),
+            Kind::OneOf(words) => words.join("|"),
+        }
+    }
+
+    /// Errors: `value` is not what the kind takes, said as `takes …`.
+    fn admits(self, value: &str) -> Result<(), String> {
+        let fits = match self {
+            Kind::Word => !value.is_empty(),
+            Kind::Integer => value.parse::<i64>().is_ok(),
+            Kind::Decimal => value.parse::<f64>().is_ok_and(f64::is_finite),
+            Kind::OneOf(words) => words.contains(&value),
+        };
+        if fits {
+            return Ok(());
+        }
+        Err(match self {
+            Kind::Word => "takes a word".into(),
+            Kind::Integer => "takes an integer".into(),
+            Kind::Decimal => "takes a number".into(),
+            Kind::OneOf(words) => format!("takes one of {}", words.join(", ")),
+        })
+    }
+}
+
+/// The name of an argument that stands for any name not declared (`reconcile-orders
+/// ORDER=ACCOUNT:AMOUNT …`): a usage line shows it as `KEY=X …`.
+pub const ANY: &str = "*";
+
+/// One argument of a verb.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arg {
+    /// As written before `=`.
+    pub name: &'static str,
+    /// What its value must be.
+    pub kind: Kind,
+    /// `None`: it must be given. `Some(meaning)`: it may be left out, and `meaning`
+    /// says what the verb does then (`"the default client"`).
+    pub absent: Option<&'static str>,
+}
+
+/// A required argument.
+pub const fn needs(name: &'static str, kind: Kind) -> Arg {
+    Arg {
+        name,
+        kind,
+        absent: None,
+    }
+}
+
+/// An optional argument and what the verb does without it.
+pub const fn may(name: &'static str, kind: Kind, absent: &'static str) -> Arg {
+    Arg {
+        name,
+        kind,
+        absent: Some(absent),
+    }
+}
+
+/// One verb: what a file writes after `call NAME:`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verb {
+    /// The operation's name (`debit`).
+    pub name: &'static str,
+    /// Its arguments, in the order a usage line shows them.
+    pub args: &'static [Arg],
+    /// One line: what it does and what it prints.
+    pub doc: &'static str,
+}
+
+impl Verb {
+    /// The usage line: `debit account=X amount=N key=X [client=X]`.
+    pub fn usage(&self) -> String {
+        let mut usage = self.name.to_string();
+        for arg in self.args {
+            let written = match arg.name {
+                ANY => format!("KEY={} …", arg.kind.placeholder()),
+                name => format!("{name}={}", arg.kind.placeholder()),
+            };
+            match arg.absent {
+                None => _ = write!(usage, " {written}"),
+                Some(_) => _ = write!(usage, " [{written}]"),
+            }
+        }
+        usage
+    }
+
+    /// Checks `args` (a call's, as written) against the declaration.
+    ///
+    /// Errors: an argument the verb does not take, one given twice, one whose value is
+    /// not of its kind, a required one missing; each naming the verb and its usage.
+    pub fn check(&self, args: &[(String, String)]) -> Result<(), String> {
+        let usage = || format!("(usage: {})", self.usage());
+        for (index, (name, value)) in args.iter().enumerate() {
+            let named = self.args.iter().find(|a| a.name == name);
+            let Some(arg) = named.or_else(|| self.args.iter().find(|a| a.name == ANY)) else {
+                return Err(format!("{} takes no {name}= {}", self.name, usage()));
+            };
+            if arg.name != ANY && args[..index].iter().any(|(earlier, _)| earlier == name) {
+                return Err(format!("{} has {name}= twice", self.name));
+            }
+            arg.kind
+                .admits(value)
+                .map_err(|why| format!("{} {name}={value:?}: {name}= {why}", self.name))?;
+        }
+        let given = |arg: &Arg| {
+            arg.name == ANY && !args.is_empty() || args.iter().any(|(n, _)| n == arg.name)
+        };
+        match self.args.iter().find(|a| a.absent.is_none() && !given(a)) {
+            Some(missing) => Err(format!("{} needs {}= {}", self.name, missing.name, usage())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A system's verb set, or the shared fault vocabulary: a title and its verbs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verbs {
+    /// What drives them (`the points ledger`, `faults`).
+    pub title: &'static str,
+    /// The verbs, in the order the reference lists them.
+    pub verbs: &'static [Verb],
+}
+
+impl Verbs {
+    /// Whether the set declares verb `name`: how a family routes a call to the code
+    /// that runs it.
+    pub fn has(&self, name: &str) -> bool {
+        self.verbs.iter().any(|verb| verb.name == name)
+    }
+}
+
+/// The verb named `name` in `sets`, the first that has it.
+pub fn find<'a>(sets: &[&'a Verbs], name: &str) -> Option<&'a Verb> {
+    sets.iter()
+        .flat_map(|set| set.verbs)
+        .find(|verb| verb.name == name)
+}
+
+/// Checks a call (`op`, `args`) against the verb sets a family composes.
+///
+/// Errors: an unknown verb, named with every verb the family offers; what
+/// [`Verb::check`] says of its arguments.
+pub fn check(sets: &[&Verbs], op: &str, args: &[(String, String)]) -> Result<(), String> {
+    match find(sets, op) {
+        Some(verb) => verb.check(args),
+        None => {
+            let known: Vec<&str> = sets.iter().flat_map(|s| s.verbs).map(|v| v.name).collect();
+            Err(format!(
+                "unknown verb {op:?}; this family's verbs: {}",
+                known.join(", ")
+            ))
+        }
+    }
+}
+
+/// The verb reference of `families` (each `(family, the sets it composes)`) in
+/// Markdown, as `docs/specs.md` holds it between its `verbs` markers: per set title
+/// (in the order first met), one table of each verb's usage, the families that offer
+/// it and its documentation; a verb declared once appears once, however many families
+/// compose it.
+pub fn reference(families: &[(&str, Vec<&Verbs>)]) -> String {
+    // Per title, each verb and the families that offer it.
+    type Offered<'a> = Vec<(&'a Verb, Vec<&'a str>)>;
+    let mut titles: Vec<(&str, Offered)> = Vec::new();
+    for (family, composed) in families {
+        for set in composed {
+            let at = match titles.iter().position(|(title, _)| *title == set.title) {
+                Some(at) => at,
+                None => {
+                    titles.push((set.title, Vec::new()));
+                    titles.len() - 1
+                }
+            };
+            for verb in set.verbs {
+                let rows = &mut titles[at].1;
+                match rows.iter_mut().find(|(known, _)| *known == verb) {
+                    Some((_, users)) if !users.contains(family) => users.push(family),
+                    Some(_) => {}
+                    None => rows.push((verb, vec![family])),
+                }
+            }
+        }
+    }
+    let mut text = String::new();
+    for (title, rows) in titles {
+        let _ = writeln!(text, "### {title}\n");
+        text.push_str("| call | in | does and prints |\n|---|---|---|\n");
+        for (verb, users) in rows {
+            let usage = verb.usage().replace('|', "\\|");
+            let _ = writeln!(
+                text,
+                "| `{usage}` | {} | {} |",
+                users.join(", "),
+                verb_doc(verb)
+            );
+        }
+        text.push('\n');
+    }
+    text
+}
+
+/// A verb's documentation with what each optional argument means when left out.
+fn verb_doc(verb: &Verb) -> String {
+    let mut doc = verb.doc.to_string();
+    for arg in verb.args {
+        if let Some(absent) = arg.absent {
+            let _ = write!(doc, "; without `{}=`: {absent}", arg.name);
+        }
+    }
+    doc.replace('|', "\\|")
+}
+
+/// The verbs of `sets` as `./run.sh --verbs` prints them: per set its title, then one
+/// usage line per verb, indented, with its documentation.
+pub fn listing(family: &str, sets: &[&Verbs]) -> String {
+    let mut text = String::new();
+    for set in sets {
+        let _ = writeln!(text, "{family}: {}", set.title);
+        for verb in set.verbs {
+            let _ = writeln!(text, "  {}\n      {}", verb.usage(), verb_doc(verb));
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEBIT: Verb = Verb {
+        name: "debit",
+        args: &[
+            needs("account", Kind::Word),
+            needs("amount", Kind::Integer),
+            may("client", Kind::Word, "the default client"),
+            may("write", Kind::OneOf(&["absolute", "relative"]), "relative"),
+        ],
+        doc: "a debit",
+    };
+    const SET: Verbs = Verbs {
+        title: "test",
+        verbs: &[DEBIT],
+    };
+
+    fn args(text: &str) -> Vec<(String, String)> {
+        text.split_whitespace()
+            .map(|w| w.split_once('=').expect("key=value"))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_call_is_checked_against_its_declaration() {
+        assert_eq!(
+            DEBIT.usage(),
+            "debit account=X amount=N [client=X] [write=absolute|relative]"
+        );
+        assert_eq!(DEBIT.check(&args("account=a amount=3")), Ok(()));
+        assert_eq!(
+            DEBIT.check(&args("amount=3 account=a write=absolute")),
+            Ok(())
+        );
+        let refused = [
+            ("account=a", "needs amount="),
+            ("account=a amount=x", "takes an integer"),
+            ("account=a amount=1 colour=red", "takes no colour="),
+            ("account=a amount=1 amount=2", "amount= twice"),
+            ("account=a amount=1 write=both", "one of absolute, relative"),
+        ];
+        for (text, said) in refused {
+            let error = DEBIT.check(&args(text)).expect_err(text);
+            assert!(error.contains(said), "{text}: {error}");
+        }
+        let unknown = check(&[&SET], "withdraw-points", &[]).expect_err("unknown");
+        assert!(
+            unknown.contains("\"withdraw-points\"") && unknown.contains("debit"),
+            "{unknown}"
+        );
+    }
+
+    #[test]
+    fn any_other_name_when_the_verb_says_so() {
+        const ORDERS: Verb = Verb {
+            name: "reconcile-orders",
+            args: &[needs(ANY, Kind::Word)],
+            doc: "orders",
+        };
+        assert_eq!(ORDERS.usage(), "reconcile-orders KEY=X …");
+        assert_eq!(ORDERS.check(&args("o1=a:3 o2=b:4")), Ok(()));
+        assert!(ORDERS.check(&[]).is_err());
+    }
+
+    #[test]
+    fn the_reference_lists_each_set_once_with_its_families() {
+        let text = reference(&[("L", vec![&SET]), ("R", vec![&SET])]);
+        assert_eq!(text.matches("### test").count(), 1, "{text}");
+        assert_eq!(text.matches("| L, R |").count(), 1, "{text}");
+        assert!(text.contains("`debit account=X amount=N [client=X] [write=absolute\\|relative]`"));
+        assert!(
+            text.contains("Without `client=`: the default client."),
+            "{text}"
+        );
+    }
+}
