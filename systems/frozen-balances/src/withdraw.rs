@@ -38,14 +38,12 @@
 //! every account's frozen = the remainders of its open orders + the amounts of its
 //! withdrawals in `REQUESTED`, `BROADCAST` or `UNKNOWN`.
 
-use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Transaction};
 
-use crate::asset::{Asset, UnknownName};
+use crate::asset::Asset;
 use crate::error::FrozenError;
 use crate::events::{
     Deltas, Event, Outcome, Recorded, Registration, add_delta, apply, begin, check_id, ensure_rows,
@@ -126,25 +124,7 @@ impl Status {
     }
 }
 
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Status {
-    type Err = UnknownName;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Status::ALL
-            .into_iter()
-            .find(|x| x.as_str() == s)
-            .ok_or_else(|| UnknownName {
-                what: "withdrawal status",
-                input: s.to_owned(),
-            })
-    }
-}
+enum_names::name_traits!(Status, "withdrawal status");
 
 /// A withdrawal of `amount` minor units of `asset` from `account_id` to `destination`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
