@@ -7,7 +7,7 @@
 //! order), so that the reconciliation sees exactly the anomaly and nothing else.
 
 use crate::error::FrozenError;
-use crate::events::payload_hash;
+use crate::decisions::{EventRequest, payload_hash};
 use crate::{DEFAULT_TENANT, PlaceRequest};
 use tokio_postgres::Client;
 

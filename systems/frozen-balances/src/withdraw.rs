@@ -45,9 +45,10 @@ use tokio_postgres::{Client, Transaction};
 
 use crate::asset::Asset;
 use crate::error::FrozenError;
+use crate::decisions::{Deltas, Event, Outcome, Recorded, add_delta, check_id};
 use crate::events::{
-    Deltas, Event, Outcome, Recorded, Registration, add_delta, apply, begin, check_id, ensure_rows,
-    finish, hook_in_tx, lock_and_check, register, retry_on_deadlock, write_movements,
+    Registration, apply, begin, ensure_rows, finish, hook_in_tx, lock_and_check, register,
+    retry_on_deadlock, write_movements,
 };
 use crate::hooks::{EventKind, HookPoint, Hooks};
 use crate::schema::{SYS_DEPOSIT, is_system_account};
