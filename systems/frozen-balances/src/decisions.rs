@@ -131,6 +131,14 @@ pub trait EventRequest {
 pub trait Recorded: Serialize + DeserializeOwned {
     /// Marks the result as read back from an earlier request (`replayed = true`).
     fn mark_replayed(&mut self);
+
+    /// The JSON text stored with the operation (`balance_operation.result`).
+    ///
+    /// Errors: [`FrozenError::InvariantViolated`] when it does not encode.
+    fn encode(&self) -> Result<String, FrozenError> {
+        serde_json::to_string(self)
+            .map_err(|error| FrozenError::InvariantViolated(format!("result encoding: {error}")))
+    }
 }
 
 /// Implements [`Recorded`] for result types with a `replayed: bool` field.

@@ -38,14 +38,13 @@
 //! every account's frozen = the remainders of its open orders + the amounts of its
 //! withdrawals in `REQUESTED`, `BROADCAST` or `UNKNOWN`.
 
-
 use serde::{Deserialize, Serialize};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Transaction};
 
 use crate::asset::Asset;
-use crate::error::FrozenError;
 use crate::decisions::{Deltas, Event, Outcome, Recorded, add_delta, check_id};
+use crate::error::FrozenError;
 use crate::events::{
     Registration, apply, begin, ensure_rows, finish, hook_in_tx, lock_and_check, register,
     retry_on_deadlock, write_movements,

@@ -2,7 +2,6 @@
 //! ([`crate::transfer()`]), the one round trip ([`transfer_onetrip`]) or the batch
 //! ([`crate::batch`]), and the calls that send a request by the chosen one.
 
-
 use tokio_postgres::Client;
 
 use crate::error::LedgerError;

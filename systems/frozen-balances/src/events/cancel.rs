@@ -5,7 +5,9 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Transaction};
 
 use super::fill::{ORDER_COLUMNS, OrderRow};
-use super::{Registration, begin, finish, hook_in_tx, register, retry_on_deadlock, write_movements};
+use super::{
+    Registration, begin, finish, hook_in_tx, register, retry_on_deadlock, write_movements,
+};
 use crate::asset::Asset;
 use crate::decisions::{
     Deltas, Event, EventRequest, OrderStatus, Outcome, add_delta, check_id, recorded,

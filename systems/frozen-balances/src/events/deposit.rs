@@ -8,7 +8,9 @@ use super::{
     retry_on_deadlock, write_movements,
 };
 use crate::asset::Asset;
-use crate::decisions::{Deltas, Event, EventRequest, LockedRows, Outcome, add_delta, check_id, recorded};
+use crate::decisions::{
+    Deltas, Event, EventRequest, LockedRows, Outcome, add_delta, check_id, recorded,
+};
 use crate::error::FrozenError;
 use crate::hooks::{EventKind, HookPoint, Hooks};
 use crate::schema::{SYS_DEPOSIT, is_system_account};

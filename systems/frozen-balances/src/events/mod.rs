@@ -122,7 +122,11 @@ pub(crate) async fn register<R: Recorded>(
 /// Compares fingerprints and decodes the stored result ([`Event::replay`]).
 fn replay<R: Recorded>(event: &Event<'_>, row: &Row) -> Result<R, FrozenError> {
     let outcome: String = row.try_get("outcome")?;
-    event.replay(row.try_get("payload_hash")?, &outcome, row.try_get("result")?)
+    event.replay(
+        row.try_get("payload_hash")?,
+        &outcome,
+        row.try_get("result")?,
+    )
 }
 
 const RECORD_SQL: &str = "\
@@ -138,8 +142,7 @@ pub(crate) async fn finish<R: Recorded>(
     outcome: Outcome,
     result: R,
 ) -> Result<R, FrozenError> {
-    let text = serde_json::to_string(&result)
-        .map_err(|error| FrozenError::InvariantViolated(format!("result encoding: {error}")))?;
+    let text = result.encode()?;
     let outcome_text = outcome.as_str();
     tx.execute_typed(
         RECORD_SQL,
@@ -341,4 +344,3 @@ macro_rules! retry_on_deadlock {
     }};
 }
 pub(crate) use retry_on_deadlock;
-
