@@ -25,7 +25,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Client, IsolationLevel, Row, Transaction};
 
 use crate::asset::Asset;
-use crate::decisions::{Deltas, Event, LockedRow, LockedRows, Recorded, check_change};
+use crate::decisions::{Event, LockedRow, LockedRows, Recorded, check_change};
 use crate::error::FrozenError;
 use crate::hooks::{HookPoint, Hooks};
 
@@ -37,7 +37,7 @@ pub use fill::{
 pub use place::{PlaceRequest, PlaceResult, place};
 // The engine-independent parts, defined in `crate::decisions`, at their old paths.
 pub use crate::decisions::{
-    Delta, MAX_ID_CHARS, OrderStatus, Outcome, PAYLOAD_HASH_BYTES, add_delta, check_id,
+    Delta, Deltas, MAX_ID_CHARS, OrderStatus, Outcome, PAYLOAD_HASH_BYTES, add_delta, check_id,
     payload_hash,
 };
 
