@@ -36,9 +36,10 @@ use frozen_balances::amount::{
 };
 use frozen_balances::schema::is_system_account;
 use frozen_balances::{
-    Asset, CancelRequest, CancelResult, DepositRequest, DepositResult, FillRequest, FillResult,
-    FrozenError, Hooks, Market, Outcome, PlaceRequest, PlaceResult, Side,
+    Asset, CancelRequest, CancelResult, DepositRequest, DepositResult, EventRequest, FillRequest,
+    FillResult, FrozenError, Hooks, Market, Outcome, PlaceRequest, PlaceResult, Side,
 };
+use futures_util::future::BoxFuture;
 use hyper::body::Incoming;
 use hyper::header::CONTENT_TYPE;
 use hyper::{Method, Request, StatusCode};
@@ -46,7 +47,7 @@ use serde_json::{Map, Value, json};
 
 use super::CloseConnection;
 use super::auth;
-use super::bound;
+use super::bound::{self, Replayed};
 use super::grammar::{self, BodyType};
 use super::listener::Listener;
 use super::problem::{ApiOutcome, HttpResponse, Problem, json_response, mark_replayed};
@@ -74,14 +75,14 @@ pub async fn route(
         (Listener::Public, ["accounts", account, "orders"]) => {
             let account = account.to_string();
             only(&method, Method::POST, "POST", || {
-                place_route(state, request, scope, account)
+                serve(state, place_request(request, scope, account))
             })
             .await
         }
         (Listener::Public, ["accounts", account, "orders", order, "cancel"]) => {
             let (account, order) = (account.to_string(), order.to_string());
             only(&method, Method::POST, "POST", || {
-                cancel_route(state, request, scope, account, order)
+                serve(state, cancel_request(request, scope, account, order))
             })
             .await
         }
@@ -95,13 +96,13 @@ pub async fn route(
         (Listener::Admin, ["accounts", account, "deposits"]) => {
             let account = account.to_string();
             only(&method, Method::POST, "POST", || {
-                deposit_route(state, request, scope, account)
+                serve(state, deposit_request(request, scope, account))
             })
             .await
         }
         (Listener::Admin, ["fills"]) => {
             only(&method, Method::POST, "POST", || {
-                fill_route(state, request, scope)
+                serve(state, fill_request(request, scope))
             })
             .await
         }
@@ -143,6 +144,21 @@ fn trader(account: &str) -> Result<String, Problem> {
         ));
     }
     Ok(account)
+}
+
+/// What an event on a trader's account takes from its request: the trader (the path's
+/// `account`), the business id, and the JSON body with exactly `members`.
+///
+/// Errors: the 400 (or 403, 413, 415) problem.
+async fn trader_event(
+    request: Request<Incoming>,
+    account: &str,
+    members: &[&str],
+) -> Result<(String, String, Map<String, Value>), Problem> {
+    let account = trader(account)?;
+    let business_id = business_id(&request)?;
+    let object = json_object(request, members).await?;
+    Ok((account, business_id, object))
 }
 
 /// An order id in a path: a decimal positive integer that fits `i64`, no leading zero.
@@ -265,44 +281,92 @@ fn parse_asset(text: &str) -> Result<Asset, Problem> {
         .map_err(|_| bad("asset must be \"USDT\" or \"BTC\""))
 }
 
-/// Runs `event` on a pooled connection in a tracked task (a client that goes away cannot
-/// cancel the transaction half-way; shutdown waits for it), with the fault hooks, within
-/// the request's bound (`super::bound`).
-async fn run_event<R, F>(state: &Arc<AppState>, label: String, event: F) -> Result<R, Failure>
-where
-    R: bound::Replayed + Send + 'static,
-    F: for<'c> FnOnce(
-            &'c mut tokio_postgres::Client,
-            &'c dyn Hooks,
-        ) -> futures_util::future::BoxFuture<'c, Result<R, FrozenError>>
-        + Send
-        + 'static,
-{
-    let task_state = state.clone();
-    let task =
-        state.tasks.spawn(async move {
-            let faults = task_state.faults.clone();
-            let ran = bound::run(task_state.runner(), task_state.request_timeout(), move |client| {
-            Box::pin(async move {
-                let hooks = super::faults::spot_hooks(faults.as_deref());
-                let result = event(client, hooks).await;
-                if let Err(FrozenError::HookAborted(point)) = &result {
-                    eprintln!(
-                        "ledger-svc: fault at spot-{point} aborted {label}: {}; closing the \
-                         connection without a response",
-                        if *point == frozen_balances::HookPoint::AfterCommit {
-                            "the event is committed"
-                        } else {
-                            "the event was rolled back"
-                        }
-                    );
-                }
-                result
-            })
+/// One frozen-balance event a spot route runs: its request (kind, tenant, business id),
+/// the event on PostgreSQL and the answer to its result.
+trait SpotEvent: EventRequest + Clone + Send + Sync + 'static {
+    /// What the event returns (`PlaceResult` …).
+    type Result: Replayed + Send + 'static;
+
+    /// Runs the event (`frozen_balances::place` …) on `client` with `hooks`.
+    fn run<'c>(
+        &'c self,
+        client: &'c mut tokio_postgres::Client,
+        hooks: &'c dyn Hooks,
+    ) -> BoxFuture<'c, Result<Self::Result, FrozenError>>;
+
+    /// The answer to `result` (the replay header aside).
+    fn respond(&self, result: &Self::Result) -> HttpResponse;
+}
+
+/// `SpotEvent` for each request: its event function, its result, its response function.
+macro_rules! spot_events {
+    ($($request:ty => $event:path, $result:ty, $respond:ident;)*) => {$(
+        impl SpotEvent for $request {
+            type Result = $result;
+
+            fn run<'c>(
+                &'c self,
+                client: &'c mut tokio_postgres::Client,
+                hooks: &'c dyn Hooks,
+            ) -> BoxFuture<'c, Result<$result, FrozenError>> {
+                Box::pin($event(client, self, hooks))
+            }
+
+            fn respond(&self, result: &$result) -> HttpResponse {
+                $respond(self, result)
+            }
+        }
+    )*};
+}
+
+spot_events! {
+    PlaceRequest => frozen_balances::place, PlaceResult, place_response;
+    CancelRequest => frozen_balances::cancel, CancelResult, cancel_response;
+    DepositRequest => frozen_balances::deposit, DepositResult, deposit_response;
+    FillRequest => frozen_balances::fill, FillResult, fill_response;
+}
+
+/// The tail of every event route: a refused request is answered with its problem; else
+/// the event runs ([`run_event`]) and its result (`Idempotent-Replayed: true` on a
+/// replay) or its failure is answered.
+async fn serve<E: SpotEvent>(
+    state: &Arc<AppState>,
+    parsed: impl Future<Output = Result<E, Problem>>,
+) -> Handled {
+    let req = match parsed.await {
+        Ok(req) => req,
+        Err(problem) => return Ok(problem.into_response()),
+    };
+    match run_event(state, req.clone()).await {
+        Ok(result) => Ok(replayed(req.respond(&result), result.replayed())),
+        Err(failure) => failure_response(state, failure),
+    }
+}
+
+/// Runs `req`'s event on a pooled connection in a tracked task (a client that goes away
+/// cannot cancel the transaction half-way; shutdown waits for it), with the fault hooks,
+/// within the request's bound (`super::bound`).
+async fn run_event<E: SpotEvent>(state: &Arc<AppState>, req: E) -> Result<E::Result, Failure> {
+    let label = format!("{} {}/{}", E::KIND, req.tenant_id(), req.business_id());
+    let faults = state.faults.clone();
+    let task = state.run_bounded(move |client| {
+        Box::pin(async move {
+            let hooks = super::faults::spot_hooks(faults.as_deref());
+            let result = req.run(client, hooks).await;
+            if let Err(FrozenError::HookAborted(point)) = &result {
+                eprintln!(
+                    "ledger-svc: fault at spot-{point} aborted {label}: {}; closing the \
+                     connection without a response",
+                    if *point == frozen_balances::HookPoint::AfterCommit {
+                        "the event is committed"
+                    } else {
+                        "the event was rolled back"
+                    }
+                );
+            }
+            result
         })
-        .await;
-            bound::settle(ran)
-        });
+    });
     match task.await {
         Ok(result) => result,
         Err(join_error) => {
@@ -384,60 +448,44 @@ fn replayed(mut response: HttpResponse, replayed: bool) -> HttpResponse {
     response
 }
 
-async fn place_route(
-    state: &Arc<AppState>,
+/// The placement a `POST /spot/accounts/{account}/orders` asks for, checked before the
+/// database (a freeze past the 64-bit range or the asset's maximum is 400 here).
+///
+/// Errors: the 400 (or 403, 413, 415) problem.
+async fn place_request(
     request: Request<Incoming>,
     scope: Scope,
     account: String,
-) -> Handled {
-    let Scope { tenant_id } = scope;
-    let parsed = async {
-        let account = trader(&account)?;
-        let business_id = business_id(&request)?;
-        let object = json_object(request, &["market", "side", "quantity", "price"]).await?;
-        let market = parse_market(string_member(&object, "market")?)?;
-        let side = parse_side(string_member(&object, "side")?)?;
-        let quantity =
-            parse_quantity(market, string_member(&object, "quantity")?).map_err(amount_problem)?;
-        let limit_price =
-            parse_price(market, string_member(&object, "price")?).map_err(amount_problem)?;
-        let req = PlaceRequest {
-            tenant_id,
-            business_id,
-            account_id: account,
-            market,
-            side,
-            quantity,
-            limit_price,
-        };
-        // Notional past the bigint range or the asset's maximum: 400 before the database.
-        req.freeze().map_err(|error| match error {
-            FrozenError::Amount(error) => amount_problem(error),
-            other => bad(other.to_string()),
-        })?;
-        Ok::<_, Problem>(req)
-    }
-    .await;
-    let req = match parsed {
-        Ok(req) => req,
-        Err(problem) => return Ok(problem.into_response()),
+) -> Result<PlaceRequest, Problem> {
+    let (account, business_id, object) =
+        trader_event(request, &account, &["market", "side", "quantity", "price"]).await?;
+    let market = parse_market(string_member(&object, "market")?)?;
+    let side = parse_side(string_member(&object, "side")?)?;
+    let quantity =
+        parse_quantity(market, string_member(&object, "quantity")?).map_err(amount_problem)?;
+    let limit_price =
+        parse_price(market, string_member(&object, "price")?).map_err(amount_problem)?;
+    let req = PlaceRequest {
+        tenant_id: scope.tenant_id,
+        business_id,
+        account_id: account,
+        market,
+        side,
+        quantity,
+        limit_price,
     };
-    let label = format!("PLACE {}/{}", req.tenant_id, req.business_id);
-    let task_req = req.clone();
-    let result = run_event(state, label, move |client, hooks| {
-        Box::pin(async move { frozen_balances::place(client, &task_req, hooks).await })
-    })
-    .await;
-    match result {
-        Ok(result) => Ok(place_response(&req, &result)),
-        Err(failure) => failure_response(state, failure),
-    }
+    // Notional past the bigint range or the asset's maximum: 400 before the database.
+    req.freeze().map_err(|error| match error {
+        FrozenError::Amount(error) => amount_problem(error),
+        other => bad(other.to_string()),
+    })?;
+    Ok(req)
 }
 
 fn place_response(req: &PlaceRequest, result: &PlaceResult) -> HttpResponse {
     let asset = result.frozen_asset;
     let market = req.market;
-    let response = match result.outcome {
+    match result.outcome {
         Outcome::Ok => json_response(
             StatusCode::CREATED,
             &json!({
@@ -472,53 +520,37 @@ fn place_response(req: &PlaceRequest, result: &PlaceResult) -> HttpResponse {
         .with("required", format_units(asset, result.frozen_amount))
         .with("available", format_units(asset, result.available))
         .into_response(),
-    };
-    replayed(response, result.replayed)
+    }
 }
 
-async fn cancel_route(
-    state: &Arc<AppState>,
+/// The cancel a `POST /spot/accounts/{account}/orders/{order}/cancel` asks for (no
+/// body).
+///
+/// Errors: the 400 (or 403) problem.
+async fn cancel_request(
     request: Request<Incoming>,
     scope: Scope,
     account: String,
     order: String,
-) -> Handled {
-    let Scope { tenant_id } = scope;
-    let parsed = async {
-        let account = trader(&account)?;
-        let order_id = order_id_segment(&order)?;
-        let business_id = business_id(&request)?;
-        let body = read_body(request).await?;
-        if !body.is_empty() {
-            return Err(bad("a cancel has no body"));
-        }
-        Ok(CancelRequest {
-            tenant_id,
-            business_id,
-            account_id: account,
-            order_id,
-        })
+) -> Result<CancelRequest, Problem> {
+    let account = trader(&account)?;
+    let order_id = order_id_segment(&order)?;
+    let business_id = business_id(&request)?;
+    let body = read_body(request).await?;
+    if !body.is_empty() {
+        return Err(bad("a cancel has no body"));
     }
-    .await;
-    let req = match parsed {
-        Ok(req) => req,
-        Err(problem) => return Ok(problem.into_response()),
-    };
-    let label = format!("CANCEL {}/{}", req.tenant_id, req.business_id);
-    let task_req = req.clone();
-    let result = run_event(state, label, move |client, hooks| {
-        Box::pin(async move { frozen_balances::cancel(client, &task_req, hooks).await })
+    Ok(CancelRequest {
+        tenant_id: scope.tenant_id,
+        business_id,
+        account_id: account,
+        order_id,
     })
-    .await;
-    match result {
-        Ok(result) => Ok(cancel_response(&result)),
-        Err(failure) => failure_response(state, failure),
-    }
 }
 
-fn cancel_response(result: &CancelResult) -> HttpResponse {
+fn cancel_response(_req: &CancelRequest, result: &CancelResult) -> HttpResponse {
     let asset = result.asset;
-    let response = match result.outcome {
+    match result.outcome {
         Outcome::Ok => json_response(
             StatusCode::CREATED,
             &json!({
@@ -530,8 +562,7 @@ fn cancel_response(result: &CancelResult) -> HttpResponse {
             }),
         ),
         _ => order_closed(result.order_id, result.order_status),
-    };
-    replayed(response, result.replayed)
+    }
 }
 
 fn order_closed(order_id: i64, status: frozen_balances::OrderStatus) -> HttpResponse {
@@ -595,48 +626,31 @@ async fn balances_route(state: &Arc<AppState>, scope: Scope, account: String) ->
     }
 }
 
-async fn deposit_route(
-    state: &Arc<AppState>,
+/// The deposit a `POST /spot/accounts/{account}/deposits` (admin) asks for.
+///
+/// Errors: the 400 (or 403, 413, 415) problem.
+async fn deposit_request(
     request: Request<Incoming>,
     scope: Scope,
     account: String,
-) -> Handled {
-    let Scope { tenant_id } = scope;
-    let parsed = async {
-        let account = trader(&account)?;
-        let business_id = business_id(&request)?;
-        let object = json_object(request, &["asset", "amount"]).await?;
-        let asset = parse_asset(string_member(&object, "asset")?)?;
-        let amount = parse_amount("amount", asset, string_member(&object, "amount")?)
-            .map_err(amount_problem)?;
-        Ok::<_, Problem>(DepositRequest {
-            tenant_id,
-            business_id,
-            account_id: account,
-            asset,
-            amount,
-        })
-    }
-    .await;
-    let req = match parsed {
-        Ok(req) => req,
-        Err(problem) => return Ok(problem.into_response()),
-    };
-    let label = format!("DEPOSIT {}/{}", req.tenant_id, req.business_id);
-    let task_req = req.clone();
-    let result = run_event(state, label, move |client, hooks| {
-        Box::pin(async move { frozen_balances::deposit(client, &task_req, hooks).await })
+) -> Result<DepositRequest, Problem> {
+    let (account, business_id, object) =
+        trader_event(request, &account, &["asset", "amount"]).await?;
+    let asset = parse_asset(string_member(&object, "asset")?)?;
+    let amount =
+        parse_amount("amount", asset, string_member(&object, "amount")?).map_err(amount_problem)?;
+    Ok(DepositRequest {
+        tenant_id: scope.tenant_id,
+        business_id,
+        account_id: account,
+        asset,
+        amount,
     })
-    .await;
-    match result {
-        Ok(result) => Ok(deposit_response(&req, &result)),
-        Err(failure) => failure_response(state, failure),
-    }
 }
 
 fn deposit_response(req: &DepositRequest, result: &DepositResult) -> HttpResponse {
     let asset = result.asset;
-    let response = json_response(
+    json_response(
         StatusCode::CREATED,
         &json!({
             "outcome": ApiOutcome::Ok.as_str(),
@@ -646,58 +660,41 @@ fn deposit_response(req: &DepositRequest, result: &DepositResult) -> HttpRespons
             "amount": format_units(asset, result.amount),
             "available": format_units(asset, result.available),
         }),
-    );
-    replayed(response, result.replayed)
+    )
 }
 
-async fn fill_route(state: &Arc<AppState>, request: Request<Incoming>, scope: Scope) -> Handled {
-    let Scope { tenant_id } = scope;
-    let parsed = async {
-        let fill_id = business_id(&request)?;
-        let object = json_object(
-            request,
-            &["buy_order_id", "sell_order_id", "quantity", "price"],
-        )
-        .await?;
-        let buy_order_id = id_member(&object, "buy_order_id")?;
-        let sell_order_id = id_member(&object, "sell_order_id")?;
-        if buy_order_id == sell_order_id {
-            return Err(bad("buy_order_id and sell_order_id must differ"));
-        }
-        let market = Market::BtcUsdt;
-        let quantity =
-            parse_quantity(market, string_member(&object, "quantity")?).map_err(amount_problem)?;
-        let price =
-            parse_price(market, string_member(&object, "price")?).map_err(amount_problem)?;
-        Ok::<_, Problem>(FillRequest {
-            tenant_id,
-            fill_id,
-            buy_order_id,
-            sell_order_id,
-            quantity,
-            price,
-        })
+/// The fill a `POST /spot/fills` (admin) asks for, its fill id in `Idempotency-Key`.
+///
+/// Errors: the 400 (or 413, 415) problem.
+async fn fill_request(request: Request<Incoming>, scope: Scope) -> Result<FillRequest, Problem> {
+    let fill_id = business_id(&request)?;
+    let object = json_object(
+        request,
+        &["buy_order_id", "sell_order_id", "quantity", "price"],
+    )
+    .await?;
+    let buy_order_id = id_member(&object, "buy_order_id")?;
+    let sell_order_id = id_member(&object, "sell_order_id")?;
+    if buy_order_id == sell_order_id {
+        return Err(bad("buy_order_id and sell_order_id must differ"));
     }
-    .await;
-    let req = match parsed {
-        Ok(req) => req,
-        Err(problem) => return Ok(problem.into_response()),
-    };
-    let label = format!("FILL {}/{}", req.tenant_id, req.fill_id);
-    let task_req = req.clone();
-    let result = run_event(state, label, move |client, hooks| {
-        Box::pin(async move { frozen_balances::fill(client, &task_req, hooks).await })
+    let market = Market::BtcUsdt;
+    let quantity =
+        parse_quantity(market, string_member(&object, "quantity")?).map_err(amount_problem)?;
+    let price = parse_price(market, string_member(&object, "price")?).map_err(amount_problem)?;
+    Ok(FillRequest {
+        tenant_id: scope.tenant_id,
+        fill_id,
+        buy_order_id,
+        sell_order_id,
+        quantity,
+        price,
     })
-    .await;
-    match result {
-        Ok(result) => Ok(fill_response(&req, &result)),
-        Err(failure) => failure_response(state, failure),
-    }
 }
 
 fn fill_response(req: &FillRequest, result: &FillResult) -> HttpResponse {
     let (base, quote) = (Market::BtcUsdt.base(), Market::BtcUsdt.quote());
-    let response = match (result.outcome, result.closed_order) {
+    match (result.outcome, result.closed_order) {
         (Outcome::OrderClosed, Some((order_id, status))) => order_closed(order_id, status),
         _ => json_response(
             StatusCode::CREATED,
@@ -718,6 +715,5 @@ fn fill_response(req: &FillRequest, result: &FillResult) -> HttpResponse {
                 "sell_status": result.sell_status.map(|s| s.as_str()),
             }),
         ),
-    };
-    replayed(response, result.replayed)
+    }
 }

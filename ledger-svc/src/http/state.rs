@@ -6,16 +6,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
+use futures_util::future::BoxFuture;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Bytes;
 use hyper::body::Incoming;
 use hyper::header::CONTENT_LENGTH;
 use hyper::{Method, Request, StatusCode};
 use points_ledger::{LedgerError, TransferMode};
+use tokio::task::JoinError;
 use tokio_util::task::TaskTracker;
 
 use super::CloseConnection;
 use super::auth::{Caller, TokenTable};
+use super::bound;
 use super::faults::FaultHooks;
 use super::grammar::MAX_BODY_BYTES;
 use super::problem::{ApiOutcome, HttpResponse, Problem};
@@ -80,14 +83,40 @@ impl AppState {
     }
 
     /// Where a bounded request runs (`super::bound::run`).
-    pub fn runner(&self) -> super::bound::Runner<'_> {
-        super::bound::Runner {
+    pub fn runner(&self) -> bound::Runner<'_> {
+        bound::Runner {
             pool: &self.pool,
             tasks: &self.tasks,
             cancels_at_bound: self.cancels_at_bound,
             covers_replays: self.planted_bug
                 != Some(super::planted::PlantedBug::TrustCancelledCommit),
         }
+    }
+
+    /// Runs `work` on a pooled connection within the request's bound, in a task of the
+    /// tracker (a client that goes away cannot cancel the transaction half-way, and
+    /// shutdown waits for it), and settles what it came to ([`bound::run`],
+    /// [`bound::settle`]): the work's result, or why there is none ([`bound::Failure`]).
+    ///
+    /// Errors: the task's [`JoinError`] (it panicked or was cancelled).
+    pub async fn run_bounded<R, E, W>(
+        self: &Arc<Self>,
+        work: W,
+    ) -> Result<Result<R, bound::Failure<E>>, JoinError>
+    where
+        R: bound::Replayed + Send + 'static,
+        E: From<tokio_postgres::Error> + bound::WorkError + Send + 'static,
+        W: for<'c> FnOnce(&'c mut tokio_postgres::Client) -> BoxFuture<'c, Result<R, E>>
+            + Send
+            + 'static,
+    {
+        let state = self.clone();
+        self.tasks
+            .spawn(async move {
+                let ran = bound::run(state.runner(), state.request_timeout(), work).await;
+                bound::settle(ran)
+            })
+            .await
     }
 }
 

@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::auth::Caller;
-use super::bound::{self, Failure};
+use super::bound::Failure;
 use super::grammar;
 use super::problem::{ApiOutcome, HttpResponse, Problem, json_response, mark_replayed};
 use super::state::{AppState, read_body, transient};
@@ -118,21 +118,12 @@ async fn run(
     state: &Arc<AppState>,
     req: TransferRequest,
 ) -> Result<Result<TransferResult, LedgerError>, Box<HttpResponse>> {
-    let task_state = state.clone();
-    let task = state.tasks.spawn(async move {
-        let faults = task_state.faults.clone();
-        let ran = bound::run(
-            task_state.runner(),
-            task_state.request_timeout(),
-            move |client| {
-                Box::pin(async move {
-                    let hooks = super::faults::ledger_hooks(faults.as_deref());
-                    transfer_between(client, &req, hooks).await
-                })
-            },
-        )
-        .await;
-        bound::settle(ran)
+    let faults = state.faults.clone();
+    let task = state.run_bounded(move |client| {
+        Box::pin(async move {
+            let hooks = super::faults::ledger_hooks(faults.as_deref());
+            transfer_between(client, &req, hooks).await
+        })
     });
     let refused = |response: HttpResponse| Err(Box::new(response));
     match task.await {

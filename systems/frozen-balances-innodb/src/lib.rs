@@ -3,7 +3,10 @@
 //! the PostgreSQL system (`frozen_balances`): [`place`], [`fill`], [`cancel`],
 //! [`deposit`], [`reconcile`], with the same hook points, requests, results, amount
 //! arithmetic, settlement and payload fingerprints, which this crate takes from
-//! `frozen_balances` instead of copying them. What differs is the engine's part:
+//! `frozen_balances` instead of copying them: what every event decides whatever the
+//! engine (`frozen_balances::decisions`: each request's checks, rows and changes, each
+//! result, the check of a locked row, the replay of a stored record) is written there
+//! once. What differs is the engine's part, its statements:
 //!
 //! - [`schema`]: the four tables in InnoDB, ids compared byte for byte (`utf8mb4_bin`).
 //! - [`events`](mod@events): each event is one REPEATABLE READ transaction (InnoDB's

@@ -5,9 +5,6 @@
 //! Decimal text exists only at the edge ([`crate::amount`]). The second market,
 //! `ETH-USDT`, shares the quote asset with `BTC-USDT`: one USDT balance serves both (F17).
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::{Deserialize, Serialize};
 
 /// An asset with its scale and its largest accepted amount.
@@ -184,44 +181,13 @@ pub const ETH_USDT_LOT_UNITS: i64 = 10_000;
 /// ETH-USDT highest price, whole USDT per ETH.
 pub const ETH_USDT_MAX_PRICE_COINS: i64 = 10_000_000;
 
-macro_rules! name_traits {
-    ($ty:ident, $what:literal) => {
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
+enum_names::name_traits!(Asset, "asset");
+enum_names::name_traits!(Side, "side");
+enum_names::name_traits!(Market, "market");
 
-        impl FromStr for $ty {
-            type Err = UnknownName;
-
-            /// The exact spelling of `as_str` (case-sensitive).
-            fn from_str(s: &str) -> Result<Self, Self::Err> {
-                $ty::ALL
-                    .into_iter()
-                    .find(|v| v.as_str() == s)
-                    .ok_or_else(|| UnknownName {
-                        what: $what,
-                        input: s.to_owned(),
-                    })
-            }
-        }
-    };
-}
-
-name_traits!(Asset, "asset");
-name_traits!(Side, "side");
-name_traits!(Market, "market");
-
-/// Parse error of the `FromStr` impls in this module.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown {what}: {input:?}")]
-pub struct UnknownName {
-    /// What was parsed, e.g. `"market"`.
-    pub what: &'static str,
-    /// The refused text.
-    pub input: String,
-}
+/// Parse error of the `FromStr` impls in this module (the systems' one,
+/// [`enum_names::UnknownName`]).
+pub use enum_names::UnknownName;
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,6 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Transaction;
@@ -98,31 +97,8 @@ impl HookPoint {
     }
 }
 
-impl fmt::Display for HookPoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl fmt::Display for EventKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for HookPoint {
-    type Err = crate::asset::UnknownName;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        HookPoint::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| crate::asset::UnknownName {
-                what: "hook point",
-                input: s.to_owned(),
-            })
-    }
-}
+enum_names::name_traits!(HookPoint, "hook point");
+enum_names::display_name!(EventKind);
 
 /// What a hook sees.
 #[derive(Clone, Copy)]

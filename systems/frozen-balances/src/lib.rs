@@ -6,6 +6,9 @@
 //! - [`asset`]: assets (scale, maximum), the `BTC-USDT` market (tick, lot), sides.
 //! - [`amount`]: decimal text at the edge, never rounded or truncated; notional, fee and
 //!   fee reserve in checked 128-bit arithmetic.
+//! - [`decisions`]: what every event decides on any engine: ids, payloads and their
+//!   fingerprints, outcomes, balance changes in lock order, the check of a locked row,
+//!   the replay of a stored record (shared with `frozen-balances-innodb`).
 //! - [`schema`]: the tables and the seeded rows of a template database.
 //! - [`events`]: [`place`], [`fill`], [`cancel`], [`deposit`], each one READ COMMITTED
 //!   transaction that registers its business id first.
@@ -19,6 +22,7 @@
 
 pub mod amount;
 pub mod asset;
+pub mod decisions;
 pub mod error;
 pub mod events;
 pub mod hooks;
@@ -35,7 +39,11 @@ pub use events::{
     OrderStatus, Outcome, PlaceRequest, PlaceResult, cancel, deposit, fill, place,
 };
 // The engine-independent parts a second engine (frozen-balances-innodb) shares.
-pub use events::{Delta, Deltas, ORDER_COLUMNS, OrderRow, Settlement, add_delta, check_id, settle};
+pub use decisions::{
+    Delta, Deltas, Event, EventRequest, LockedRow, LockedRows, Recorded, add_delta, check_change,
+    check_id,
+};
+pub use events::{ORDER_COLUMNS, OrderRow, Settlement, buy_and_sell, settle};
 pub use hooks::{EventKind, HookAbort, HookContext, HookPoint, Hooks, NoHooks};
 pub use reconcile::{Findings, reconcile};
 pub use schema::{DEFAULT_TENANT, SYS_DEPOSIT, SYS_FEE};

@@ -6,8 +6,8 @@
 //! Every naive write still records what the product records (operation, movements,
 //! order), so that the reconciliation sees exactly the anomaly and nothing else.
 
+use crate::decisions::{EventRequest, payload_hash};
 use crate::error::FrozenError;
-use crate::events::payload_hash;
 use crate::{DEFAULT_TENANT, PlaceRequest};
 use tokio_postgres::Client;
 

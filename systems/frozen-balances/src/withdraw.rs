@@ -38,18 +38,16 @@
 //! every account's frozen = the remainders of its open orders + the amounts of its
 //! withdrawals in `REQUESTED`, `BROADCAST` or `UNKNOWN`.
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::{Deserialize, Serialize};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Transaction};
 
-use crate::asset::{Asset, UnknownName};
+use crate::asset::Asset;
+use crate::decisions::{Deltas, Event, Outcome, Recorded, add_delta, check_id};
 use crate::error::FrozenError;
 use crate::events::{
-    Deltas, Event, Outcome, Recorded, Registration, add_delta, apply, begin, check_id, ensure_rows,
-    finish, hook_in_tx, lock_and_check, register, retry_on_deadlock, write_movements,
+    Registration, apply, begin, ensure_rows, finish, hook_in_tx, lock_and_check, register,
+    retry_on_deadlock, write_movements,
 };
 use crate::hooks::{EventKind, HookPoint, Hooks};
 use crate::schema::{SYS_DEPOSIT, is_system_account};
@@ -126,25 +124,7 @@ impl Status {
     }
 }
 
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Status {
-    type Err = UnknownName;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Status::ALL
-            .into_iter()
-            .find(|x| x.as_str() == s)
-            .ok_or_else(|| UnknownName {
-                what: "withdrawal status",
-                input: s.to_owned(),
-            })
-    }
-}
+enum_names::name_traits!(Status, "withdrawal status");
 
 /// A withdrawal of `amount` minor units of `asset` from `account_id` to `destination`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,15 +2,12 @@
 //! ([`crate::transfer()`]), the one round trip ([`transfer_onetrip`]) or the batch
 //! ([`crate::batch`]), and the calls that send a request by the chosen one.
 
-use std::fmt;
-use std::str::FromStr;
-
 use tokio_postgres::Client;
 
 use crate::error::LedgerError;
 use crate::onetrip::transfer_onetrip;
 use crate::transfer::{Hooks, NoHooks, TransferRequest, TransferResult};
-use crate::vocabulary::{HookPoint, UnknownName};
+use crate::vocabulary::HookPoint;
 
 /// How a transfer is sent to the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
@@ -61,25 +58,7 @@ impl TransferMode {
     }
 }
 
-impl fmt::Display for TransferMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for TransferMode {
-    type Err = UnknownName;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        TransferMode::ALL
-            .into_iter()
-            .find(|mode| mode.as_str() == text)
-            .ok_or_else(|| UnknownName {
-                what: "transfer mode",
-                input: text.to_owned(),
-            })
-    }
-}
+enum_names::name_traits!(TransferMode, "transfer mode");
 
 /// [`crate::transfer()`], [`transfer_onetrip`] or a batch of one
 /// ([`crate::batch::transfer_batch`], then its after-commit point), by `mode`.

@@ -3,9 +3,6 @@
 //! its own so that the transfer, its errors and its fingerprint all depend on it and on
 //! nothing of each other.
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::{Deserialize, Serialize};
 
 /// The kind of a transfer, stored in `ledger_txn.kind` and part of the fingerprint.
@@ -103,44 +100,13 @@ impl HookPoint {
     }
 }
 
-macro_rules! name_traits {
-    ($ty:ident, $what:literal) => {
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
+enum_names::name_traits!(Kind, "transfer kind");
+enum_names::name_traits!(Outcome, "outcome");
+enum_names::name_traits!(HookPoint, "hook point");
 
-        impl FromStr for $ty {
-            type Err = UnknownName;
-
-            /// Parses the exact spelling produced by `as_str` (case-sensitive).
-            fn from_str(s: &str) -> Result<Self, Self::Err> {
-                $ty::ALL
-                    .into_iter()
-                    .find(|v| v.as_str() == s)
-                    .ok_or_else(|| UnknownName {
-                        what: $what,
-                        input: s.to_owned(),
-                    })
-            }
-        }
-    };
-}
-
-name_traits!(Kind, "transfer kind");
-name_traits!(Outcome, "outcome");
-name_traits!(HookPoint, "hook point");
-
-/// Parse error of the `FromStr` impls of [`Kind`], [`Outcome`] and [`HookPoint`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown {what}: {input:?}")]
-pub struct UnknownName {
-    /// What was being parsed, e.g. `"hook point"`.
-    pub what: &'static str,
-    /// The rejected text.
-    pub input: String,
-}
+/// Parse error of the `FromStr` impls of [`Kind`], [`Outcome`] and [`HookPoint`] (the
+/// systems' one, [`enum_names::UnknownName`]).
+pub use enum_names::UnknownName;
 
 #[cfg(test)]
 mod tests {

@@ -1,14 +1,12 @@
 //! *cancel* on InnoDB: an order's remainder goes back from frozen to available (SPEC §8).
 
-use frozen_balances::events::check_id;
-use frozen_balances::hooks::{EventKind, HookPoint, Hooks};
-use frozen_balances::{
-    Asset, CancelRequest, CancelResult, Deltas, FrozenError, OrderStatus, Outcome, add_delta,
-};
+use frozen_balances::hooks::{HookPoint, Hooks};
+use frozen_balances::{CancelRequest, CancelResult, Event, FrozenError, OrderStatus, Outcome};
 use mysql_async::Transaction;
+use mysql_async::prelude::Queryable;
 
-use super::fill::{lock_orders, order_asset};
-use super::{Event, Tally, expect_one, retry_on_deadlock, run_once, write_movements};
+use super::fill::lock_orders;
+use super::{Tally, expect_one, hook, retry_on_deadlock, run_once, write_movements};
 use crate::InnoError;
 
 // Guarded by frozen >= remainder: a frozen balance below what the order holds is a bug,
@@ -32,12 +30,7 @@ pub async fn cancel(
     hooks: &dyn Hooks,
     tally: &Tally,
 ) -> Result<CancelResult, InnoError> {
-    check_id("tenant id", &req.tenant_id)?;
-    check_id("business id", &req.business_id)?;
-    check_id("account id", &req.account_id)?;
-    if req.order_id <= 0 {
-        return Err(FrozenError::Invalid("order ids are positive".into()).into());
-    }
+    req.check()?;
     retry_on_deadlock!(tally, cancel_once(conn, req, hooks, tally))
 }
 
@@ -47,12 +40,7 @@ async fn cancel_once(
     hooks: &dyn Hooks,
     tally: &Tally,
 ) -> Result<CancelResult, InnoError> {
-    let event = Event::new(
-        EventKind::Cancel,
-        &req.tenant_id,
-        &req.business_id,
-        req.payload(),
-    );
+    let event = Event::of(req);
     run_once(conn, &event, hooks, tally, async |tx| {
         release(tx, &event, req, hooks).await
     })
@@ -70,25 +58,11 @@ async fn release(
         .into_iter()
         .find(|o| o.account_id == req.account_id)
         .ok_or(FrozenError::NoOrder(req.order_id))?;
-    let asset: Asset = order_asset(&order)?;
-    let mut result = CancelResult {
-        outcome: Outcome::OrderClosed,
-        order_id: order.order_id,
-        asset,
-        released: 0,
-        order_status: order.status,
-        replayed: false,
-    };
+    let asset = order.asset()?;
     if order.status != OrderStatus::Open {
-        return Ok((Outcome::OrderClosed, result));
+        return Ok((Outcome::OrderClosed, CancelResult::closed(&order, asset)));
     }
-    let remainder = order.remainder();
-    if remainder <= 0 {
-        return Err(InnoError::invariant(format!(
-            "open order {} holds {remainder}",
-            order.order_id
-        )));
-    }
+    let remainder = req.remainder(&order)?;
     tx.exec_drop(
         RELEASE_SQL,
         (
@@ -105,17 +79,13 @@ async fn release(
         tx,
         &format!("{} {asset}: frozen covering the remainder", req.account_id),
     )?;
-    event.hook(hooks, HookPoint::BalancesUpdated).await?;
-    let mut deltas = Deltas::new();
-    add_delta(&mut deltas, &req.account_id, asset, remainder, -remainder)?;
-    write_movements(tx, event, &deltas).await?;
+    hook(event, hooks, HookPoint::BalancesUpdated).await?;
+    write_movements(tx, event, &req.release_deltas(asset, remainder)?).await?;
     tx.exec_drop(CLOSE_ORDER_SQL, (remainder, order.order_id))
         .await?;
     expect_one(tx, "the cancelled order")?;
-    result.outcome = Outcome::Ok;
-    result.released = remainder;
-    result.order_status = OrderStatus::Cancelled;
-    Ok((Outcome::Ok, result))
+    Ok((
+        Outcome::Ok,
+        CancelResult::released(&order, asset, remainder),
+    ))
 }
-
-use mysql_async::prelude::Queryable;

@@ -1,18 +1,16 @@
 //! *fill* on InnoDB: one fill's settlement between a BUY and a SELL order (SPEC §8). The
 //! figures come from `frozen_balances::settle`, shared with the PostgreSQL system.
 
-use frozen_balances::events::check_id;
-use frozen_balances::hooks::{EventKind, HookPoint, Hooks};
-use frozen_balances::schema::SYS_FEE;
+use frozen_balances::hooks::{HookPoint, Hooks};
 use frozen_balances::{
-    Asset, FillRequest, FillResult, FrozenError, ORDER_COLUMNS, OrderRow, OrderStatus, Outcome,
-    Settlement, settle,
+    Event, FillRequest, FillResult, ORDER_COLUMNS, OrderRow, OrderStatus, Outcome, buy_and_sell,
+    settle,
 };
 use mysql_async::prelude::Queryable;
 use mysql_async::{Row, Transaction};
 
 use super::{
-    Event, Tally, apply, ensure_rows, expect_one, lock_and_check, retry_on_deadlock, run_once,
+    Tally, apply, ensure_rows, expect_one, hook, lock_and_check, retry_on_deadlock, run_once,
     write_movements,
 };
 use crate::InnoError;
@@ -38,14 +36,7 @@ pub async fn fill(
     hooks: &dyn Hooks,
     tally: &Tally,
 ) -> Result<FillResult, InnoError> {
-    check_id("tenant id", &req.tenant_id)?;
-    check_id("fill id", &req.fill_id)?;
-    if req.buy_order_id == req.sell_order_id {
-        return Err(FrozenError::Invalid("a fill needs two different orders".into()).into());
-    }
-    if req.buy_order_id <= 0 || req.sell_order_id <= 0 {
-        return Err(FrozenError::Invalid("order ids are positive".into()).into());
-    }
+    req.check()?;
     retry_on_deadlock!(tally, fill_once(conn, req, hooks, tally))
 }
 
@@ -55,7 +46,7 @@ async fn fill_once(
     hooks: &dyn Hooks,
     tally: &Tally,
 ) -> Result<FillResult, InnoError> {
-    let event = Event::new(EventKind::Fill, &req.tenant_id, &req.fill_id, req.payload());
+    let event = Event::of(req);
     run_once(conn, &event, hooks, tally, async |tx| {
         settle_in(tx, &event, req, hooks).await
     })
@@ -68,38 +59,16 @@ async fn settle_in(
     req: &FillRequest,
     hooks: &dyn Hooks,
 ) -> Result<(Outcome, FillResult), InnoError> {
-    let mut orders =
-        lock_orders(tx, &req.tenant_id, &[req.buy_order_id, req.sell_order_id]).await?;
-    let mut take = |id: i64| {
-        orders
-            .iter()
-            .position(|o| o.order_id == id)
-            .map(|i| orders.swap_remove(i))
-            .ok_or(FrozenError::NoOrder(id))
-    };
-    let buy = take(req.buy_order_id)?;
-    let sell = take(req.sell_order_id)?;
-    if let Some(closed) = [&buy, &sell]
-        .into_iter()
-        .find(|o| o.status != OrderStatus::Open)
-    {
-        return Ok((Outcome::OrderClosed, closed_result(&buy, &sell, closed)));
+    let orders = lock_orders(tx, &req.tenant_id, &[req.buy_order_id, req.sell_order_id]).await?;
+    let (buy, sell) = buy_and_sell(orders, req)?;
+    if let Some(result) = FillResult::closed(&buy, &sell) {
+        return Ok((Outcome::OrderClosed, result));
     }
     let settlement = settle(req, &buy, &sell)?;
-    let market = settlement.market;
-    ensure_rows(
-        tx,
-        &req.tenant_id,
-        &[
-            (&buy.account_id, market.base(), false),
-            (&sell.account_id, market.quote(), false),
-            (SYS_FEE, market.quote(), false),
-        ],
-    )
-    .await?;
+    ensure_rows(tx, &req.tenant_id, &settlement.credited_rows(&buy, &sell)).await?;
     lock_and_check(tx, &req.tenant_id, &settlement.deltas).await?;
     apply(tx, &req.tenant_id, &settlement.deltas).await?;
-    event.hook(hooks, HookPoint::BalancesUpdated).await?;
+    hook(event, hooks, HookPoint::BalancesUpdated).await?;
     write_movements(tx, event, &settlement.deltas).await?;
     let buy_status = settle_order(
         tx,
@@ -110,39 +79,10 @@ async fn settle_in(
     )
     .await?;
     let sell_status = settle_order(tx, &sell, req.quantity, settlement.seller_taken, 0).await?;
-    Ok((Outcome::Ok, ok_result(&settlement, buy_status, sell_status)))
-}
-
-fn closed_result(buy: &OrderRow, sell: &OrderRow, closed: &OrderRow) -> FillResult {
-    FillResult {
-        outcome: Outcome::OrderClosed,
-        closed_order: Some((closed.order_id, closed.status)),
-        notional: 0,
-        buyer_fee: 0,
-        seller_fee: 0,
-        buyer_frozen_taken: 0,
-        buyer_returned: 0,
-        seller_received: 0,
-        buy_status: Some(buy.status),
-        sell_status: Some(sell.status),
-        replayed: false,
-    }
-}
-
-fn ok_result(s: &Settlement, buy_status: OrderStatus, sell_status: OrderStatus) -> FillResult {
-    FillResult {
-        outcome: Outcome::Ok,
-        closed_order: None,
-        notional: s.notional,
-        buyer_fee: s.buyer_fee,
-        seller_fee: s.seller_fee,
-        buyer_frozen_taken: s.buyer_taken,
-        buyer_returned: s.buyer_returned,
-        seller_received: s.seller_received,
-        buy_status: Some(buy_status),
-        sell_status: Some(sell_status),
-        replayed: false,
-    }
+    Ok((
+        Outcome::Ok,
+        FillResult::settled(&settlement, buy_status, sell_status),
+    ))
 }
 
 async fn settle_order(
@@ -209,12 +149,4 @@ pub fn order_row(mut row: Row) -> Result<OrderRow, InnoError> {
         released: col(&mut row, "released")?,
         status: OrderStatus::parse(&status)?,
     })
-}
-
-/// The asset an order's freeze holds.
-pub(crate) fn order_asset(order: &OrderRow) -> Result<Asset, InnoError> {
-    order
-        .frozen_asset
-        .parse()
-        .map_err(|_| InnoError::invariant("order's frozen asset"))
 }

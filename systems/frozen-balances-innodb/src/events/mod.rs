@@ -24,12 +24,12 @@ mod place;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use frozen_balances::hooks::{EventKind, HookContext, HookPoint, Hooks};
-use frozen_balances::{Asset, Deltas, FrozenError, Outcome};
+use frozen_balances::hooks::{HookPoint, Hooks};
+use frozen_balances::{
+    Asset, Deltas, Event, LockedRow, LockedRows, Outcome, Recorded, check_change,
+};
 use mysql_async::prelude::Queryable;
 use mysql_async::{IsolationLevel, Row, Transaction, TxOpts};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use crate::error::{ER_DUP_ENTRY, ER_LOCK_DEADLOCK, InnoError};
 
@@ -51,7 +51,7 @@ pub struct Tally {
 
 impl Tally {
     /// Deadlocks InnoDB reported (error 1213), each followed by a retry or by
-    /// [`FrozenError::DeadlockRetriesExhausted`].
+    /// [`frozen_balances::FrozenError::DeadlockRetriesExhausted`].
     pub fn deadlocks(&self) -> u32 {
         self.deadlocks.load(Ordering::SeqCst)
     }
@@ -63,63 +63,16 @@ impl Tally {
     }
 }
 
-/// A result recorded as JSON with its operation and returned again on replay.
-pub(crate) trait Recorded: Serialize + DeserializeOwned {
-    fn mark_replayed(&mut self);
-}
-
-macro_rules! recorded {
-    ($($t:ty),*) => {$(
-        impl Recorded for $t {
-            fn mark_replayed(&mut self) {
-                self.replayed = true;
-            }
-        }
-    )*};
-}
-recorded!(
-    frozen_balances::PlaceResult,
-    frozen_balances::FillResult,
-    frozen_balances::CancelResult,
-    frozen_balances::DepositResult
-);
-
-/// One event being executed.
-pub(crate) struct Event<'r> {
-    pub kind: EventKind,
-    pub tenant_id: &'r str,
-    pub business_id: &'r str,
-    pub payload: String,
-    pub hash: String,
-}
-
-impl<'r> Event<'r> {
-    pub fn new(kind: EventKind, tenant_id: &'r str, business_id: &'r str, payload: String) -> Self {
-        let hash = frozen_balances::events::payload_hash(&payload);
-        Event {
-            kind,
-            tenant_id,
-            business_id,
-            payload,
-            hash,
-        }
-    }
-
-    /// Runs hook `point` (the hook sees no PostgreSQL transaction: `transaction` is
-    /// `None` on this engine).
-    pub async fn hook(&self, hooks: &dyn Hooks, point: HookPoint) -> Result<(), InnoError> {
-        let ctx = HookContext {
-            point,
-            event: self.kind,
-            tenant_id: self.tenant_id,
-            business_id: self.business_id,
-            transaction: None,
-        };
-        hooks
-            .at(ctx)
-            .await
-            .map_err(|_| InnoError::Frozen(FrozenError::HookAborted(point)))
-    }
+/// Runs hook `point` of `event` (the hook sees no PostgreSQL transaction on this
+/// engine).
+///
+/// Errors: [`frozen_balances::FrozenError::HookAborted`].
+pub(crate) async fn hook(
+    event: &Event<'_>,
+    hooks: &dyn Hooks,
+    point: HookPoint,
+) -> Result<(), InnoError> {
+    Ok(event.hook(hooks, point, None).await?)
 }
 
 /// Starts an event's transaction: REPEATABLE READ, set explicitly.
@@ -174,7 +127,7 @@ pub(crate) async fn register(
 /// The stored operation of `event`, read in a new (read-only) transaction after the
 /// failed one was rolled back; its result, marked replayed.
 ///
-/// Errors: [`FrozenError::PayloadMismatch`]; [`FrozenError::CommittedPending`]; the
+/// Errors: [`frozen_balances::FrozenError::PayloadMismatch`]; [`frozen_balances::FrozenError::CommittedPending`]; the
 /// server's.
 pub(crate) async fn replay<R: Recorded>(
     conn: &mut mysql_async::Conn,
@@ -188,12 +141,9 @@ pub(crate) async fn replay<R: Recorded>(
     let stored = read_operation(&mut tx, event.tenant_id, event.business_id).await?;
     tx.commit().await?;
     let Some((hash, outcome, result)) = stored else {
-        return Err(InnoError::invariant(format!(
-            "operation ({}, {}) conflicted but could not be read",
-            event.tenant_id, event.business_id
-        )));
+        return Err(event.unreadable().into());
     };
-    decode(event, hash, outcome, result)
+    Ok(event.replay(hash, &outcome, result)?)
 }
 
 const READ_OPERATION_SQL: &str = "\
@@ -213,59 +163,32 @@ pub async fn read_operation<Q: Queryable>(
         .await?)
 }
 
-fn decode<R: Recorded>(
-    event: &Event<'_>,
-    stored_hash: String,
-    outcome: String,
-    result: Option<String>,
-) -> Result<R, InnoError> {
-    if stored_hash != event.hash {
-        return Err(FrozenError::PayloadMismatch {
-            stored_hash,
-            payload_hash: event.hash.clone(),
-        }
-        .into());
-    }
-    let (Some(_), Some(result)) = (Outcome::parse(&outcome), result) else {
-        return Err(FrozenError::CommittedPending {
-            tenant_id: event.tenant_id.to_owned(),
-            business_id: event.business_id.to_owned(),
-        }
-        .into());
-    };
-    let mut decoded: R = serde_json::from_str(&result)
-        .map_err(|error| InnoError::invariant(format!("stored result does not decode: {error}")))?;
-    decoded.mark_replayed();
-    Ok(decoded)
-}
-
 const RECORD_SQL: &str =
     "UPDATE balance_operation SET outcome = ?, result = ? WHERE operation_id = ?";
 
-/// The end of every committing path: record `outcome` and `result`, `before-commit`,
-/// COMMIT, `after-commit`.
+/// The end of every committing path: record the `applied` outcome and result,
+/// `before-commit`, COMMIT, `after-commit`.
 ///
-/// Errors: [`FrozenError::HookAborted`] (rolled back before commit; committed at
+/// Errors: [`frozen_balances::FrozenError::HookAborted`] (rolled back before commit; committed at
 /// `after-commit`); the server's.
 pub(crate) async fn finish<R: Recorded>(
     mut tx: Transaction<'_>,
     hooks: &dyn Hooks,
     event: &Event<'_>,
     operation_id: i64,
-    outcome: Outcome,
-    result: R,
+    applied: (Outcome, R),
 ) -> Result<R, InnoError> {
-    let text = serde_json::to_string(&result)
-        .map_err(|error| InnoError::invariant(format!("result encoding: {error}")))?;
+    let (outcome, result) = applied;
+    let text = result.encode()?;
     tx.exec_drop(RECORD_SQL, (outcome.as_str(), text, operation_id))
         .await?;
     expect_one(&tx, "the operation's record")?;
-    if let Err(error) = event.hook(hooks, HookPoint::BeforeCommit).await {
+    if let Err(error) = hook(event, hooks, HookPoint::BeforeCommit).await {
         let _ = tx.rollback().await;
         return Err(error);
     }
     tx.commit().await?;
-    event.hook(hooks, HookPoint::AfterCommit).await?;
+    hook(event, hooks, HookPoint::AfterCommit).await?;
     Ok(result)
 }
 
@@ -318,46 +241,31 @@ SELECT available, frozen, allow_negative FROM balance
 WHERE tenant_id = ? AND account_id = ? AND asset = ? FOR UPDATE";
 
 /// Locks the rows of `deltas` one statement at a time in the map's (sorted) order and
-/// checks that the changes keep every CHECK; returns each row's `available` before.
+/// checks that the changes keep every CHECK ([`check_change`]); the rows as locked.
 ///
-/// Errors: [`FrozenError::InvariantViolated`] (a missing row or a broken CHECK),
-/// [`FrozenError::Amount`] (a balance past the 64-bit range); the server's.
+/// Errors: [`frozen_balances::FrozenError::InvariantViolated`] (a missing row or a broken CHECK),
+/// [`frozen_balances::FrozenError::Amount`] (a balance past the 64-bit range); the server's.
 pub(crate) async fn lock_and_check(
     tx: &mut Transaction<'_>,
     tenant_id: &str,
     deltas: &Deltas,
-) -> Result<Vec<i64>, InnoError> {
-    let mut before = Vec::new();
+) -> Result<LockedRows, InnoError> {
+    let mut locked = LockedRows::new();
     for ((account, asset), delta) in deltas {
         let row: Option<(i64, i64, bool)> = tx
             .exec_first(LOCK_ROW_SQL, (tenant_id, account, *asset))
             .await?;
         let (available, frozen, allow_negative) =
             row.ok_or_else(|| InnoError::invariant(format!("no balance row {account} {asset}")))?;
-        let (Some(new_available), Some(new_frozen)) = (
-            available.checked_add(delta.available),
-            frozen.checked_add(delta.frozen),
-        ) else {
-            let asset: Asset = asset
-                .parse()
-                .map_err(|_| InnoError::invariant(format!("unknown asset {asset}")))?;
-            return Err(
-                FrozenError::Amount(frozen_balances::amount::AmountError::OutOfRange {
-                    what: "the balance after this event",
-                    asset,
-                })
-                .into(),
-            );
+        let row = LockedRow {
+            available,
+            frozen,
+            allow_negative,
         };
-        if new_frozen < 0 || (!allow_negative && new_available < 0) {
-            return Err(InnoError::invariant(format!(
-                "{account} {asset}: available {available} frozen {frozen} cannot take available {:+} frozen {:+}",
-                delta.available, delta.frozen
-            )));
-        }
-        before.push(available);
+        check_change(account, asset, row, delta)?;
+        locked.insert((account.clone(), *asset), row);
     }
-    Ok(before)
+    Ok(locked)
 }
 
 const APPLY_SQL: &str = "\
@@ -370,14 +278,14 @@ VALUES (?, ?, ?, ?, ?, ?)";
 
 /// Updates the (already locked) balance rows by `deltas`, one statement per row.
 ///
-/// Errors: [`FrozenError::InvariantViolated`] when a row is not matched; the server's.
+/// Errors: [`frozen_balances::FrozenError::InvariantViolated`] when a row is not matched; the server's.
 pub(crate) async fn apply(
     tx: &mut Transaction<'_>,
     tenant_id: &str,
     deltas: &Deltas,
 ) -> Result<(), InnoError> {
     for ((account, asset), delta) in deltas {
-        if delta.available == 0 && delta.frozen == 0 {
+        if delta.is_zero() {
             continue;
         }
         tx.exec_drop(
@@ -399,7 +307,7 @@ pub(crate) async fn write_movements(
     deltas: &Deltas,
 ) -> Result<(), InnoError> {
     for ((account, asset), delta) in deltas {
-        if delta.available == 0 && delta.frozen == 0 {
+        if delta.is_zero() {
             continue;
         }
         tx.exec_drop(
@@ -437,12 +345,12 @@ pub(crate) async fn run_once<R: Recorded>(
         tx.rollback().await?;
         return replay(conn, event).await;
     };
-    let applied = match event.hook(hooks, HookPoint::Registered).await {
+    let applied = match hook(event, hooks, HookPoint::Registered).await {
         Ok(()) => body(&mut tx).await,
         Err(error) => Err(error),
     };
     match applied {
-        Ok((outcome, result)) => finish(tx, hooks, event, operation_id, outcome, result).await,
+        Ok(applied) => finish(tx, hooks, event, operation_id, applied).await,
         Err(error) => rollback_with(tx, error).await,
     }
 }

@@ -1,12 +1,12 @@
 //! *place* on InnoDB: an order freezes its funds (SPEC §8).
 
 use frozen_balances::amount::Freeze;
-use frozen_balances::hooks::{EventKind, HookPoint, Hooks};
-use frozen_balances::{Deltas, Outcome, PlaceRequest, PlaceResult, add_delta};
+use frozen_balances::hooks::{HookPoint, Hooks};
+use frozen_balances::{Event, Outcome, PlaceRequest, PlaceResult};
 use mysql_async::Transaction;
 use mysql_async::prelude::Queryable;
 
-use super::{Event, Tally, ensure_rows, expect_one, retry_on_deadlock, run_once, write_movements};
+use super::{Tally, ensure_rows, expect_one, hook, retry_on_deadlock, run_once, write_movements};
 use crate::InnoError;
 
 // The conditional freeze. UPDATE is a locking read: it waits for a concurrent writer of
@@ -53,12 +53,7 @@ pub(crate) async fn place_once(
     hooks: &dyn Hooks,
     tally: &Tally,
 ) -> Result<PlaceResult, InnoError> {
-    let event = Event::new(
-        EventKind::Place,
-        &req.tenant_id,
-        &req.business_id,
-        req.payload(),
-    );
+    let event = Event::of(req);
     run_once(conn, &event, hooks, tally, async |tx| {
         freeze_and_record(tx, &event, req, &freeze, hooks).await
     })
@@ -74,16 +69,7 @@ async fn freeze_and_record(
     freeze: &Freeze,
     hooks: &dyn Hooks,
 ) -> Result<(Outcome, PlaceResult), InnoError> {
-    let market = req.market;
-    ensure_rows(
-        tx,
-        &req.tenant_id,
-        &[
-            (&req.account_id, market.base(), false),
-            (&req.account_id, market.quote(), false),
-        ],
-    )
-    .await?;
+    ensure_rows(tx, &req.tenant_id, &req.balance_rows()).await?;
     let asset = freeze.asset.as_str();
     tx.exec_drop(
         FREEZE_SQL,
@@ -102,22 +88,18 @@ async fn freeze_and_record(
         .exec_first(AVAILABLE_SQL, (&req.tenant_id, &req.account_id, asset))
         .await?;
     let available = available.ok_or_else(|| InnoError::invariant("balance row vanished"))?;
-    let mut result = PlaceResult {
-        outcome: Outcome::Insufficient,
-        order_id: None,
-        frozen_asset: freeze.asset,
-        frozen_amount: freeze.amount,
-        fee_reserve: freeze.fee_reserve,
-        available,
-        replayed: false,
-    };
     if !froze {
-        return Ok((Outcome::Insufficient, result));
+        return Ok((
+            Outcome::Insufficient,
+            PlaceResult::refused(freeze, available),
+        ));
     }
-    event.hook(hooks, HookPoint::BalancesUpdated).await?;
-    result.order_id = Some(record_order(tx, event, req, freeze).await?);
-    result.outcome = Outcome::Ok;
-    Ok((Outcome::Ok, result))
+    hook(event, hooks, HookPoint::BalancesUpdated).await?;
+    let order_id = record_order(tx, event, req, freeze).await?;
+    Ok((
+        Outcome::Ok,
+        PlaceResult::placed(freeze, order_id, available),
+    ))
 }
 
 /// Inside `tx`, after the freeze: writes its movement and the order row; the new order's
@@ -128,15 +110,7 @@ async fn record_order(
     req: &PlaceRequest,
     freeze: &Freeze,
 ) -> Result<i64, InnoError> {
-    let mut deltas = Deltas::new();
-    add_delta(
-        &mut deltas,
-        &req.account_id,
-        freeze.asset,
-        -freeze.amount,
-        freeze.amount,
-    )?;
-    write_movements(tx, event, &deltas).await?;
+    write_movements(tx, event, &req.freeze_deltas(freeze)?).await?;
     tx.exec_drop(
         INSERT_ORDER_SQL,
         (

@@ -6,10 +6,12 @@ use tokio_postgres::{Client, Transaction};
 
 use super::fill::{ORDER_COLUMNS, OrderRow};
 use super::{
-    Deltas, Event, OrderStatus, Outcome, Recorded, Registration, add_delta, begin, check_id,
-    finish, hook_in_tx, register, retry_on_deadlock, write_movements,
+    Registration, begin, finish, hook_in_tx, register, retry_on_deadlock, write_movements,
 };
 use crate::asset::Asset;
+use crate::decisions::{
+    Deltas, Event, EventRequest, OrderStatus, Outcome, add_delta, check_id, recorded,
+};
 use crate::error::FrozenError;
 use crate::hooks::{EventKind, HookPoint, Hooks};
 
@@ -26,10 +28,60 @@ pub struct CancelRequest {
     pub order_id: i64,
 }
 
-impl CancelRequest {
+impl EventRequest for CancelRequest {
+    const KIND: EventKind = EventKind::Cancel;
+
+    fn tenant_id(&self) -> &str {
+        &self.tenant_id
+    }
+
+    fn business_id(&self) -> &str {
+        &self.business_id
+    }
+
     /// `CANCEL|account|order`.
-    pub fn payload(&self) -> String {
+    fn payload(&self) -> String {
         format!("CANCEL|{}|{}", self.account_id, self.order_id)
+    }
+}
+
+impl CancelRequest {
+    /// Checks the ids before any database access: tenant, business and account id, a
+    /// positive order id.
+    ///
+    /// Errors: [`FrozenError::Invalid`].
+    pub fn check(&self) -> Result<(), FrozenError> {
+        check_id("tenant id", &self.tenant_id)?;
+        check_id("business id", &self.business_id)?;
+        check_id("account id", &self.account_id)?;
+        if self.order_id <= 0 {
+            return Err(FrozenError::Invalid("order ids are positive".into()));
+        }
+        Ok(())
+    }
+
+    /// What the cancel releases of the open `order`: its remainder (minor units).
+    ///
+    /// Errors: [`FrozenError::InvariantViolated`] when the open order holds nothing.
+    pub fn remainder(&self, order: &OrderRow) -> Result<i64, FrozenError> {
+        let remainder = order.remainder();
+        if remainder <= 0 {
+            return Err(FrozenError::InvariantViolated(format!(
+                "open order {} holds {remainder}",
+                order.order_id
+            )));
+        }
+        Ok(remainder)
+    }
+
+    /// The movement of the release: the account's `asset`, available +`remainder`,
+    /// frozen −`remainder` (minor units).
+    ///
+    /// Errors: [`FrozenError::InvariantViolated`] (a delta overflow).
+    pub fn release_deltas(&self, asset: Asset, remainder: i64) -> Result<Deltas, FrozenError> {
+        let mut deltas = Deltas::new();
+        add_delta(&mut deltas, &self.account_id, asset, remainder, -remainder)?;
+        Ok(deltas)
     }
 }
 
@@ -51,9 +103,29 @@ pub struct CancelResult {
     pub replayed: bool,
 }
 
-impl Recorded for CancelResult {
-    fn mark_replayed(&mut self) {
-        self.replayed = true;
+recorded!(CancelResult);
+
+impl CancelResult {
+    /// ORDER_CLOSED: `order` (of `asset`) is no longer open; nothing released.
+    pub fn closed(order: &OrderRow, asset: Asset) -> CancelResult {
+        CancelResult {
+            outcome: Outcome::OrderClosed,
+            order_id: order.order_id,
+            asset,
+            released: 0,
+            order_status: order.status,
+            replayed: false,
+        }
+    }
+
+    /// OK: `order` (of `asset`) CANCELLED with `remainder` (minor units) released.
+    pub fn released(order: &OrderRow, asset: Asset, remainder: i64) -> CancelResult {
+        CancelResult {
+            outcome: Outcome::Ok,
+            released: remainder,
+            order_status: OrderStatus::Cancelled,
+            ..CancelResult::closed(order, asset)
+        }
     }
 }
 
@@ -89,12 +161,7 @@ pub async fn cancel(
     req: &CancelRequest,
     hooks: &dyn Hooks,
 ) -> Result<CancelResult, FrozenError> {
-    check_id("tenant id", &req.tenant_id)?;
-    check_id("business id", &req.business_id)?;
-    check_id("account id", &req.account_id)?;
-    if req.order_id <= 0 {
-        return Err(FrozenError::Invalid("order ids are positive".into()));
-    }
+    req.check()?;
     retry_on_deadlock!(cancel_once(client, req, hooks))
 }
 
@@ -107,12 +174,7 @@ async fn cancel_once(
     req: &CancelRequest,
     hooks: &dyn Hooks,
 ) -> Result<CancelResult, FrozenError> {
-    let event = Event::new(
-        EventKind::Cancel,
-        &req.tenant_id,
-        &req.business_id,
-        req.payload(),
-    );
+    let event = Event::of(req);
     let tx = begin(client).await?;
     let operation_id = match register::<CancelResult>(&tx, &event).await? {
         Registration::New(id) => id,
@@ -123,19 +185,9 @@ async fn cancel_once(
     };
     let tx = hook_in_tx(tx, hooks, &event, HookPoint::Registered).await?;
     let (tx, order) = lock_order(tx, req).await?;
-    let asset: Asset = order
-        .frozen_asset
-        .parse()
-        .map_err(|_| FrozenError::InvariantViolated("order's frozen asset".into()))?;
+    let asset = order.asset()?;
     if order.status != OrderStatus::Open {
-        let result = CancelResult {
-            outcome: Outcome::OrderClosed,
-            order_id: order.order_id,
-            asset,
-            released: 0,
-            order_status: order.status,
-            replayed: false,
-        };
+        let result = CancelResult::closed(&order, asset);
         return finish(
             tx,
             hooks,
@@ -191,14 +243,13 @@ async fn release<'t>(
     order: &OrderRow,
     asset: Asset,
 ) -> Result<(Transaction<'t>, i64), FrozenError> {
-    let remainder = order.remainder();
-    if remainder <= 0 {
-        let _ = tx.rollback().await;
-        return Err(FrozenError::InvariantViolated(format!(
-            "open order {} holds {remainder}",
-            order.order_id
-        )));
-    }
+    let remainder = match req.remainder(order) {
+        Ok(remainder) => remainder,
+        Err(error) => {
+            let _ = tx.rollback().await;
+            return Err(error);
+        }
+    };
     let asset_name = asset.as_str();
     let released = tx
         .query_typed_opt(
@@ -233,20 +284,11 @@ async fn close_order(
     asset: Asset,
     remainder: i64,
 ) -> Result<CancelResult, FrozenError> {
-    let mut deltas = Deltas::new();
-    add_delta(&mut deltas, &req.account_id, asset, remainder, -remainder)?;
-    write_movements(tx, event, &deltas).await?;
+    write_movements(tx, event, &req.release_deltas(asset, remainder)?).await?;
     tx.execute_typed(
         CLOSE_ORDER_SQL,
         &[(&order.order_id, Type::INT8), (&remainder, Type::INT8)],
     )
     .await?;
-    Ok(CancelResult {
-        outcome: Outcome::Ok,
-        order_id: order.order_id,
-        asset,
-        released: remainder,
-        order_status: OrderStatus::Cancelled,
-        replayed: false,
-    })
+    Ok(CancelResult::released(order, asset, remainder))
 }

@@ -4,10 +4,13 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::Client;
 
 use super::{
-    Deltas, Event, Outcome, Recorded, Registration, add_delta, apply, begin, check_id, ensure_rows,
-    finish, hook_in_tx, lock_and_check, register, retry_on_deadlock, write_movements,
+    Registration, apply, begin, ensure_rows, finish, hook_in_tx, lock_and_check, register,
+    retry_on_deadlock, write_movements,
 };
 use crate::asset::Asset;
+use crate::decisions::{
+    Deltas, Event, EventRequest, LockedRows, Outcome, add_delta, check_id, recorded,
+};
 use crate::error::FrozenError;
 use crate::hooks::{EventKind, HookPoint, Hooks};
 use crate::schema::{SYS_DEPOSIT, is_system_account};
@@ -27,15 +30,71 @@ pub struct DepositRequest {
     pub amount: i64,
 }
 
-impl DepositRequest {
+impl EventRequest for DepositRequest {
+    const KIND: EventKind = EventKind::Deposit;
+
+    fn tenant_id(&self) -> &str {
+        &self.tenant_id
+    }
+
+    fn business_id(&self) -> &str {
+        &self.business_id
+    }
+
     /// `DEPOSIT|account|asset|amount`.
-    pub fn payload(&self) -> String {
+    fn payload(&self) -> String {
         format!(
             "DEPOSIT|{}|{}|{}",
             self.account_id,
             self.asset.as_str(),
             self.amount
         )
+    }
+}
+
+impl DepositRequest {
+    /// Checks the request before any database access: ids, not a system account, an
+    /// amount of 1 to the asset's maximum (minor units).
+    ///
+    /// Errors: [`FrozenError::Invalid`].
+    pub fn check(&self) -> Result<(), FrozenError> {
+        check_id("tenant id", &self.tenant_id)?;
+        check_id("business id", &self.business_id)?;
+        check_id("account id", &self.account_id)?;
+        if is_system_account(&self.account_id) {
+            return Err(FrozenError::Invalid(format!(
+                "{} is a system account",
+                self.account_id
+            )));
+        }
+        if self.amount <= 0 || self.amount > self.asset.max_units() {
+            return Err(FrozenError::Invalid(format!(
+                "deposit amount must be 1 to {} {} units",
+                self.asset.max_units(),
+                self.asset
+            )));
+        }
+        Ok(())
+    }
+
+    /// The balance rows a deposit creates at 0 when missing: the account's and the
+    /// tenant's `sys-deposit` (with `allow_negative`), `(account, asset, allow_negative)`.
+    pub fn balance_rows(&self) -> [(&str, Asset, bool); 2] {
+        [
+            (&self.account_id, self.asset, false),
+            (SYS_DEPOSIT, self.asset, true),
+        ]
+    }
+
+    /// The deposit's changes: `sys-deposit` available −amount, the account's available
+    /// +amount (minor units).
+    ///
+    /// Errors: [`FrozenError::InvariantViolated`] (a delta overflow).
+    pub fn deltas(&self) -> Result<Deltas, FrozenError> {
+        let mut deltas = Deltas::new();
+        add_delta(&mut deltas, SYS_DEPOSIT, self.asset, -self.amount, 0)?;
+        add_delta(&mut deltas, &self.account_id, self.asset, self.amount, 0)?;
+        Ok(deltas)
     }
 }
 
@@ -55,9 +114,24 @@ pub struct DepositResult {
     pub replayed: bool,
 }
 
-impl Recorded for DepositResult {
-    fn mark_replayed(&mut self) {
-        self.replayed = true;
+recorded!(DepositResult);
+
+impl DepositResult {
+    /// The OK result of `req`, from the `locked` rows (their `available` before it).
+    ///
+    /// Errors: [`FrozenError::InvariantViolated`] when the account's row is not locked.
+    pub fn credited(req: &DepositRequest, locked: &LockedRows) -> Result<Self, FrozenError> {
+        let before = locked
+            .get(&(req.account_id.clone(), req.asset.as_str()))
+            .ok_or_else(|| FrozenError::InvariantViolated("the credited row is not locked".into()))?
+            .available;
+        Ok(DepositResult {
+            outcome: Outcome::Ok,
+            asset: req.asset,
+            amount: req.amount,
+            available: before + req.amount,
+            replayed: false,
+        })
     }
 }
 
@@ -74,22 +148,7 @@ pub async fn deposit(
     req: &DepositRequest,
     hooks: &dyn Hooks,
 ) -> Result<DepositResult, FrozenError> {
-    check_id("tenant id", &req.tenant_id)?;
-    check_id("business id", &req.business_id)?;
-    check_id("account id", &req.account_id)?;
-    if is_system_account(&req.account_id) {
-        return Err(FrozenError::Invalid(format!(
-            "{} is a system account",
-            req.account_id
-        )));
-    }
-    if req.amount <= 0 || req.amount > req.asset.max_units() {
-        return Err(FrozenError::Invalid(format!(
-            "deposit amount must be 1 to {} {} units",
-            req.asset.max_units(),
-            req.asset
-        )));
-    }
+    req.check()?;
     retry_on_deadlock!(deposit_once(client, req, hooks))
 }
 
@@ -98,12 +157,7 @@ async fn deposit_once(
     req: &DepositRequest,
     hooks: &dyn Hooks,
 ) -> Result<DepositResult, FrozenError> {
-    let event = Event::new(
-        EventKind::Deposit,
-        &req.tenant_id,
-        &req.business_id,
-        req.payload(),
-    );
+    let event = Event::of(req);
     let tx = begin(client).await?;
     let operation_id = match register::<DepositResult>(&tx, &event).await? {
         Registration::New(id) => id,
@@ -113,18 +167,8 @@ async fn deposit_once(
         }
     };
     let tx = hook_in_tx(tx, hooks, &event, HookPoint::Registered).await?;
-    ensure_rows(
-        &tx,
-        &req.tenant_id,
-        &[
-            (&req.account_id, req.asset, false),
-            (SYS_DEPOSIT, req.asset, true),
-        ],
-    )
-    .await?;
-    let mut deltas = Deltas::new();
-    add_delta(&mut deltas, SYS_DEPOSIT, req.asset, -req.amount, 0)?;
-    add_delta(&mut deltas, &req.account_id, req.asset, req.amount, 0)?;
+    ensure_rows(&tx, &req.tenant_id, &req.balance_rows()).await?;
+    let deltas = req.deltas()?;
     let locked = match lock_and_check(&tx, &req.tenant_id, &deltas).await {
         Ok(locked) => locked,
         Err(error) => {
@@ -132,16 +176,9 @@ async fn deposit_once(
             return Err(error);
         }
     };
-    let before = locked[&(req.account_id.clone(), req.asset.as_str())].available;
+    let result = DepositResult::credited(req, &locked)?;
     apply(&tx, &req.tenant_id, &deltas).await?;
     let tx = hook_in_tx(tx, hooks, &event, HookPoint::BalancesUpdated).await?;
     write_movements(&tx, &event, &deltas).await?;
-    let result = DepositResult {
-        outcome: Outcome::Ok,
-        asset: req.asset,
-        amount: req.amount,
-        available: before + req.amount,
-        replayed: false,
-    };
     finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
 }

@@ -5,11 +5,14 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Row, Transaction};
 
 use super::{
-    Deltas, Event, OrderStatus, Outcome, Recorded, Registration, add_delta, apply, begin, check_id,
-    ensure_rows, finish, hook_in_tx, lock_and_check, register, retry_on_deadlock, write_movements,
+    Registration, apply, begin, ensure_rows, finish, hook_in_tx, lock_and_check, register,
+    retry_on_deadlock, write_movements,
 };
 use crate::amount;
-use crate::asset::{Market, Side};
+use crate::asset::{Asset, Market, Side};
+use crate::decisions::{
+    Deltas, Event, EventRequest, OrderStatus, Outcome, add_delta, check_id, recorded,
+};
 use crate::error::FrozenError;
 use crate::hooks::{EventKind, HookPoint, Hooks};
 use crate::schema::SYS_FEE;
@@ -33,13 +36,43 @@ pub struct FillRequest {
     pub price: i64,
 }
 
-impl FillRequest {
+impl EventRequest for FillRequest {
+    const KIND: EventKind = EventKind::Fill;
+
+    fn tenant_id(&self) -> &str {
+        &self.tenant_id
+    }
+
+    fn business_id(&self) -> &str {
+        &self.fill_id
+    }
+
     /// `FILL|buy_order|sell_order|quantity|price`.
-    pub fn payload(&self) -> String {
+    fn payload(&self) -> String {
         format!(
             "FILL|{}|{}|{}|{}",
             self.buy_order_id, self.sell_order_id, self.quantity, self.price
         )
+    }
+}
+
+impl FillRequest {
+    /// Checks the ids before any database access: tenant and fill id, two different
+    /// positive order ids (quantity and price are checked against the orders, [`settle`]).
+    ///
+    /// Errors: [`FrozenError::Invalid`].
+    pub fn check(&self) -> Result<(), FrozenError> {
+        check_id("tenant id", &self.tenant_id)?;
+        check_id("fill id", &self.fill_id)?;
+        if self.buy_order_id == self.sell_order_id {
+            return Err(FrozenError::Invalid(
+                "a fill needs two different orders".into(),
+            ));
+        }
+        if self.buy_order_id <= 0 || self.sell_order_id <= 0 {
+            return Err(FrozenError::Invalid("order ids are positive".into()));
+        }
+        Ok(())
     }
 }
 
@@ -72,9 +105,49 @@ pub struct FillResult {
     pub replayed: bool,
 }
 
-impl Recorded for FillResult {
-    fn mark_replayed(&mut self) {
-        self.replayed = true;
+recorded!(FillResult);
+
+impl FillResult {
+    /// The ORDER_CLOSED result when either order is no longer open (the first of BUY,
+    /// SELL that is not), else `None`.
+    pub fn closed(buy: &OrderRow, sell: &OrderRow) -> Option<FillResult> {
+        let closed = [buy, sell]
+            .into_iter()
+            .find(|o| o.status != OrderStatus::Open)?;
+        Some(FillResult {
+            outcome: Outcome::OrderClosed,
+            closed_order: Some((closed.order_id, closed.status)),
+            notional: 0,
+            buyer_fee: 0,
+            seller_fee: 0,
+            buyer_frozen_taken: 0,
+            buyer_returned: 0,
+            seller_received: 0,
+            buy_status: Some(buy.status),
+            sell_status: Some(sell.status),
+            replayed: false,
+        })
+    }
+
+    /// The OK result of `settlement`, with both orders' status after it.
+    pub fn settled(
+        settlement: &Settlement,
+        buy_status: OrderStatus,
+        sell_status: OrderStatus,
+    ) -> FillResult {
+        FillResult {
+            outcome: Outcome::Ok,
+            closed_order: None,
+            notional: settlement.notional,
+            buyer_fee: settlement.buyer_fee,
+            seller_fee: settlement.seller_fee,
+            buyer_frozen_taken: settlement.buyer_taken,
+            buyer_returned: settlement.buyer_returned,
+            seller_received: settlement.seller_received,
+            buy_status: Some(buy_status),
+            sell_status: Some(sell_status),
+            replayed: false,
+        }
     }
 }
 
@@ -132,6 +205,15 @@ impl OrderRow {
     pub fn remainder(&self) -> i64 {
         self.frozen_amount - self.consumed - self.released
     }
+
+    /// The asset its freeze holds.
+    ///
+    /// Errors: [`FrozenError::InvariantViolated`] for an asset not known.
+    pub fn asset(&self) -> Result<Asset, FrozenError> {
+        self.frozen_asset
+            .parse()
+            .map_err(|_| FrozenError::InvariantViolated("order's frozen asset".into()))
+    }
 }
 
 /// The columns of an [`OrderRow`], in its field order.
@@ -174,16 +256,7 @@ pub async fn fill(
     req: &FillRequest,
     hooks: &dyn Hooks,
 ) -> Result<FillResult, FrozenError> {
-    check_id("tenant id", &req.tenant_id)?;
-    check_id("fill id", &req.fill_id)?;
-    if req.buy_order_id == req.sell_order_id {
-        return Err(FrozenError::Invalid(
-            "a fill needs two different orders".into(),
-        ));
-    }
-    if req.buy_order_id <= 0 || req.sell_order_id <= 0 {
-        return Err(FrozenError::Invalid("order ids are positive".into()));
-    }
+    req.check()?;
     retry_on_deadlock!(fill_once(client, req, hooks))
 }
 
@@ -195,7 +268,7 @@ async fn fill_once(
     req: &FillRequest,
     hooks: &dyn Hooks,
 ) -> Result<FillResult, FrozenError> {
-    let event = Event::new(EventKind::Fill, &req.tenant_id, &req.fill_id, req.payload());
+    let event = Event::of(req);
     let tx = begin(client).await?;
     let operation_id = match register::<FillResult>(&tx, &event).await? {
         Registration::New(id) => id,
@@ -210,7 +283,7 @@ async fn fill_once(
         Ok(pair) => pair,
         Err(error) => return rollback_with(tx, error).await,
     };
-    if let Some(result) = closed_result(&buy, &sell) {
+    if let Some(result) = FillResult::closed(&buy, &sell) {
         return finish(
             tx,
             hooks,
@@ -252,7 +325,7 @@ async fn lock_orders(
 /// The BUY and the SELL order of `req` among the locked `orders`.
 ///
 /// Errors: [`FrozenError::NoOrder`] naming the first one missing (BUY first).
-fn buy_and_sell(
+pub fn buy_and_sell(
     mut orders: Vec<OrderRow>,
     req: &FillRequest,
 ) -> Result<(OrderRow, OrderRow), FrozenError> {
@@ -268,27 +341,6 @@ fn buy_and_sell(
     Ok((buy, sell))
 }
 
-/// The ORDER_CLOSED result when either order is no longer open (the first of BUY, SELL
-/// that is not), else `None`.
-fn closed_result(buy: &OrderRow, sell: &OrderRow) -> Option<FillResult> {
-    let closed = [buy, sell]
-        .into_iter()
-        .find(|o| o.status != OrderStatus::Open)?;
-    Some(FillResult {
-        outcome: Outcome::OrderClosed,
-        closed_order: Some((closed.order_id, closed.status)),
-        notional: 0,
-        buyer_fee: 0,
-        seller_fee: 0,
-        buyer_frozen_taken: 0,
-        buyer_returned: 0,
-        seller_received: 0,
-        buy_status: Some(buy.status),
-        sell_status: Some(sell.status),
-        replayed: false,
-    })
-}
-
 /// Creates the missing balance rows the fill credits (buyer's base, seller's quote,
 /// `sys-fee`'s quote) at 0, locks the five rows in sorted order and checks the
 /// settlement's deltas against them, then applies them. On a failed check rolls `tx`
@@ -302,17 +354,7 @@ async fn move_balances<'t>(
     sell: &OrderRow,
     settlement: &Settlement,
 ) -> Result<Transaction<'t>, FrozenError> {
-    let market = settlement.market;
-    ensure_rows(
-        &tx,
-        &req.tenant_id,
-        &[
-            (&buy.account_id, market.base(), false),
-            (&sell.account_id, market.quote(), false),
-            (SYS_FEE, market.quote(), false),
-        ],
-    )
-    .await?;
+    ensure_rows(&tx, &req.tenant_id, &settlement.credited_rows(buy, sell)).await?;
     let deltas = &settlement.deltas;
     if let Err(error) = lock_and_check(&tx, &req.tenant_id, deltas).await {
         return rollback_with(tx, error).await;
@@ -344,19 +386,7 @@ async fn record_fill(
     .await?;
     let sell_status =
         settle_order(tx, sell.order_id, req.quantity, settlement.seller_taken, 0).await?;
-    Ok(FillResult {
-        outcome: Outcome::Ok,
-        closed_order: None,
-        notional: settlement.notional,
-        buyer_fee: settlement.buyer_fee,
-        seller_fee: settlement.seller_fee,
-        buyer_frozen_taken: settlement.buyer_taken,
-        buyer_returned: settlement.buyer_returned,
-        seller_received: settlement.seller_received,
-        buy_status: Some(buy_status),
-        sell_status: Some(sell_status),
-        replayed: false,
-    })
+    Ok(FillResult::settled(settlement, buy_status, sell_status))
 }
 
 async fn rollback_with<T>(tx: Transaction<'_>, error: FrozenError) -> Result<T, FrozenError> {
@@ -408,6 +438,23 @@ pub struct Settlement {
     pub seller_received: i64,
     /// The balance changes, in lock order.
     pub deltas: Deltas,
+}
+
+impl Settlement {
+    /// The balance rows the fill credits, created at 0 when missing: the buyer's base,
+    /// the seller's quote and `sys-fee`'s quote, `(account, asset, allow_negative)`.
+    pub fn credited_rows<'o>(
+        &self,
+        buy: &'o OrderRow,
+        sell: &'o OrderRow,
+    ) -> [(&'o str, Asset, bool); 3] {
+        let market = self.market;
+        [
+            (&buy.account_id, market.base(), false),
+            (&sell.account_id, market.quote(), false),
+            (SYS_FEE, market.quote(), false),
+        ]
+    }
 }
 
 /// Checks that the fill fits both (open, locked) orders and computes its settlement,

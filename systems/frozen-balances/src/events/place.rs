@@ -5,11 +5,12 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Transaction};
 
 use super::{
-    Event, Outcome, Recorded, Registration, add_delta, begin, check_id, ensure_rows, finish,
-    hook_in_tx, register, retry_on_deadlock, write_movements,
+    Registration, begin, ensure_rows, finish, hook_in_tx, register, retry_on_deadlock,
+    write_movements,
 };
 use crate::amount;
 use crate::asset::{Asset, Market, Side};
+use crate::decisions::{Deltas, Event, EventRequest, Outcome, add_delta, check_id, recorded};
 use crate::error::FrozenError;
 use crate::hooks::{EventKind, HookPoint, Hooks};
 use crate::schema::is_system_account;
@@ -33,9 +34,19 @@ pub struct PlaceRequest {
     pub limit_price: i64,
 }
 
-impl PlaceRequest {
+impl EventRequest for PlaceRequest {
+    const KIND: EventKind = EventKind::Place;
+
+    fn tenant_id(&self) -> &str {
+        &self.tenant_id
+    }
+
+    fn business_id(&self) -> &str {
+        &self.business_id
+    }
+
     /// The canonical payload: `PLACE|account|market|side|quantity|limit` (minor units).
-    pub fn payload(&self) -> String {
+    fn payload(&self) -> String {
         format!(
             "PLACE|{}|{}|{}|{}|{}",
             self.account_id,
@@ -45,7 +56,9 @@ impl PlaceRequest {
             self.limit_price
         )
     }
+}
 
+impl PlaceRequest {
     /// Checks ids, steps and limits, and computes the freeze ([`amount::order_freeze`]).
     ///
     /// Errors: [`FrozenError::Invalid`] or [`FrozenError::Amount`].
@@ -84,6 +97,31 @@ impl PlaceRequest {
             self.limit_price,
         )?)
     }
+
+    /// The balance rows a placement creates at 0 when missing: the account's base and
+    /// quote rows of the market, `(account, asset, allow_negative)`.
+    pub fn balance_rows(&self) -> [(&str, Asset, bool); 2] {
+        [
+            (&self.account_id, self.market.base(), false),
+            (&self.account_id, self.market.quote(), false),
+        ]
+    }
+
+    /// The movement of `freeze`: the account's `freeze.asset`, available −amount,
+    /// frozen +amount (minor units).
+    ///
+    /// Errors: [`FrozenError::InvariantViolated`] (a delta overflow).
+    pub fn freeze_deltas(&self, freeze: &amount::Freeze) -> Result<Deltas, FrozenError> {
+        let mut deltas = Deltas::new();
+        add_delta(
+            &mut deltas,
+            &self.account_id,
+            freeze.asset,
+            -freeze.amount,
+            freeze.amount,
+        )?;
+        Ok(deltas)
+    }
 }
 
 /// What a placement reports, the same on every replay (except `replayed`).
@@ -106,9 +144,29 @@ pub struct PlaceResult {
     pub replayed: bool,
 }
 
-impl Recorded for PlaceResult {
-    fn mark_replayed(&mut self) {
-        self.replayed = true;
+recorded!(PlaceResult);
+
+impl PlaceResult {
+    /// INSUFFICIENT: `freeze` refused with `available` (minor units) left as it was.
+    pub fn refused(freeze: &amount::Freeze, available: i64) -> PlaceResult {
+        PlaceResult {
+            outcome: Outcome::Insufficient,
+            order_id: None,
+            frozen_asset: freeze.asset,
+            frozen_amount: freeze.amount,
+            fee_reserve: freeze.fee_reserve,
+            available,
+            replayed: false,
+        }
+    }
+
+    /// OK: `freeze` taken for the new order `order_id`, `available` (minor units) left.
+    pub fn placed(freeze: &amount::Freeze, order_id: i64, available: i64) -> PlaceResult {
+        PlaceResult {
+            outcome: Outcome::Ok,
+            order_id: Some(order_id),
+            ..PlaceResult::refused(freeze, available)
+        }
     }
 }
 
@@ -158,12 +216,7 @@ async fn place_once(
     freeze: amount::Freeze,
     hooks: &dyn Hooks,
 ) -> Result<PlaceResult, FrozenError> {
-    let event = Event::new(
-        EventKind::Place,
-        &req.tenant_id,
-        &req.business_id,
-        req.payload(),
-    );
+    let event = Event::of(req);
     let tx = begin(client).await?;
     let operation_id = match register::<PlaceResult>(&tx, &event).await? {
         Registration::New(id) => id,
@@ -200,16 +253,7 @@ async fn freeze_funds(
     req: &PlaceRequest,
     freeze: &amount::Freeze,
 ) -> Result<Option<i64>, FrozenError> {
-    let market = req.market;
-    ensure_rows(
-        tx,
-        &req.tenant_id,
-        &[
-            (&req.account_id, market.base(), false),
-            (&req.account_id, market.quote(), false),
-        ],
-    )
-    .await?;
+    ensure_rows(tx, &req.tenant_id, &req.balance_rows()).await?;
     let asset = freeze.asset.as_str();
     let frozen = tx
         .query_typed_opt(
@@ -249,15 +293,7 @@ async fn refusal(
         )
         .await?
         .try_get("available")?;
-    Ok(PlaceResult {
-        outcome: Outcome::Insufficient,
-        order_id: None,
-        frozen_asset: freeze.asset,
-        frozen_amount: freeze.amount,
-        fee_reserve: freeze.fee_reserve,
-        available,
-        replayed: false,
-    })
+    Ok(PlaceResult::refused(freeze, available))
 }
 
 /// Inside `tx`, after the freeze: writes its movement and the order row, and returns the
@@ -271,15 +307,7 @@ async fn record_order(
     freeze: &amount::Freeze,
     available: i64,
 ) -> Result<PlaceResult, FrozenError> {
-    let mut deltas = super::Deltas::new();
-    add_delta(
-        &mut deltas,
-        &req.account_id,
-        freeze.asset,
-        -freeze.amount,
-        freeze.amount,
-    )?;
-    write_movements(tx, event, &deltas).await?;
+    write_movements(tx, event, &req.freeze_deltas(freeze)?).await?;
     let (market_name, side) = (req.market.as_str(), req.side.as_str());
     let asset = freeze.asset.as_str();
     let order_id: i64 = tx
@@ -300,13 +328,5 @@ async fn record_order(
         )
         .await?
         .try_get("order_id")?;
-    Ok(PlaceResult {
-        outcome: Outcome::Ok,
-        order_id: Some(order_id),
-        frozen_asset: freeze.asset,
-        frozen_amount: freeze.amount,
-        fee_reserve: freeze.fee_reserve,
-        available,
-        replayed: false,
-    })
+    Ok(PlaceResult::placed(freeze, order_id, available))
 }
