@@ -66,6 +66,8 @@ pub struct Arg {
     /// `None`: it must be given. `Some(meaning)`: it may be left out, and `meaning`
     /// says what the verb does then (`"the default client"`).
     pub absent: Option<&'static str>,
+    /// Whether it may be given more than once (`change=E:1:-5 change=F:1:-5`).
+    pub repeats: bool,
 }
 
 /// A required argument.
@@ -74,6 +76,17 @@ pub const fn needs(name: &'static str, kind: Kind) -> Arg {
         name,
         kind,
         absent: None,
+        repeats: false,
+    }
+}
+
+/// A required argument that may be given more than once.
+pub const fn many(name: &'static str, kind: Kind) -> Arg {
+    Arg {
+        name,
+        kind,
+        absent: None,
+        repeats: true,
     }
 }
 
@@ -83,6 +96,7 @@ pub const fn may(name: &'static str, kind: Kind, absent: &'static str) -> Arg {
         name,
         kind,
         absent: Some(absent),
+        repeats: false,
     }
 }
 
@@ -102,9 +116,10 @@ impl Verb {
     pub fn usage(&self) -> String {
         let mut usage = self.name.to_string();
         for arg in self.args {
-            let written = match arg.name {
-                ANY => format!("KEY={} …", arg.kind.placeholder()),
-                name => format!("{name}={}", arg.kind.placeholder()),
+            let written = match (arg.name, arg.repeats) {
+                (ANY, _) => format!("KEY={} …", arg.kind.placeholder()),
+                (name, true) => format!("{name}={} …", arg.kind.placeholder()),
+                (name, false) => format!("{name}={}", arg.kind.placeholder()),
             };
             match arg.absent {
                 None => _ = write!(usage, " {written}"),
@@ -125,7 +140,8 @@ impl Verb {
             let Some(arg) = named.or_else(|| self.args.iter().find(|a| a.name == ANY)) else {
                 return Err(format!("{} takes no {name}= {}", self.name, usage()));
             };
-            if arg.name != ANY && args[..index].iter().any(|(earlier, _)| earlier == name) {
+            let once = arg.name != ANY && !arg.repeats;
+            if once && args[..index].iter().any(|(earlier, _)| earlier == name) {
                 return Err(format!("{} has {name}= twice", self.name));
             }
             arg.kind
@@ -158,6 +174,52 @@ impl Verbs {
         self.verbs.iter().any(|verb| verb.name == name)
     }
 }
+
+/// The title of every family's set of fault verbs, so the reference lists the shared
+/// vocabulary in one table, each verb with the families that offer it.
+pub const FAULTS: &str = "faults (one vocabulary for every family)";
+
+/// `kill-worker`: SIGKILL to the crash-worker child a step started.
+pub const KILL_WORKER: Verb = Verb {
+    name: "kill-worker",
+    args: &[],
+    doc: "a real SIGKILL to the worker the case's steps started last, then reaped: `signal=9 shell_status=137` (F: and `backend_gone=true` once its backend has left `pg_stat_activity`)",
+};
+
+/// `power-cut`: the worker killed and the forgetful disk's unsynced writes dropped.
+pub const POWER_CUT: Verb = Verb {
+    name: "power-cut",
+    args: &[],
+    doc: "SIGKILL of the worker holding its connection, then the disk drops what was never synced (`Mounted::cut_power`) and is unmounted: `power cut: … dropped files_n=[n] bytes_n=[n] …`",
+};
+
+/// `kill node=…`: kill -9 of a node's postmaster and its processes.
+pub const KILL_NODE: Verb = Verb {
+    name: "kill",
+    args: &[needs("node", Kind::OneOf(&["primary", "standby"]))],
+    doc: "kill -9 of that node's postmaster and every process it started (`Cluster::kill_server`): `killed primary (kill -9)`",
+};
+
+/// `start node=…`: a killed node started again, with crash recovery.
+pub const START_NODE: Verb = Verb {
+    name: "start",
+    args: &[needs("node", Kind::OneOf(&["primary", "standby"]))],
+    doc: "the killed node started again on its port, with crash recovery: `started standby again`",
+};
+
+/// `promote`: the standby promoted.
+pub const PROMOTE: Verb = Verb {
+    name: "promote",
+    args: &[],
+    doc: "the standby promoted (`pg_ctl promote`, waited for): `promoted`; from then on `on node=standby` reaches the new primary and the expectations run there",
+};
+
+/// `stop-receiver`: SIGSTOP to the standby's WAL receiver.
+pub const STOP_RECEIVER: Verb = Verb {
+    name: "stop-receiver",
+    args: &[],
+    doc: "SIGSTOP to the standby's WAL receiver (its pid from `pg_stat_wal_receiver`): `WAL receiver stopped (SIGSTOP)`; what the primary writes next cannot reach the standby's disk",
+};
 
 /// The verb named `name` in `sets`, the first that has it.
 pub fn find<'a>(sets: &[&'a Verbs], name: &str) -> Option<&'a Verb> {
@@ -318,6 +380,13 @@ mod tests {
         assert_eq!(ORDERS.usage(), "reconcile-orders KEY=X …");
         assert_eq!(ORDERS.check(&args("o1=a:3 o2=b:4")), Ok(()));
         assert!(ORDERS.check(&[]).is_err());
+        const WORKER: Verb = Verb {
+            name: "worker",
+            args: &[many("change", Kind::Word)],
+            doc: "changes",
+        };
+        assert_eq!(WORKER.usage(), "worker change=X …");
+        assert_eq!(WORKER.check(&args("change=a:1:2 change=b:1:2")), Ok(()));
     }
 
     #[test]

@@ -17,6 +17,7 @@ use case_kit::{Engine, Family};
 use inventory_store::{ChangeError, ChangeOutcome};
 
 pub mod spec_engine;
+pub mod verbs;
 pub mod writers;
 
 /// The family: S1–S10, each a case file on an SQLite file of its own.
@@ -28,7 +29,7 @@ pub fn family() -> Family {
         // The case files of `specs/`, read now (`spec_engine`).
         cases: spec_engine::cases(),
         extras: Vec::new(),
-        verbs: Vec::new(),
+        verbs: verbs::ALL.to_vec(),
     }
 }
 

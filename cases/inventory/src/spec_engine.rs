@@ -39,6 +39,7 @@ use inventory_store::rusqlite::types::ValueRef;
 use inventory_store::rusqlite::{self, Batch, Connection};
 use inventory_store::{ChangePoint, Schema, Store, reconcile};
 
+use case_kit::spec::verbs::Verbs;
 use case_kit::spec::{self, Call, EngineSession, Reconciled, ReconciledOthers, SpecEngine};
 use case_kit::{Case, Ctx};
 use launch::worker::CrashWorker;
@@ -65,26 +66,6 @@ pub fn cases() -> Vec<Case> {
 /// An inventory file per case as the spec runner's engine.
 pub struct SqliteEngine;
 
-/// The operations and the arguments each needs.
-const OPERATIONS: &[(&str, &[&str])] = &[
-    ("open", &[]),
-    ("add-item", &["item", "units"]),
-    ("change", &["event", "item", "delta"]),
-    ("change-json", &["json"]),
-    ("replace-change", &["event", "item", "delta"]),
-    ("in-transaction", &[]),
-    ("close", &[]),
-    ("worker", &["change"]),
-    ("kill-worker", &[]),
-    ("reconcile", &[]),
-    (
-        "writers",
-        &["processes", "connections", "prefix", "item", "delta"],
-    ),
-    ("count-busy-handler", &[]),
-    ("busy-handler-calls", &[]),
-];
-
 /// `<case's file stem>-<name>.db` beside the case's own file.
 pub fn sibling(own: &Path, name: &str) -> PathBuf {
     let stem = own.file_stem().unwrap_or_default().to_string_lossy();
@@ -96,8 +77,13 @@ impl SpecEngine for SqliteEngine {
         SYSTEM
     }
 
+    fn verbs(&self) -> Vec<&'static Verbs> {
+        crate::verbs::ALL.to_vec()
+    }
+
+    /// The declarations ([`crate::verbs`]), then a worker's hook point.
     fn check(&self, call: &Call) -> Result<(), String> {
-        call.check_needed(OPERATIONS)?;
+        spec::verbs::check(&self.verbs(), &call.op, &call.args)?;
         if let Some(stop) = call.arg("stop") {
             stop.parse::<ChangePoint>()?;
         }

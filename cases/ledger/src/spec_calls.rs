@@ -229,7 +229,7 @@ impl Calls for LedgerCalls {
                 let services = self.services.as_ref().ok_or("no database for a service")?;
                 return services.run(call).await;
             }
-            if verbs::PROCESSES.has(&call.op) {
+            if verbs::PROCESSES.has(&call.op) || call.op == "kill-worker" {
                 let workers = self.workers.as_ref().ok_or("no database for a worker")?;
                 return workers.run(call).await;
             }

@@ -5,7 +5,7 @@
 //! `spec_calls.rs` and the modules it names; `docs/specs.md`'s verb reference is made
 //! from these tables (`cargo test -p harness --test verbs`).
 
-use case_kit::spec::verbs::{ANY, Kind, Verb, Verbs, may, needs};
+use case_kit::spec::verbs::{self, ANY, Kind, Verb, Verbs, may, needs};
 
 const WORD: Kind = Kind::Word;
 const INT: Kind = Kind::Integer;
@@ -20,7 +20,7 @@ pub const DEBIT: Verb = Verb {
         needs("key", WORD),
         may("client", WORD, CLIENT),
     ],
-    doc: "the ledger's debit on the session's connection, in the case's transfer mode: `outcome=OK balance=20`, `outcome=INSUFFICIENT balance=10`, a replay's `replayed=true`",
+    doc: "the ledger's debit on the session's connection (R: on its node), in the case's transfer mode: `outcome=OK balance=20`, `outcome=INSUFFICIENT balance=10`, and whether it replayed an earlier answer (`replayed=true`)",
 };
 
 /// `grant`: the ledger's transfer into an account.
@@ -261,25 +261,26 @@ pub const PROXIES: Verbs = Verbs {
 /// The ledger's crash-worker: a debit in a child process, paused at a hook point.
 pub const PROCESSES: Verbs = Verbs {
     title: "the ledger's crash-worker (`crash-worker`)",
-    verbs: &[
-        Verb {
-            name: "worker",
-            args: &[
-                needs("account", WORD),
-                needs("amount", INT),
-                needs("key", WORD),
-                needs("stop", WORD),
-                may("client", WORD, CLIENT),
-            ],
-            doc: "a crash-worker child running that debit up to hook point `stop` (`before-commit`, …), returned once paused there (`paused at before-commit`); its backend counts with the spec's sessions",
-        },
-        Verb {
-            name: "kill-worker",
-            args: &[],
-            doc: "a real SIGKILL to the last paused worker: `signal=9 shell_status=137`",
-        },
-    ],
+    verbs: &[Verb {
+        name: "worker",
+        args: &[
+            needs("account", WORD),
+            needs("amount", INT),
+            needs("key", WORD),
+            needs("stop", WORD),
+            may("client", WORD, CLIENT),
+        ],
+        doc: "a crash-worker child running that debit up to hook point `stop` (`before-commit`, …), returned once paused there (`paused at before-commit`); its backend counts with the spec's sessions",
+    }],
+};
+
+/// The faults of the shared vocabulary the ledger's files use.
+pub const FAULTS: Verbs = Verbs {
+    title: verbs::FAULTS,
+    verbs: &[verbs::KILL_WORKER],
 };
 
 /// Every set family L composes, in the order the reference lists them.
-pub const ALL: [&Verbs; 6] = [&LEDGER, &LOAD, &REPAIR, &SERVICE, &PROXIES, &PROCESSES];
+pub const ALL: [&Verbs; 7] = [
+    &LEDGER, &LOAD, &REPAIR, &SERVICE, &PROXIES, &PROCESSES, &FAULTS,
+];

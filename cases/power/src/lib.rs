@@ -25,6 +25,7 @@ pub mod durability;
 pub mod ledger;
 pub mod spec_engine;
 pub mod torn;
+pub mod verbs;
 
 // One line per case, in id order. The negative controls are public so that a test can
 // run them where their fault cannot happen and see them fail.
@@ -47,7 +48,7 @@ pub fn family() -> Family {
             .map(|case| case.requires(launch::power::unavailable))
             .collect(),
         extras: Vec::new(),
-        verbs: Vec::new(),
+        verbs: verbs::ALL.to_vec(),
     }
 }
 

@@ -27,6 +27,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
+use case_kit::spec::verbs::Verbs;
 use case_kit::spec::{self, Call, EngineSession, Reconciled, SpecEngine};
 use case_kit::{Case, Ctx};
 use launch::power::PowerDisk;
@@ -40,14 +41,6 @@ pub const SYSTEM: &str = "inventory_store";
 const FILE: &str = "inventory.db";
 /// Longest wait for one line of the worker, milliseconds (a hang bound only).
 const WORKER_LINE_MS: u64 = 30_000;
-
-/// The operations and the arguments each needs.
-const OPERATIONS: &[(&str, &[&str])] = &[
-    ("add-item", &["item", "units"]),
-    ("worker", &["changes", "event", "item", "delta"]),
-    ("power-cut", &[]),
-    ("reconcile", &[]),
-];
 
 /// The family's SQLite case files, read now (no registration, no rebuild).
 pub fn cases() -> Vec<Case> {
@@ -71,14 +64,8 @@ impl SpecEngine for PowerSqliteEngine {
         SYSTEM
     }
 
-    fn check(&self, call: &Call) -> Result<(), String> {
-        call.check_needed(OPERATIONS)?;
-        let known = |key: &str, values: &[&str]| match call.arg(key) {
-            Some(value) if !values.contains(&value) => Err(format!("{key}={value}: {values:?}")),
-            _ => Ok(()),
-        };
-        known("journal-mode", &["wal", "delete", "truncate", "persist"])?;
-        known("synchronous", &["off", "normal", "full", "extra"])
+    fn verbs(&self) -> Vec<&'static Verbs> {
+        crate::verbs::ALL.to_vec()
     }
 
     fn describe(&self, ctx: &mut Ctx) {

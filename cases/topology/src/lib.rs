@@ -24,6 +24,7 @@ pub mod pooled_spot;
 pub mod pooled_syncrep;
 pub mod spec_engine;
 pub mod syncrep;
+pub mod verbs;
 pub mod wal;
 
 case_kit::register_cases! {
@@ -45,7 +46,7 @@ pub fn family() -> Family {
         }),
         cases: all_cases(),
         extras: Vec::new(),
-        verbs: Vec::new(),
+        verbs: verbs::ALL.to_vec(),
     }
 }
 

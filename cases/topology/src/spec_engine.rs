@@ -39,8 +39,10 @@ use points_ledger::{TransferMode, debit_in, grant_in};
 use scratch_pg::{Cluster, Replication};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
+use case_kit::spec::verbs::Verbs;
 use case_kit::spec::{self, Call, EngineSession, Reconciled, SpecEngine};
 use case_kit::{Case, Ctx};
+use cases_ledger::spec_workers::DEFAULT_CLIENT;
 
 use crate::pair::{self, LEDGER_DATABASE};
 
@@ -51,23 +53,6 @@ pub const SYSTEM: &str = "ledger_pair";
 /// Longest wait for the standby to report its replay paused, milliseconds (a hang
 /// bound only).
 const PAUSE_WAIT_MS: u64 = 30_000;
-
-/// The operations and the arguments each needs.
-const OPERATIONS: &[(&str, &[&str])] = &[
-    ("on", &["node"]),
-    ("grant", &["account", "amount", "key", "client"]),
-    ("debit", &["account", "amount", "key", "client"]),
-    ("wait-replayed", &[]),
-    ("pause-replay", &[]),
-    ("wait-paused", &[]),
-    ("naive-place", &["account", "amount"]),
-    ("stop-receiver", &[]),
-    ("received-all", &[]),
-    ("kill", &["node"]),
-    ("start", &["node"]),
-    ("promote", &[]),
-    ("reconcile", &[]),
-];
 
 /// The family's case files, read now (no registration, no rebuild).
 pub fn cases() -> Vec<Case> {
@@ -115,14 +100,8 @@ impl SpecEngine for PairEngine {
         SYSTEM
     }
 
-    fn check(&self, call: &Call) -> Result<(), String> {
-        call.check_needed(OPERATIONS)?;
-        match call.arg("node") {
-            Some(node) if !["primary", "standby"].contains(&node) => {
-                Err(format!("node={node}: primary or standby"))
-            }
-            _ => Ok(()),
-        }
+    fn verbs(&self) -> Vec<&'static Verbs> {
+        crate::verbs::ALL.to_vec()
     }
 
     fn describe(&self, ctx: &mut Ctx) {
@@ -225,7 +204,8 @@ impl NodeSession {
         let amount: i64 = arg("amount")
             .parse()
             .map_err(|_| "amount is not a number")?;
-        let (client, key, account) = (arg("client"), arg("key"), arg("account"));
+        let client = call.arg("client").unwrap_or(DEFAULT_CLIENT);
+        let (key, account) = (arg("key"), arg("account"));
         let result = match call.op.as_str() {
             "grant" => grant_in(self.mode, &mut self.client, client, key, account, amount).await,
             _ => debit_in(self.mode, &mut self.client, client, key, account, amount).await,
