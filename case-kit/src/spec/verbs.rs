@@ -396,7 +396,7 @@ mod tests {
         assert_eq!(text.matches("| L, R |").count(), 1, "{text}");
         assert!(text.contains("`debit account=X amount=N [client=X] [write=absolute\\|relative]`"));
         assert!(
-            text.contains("Without `client=`: the default client."),
+            text.contains("; without `client=`: the default client"),
             "{text}"
         );
     }
