@@ -132,11 +132,23 @@ struct Results<'a> {
     failed: usize,
     wall_ms: u128,
     seed: u64,
+    /// Per family (by its id prefix): its cases and their checks passed and failed, so
+    /// that a text can cite one family's counts as one field (`record results.json
+    /// /families/L/passed`, docs/citing.md).
+    families: BTreeMap<&'a str, FamilyCounts>,
     cases: Vec<CaseResult<'a>>,
     /// Only in an interrupted run's record: the signal, the cases that had not finished,
     /// and what the record lacks.
     #[serde(skip_serializing_if = "Option::is_none", flatten)]
     interrupted: Option<InterruptedFacts<'a>>,
+}
+
+/// One family's totals in `results.json`.
+#[derive(Debug, Default, Serialize)]
+struct FamilyCounts {
+    cases: usize,
+    passed: usize,
+    failed: usize,
 }
 
 /// What `results.json` of an interrupted run adds.
@@ -365,12 +377,20 @@ fn results<'a>(records: &'a [CaseReport], environment: &Environment) -> Results<
 fn results_of(records: &[CaseReport], seed: u64, wall_ms: u128) -> Results<'_> {
     let passed = records.iter().map(|r| r.passed).sum();
     let failed = records.iter().map(|r| r.failed).sum();
+    let mut families: BTreeMap<&str, FamilyCounts> = BTreeMap::new();
+    for record in records {
+        let counts = families.entry(record.family.as_str()).or_default();
+        counts.cases += 1;
+        counts.passed += record.passed;
+        counts.failed += record.failed;
+    }
     Results {
         status: status(failed),
         passed,
         failed,
         wall_ms,
         seed,
+        families,
         interrupted: None,
         cases: records
             .iter()
@@ -466,6 +486,33 @@ pub fn git_commit() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn results_count_each_familys_checks_as_one_field() {
+        let report = |id: &str, family: &str, passed, failed| CaseReport {
+            id: id.into(),
+            title: "t".into(),
+            family: family.into(),
+            schedule: Schedule::Concurrent,
+            resource: "none".into(),
+            passed,
+            failed,
+            duration_ms: 1,
+            lines: Vec::new(),
+            details: BTreeMap::new(),
+        };
+        let records = [
+            report("L1", "L", 5, 0),
+            report("L2", "L", 3, 1),
+            report("S1", "S", 7, 0),
+        ];
+        let json = serde_json::to_value(results_of(&records, 1, 2)).unwrap();
+        assert_eq!(json.pointer("/families/L/passed"), Some(&8.into()));
+        assert_eq!(json.pointer("/families/L/failed"), Some(&1.into()));
+        assert_eq!(json.pointer("/families/L/cases"), Some(&2.into()));
+        assert_eq!(json.pointer("/families/S/passed"), Some(&7.into()));
+        assert_eq!(json.pointer("/passed"), Some(&15.into()));
+    }
 
     #[test]
     fn pruning_keeps_the_newest_and_latest_and_other_folders() {

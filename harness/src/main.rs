@@ -640,8 +640,14 @@ fn record_run(
     } = ran;
     drop(env); // stops the cluster (immediate) and removes its folder
     print_closing(args, &durations, &compared, &folder, seed, snapshot_mode);
-    // The texts quoting an accepted snapshot (docs/citing.md).
-    for line in harness::cite::stale_after_accept(Path::new("."), &compared.accepted) {
+    // The texts quoting a snapshot as it was before it was accepted (by --accept or
+    // cargo insta accept), or as it will not be once a proposal is (docs/citing.md).
+    let ran: Vec<String> = compared.reports.iter().map(|r| r.id.clone()).collect();
+    let root = Path::new(".");
+    for line in harness::cite::stale_after_accept(root, &ran)
+        .into_iter()
+        .chain(harness::cite::stale_if_accepted(root, &compared.proposed))
+    {
         println!("{line}");
     }
     print!("{not_run_block}{summary}");
@@ -747,9 +753,8 @@ struct Compared {
     /// Cases whose snapshot differed although their own checks passed: what `--accept`
     /// would take.
     acceptable: Vec<String>,
-    /// Cases whose existing snapshot `--accept` rewrote (the texts citing them may be
-    /// stale now).
-    accepted: Vec<String>,
+    /// Cases left with a pending proposal (`<id>.snap.new`) for `cargo insta accept`.
+    proposed: Vec<String>,
 }
 
 /// Compares each default case with its snapshot, prints its transcript (and diff), and
@@ -765,7 +770,7 @@ fn compare_snapshots(
         transcript: String::new(),
         diffs: Default::default(),
         acceptable: Vec::new(),
-        accepted: Vec::new(),
+        proposed: Vec::new(),
     };
     for mut report in reports {
         let family = selection.family_of(&report.id);
@@ -776,8 +781,14 @@ fn compare_snapshots(
                 if matches!(verdict, Verdict::Differs { .. }) && report.failed == 0 {
                     compared.acceptable.push(report.id.clone());
                 }
-                if matches!(verdict, Verdict::Written { created: false, .. }) {
-                    compared.accepted.push(report.id.clone());
+                if matches!(
+                    verdict,
+                    Verdict::Differs {
+                        pending: Some(_),
+                        ..
+                    }
+                ) {
+                    compared.proposed.push(report.id.clone());
                 }
                 store.record(&mut report, &verdict)
             }

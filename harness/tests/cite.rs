@@ -283,6 +283,33 @@ fn a_removed_limits_entry_is_gone_and_write_cannot_fix_it() {
         "{}",
         stdout(&output)
     );
+    // A reworded entry is brought up to date by --write.
+    written(&scratch);
+    assert!(
+        scratch
+            .read("text.md")
+            .contains("> - **Probing is not proof.** A race case shows")
+    );
+    // A removed one only by changing the text: here, citing the entry that is left.
+    scratch.put("LIMITS.md", &LIMITS.replace(
+        "- **Probing is not proof.** A race shows the interleavings\n  that happened in that run.\n",
+        "",
+    ));
+    assert_eq!(
+        scratch.cite(&["--check", "text.md"], false).status.code(),
+        Some(1)
+    );
+    scratch.change(
+        "text.md",
+        "limit \"Probing is not proof\"",
+        "limit \"Time\"",
+    );
+    written(&scratch);
+    assert!(
+        scratch
+            .read("text.md")
+            .contains("> - **Time.** Keys never expire.\n")
+    );
 }
 
 #[test]
@@ -296,7 +323,7 @@ fn uncited_output_missing_selectors_and_usage_errors() {
     let out = stdout(&checked);
     assert_eq!(checked.status.code(), Some(1), "{out}");
     assert!(
-        out.contains("uncited other.md:1 a fenced block of harness output"),
+        out.contains("uncited other.md:1 a code block of harness output"),
         "{out}"
     );
     assert!(
@@ -353,6 +380,52 @@ fn accept_names_the_texts_that_quote_the_old_snapshot() {
     assert!(harness::cite::stale_after_accept(&scratch.root, &["L9".to_string()]).is_empty());
 }
 
+/// A run that leaves a proposal (`L3.snap.new`, for `cargo insta accept`) names, before
+/// it is accepted, the texts that would then quote the snapshot as it was; after
+/// `cargo insta accept` (here: the proposal moved over the snapshot), the next run
+/// names them as `--accept` does.
+#[test]
+fn a_proposal_names_the_texts_that_would_quote_the_old_snapshot() {
+    let scratch = Scratch::new("proposal");
+    std::fs::create_dir_all(scratch.root.join("docs")).unwrap();
+    scratch.put("evidence/README.md", "# Evidence\n");
+    scratch.put("README.md", TEXT);
+    let wrote = scratch.cite(&["--write"], false);
+    assert_eq!(wrote.status.code(), Some(0), "{}", stdout(&wrote));
+    let proposed = ["L3".to_string()];
+    // No proposal on disk: nothing would change.
+    assert!(harness::cite::stale_if_accepted(&scratch.root, &proposed).is_empty());
+    let snapshot = scratch.read("evidence/snapshots/L/L3.snap");
+    scratch.put(
+        "evidence/snapshots/L/L3.snap.new",
+        &snapshot.replacen(
+            "  note ok=14 insufficient=18",
+            "  note ok=15 insufficient=17",
+            1,
+        ),
+    );
+    let lines = harness::cite::stale_if_accepted(&scratch.root, &proposed);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0].starts_with("cited: README.md:3 snapshot L/L3 from \"CASE L3\" to \"  ok   outcomes\" quotes L3's snapshot, not its proposal; once that is accepted (cargo insta accept, or ./run.sh --accept L3), ./run.sh cite --check fails until ./run.sh cite --write README.md updates it"),
+        "{lines:?}"
+    );
+    // The committed snapshot is unchanged: the texts still check.
+    let checked = scratch.cite(&["--check"], false);
+    assert_eq!(checked.status.code(), Some(0), "{}", stdout(&checked));
+    // What cargo insta accept does: the proposal replaces the snapshot.
+    std::fs::rename(
+        scratch.root.join("evidence/snapshots/L/L3.snap.new"),
+        scratch.root.join("evidence/snapshots/L/L3.snap"),
+    )
+    .unwrap();
+    assert_eq!(
+        harness::cite::stale_after_accept(&scratch.root, &proposed).len(),
+        2
+    );
+    assert_eq!(scratch.cite(&["--check"], false).status.code(), Some(1));
+}
+
 /// Runs git in `dir` with a fixed identity; panics if it fails.
 fn git(dir: &Path, args: &[&str]) -> String {
     let output = Command::new("git")
@@ -365,13 +438,15 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).trim().to_string()
 }
 
-/// A run record's field is current only when the latest run is of the checked-out
-/// commit: otherwise `unverified`; of that commit and different, `stale`.
+/// A run record's field (the server version, the total, one family's check counts) is
+/// current only when the latest run is of the checked-out commit: otherwise
+/// `unverified`; of that commit and different, `stale`.
 #[test]
 fn a_run_record_field_is_unverified_unless_the_run_is_of_head() {
     let scratch = Scratch::new("record");
     let text = "Server <!-- cite: record environment.json /postgres/facts/server_version -->16.14<!-- /cite -->, \
-                <!-- cite: record results.json /passed -->94<!-- /cite --> checks.\n";
+                <!-- cite: record results.json /passed -->94<!-- /cite --> checks, \
+                <!-- cite: record results.json /families/L/passed -->56<!-- /cite --> of them family L's.\n";
     scratch.put("text.md", text);
     let check = || scratch.cite(&["--check", "text.md"], false);
     let no_git = check();
@@ -390,7 +465,7 @@ fn a_run_record_field_is_unverified_unless_the_run_is_of_head() {
     };
     scratch.put(
         "evidence/latest/results.json",
-        r#"{"passed": 94, "failed": 0}"#,
+        r#"{"passed": 94, "failed": 0, "families": {"L": {"cases": 33, "passed": 56, "failed": 0}}}"#,
     );
     environment(&format!("{head}-dirty"), "16.14");
     let dirty = check();
@@ -401,7 +476,7 @@ fn a_run_record_field_is_unverified_unless_the_run_is_of_head() {
         stdout(&dirty)
     );
     assert!(
-        last_line(&dirty).contains(" unverified=2 "),
+        last_line(&dirty).contains(" unverified=3 "),
         "{}",
         stdout(&dirty)
     );
@@ -421,5 +496,23 @@ fn a_run_record_field_is_unverified_unless_the_run_is_of_head() {
         stdout(&stale).contains("    +16.15\n"),
         "{}",
         stdout(&stale)
+    );
+    // One family's count from a run of this commit that differs: stale, with its diff.
+    environment(&head, "16.14");
+    scratch.put(
+        "evidence/latest/results.json",
+        r#"{"passed": 94, "failed": 0, "families": {"L": {"cases": 33, "passed": 57, "failed": 0}}}"#,
+    );
+    let family = check();
+    assert_eq!(family.status.code(), Some(1));
+    assert!(
+        stdout(&family).contains("stale text.md:1 record results.json /families/L/passed\n"),
+        "{}",
+        stdout(&family)
+    );
+    assert!(
+        stdout(&family).contains("    -56\n    +57\n"),
+        "{}",
+        stdout(&family)
     );
 }

@@ -12,6 +12,9 @@ const MARKER_CLOSE: &str = "-->";
 const INLINE_END: &str = "<!-- /cite -->";
 /// The marker of a quote that is made up on purpose and cites nothing.
 pub const ILLUSTRATIVE: &str = "none, illustrative";
+/// The indentation, in spaces, that makes lines after a blank line an indented code
+/// block (CommonMark).
+const INDENTED_CODE: usize = 4;
 /// How lines of harness output start: a case, a check passed or failed, the summary.
 const OUTPUT_STARTS: [&str; 4] = ["CASE ", "  ok   ", "  FAIL ", "SUMMARY passed="];
 
@@ -69,6 +72,19 @@ pub fn scan(text: &str) -> Vec<Found> {
             at = quoted_after(&lines, at, selector, &mut found);
             continue;
         }
+        if let Some(end) = indented_block(&lines, at) {
+            // Only output is skipped: an indented line that is not output may be a list
+            // item's paragraph, whose inline markers count.
+            let content: Vec<&str> = lines[at..end]
+                .iter()
+                .map(|l| strip_indent(l, INDENTED_CODE))
+                .collect();
+            if looks_like_output(&content) {
+                found.push(Found::Uncited { line: at });
+                at = end;
+                continue;
+            }
+        }
         inline_markers(line, at, &mut found);
         at += 1;
     }
@@ -87,6 +103,14 @@ fn quoted_after(lines: &[&str], at: usize, selector: &str, found: &mut Vec<Found
                 indent,
             },
             end + 1,
+        ))
+    } else if let Some(end) = indented_block(lines, next) {
+        Some((
+            Quote::Fenced {
+                lines: next..end,
+                indent: INDENTED_CODE,
+            },
+            end,
         ))
     } else if lines
         .get(next)
@@ -172,6 +196,30 @@ fn fence_open(line: &str) -> Option<(String, usize)> {
     let mark = rest.chars().next().filter(|c| *c == '`' || *c == '~')?;
     let fence: String = rest.chars().take_while(|c| *c == mark).collect();
     (indent <= 3 && fence.len() >= 3).then_some((fence, indent))
+}
+
+/// An indented code block starting on line `at` (a line indented by
+/// [`INDENTED_CODE`] spaces or more after a blank line, a marker or the text's start):
+/// the line after its last non-blank line.
+fn indented_block(lines: &[&str], at: usize) -> Option<usize> {
+    let indented = |line: &str| {
+        line.trim().is_empty() || line.len() - line.trim_start_matches(' ').len() >= INDENTED_CODE
+    };
+    let opens = lines
+        .get(at)
+        .is_some_and(|l| !l.trim().is_empty() && indented(l));
+    let after_break =
+        at == 0 || lines[at - 1].trim().is_empty() || block_marker(lines[at - 1]).is_some();
+    if !opens || !after_break {
+        return None;
+    }
+    let run_end = (at..lines.len())
+        .find(|&i| !indented(lines[i]))
+        .unwrap_or(lines.len());
+    (at..run_end)
+        .rev()
+        .find(|&i| !lines[i].trim().is_empty())
+        .map(|last| last + 1)
 }
 
 /// The line closing the fence opened on line `open` (the text's end if none does).
@@ -318,6 +366,32 @@ mod tests {
             panic!("{found:?}")
         };
         assert_eq!(quoted_text(&lines(text), quote), "**Probing.** text");
+    }
+
+    #[test]
+    fn indented_code_blocks_are_inspected_and_can_be_cited() {
+        let text = "ends with\n\n    SUMMARY passed=1 failed=0\n\nmore\n\n\
+            <!-- cite: none, illustrative -->\n    CASE L3 :: made up\n\n\
+            <!-- cite: snapshot L/L3 from \"CASE L3\" -->\n    CASE L3 :: x\n\n    \x20 ok   y\n\n\
+            - a list item\n\n    its paragraph, <!-- cite: figure L/L3 /(1)/ -->1<!-- /cite -->\n";
+        let found = scan(text);
+        assert_eq!(found.len(), 4, "{found:#?}");
+        assert_eq!(found[0], Found::Uncited { line: 2 });
+        assert_eq!(found[1], Found::Illustrative { line: 6 });
+        let Found::Citation { quote, .. } = &found[2] else {
+            panic!("{found:?}")
+        };
+        assert_eq!(
+            *quote,
+            Quote::Fenced {
+                lines: 10..13,
+                indent: 4
+            }
+        );
+        assert_eq!(quoted_text(&lines(text), quote), "CASE L3 :: x\n\n  ok   y");
+        assert!(
+            matches!(&found[3], Found::Citation { selector, .. } if selector == "figure L/L3 /(1)/")
+        );
     }
 
     #[test]

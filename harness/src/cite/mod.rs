@@ -84,7 +84,7 @@ pub struct Report {
     pub cited: Vec<Cited>,
     /// Quotes marked `none, illustrative`: text and line.
     pub illustrative: Vec<(PathBuf, usize)>,
-    /// Fenced blocks of harness output without a marker: text and line.
+    /// Code blocks (fenced or indented) of harness output without a marker: text and line.
     pub uncited: Vec<(PathBuf, usize)>,
     /// The case ids the texts' snapshot and figure selectors name.
     pub cases: BTreeSet<String>,
@@ -139,7 +139,7 @@ impl Report {
         }
         for (text, line) in &self.uncited {
             out.push_str(&format!(
-                "uncited {}:{line} a fenced block of harness output without a cite marker \
+                "uncited {}:{line} a code block of harness output without a cite marker \
                  (cite what it quotes, or mark it <!-- cite: {} -->)\n",
                 text.display(),
                 markdown::ILLUSTRATIVE
@@ -251,17 +251,27 @@ fn markdown_under(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
 ///
 /// Errors: a text cannot be read.
 pub fn check(root: &Path, texts: &[PathBuf]) -> anyhow::Result<Report> {
+    check_proposed(root, texts, &[])
+}
+
+/// As [`check`], with the snapshots of the cases in `proposed` read from their pending
+/// proposals (`<id>.snap.new`) where there are some: the check as it would stand once
+/// they are accepted.
+///
+/// Errors: a text cannot be read.
+fn check_proposed(root: &Path, texts: &[PathBuf], proposed: &[String]) -> anyhow::Result<Report> {
     let mut report = Report::default();
     for text in texts {
         let content = std::fs::read_to_string(root.join(text))
             .map_err(|e| anyhow::anyhow!("reading {}: {e}", text.display()))?;
-        check_text(root, text, &content, &mut report);
+        check_text((root, proposed), text, &content, &mut report);
     }
     Ok(report)
 }
 
-/// Adds what one text cites (and quotes uncited) to `report`.
-fn check_text(root: &Path, text: &Path, content: &str, report: &mut Report) {
+/// Adds what one text cites (and quotes uncited) to `report`; `from` is the root and
+/// the cases whose proposals are read instead of their snapshots.
+fn check_text(from: (&Path, &[String]), text: &Path, content: &str, report: &mut Report) {
     let lines = markdown::lines(content);
     for found in markdown::scan(content) {
         let (line, selector, quote) = match found {
@@ -291,7 +301,7 @@ fn check_text(root: &Path, text: &Path, content: &str, report: &mut Report) {
                 report.cases.extend(case.clone());
                 let at = (text, line + 1);
                 status(
-                    root,
+                    from,
                     &parsed,
                     &markdown::quoted_text(&lines, quote),
                     quote,
@@ -313,13 +323,13 @@ fn check_text(root: &Path, text: &Path, content: &str, report: &mut Report) {
 /// How a quote stands against what its selector selects now; `at` is the text and the
 /// marker's line, for the diff's header.
 fn status(
-    root: &Path,
+    (root, proposed): (&Path, &[String]),
     parsed: &Selector,
     quoted: &str,
     quote: &Quote,
     at: (&Path, usize),
 ) -> Status {
-    let current = match parsed.resolve(root) {
+    let current = match parsed.resolve_proposed(root, proposed) {
         Ok(current) => trimmed_lines(&current),
         Err(Unresolved::Missing(why)) => return Status::Missing(why),
         Err(Unresolved::Gone(why)) => return Status::Gone(why),
@@ -398,14 +408,51 @@ fn rewritten(content: &str, stale: &[&Cited]) -> String {
     lines.join("\n")
 }
 
-/// After `--accept` rewrote the snapshots of `accepted` (case ids): one line for each
-/// citation in the default texts under `root` that quotes one of them and is now
-/// stale, saying that `./run.sh cite --check` fails until it is updated. Empty when
-/// none is, or when `root` has no such texts.
-pub fn stale_after_accept(root: &Path, accepted: &[String]) -> Vec<String> {
+/// After a run of the cases `ran` (ids), whose snapshots `--accept` may have rewritten
+/// (or `cargo insta accept` before the run): one line for each citation in the default
+/// texts under `root` that quotes one of them and is now stale, saying that `./run.sh
+/// cite --check` fails until it is updated. Empty when none is, or when `root` has no
+/// such texts.
+pub fn stale_after_accept(root: &Path, ran: &[String]) -> Vec<String> {
+    stale_citations(root, ran, &[], |c| {
+        format!(
+            "cited: {}:{} {} quotes the snapshot as it was; ./run.sh cite --check fails until ./run.sh cite --write {} updates it",
+            c.text.display(),
+            c.line,
+            c.selector,
+            c.text.display()
+        )
+    })
+}
+
+/// After a run left pending proposals (`<id>.snap.new`) for the cases `proposed`: one
+/// line for each citation in the default texts under `root` that quotes one of those
+/// snapshots and would be stale once the proposal is accepted (`cargo insta accept`),
+/// saying so before it is. Empty when none would be.
+pub fn stale_if_accepted(root: &Path, proposed: &[String]) -> Vec<String> {
+    stale_citations(root, proposed, proposed, |c| {
+        let case = c.case.as_deref().unwrap_or_default();
+        format!(
+            "cited: {}:{} {} quotes {case}'s snapshot, not its proposal; once that is accepted (cargo insta accept, or ./run.sh --accept {case}), ./run.sh cite --check fails until ./run.sh cite --write {} updates it",
+            c.text.display(),
+            c.line,
+            c.selector,
+            c.text.display()
+        )
+    })
+}
+
+/// The stale citations of the default texts under `root` that quote a snapshot of one
+/// of `cases`, checked with the proposals of `proposed` read, each as `line` says.
+fn stale_citations(
+    root: &Path,
+    cases: &[String],
+    proposed: &[String],
+    line: impl Fn(&Cited) -> String,
+) -> Vec<String> {
     let Ok(report) = texts(root, &[])
         .map_err(anyhow::Error::msg)
-        .and_then(|t| check(root, &t))
+        .and_then(|t| check_proposed(root, &t, proposed))
     else {
         return Vec::new();
     };
@@ -413,15 +460,7 @@ pub fn stale_after_accept(root: &Path, accepted: &[String]) -> Vec<String> {
         .cited
         .iter()
         .filter(|c| matches!(c.status, Status::Stale { .. }))
-        .filter(|c| c.case.as_ref().is_some_and(|id| accepted.contains(id)))
-        .map(|c| {
-            format!(
-                "cited: {}:{} {} quotes the snapshot as it was; ./run.sh cite --check fails until ./run.sh cite --write {} updates it",
-                c.text.display(),
-                c.line,
-                c.selector,
-                c.text.display()
-            )
-        })
+        .filter(|c| c.case.as_ref().is_some_and(|id| cases.contains(id)))
+        .map(line)
         .collect()
 }

@@ -163,11 +163,28 @@ impl Selector {
     /// Errors: [`Unresolved::Gone`] when the file (or LIMITS.md entry) is not there,
     /// [`Unresolved::Missing`] when nothing in it matches.
     pub fn resolve(&self, root: &Path) -> Result<String, Unresolved> {
+        self.resolve_proposed(root, &[])
+    }
+
+    /// As [`Selector::resolve`], but the snapshot of each case in `proposed` (ids) is
+    /// read from its pending proposal `<id>.snap.new` when there is one: the text this
+    /// would select once the proposal is accepted (`cargo insta accept`).
+    ///
+    /// Errors: as [`Selector::resolve`].
+    pub fn resolve_proposed(&self, root: &Path, proposed: &[String]) -> Result<String, Unresolved> {
+        let body = |case: &CaseRef| {
+            let pending = root.join(case.file()).with_extension("snap.new");
+            if proposed.contains(&case.id) && pending.is_file() {
+                body_of(&pending, &pending.display().to_string())
+            } else {
+                body(root, case)
+            }
+        };
         match self {
-            Selector::Snapshot { case, lines } => select_lines(&body(root, case)?, lines),
+            Selector::Snapshot { case, lines } => select_lines(&body(case)?, lines),
             Selector::Figure { from, pattern } => {
                 let text = match from {
-                    FigureFrom::Snapshot(case) => body(root, case)?,
+                    FigureFrom::Snapshot(case) => body(case)?,
                     FigureFrom::File(path) => read(&root.join(path), path)?,
                 };
                 figure(&text, pattern)
@@ -333,8 +350,12 @@ fn read(file: &Path, shown: &str) -> Result<String, Unresolved> {
 
 /// The snapshot's body as insta reads it.
 fn body(root: &Path, case: &CaseRef) -> Result<String, Unresolved> {
-    let shown = case.file().display().to_string();
-    match case_kit::snapshot::read_body(&root.join(case.file())) {
+    body_of(&root.join(case.file()), &case.file().display().to_string())
+}
+
+/// The body of the snapshot file `file` (shown as `shown`) as insta reads it.
+fn body_of(file: &Path, shown: &str) -> Result<String, Unresolved> {
+    match case_kit::snapshot::read_body(file) {
         Ok(Some(body)) => Ok(body),
         Ok(None) => Err(Unresolved::Gone(format!("{shown} does not exist"))),
         Err(error) => Err(Unresolved::Missing(format!("{error:#}"))),

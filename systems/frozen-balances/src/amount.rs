@@ -82,6 +82,7 @@ pub enum AmountError {
 /// of decimal places, greater than 0, at most [`Asset::max_units`].
 ///
 /// Errors: [`AmountError`] naming the broken rule (`what` names the field).
+// ANCHOR: parse_amount (quoted by docs/articles/frozen-balances.md; `./run.sh cite --check`)
 pub fn parse_amount(what: &'static str, asset: Asset, text: &str) -> Result<i64, AmountError> {
     let units = parse_units(what, asset, text)?;
     if units > i128::from(asset.max_units()) {
@@ -93,6 +94,7 @@ pub fn parse_amount(what: &'static str, asset: Asset, text: &str) -> Result<i64,
     // At most max_units, which fits i64.
     Ok(units as i64)
 }
+// ANCHOR_END: parse_amount
 
 /// Parses an order or fill quantity of `market`'s base asset: an amount that is a
 /// multiple of the lot.
@@ -163,6 +165,7 @@ fn parse_units(what: &'static str, asset: Asset, text: &str) -> Result<i128, Amo
     if text.contains('.') && !digits_only(fraction) {
         return Err(AmountError::Syntax { what });
     }
+    // ANCHOR: too_precise (quoted by docs/articles/frozen-balances.md; `./run.sh cite --check`)
     let scale = asset.scale();
     if fraction.len() > scale as usize {
         return Err(AmountError::TooPrecise {
@@ -172,6 +175,7 @@ fn parse_units(what: &'static str, asset: Asset, text: &str) -> Result<i128, Amo
             scale,
         });
     }
+    // ANCHOR_END: too_precise
     let too_long = || AmountError::TooLong { what };
     let whole: i128 = whole.parse().map_err(|_| too_long())?;
     let mut fraction_units: i128 = 0;

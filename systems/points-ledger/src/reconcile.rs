@@ -113,6 +113,7 @@ impl Findings {
 }
 
 // I4. SUM(bigint) is numeric in PostgreSQL, hence the casts back to bigint.
+// ANCHOR: balance_mismatch (quoted by docs/articles/points-ledger.md; `./run.sh cite --check`)
 const BALANCE_MISMATCH_SQL: &str = "\
 SELECT a.account_id, a.balance AS stored, COALESCE(e.total, 0)::bigint AS recomputed
 FROM account a
@@ -121,6 +122,7 @@ LEFT JOIN (
 ) e ON e.account_id = a.account_id
 WHERE a.balance <> COALESCE(e.total, 0)
 ORDER BY a.account_id";
+// ANCHOR_END: balance_mismatch
 
 // I3. LEFT JOIN so that a transaction without any entry shows up with 0 entries. A
 // repair's adjusting transaction (`ledger_adjustment`, crate::repair) counts together

@@ -55,6 +55,7 @@ pub fn test_account(n: u32) -> String {
 ///
 /// Plain `CREATE` statements: running it twice fails with SQLSTATE 42P07.
 pub const SCHEMA_SQL: &str = r#"
+-- ANCHOR: schema (quoted by docs/articles/points-ledger.md; `./run.sh cite --check`)
 CREATE TABLE account (
     account_id     text    PRIMARY KEY,
     allow_negative boolean NOT NULL DEFAULT false,
@@ -99,6 +100,7 @@ CREATE TABLE ledger_entry (
 CREATE INDEX ledger_entry_account_id_idx ON ledger_entry (account_id);
 CREATE INDEX ledger_entry_txn_id_idx ON ledger_entry (txn_id);
 CREATE INDEX ledger_txn_order_id_idx ON ledger_txn (order_id) WHERE order_id IS NOT NULL;
+-- ANCHOR_END: schema
 "#;
 
 /// The one-trip transfer's server-side function `ledger_transfer_onetrip`

@@ -215,12 +215,14 @@ pub(crate) const REGISTER_ATTEMPTS: u32 = 3;
 // holds the same key, then returns no row if that transaction committed (PostgreSQL docs,
 // INSERT, "ON CONFLICT Clause"). It also inserts nothing when a transaction of this key
 // exists without its record (removed by hand): that key must never execute again.
+// ANCHOR: register (quoted by docs/articles/points-ledger.md; `./run.sh cite --check`)
 const REGISTER_SQL: &str = "\
 INSERT INTO idem_request (client_id, idem_key, request_hash, outcome)
 SELECT $1, $2, $3, 'PENDING'
 WHERE NOT EXISTS (SELECT 1 FROM ledger_txn t WHERE t.client_id = $1 AND t.idem_key = $2)
 ON CONFLICT (client_id, idem_key) DO NOTHING
 RETURNING 1";
+// ANCHOR_END: register
 
 // Step 1, key known but no record: the transaction left behind by a removed record.
 const ORPHAN_TXN_SQL: &str = "\
@@ -244,7 +246,7 @@ WHERE client_id = $1 AND idem_key = $2";
 // Step 2. If a concurrent transaction changed the row, PostgreSQL waits for it and
 // re-evaluates the WHERE clause on the new row version (docs, 13.2.1 "Read Committed
 // Isolation Level"), so "enough?" and "take it" are one evaluation.
-// ANCHOR: debit_from (quoted by docs/citing.md; `./run.sh cite --check`)
+// ANCHOR: debit_from (quoted by docs/citing.md and docs/articles/points-ledger.md; `./run.sh cite --check`)
 const DEBIT_FROM_SQL: &str = "\
 UPDATE account
 SET balance = balance - $2
@@ -266,6 +268,7 @@ RETURNING outcome, balance_after";
 // ledger_txn row (with the request's order id, NULL without one) and its two entries
 // (-amount on `from` first, +amount on `to`). Each INSERT reads its input from the
 // previous CTE, so a missing `to` leaves all three empty and the statement returns no row.
+// ANCHOR: credit_and_record (quoted by docs/articles/points-ledger.md; `./run.sh cite --check`)
 const CREDIT_AND_RECORD_SQL: &str = "\
 WITH credited AS (
     UPDATE account SET balance = balance + $5 WHERE account_id = $4 RETURNING balance
@@ -282,12 +285,15 @@ WITH credited AS (
 )
 SELECT credited.balance, txn.txn_id, (SELECT count(*) FROM entries) AS entry_count
 FROM credited CROSS JOIN txn";
+// ANCHOR_END: credit_and_record
 
 // Step 4.
+// ANCHOR: record_ok (quoted by docs/articles/points-ledger.md; `./run.sh cite --check`)
 const RECORD_OK_SQL: &str = "\
 UPDATE idem_request
 SET outcome = 'OK', txn_id = $3, balance_after = $4
 WHERE client_id = $1 AND idem_key = $2";
+// ANCHOR_END: record_ok
 
 /// Executes `req` at most once per `(client_id, idem_key)`, exactly as SPEC §3 describes,
 /// in one transaction started with isolation level READ COMMITTED (set explicitly).
@@ -336,6 +342,7 @@ pub async fn transfer(
         .start()
         .await?;
 
+    // ANCHOR: transfer_steps (quoted by docs/articles/points-ledger.md; `./run.sh cite --check`)
     // A repair's freeze refuses the transfer before anything is recorded (crate::repair).
     if let Some(account) = crate::repair::frozen_account(&tx, &req.from, &req.to).await? {
         let _ = tx.rollback().await;
@@ -381,6 +388,7 @@ pub async fn transfer(
     // Step 4: record OK with the reported balance.
     let result = record_ok_result(&tx, req, from_balance_after, to_balance_after, txn_id).await?;
     commit(tx, hooks, req, result).await
+    // ANCHOR_END: transfer_steps
 }
 
 /// What step 1 found under a key that was already known; the transfer rolls back and

@@ -84,9 +84,11 @@ pub(crate) async fn begin(conn: &mut mysql_async::Conn) -> Result<Transaction<'_
     Ok(conn.start_transaction(options).await?)
 }
 
+// ANCHOR: register (quoted by docs/articles/frozen-balances.md; `./run.sh cite --check`)
 const REGISTER_SQL: &str = "\
 INSERT INTO balance_operation (tenant_id, business_id, kind, payload, payload_hash, outcome)
 VALUES (?, ?, ?, ?, ?, 'PENDING')";
+// ANCHOR_END: register
 
 /// Step 1 of every event: the new operation's id, or `None` when the business id is
 /// already committed (1062; the caller rolls back and calls [`replay`]).

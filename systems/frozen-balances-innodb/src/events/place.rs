@@ -14,9 +14,11 @@ use crate::InnoError;
 // isolation level, so "enough available?" and "freeze it" are one evaluation. MariaDB
 // has no UPDATE … RETURNING: the affected-rows count (matched rows, CLIENT_FOUND_ROWS)
 // says whether it froze.
+// ANCHOR: freeze (quoted by docs/articles/frozen-balances.md; `./run.sh cite --check`)
 const FREEZE_SQL: &str = "\
 UPDATE balance SET available = available - ?, frozen = frozen + ?, version = version + 1
 WHERE tenant_id = ? AND account_id = ? AND asset = ? AND available >= ?";
+// ANCHOR_END: freeze
 
 // A locking read: the latest committed value (the row is locked by the UPDATE above),
 // not the transaction's snapshot.
