@@ -74,6 +74,9 @@ pub trait EventEngine: Send {
     }
 }
 
+/// An event's answer as printed, and whether it was a replay.
+type Printed = Result<(String, bool), String>;
+
 /// The answer to a request that is of another kind than asked.
 fn mismatched() -> String {
     "the engine answered an event of another kind".into()
@@ -199,13 +202,14 @@ pub async fn event<E: EventEngine>(
     hooks: &dyn Hooks,
 ) -> Result<String, String> {
     let args = Args(call);
-    let mut text = match call.op.as_str() {
+    let (mut text, was_replayed) = match call.op.as_str() {
         "deposit" => deposit(engine, &args, hooks).await?,
         "place" => place(engine, &args, hooks).await?,
         "fill" => fill(engine, &args, hooks).await?,
         "cancel" => cancel(engine, &args, hooks).await?,
         other => return Err(format!("{other} is no event")),
     };
+    replayed(&mut text, was_replayed);
     text.push_str(&engine.met());
     Ok(text)
 }
@@ -236,11 +240,7 @@ pub fn replayed(text: &mut String, replayed: bool) {
     }
 }
 
-async fn deposit<E: EventEngine>(
-    engine: &mut E,
-    args: &Args<'_>,
-    hooks: &dyn Hooks,
-) -> Result<String, String> {
+async fn deposit(engine: &mut impl EventEngine, args: &Args<'_>, hooks: &dyn Hooks) -> Printed {
     let req = DepositRequest {
         tenant_id: args.tenant(),
         business_id: args.text("key")?.into(),
@@ -254,16 +254,11 @@ async fn deposit<E: EventEngine>(
     let after = engine
         .balance(&req.tenant_id, &req.account_id, req.asset)
         .await;
-    let mut text = format!("outcome={} {after}", r.outcome.as_str());
-    replayed(&mut text, r.replayed);
-    Ok(text)
+    let text = format!("outcome={} {after}", r.outcome.as_str());
+    Ok((text, r.replayed))
 }
 
-async fn place<E: EventEngine>(
-    engine: &mut E,
-    args: &Args<'_>,
-    hooks: &dyn Hooks,
-) -> Result<String, String> {
+async fn place(engine: &mut impl EventEngine, args: &Args<'_>, hooks: &dyn Hooks) -> Printed {
     let req = args.place_request()?;
     let Done::Place(r) = engine.event(Request::Place(&req), hooks).await? else {
         return Err(mismatched());
@@ -282,15 +277,10 @@ async fn place<E: EventEngine>(
         let reported = format_units(asset, r.available);
         text.push_str(&format!(" reported_available={reported}"));
     }
-    replayed(&mut text, r.replayed);
-    Ok(text)
+    Ok((text, r.replayed))
 }
 
-async fn fill<E: EventEngine>(
-    engine: &mut E,
-    args: &Args<'_>,
-    hooks: &dyn Hooks,
-) -> Result<String, String> {
+async fn fill(engine: &mut impl EventEngine, args: &Args<'_>, hooks: &dyn Hooks) -> Printed {
     let (tenant, market) = (args.tenant(), args.market()?);
     let req = FillRequest {
         buy_order_id: order_id(engine, &tenant, args.text("buy")?).await?,
@@ -322,15 +312,10 @@ async fn fill<E: EventEngine>(
             status(r.sell_status),
         ));
     }
-    replayed(&mut text, r.replayed);
-    Ok(text)
+    Ok((text, r.replayed))
 }
 
-async fn cancel<E: EventEngine>(
-    engine: &mut E,
-    args: &Args<'_>,
-    hooks: &dyn Hooks,
-) -> Result<String, String> {
+async fn cancel(engine: &mut impl EventEngine, args: &Args<'_>, hooks: &dyn Hooks) -> Printed {
     let tenant = args.tenant();
     let req = CancelRequest {
         order_id: order_id(engine, &tenant, args.text("order")?).await?,
@@ -344,14 +329,13 @@ async fn cancel<E: EventEngine>(
     let after = engine
         .balance(&req.tenant_id, &req.account_id, r.asset)
         .await;
-    let mut text = format!(
+    let text = format!(
         "outcome={} released={} status={} {after}",
         r.outcome.as_str(),
         format_units(r.asset, r.released),
         r.order_status.as_str()
     );
-    replayed(&mut text, r.replayed);
-    Ok(text)
+    Ok((text, r.replayed))
 }
 
 /// `reconcile`: `clean=true` and `tenant`'s per-asset sums, or `clean=false`, the sums,

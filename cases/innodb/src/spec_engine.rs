@@ -55,56 +55,27 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use case_kit::AbortOnDrop;
+use case_kit::spec::verbs::Verbs;
 use case_kit::spec::{self, Call, EngineSession, Reconciled, SpecEngine};
 use case_kit::{Case, Ctx};
-use frozen_balances::amount::{format_units, parse_amount, parse_price, parse_quantity};
-use frozen_balances::{
-    Asset, CancelRequest, DEFAULT_TENANT, DepositRequest, EventKind, FillRequest, HookPoint, Hooks,
-    Market, NoHooks, PlaceRequest,
-};
-use frozen_balances_innodb::{InnoError, Tally};
-use futures_util::FutureExt;
+use cases_frozen::spec_events::{self, Answer, Args, Done, EventEngine, Line, Request};
+use cases_frozen::verbs::POSTGRES_ONLY;
+use frozen_balances::{Asset, Findings, HookPoint, Hooks};
+use frozen_balances_innodb::naive::{InsideRead, register_reading_inside};
+use frozen_balances_innodb::{self as innodb, InnoError, Tally};
 use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, TryFutureExt};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, Value};
 
-use case_kit::AbortOnDrop;
-use frozen_balances_innodb::naive::{InsideRead, register_reading_inside};
-
-use crate::fixtures::{Db, FailAt, Gate};
+use crate::fixtures::{Db, Gate};
+use crate::verbs;
 
 /// Where the family's case files are.
 pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
 /// What every file's `system:` says: the product's tables on InnoDB.
 pub const SYSTEM: &str = "frozen_balances_innodb";
-
-/// Each operation with its required arguments, then its optional ones (`tenant` is
-/// optional everywhere).
-const OPERATIONS: [(&str, &[&str], &[&str]); 11] = [
-    ("connect", &["client"], &[]),
-    (
-        "deposit",
-        &["account", "asset", "amount", "key"],
-        &["fail", "hold"],
-    ),
-    (
-        "place",
-        &["account", "side", "qty", "price", "key"],
-        &["market", "fail", "hold", "show"],
-    ),
-    (
-        "fill",
-        &["buy", "sell", "qty", "price", "key"],
-        &["market", "fail", "hold"],
-    ),
-    ("cancel", &["account", "order", "key"], &["fail", "hold"]),
-    ("balance", &["account", "asset"], &[]),
-    ("reconcile", &[], &[]),
-    ("release", &[], &[]),
-    ("kill-server", &[], &[]),
-    ("lock-waits", &[], &[]),
-    ("naive-register", &["account", "asset", "key"], &[]),
-];
 
 /// The family's case files, read now (no registration, no rebuild).
 pub fn cases() -> Vec<Case> {
@@ -136,24 +107,18 @@ impl SpecEngine for MariaDbEngine {
         SYSTEM
     }
 
+    fn verbs(&self) -> Vec<&'static Verbs> {
+        verbs::ALL.to_vec()
+    }
+
+    /// The declarations ([`super::verbs`]), then what they cannot say: an event takes
+    /// no argument only PostgreSQL's take, is either aborted or held, and at a hook
+    /// point the library names.
     fn check(&self, call: &Call) -> Result<(), String> {
-        let (_, required, optional) = OPERATIONS
-            .iter()
-            .find(|(op, _, _)| *op == call.op)
-            .ok_or_else(|| format!("unknown operation {:?}", call.op))?;
-        if let Some(missing) = required.iter().find(|name| call.arg(name).is_none()) {
-            return Err(format!("needs {missing}="));
-        }
-        let known =
-            |name: &str| name == "tenant" || required.contains(&name) || optional.contains(&name);
-        if let Some((name, _)) = call.args.iter().find(|(name, _)| !known(name)) {
-            return Err(format!("unknown argument {name:?}"));
-        }
+        spec::verbs::check(&self.verbs(), &call.op, &call.args)?;
+        cases_frozen::verbs::refuse_the_others(call, &POSTGRES_ONLY, "InnoDB")?;
         if call.arg("fail").is_some() && call.arg("hold").is_some() {
             return Err("fail= and hold= together: an event is either aborted or held".into());
-        }
-        if let Some(show) = call.arg("show").filter(|show| *show != "reported") {
-            return Err(format!("show={show}: only show=reported"));
         }
         match call.arg("fail").or(call.arg("hold")) {
             Some(point) => point
@@ -242,7 +207,8 @@ impl Session {
         if self.held.is_some() {
             return Err("this session already holds an event: release it first".into());
         }
-        let kind = event_kind(&call.op).ok_or_else(|| format!("{} is no event", call.op))?;
+        let kind =
+            spec_events::event_kind(&call.op).ok_or_else(|| format!("{} is no event", call.op))?;
         let point: HookPoint = Args(call)
             .text("hold")?
             .parse()
@@ -251,8 +217,7 @@ impl Session {
         let mut conn = self.db.connect().await.map_err(|e| format!("{e:#}"))?;
         let (held, call) = (gate.clone(), call.clone());
         let mut task = AbortOnDrop::spawn(async move {
-            let args = Args(&call);
-            event(&mut conn, &args, held.as_ref()).await
+            spec_events::event(&mut OnInnoDb::new(&mut conn), &call, held.as_ref()).await
         });
         tokio::select! {
             () = gate.reached() => {}
@@ -280,25 +245,72 @@ impl Session {
     }
 }
 
-/// The kind of the event `op` names.
-fn event_kind(op: &str) -> Option<EventKind> {
-    Some(match op {
-        "deposit" => EventKind::Deposit,
-        "place" => EventKind::Place,
-        "fill" => EventKind::Fill,
-        "cancel" => EventKind::Cancel,
-        _ => return None,
-    })
+/// The product's events on one connection, and what they met on their way (a fresh
+/// [`Tally`] per call).
+struct OnInnoDb<'c> {
+    conn: &'c mut Conn,
+    tally: Tally,
 }
 
-/// Runs the event `args` names on `conn` with `hooks`.
-async fn event(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<String, String> {
-    match args.0.op.as_str() {
-        "deposit" => deposit(conn, args, hooks).await,
-        "place" => place(conn, args, hooks).await,
-        "fill" => fill(conn, args, hooks).await,
-        "cancel" => cancel(conn, args, hooks).await,
-        other => Err(format!("{other} is no event")),
+impl<'c> OnInnoDb<'c> {
+    fn new(conn: &'c mut Conn) -> OnInnoDb<'c> {
+        OnInnoDb {
+            conn,
+            tally: Tally::default(),
+        }
+    }
+}
+
+impl EventEngine for OnInnoDb<'_> {
+    fn event<'a>(&'a mut self, request: Request<'a>, hooks: &'a dyn Hooks) -> Answer<'a, Done> {
+        let (conn, tally) = (&mut *self.conn, &self.tally);
+        async move {
+            let done = match request {
+                Request::Deposit(r) => innodb::deposit(conn, r, hooks, tally)
+                    .await
+                    .map(Done::Deposit),
+                Request::Place(r) => innodb::place(conn, r, hooks, tally).await.map(Done::Place),
+                Request::Fill(r) => innodb::fill(conn, r, hooks, tally).await.map(Done::Fill),
+                Request::Cancel(r) => innodb::cancel(conn, r, hooks, tally)
+                    .await
+                    .map(Done::Cancel),
+            };
+            done.map_err(shown)
+        }
+        .boxed()
+    }
+
+    fn balance<'a>(&'a mut self, tenant: &'a str, account: &'a str, asset: Asset) -> Line<'a> {
+        innodb::query::balance_line(self.conn, tenant, account, asset)
+            .map(|line| line.unwrap_or_else(|e| format!("balance unreadable: {}", shown(e))))
+            .boxed()
+    }
+
+    fn placed<'a>(&'a mut self, tenant: &'a str, name: &'a str) -> Answer<'a, Option<i64>> {
+        self.conn
+            .exec_first(
+                "SELECT order_id FROM spot_order WHERE tenant_id = ? AND place_business_id = ?",
+                (tenant, name),
+            )
+            .map_err(|e| shown(e.into()))
+            .boxed()
+    }
+
+    fn reconcile(&mut self) -> Answer<'_, Findings> {
+        innodb::reconcile(self.conn).map_err(shown).boxed()
+    }
+
+    /// ` duplicates=N` / ` deadlocks=N` when the event met InnoDB's duplicate keys
+    /// (1062) or deadlocks (1213) on its way.
+    fn met(&self) -> String {
+        let mut words = String::new();
+        if self.tally.duplicates() > 0 {
+            words.push_str(&format!(" duplicates={}", self.tally.duplicates()));
+        }
+        if self.tally.deadlocks() > 0 {
+            words.push_str(&format!(" deadlocks={}", self.tally.deadlocks()));
+        }
+        words
     }
 }
 
@@ -358,16 +370,7 @@ impl EngineSession for Session {
                     ))
                 }
                 "naive-register" => naive_register(conn, &args).await,
-                op if event_kind(op).is_some() => {
-                    let hooks = hooks(&args, event_kind(op).expect("an event"))?;
-                    event(conn, &args, hooks.as_ref()).await
-                }
-                "balance" => {
-                    let account = args.text("account")?;
-                    Ok(balance(conn, &args.tenant(), account, args.asset()?).await)
-                }
-                "reconcile" => reconcile_call(conn, &args.tenant()).await,
-                other => Err(format!("unknown operation {other:?}")),
+                _ => spec_events::run(&mut OnInnoDb::new(conn), call, ";").await,
             }
         }
         .boxed()
@@ -392,9 +395,7 @@ impl EngineSession for Session {
 
     fn reconcile(&mut self) -> BoxFuture<'_, Reconciled> {
         async move {
-            let findings = frozen_balances_innodb::reconcile(&mut self.conn)
-                .await
-                .map_err(shown)?;
+            let findings = OnInnoDb::new(&mut self.conn).reconcile().await?;
             let mut words = vec![findings.summary()];
             let rows = findings.row_mismatches.iter();
             words.extend(rows.map(|m| format!("row:{}:{}=1", m.account_id, m.asset)));
@@ -465,210 +466,4 @@ fn shown(error: InnoError) -> String {
         } => format!("{code} ({state}): {message}"),
         other => other.to_string(),
     }
-}
-
-/// A call's arguments, read with the error a spec author can act on.
-struct Args<'c>(&'c Call);
-
-impl Args<'_> {
-    fn text(&self, name: &str) -> Result<&str, String> {
-        self.0.arg(name).ok_or_else(|| format!("needs {name}="))
-    }
-    fn tenant(&self) -> String {
-        self.0.arg("tenant").unwrap_or(DEFAULT_TENANT).to_string()
-    }
-    fn market(&self) -> Result<Market, String> {
-        let market = self.0.arg("market").unwrap_or("BTC-USDT");
-        market.parse().map_err(|e| format!("{e}"))
-    }
-    fn asset(&self) -> Result<Asset, String> {
-        self.text("asset")?.parse().map_err(|e| format!("{e}"))
-    }
-    fn amount(&self) -> Result<i64, String> {
-        parse_amount("amount", self.asset()?, self.text("amount")?).map_err(|e| e.to_string())
-    }
-    fn quantity(&self) -> Result<i64, String> {
-        parse_quantity(self.market()?, self.text("qty")?).map_err(|e| e.to_string())
-    }
-    fn price(&self) -> Result<i64, String> {
-        parse_price(self.market()?, self.text("price")?).map_err(|e| e.to_string())
-    }
-}
-
-/// `available=… frozen=…` of one balance row, in whole coins of `asset`.
-async fn balance(conn: &mut Conn, tenant: &str, account: &str, asset: Asset) -> String {
-    frozen_balances_innodb::query::balance_line(conn, tenant, account, asset)
-        .await
-        .unwrap_or_else(|e| format!("balance unreadable: {}", shown(e)))
-}
-
-/// The order an argument names: `#N`, or the business id it was placed under.
-///
-/// Errors: no order placed under that id; a server error.
-async fn order_id(conn: &mut Conn, tenant: &str, name: &str) -> Result<i64, String> {
-    if let Some(number) = name.strip_prefix('#') {
-        return number
-            .parse()
-            .map_err(|_| format!("bad order number {name:?}"));
-    }
-    let row: Option<i64> = conn
-        .exec_first(
-            "SELECT order_id FROM spot_order WHERE tenant_id = ? AND place_business_id = ?",
-            (tenant, name),
-        )
-        .await
-        .map_err(|e| shown(e.into()))?;
-    row.ok_or_else(|| format!("no order placed under business id {name:?}"))
-}
-
-/// The hooks of an event of `kind`: `fail=POINT` aborts it there ([`FailAt`]), none
-/// otherwise.
-fn hooks(args: &Args<'_>, kind: EventKind) -> Result<Box<dyn Hooks>, String> {
-    Ok(match args.0.arg("fail") {
-        Some(point) => Box::new(FailAt {
-            kind,
-            point: point.parse().map_err(|e| format!("{e}"))?,
-        }),
-        None => Box::new(NoHooks),
-    })
-}
-
-/// ` replayed=true` for a replay, then ` duplicates=N` / ` deadlocks=N` when the event
-/// met InnoDB's duplicate keys (1062) or deadlocks (1213) on its way.
-fn replayed(text: &mut String, replayed: bool, tally: &Tally) {
-    if replayed {
-        text.push_str(" replayed=true");
-    }
-    if tally.duplicates() > 0 {
-        text.push_str(&format!(" duplicates={}", tally.duplicates()));
-    }
-    if tally.deadlocks() > 0 {
-        text.push_str(&format!(" deadlocks={}", tally.deadlocks()));
-    }
-}
-
-async fn deposit(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<String, String> {
-    let tally = Tally::default();
-    let (tenant, asset) = (args.tenant(), args.asset()?);
-    let req = DepositRequest {
-        tenant_id: tenant.clone(),
-        business_id: args.text("key")?.into(),
-        account_id: args.text("account")?.into(),
-        asset,
-        amount: args.amount()?,
-    };
-    let result = frozen_balances_innodb::deposit(conn, &req, hooks, &tally)
-        .await
-        .map_err(shown)?;
-    let after = balance(conn, &tenant, &req.account_id, asset).await;
-    let mut text = format!("outcome={} {after}", result.outcome.as_str());
-    replayed(&mut text, result.replayed, &tally);
-    Ok(text)
-}
-
-async fn place(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<String, String> {
-    let tally = Tally::default();
-    let tenant = args.tenant();
-    let req = PlaceRequest {
-        tenant_id: tenant.clone(),
-        business_id: args.text("key")?.into(),
-        account_id: args.text("account")?.into(),
-        market: args.market()?,
-        side: args.text("side")?.parse().map_err(|e| format!("{e}"))?,
-        quantity: args.quantity()?,
-        limit_price: args.price()?,
-    };
-    let result = frozen_balances_innodb::place(conn, &req, hooks, &tally)
-        .await
-        .map_err(shown)?;
-    let asset = result.frozen_asset;
-    let after = balance(conn, &tenant, &req.account_id, asset).await;
-    let order = result.order_id.map(|id| format!(" order={id}"));
-    let mut text = format!(
-        "outcome={}{} freeze={} fee_reserve={} {after}",
-        result.outcome.as_str(),
-        order.unwrap_or_default(),
-        format_units(asset, result.frozen_amount),
-        format_units(asset, result.fee_reserve),
-    );
-    if args.0.arg("show") == Some("reported") {
-        let reported = format_units(asset, result.available);
-        text.push_str(&format!(" reported_available={reported}"));
-    }
-    replayed(&mut text, result.replayed, &tally);
-    Ok(text)
-}
-
-async fn fill(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<String, String> {
-    let tally = Tally::default();
-    let (tenant, market) = (args.tenant(), args.market()?);
-    let req = FillRequest {
-        tenant_id: tenant.clone(),
-        fill_id: args.text("key")?.into(),
-        buy_order_id: order_id(conn, &tenant, args.text("buy")?).await?,
-        sell_order_id: order_id(conn, &tenant, args.text("sell")?).await?,
-        quantity: args.quantity()?,
-        price: args.price()?,
-    };
-    let r = frozen_balances_innodb::fill(conn, &req, hooks, &tally)
-        .await
-        .map_err(shown)?;
-    let mut text = format!("outcome={}", r.outcome.as_str());
-    if let Some((order, status)) = r.closed_order {
-        text.push_str(&format!(" closed={order} status={}", status.as_str()));
-    } else {
-        let q = |units| format_units(market.quote(), units);
-        let status = |s: Option<frozen_balances::OrderStatus>| s.map_or("-", |s| s.as_str());
-        text.push_str(&format!(
-            " notional={} buyer_fee={} seller_fee={} buyer_frozen_taken={} \
-             buyer_returned={} seller_received={} buy_status={} sell_status={}",
-            q(r.notional),
-            q(r.buyer_fee),
-            q(r.seller_fee),
-            q(r.buyer_frozen_taken),
-            q(r.buyer_returned),
-            q(r.seller_received),
-            status(r.buy_status),
-            status(r.sell_status),
-        ));
-    }
-    replayed(&mut text, r.replayed, &tally);
-    Ok(text)
-}
-
-async fn cancel(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<String, String> {
-    let tally = Tally::default();
-    let tenant = args.tenant();
-    let req = CancelRequest {
-        tenant_id: tenant.clone(),
-        business_id: args.text("key")?.into(),
-        account_id: args.text("account")?.into(),
-        order_id: order_id(conn, &tenant, args.text("order")?).await?,
-    };
-    let r = frozen_balances_innodb::cancel(conn, &req, hooks, &tally)
-        .await
-        .map_err(shown)?;
-    let after = balance(conn, &tenant, &req.account_id, r.asset).await;
-    let mut text = format!(
-        "outcome={} released={} status={} {after}",
-        r.outcome.as_str(),
-        format_units(r.asset, r.released),
-        r.order_status.as_str()
-    );
-    replayed(&mut text, r.replayed, &tally);
-    Ok(text)
-}
-
-/// `reconcile`: the per-asset sums, and the findings with their lines when any.
-async fn reconcile_call(conn: &mut Conn, tenant: &str) -> Result<String, String> {
-    let findings = frozen_balances_innodb::reconcile(conn)
-        .await
-        .map_err(shown)?;
-    let sums = findings.totals_text(tenant);
-    Ok(if findings.is_clean() {
-        format!("clean=true {sums}")
-    } else {
-        let lines = findings.lines().join("; ");
-        format!("clean=false {sums} {}; {lines}", findings.summary())
-    })
 }
