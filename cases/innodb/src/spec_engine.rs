@@ -7,46 +7,24 @@
 //! `i_<case id>_pN`. Each database is created afresh, with the product's tables, the
 //! first time a run of the case connects to it. SQL steps run there as written (the text
 //! protocol; every value prints as the server sends it, `null` for NULL; an error as
-//! `ERROR <MariaDB code> (<SQLSTATE>): message`). The calls print as the F family's
-//! (`cases_frozen::spec_calls`), on InnoDB:
+//! `ERROR <MariaDB code> (<SQLSTATE>): message`).
 //!
-//! - `connect client=default` → `connected client=default`: the session's connection
-//!   replaced by one with the client's default options (no `CLIENT_FOUND_ROWS`);
-//!   `client=product` goes back
-//! - `deposit account=A asset=USDT amount=10000 key=K` → `outcome=OK available=… frozen=…`
-//! - `place account=A side=BUY qty=1.0 price=5000 key=K [market=BTC-USDT]` →
-//!   `outcome=OK order=1 freeze=5005.000000 fee_reserve=5.000000 available=… frozen=…`
-//! - `fill buy=ORDER sell=ORDER qty=0.4 price=4900 key=K` → `outcome=OK notional=…
-//!   buyer_fee=… seller_fee=… buyer_frozen_taken=… buyer_returned=… seller_received=…
-//!   buy_status=OPEN sell_status=FILLED`, or `outcome=ORDER_CLOSED closed=1 status=…`
-//! - `cancel account=A order=ORDER key=K` → `outcome=OK released=… status=CANCELLED
-//!   available=… frozen=…`
-//! - `balance account=A asset=USDT` → `available=… frozen=…`
-//! - `reconcile` → `clean=true BTC=0.00000000 USDT=0.000000`, or `clean=false`, the
-//!   sums, the findings' counts and each finding (`row default/alice USDT: …`, `;`
-//!   between them)
-//! - an event with `hold=POINT` → `held at POINT`: started on a connection of its own
-//!   with a [`Gate`] there, returned once paused; `release` lets it go on and prints its
-//!   answer or error
-//! - `lock-waits` → `lock_waits=N`, the sessions of the case's database in `LOCK WAIT`
-//! - `kill-server` → `killed signal=9 restarted=another-process` (SIGKILL of `mariadbd`,
-//!   restarted on its data and port: InnoDB's crash recovery)
-//! - `naive-register account=A asset=X key=K` → `inside_read=NotFound` (the naive
-//!   registration that reads inside the failed transaction) or `Found:OK`, `Registered`
-//! - `place … show=reported` adds `reported_available=…`, the product's answer's figure
+//! The verbs are declared in [`super::verbs`] (`./run.sh --verbs I`, docs/specs.md's
+//! verb reference): the frozen balances' events (`deposit`, `place`, `fill`, `cancel`,
+//! `balance`, `reconcile`), read and printed by `cases_frozen::spec_events`, the same
+//! code family F runs on PostgreSQL, here over `frozen_balances_innodb`'s events on the
+//! session's connection ([`EventEngine`] for `OnInnoDb`), which add `duplicates=N` /
+//! `deadlocks=N` when an event met them (`frozen_balances_innodb::Tally`); and the
+//! engine's own: `connect`, an event held at a hook point (`hold=POINT`, on a connection
+//! of its own with a [`Gate`] there) and its `release`, `lock-waits`, `kill-server` and
+//! `naive-register`. `fail=POINT` aborts an event at that hook point
+//! (`cases_frozen::fixtures::FailAt`).
 //!
 //! Every session reports its connection id ([`EngineSession::wait_id`]) and which
 //! connections wait for a lock (`INNODB_TRX`, and `PROCESSLIST` for the server's own
 //! locks above InnoDB: metadata, table-level, user locks; [`EngineSession::waiting`]), so
 //! a step seen waiting for a lock prints `<waiting ...>` and the next step is sent.
 //!
-//! An order is named by the business id it was placed under (`buy=place-i101`) or by its
-//! number (`#3`); every call takes `tenant=T` (default `default`); `replayed=true` is
-//! added to an event read back from an earlier request with the same business id, and
-//! `duplicates=N`/`deadlocks=N` when the event met InnoDB's duplicate-key (1062) or
-//! deadlock (1213) errors on its way (`frozen_balances_innodb::Tally`). Every event takes
-//! `fail=POINT` (a hook point such as `balances-updated` or `after-commit`): the event
-//! is aborted there (`cases_frozen::fixtures::FailAt`) and prints its error.
 //! `reconcile:` is the family's reconciliation (`frozen_balances_innodb::reconcile`): its
 //! summary `row_mismatches=N …`, then each mismatched row as `row:alice:USDT=1` and each
 //! unbalanced asset with its sum in minor units as `sum:BTC=1`.
@@ -465,5 +443,57 @@ fn shown(error: InnoError) -> String {
             message,
         } => format!("{code} ({state}): {message}"),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(text: &str) -> Call {
+        let mut words = text.split_whitespace();
+        let op = words.next().expect("a verb").to_string();
+        let args = words
+            .map(|w| w.split_once('=').expect("key=value"))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Call { op, args }
+    }
+
+    #[test]
+    fn the_events_take_innodbs_arguments_and_refuse_postgresqls() {
+        let engine = MariaDbEngine::default();
+        let place = "place account=alice side=BUY qty=1.0 price=5000 key=p-1";
+        for good in [
+            format!("{place} fail=balances-updated"),
+            format!("{place} hold=balances-updated show=reported"),
+            "deposit account=alice asset=USDT amount=1 key=d tenant=t".to_string(),
+            "connect client=default".to_string(),
+            "naive-register account=alice asset=USDT key=k".to_string(),
+        ] {
+            assert_eq!(engine.check(&call(&good)), Ok(()), "{good}");
+        }
+        for (text, said) in [
+            (
+                format!("{place} fail-at=balances-updated"),
+                "takes no fail-at= on InnoDB",
+            ),
+            (
+                format!("{place} fail=x hold=balances-updated"),
+                "either aborted or held",
+            ),
+            (format!("{place} hold=nowhere"), "nowhere"),
+            (
+                "withdraw account=a asset=BTC amount=1 to=x key=k".into(),
+                "unknown verb",
+            ),
+            (
+                "connect client=other".into(),
+                "takes one of product, default",
+            ),
+        ] {
+            let error = engine.check(&call(&text)).expect_err(&text);
+            assert!(error.contains(said), "{text}: {error}");
+        }
     }
 }
