@@ -18,6 +18,15 @@ const COINS: Kind = Kind::Decimal;
 const SIDE: Kind = Kind::OneOf(&["BUY", "SELL"]);
 const ASSET: Kind = Kind::OneOf(&["USDT", "BTC", "ETH"]);
 const MARKET: Arg = may("market", Kind::OneOf(&["BTC-USDT", "ETH-USDT"]), "BTC-USDT");
+/// The arguments most verbs share: whose, which business id, and the figures of a
+/// placement or a transfer.
+const ACCOUNT: Arg = needs("account", WORD);
+const KEY: Arg = needs("key", WORD);
+const SIDE_OF: Arg = needs("side", SIDE);
+const QTY: Arg = needs("qty", COINS);
+const PRICE: Arg = needs("price", COINS);
+const ASSET_OF: Arg = needs("asset", ASSET);
+const AMOUNT: Arg = needs("amount", COINS);
 const TENANT: Arg = may("tenant", WORD, "the default tenant (`default`)");
 /// I's abort at a hook point, on every event.
 const FAIL: Arg = may(
@@ -30,6 +39,25 @@ const HOLD: Arg = may(
     "hold",
     WORD,
     "run to its end (InnoDB, family I: started on a connection of its own and returned once paused at that hook point, `held at POINT`; `release` lets it go on)",
+);
+
+/// `place`'s figure of the product's answer, on either engine.
+const SHOW: Arg = may(
+    "show",
+    Kind::OneOf(&["reported"]),
+    "no `reported_available=` (the available the product's answer carries, I5)",
+);
+/// F's abort of a placement at a hook point.
+const FAIL_AT: Arg = may(
+    "fail-at",
+    WORD,
+    "not aborted (PostgreSQL, family F: the placement aborted at that hook point, `ERROR event aborted by hook at balances-updated`, F6)",
+);
+/// `naive-place`'s failure between its balance update and its records.
+const FAIL_AFTER_UPDATE: Arg = may(
+    "fail",
+    Kind::OneOf(&["after-update"]),
+    "every statement runs",
 );
 
 /// The arguments of [`EVENTS`] that only PostgreSQL's events take (family F).
@@ -65,39 +93,13 @@ pub const EVENTS: Verbs = Verbs {
     verbs: &[
         Verb {
             name: "deposit",
-            args: &[
-                needs("account", WORD),
-                needs("asset", ASSET),
-                needs("amount", COINS),
-                needs("key", WORD),
-                TENANT,
-                FAIL,
-                HOLD,
-            ],
+            args: &[ACCOUNT, ASSET_OF, AMOUNT, KEY, TENANT, FAIL, HOLD],
             doc: "the event on the session's connection, then the balance it changed: `outcome=OK available=10000.000000 frozen=0.000000`; a replay adds `replayed=true`, an InnoDB event that met duplicate keys or deadlocks `duplicates=N` / `deadlocks=N`",
         },
         Verb {
             name: "place",
             args: &[
-                needs("account", WORD),
-                needs("side", SIDE),
-                needs("qty", COINS),
-                needs("price", COINS),
-                needs("key", WORD),
-                MARKET,
-                TENANT,
-                may(
-                    "show",
-                    Kind::OneOf(&["reported"]),
-                    "no `reported_available=` (the available the product's answer carries, I5)",
-                ),
-                may(
-                    "fail-at",
-                    WORD,
-                    "not aborted (PostgreSQL, family F: the placement aborted at that hook point, `ERROR event aborted by hook at balances-updated`, F6)",
-                ),
-                FAIL,
-                HOLD,
+                ACCOUNT, SIDE_OF, QTY, PRICE, KEY, MARKET, TENANT, SHOW, FAIL_AT, FAIL, HOLD,
             ],
             doc: "`outcome=OK order=1 freeze=5005.000000 fee_reserve=5.000000 available=4995.000000 frozen=5005.000000` (`freeze`: what the order froze or would have; then the balance of that asset), printed as `deposit` is",
         },
@@ -106,9 +108,9 @@ pub const EVENTS: Verbs = Verbs {
             args: &[
                 needs("buy", WORD),
                 needs("sell", WORD),
-                needs("qty", COINS),
-                needs("price", COINS),
-                needs("key", WORD),
+                QTY,
+                PRICE,
+                KEY,
                 MARKET,
                 TENANT,
                 FAIL,
@@ -118,19 +120,12 @@ pub const EVENTS: Verbs = Verbs {
         },
         Verb {
             name: "cancel",
-            args: &[
-                needs("account", WORD),
-                needs("order", WORD),
-                needs("key", WORD),
-                TENANT,
-                FAIL,
-                HOLD,
-            ],
+            args: &[ACCOUNT, needs("order", WORD), KEY, TENANT, FAIL, HOLD],
             doc: "`outcome=OK released=3003.000000 status=CANCELLED available=… frozen=…`",
         },
         Verb {
             name: "balance",
-            args: &[needs("account", WORD), needs("asset", ASSET), TENANT],
+            args: &[ACCOUNT, ASSET_OF, TENANT],
             doc: "`available=… frozen=…` of that row, in whole coins",
         },
         Verb {
@@ -147,20 +142,13 @@ pub const WITHDRAWALS: Verbs = Verbs {
     verbs: &[
         Verb {
             name: "withdraw",
-            args: &[
-                needs("account", WORD),
-                needs("asset", ASSET),
-                needs("amount", COINS),
-                needs("to", WORD),
-                needs("key", WORD),
-                TENANT,
-            ],
+            args: &[ACCOUNT, ASSET_OF, AMOUNT, needs("to", WORD), KEY, TENANT],
             doc: "the request only (freeze, record and outbox event; SPEC §8): `outcome=OK available=… frozen=…`",
         },
         Verb {
             name: "settle",
             args: &[
-                needs("key", WORD),
+                KEY,
                 needs("status", WORD),
                 may("detail", WORD, "`settled by the spec`"),
                 TENANT,
@@ -176,29 +164,12 @@ pub const NAIVE: Verbs = Verbs {
     verbs: &[
         Verb {
             name: "naive-place",
-            args: &[
-                needs("account", WORD),
-                needs("side", SIDE),
-                needs("qty", COINS),
-                needs("price", COINS),
-                needs("key", WORD),
-                may(
-                    "fail",
-                    Kind::OneOf(&["after-update"]),
-                    "every statement runs",
-                ),
-                TENANT,
-            ],
+            args: &[ACCOUNT, SIDE_OF, QTY, PRICE, KEY, FAIL_AFTER_UPDATE, TENANT],
             doc: "the placement with each statement in its own transaction (autocommit): `outcome=OK available=… frozen=…` (USDT), `outcome=FOUND` when its operation exists; with `fail=after-update` the injected error after the balance update (F6's control)",
         },
         Verb {
             name: "naive-cancel",
-            args: &[
-                needs("order", WORD),
-                needs("key", WORD),
-                needs("current", COINS),
-                TENANT,
-            ],
+            args: &[needs("order", WORD), KEY, needs("current", COINS), TENANT],
             doc: "a cancel that releases the remainder at `current`'s price and its fee reserve, recomputed, instead of the freeze's remainder: `outcome=OK released=4904.900000 status=CANCELLED …` (F18's control)",
         },
     ],
@@ -210,14 +181,7 @@ pub const WORKERS: Verbs = Verbs {
     verbs: &[
         Verb {
             name: "worker",
-            args: &[
-                needs("account", WORD),
-                needs("side", SIDE),
-                needs("qty", COINS),
-                needs("price", COINS),
-                needs("key", WORD),
-                needs("stop", WORD),
-            ],
+            args: &[ACCOUNT, SIDE_OF, QTY, PRICE, KEY, needs("stop", WORD)],
             doc: "a `crash-worker spot` child running that placement up to hook point `stop` (`before-commit`, …), returned once paused there: `paused at before-commit`; its backend counts with the spec's sessions",
         },
         Verb {
@@ -241,9 +205,9 @@ pub const NETWORK: Verbs = Verbs {
             name: "network-deposit",
             args: &[
                 needs("tx", WORD),
-                needs("account", WORD),
-                needs("asset", ASSET),
-                needs("amount", COINS),
+                ACCOUNT,
+                ASSET_OF,
+                AMOUNT,
                 needs("confirmations", INT),
                 may("dropped", Kind::OneOf(&["yes"]), "not dropped"),
                 TENANT,
@@ -307,23 +271,18 @@ pub const SPOT: Verbs = Verbs {
         Verb {
             name: "post-place",
             args: &[
-                needs("account", WORD),
+                ACCOUNT,
                 needs("side", WORD),
                 needs("qty", WORD),
                 needs("price", WORD),
-                needs("key", WORD),
+                KEY,
                 may("give-up-when-held", WORD, "the client waits for the answer"),
             ],
             doc: "the placement on the public listener, the text sent as typed: `status=201 outcome=OK replayed=false order_id=1 frozen=… fee_reserve=…`, or `status=400 outcome=BAD_REQUEST replayed=false detail=…`; with `give-up-when-held=POINT` a lost response, given up the moment the service holds it there: `gave up: holding=1 fired=1` (F7)",
         },
         Verb {
             name: "post-deposit",
-            args: &[
-                needs("account", WORD),
-                needs("asset", WORD),
-                needs("amount", WORD),
-                needs("key", WORD),
-            ],
+            args: &[ACCOUNT, needs("asset", WORD), needs("amount", WORD), KEY],
             doc: "the deposit on the admin listener, printed as `post-place` is",
         },
         Verb {
@@ -333,7 +292,7 @@ pub const SPOT: Verbs = Verbs {
                 needs("sell", WORD),
                 needs("qty", WORD),
                 needs("price", WORD),
-                needs("key", WORD),
+                KEY,
             ],
             doc: "the fill on the admin listener (orders by number or business id), printed as `post-place` is",
         },
