@@ -32,15 +32,30 @@ pub async fn deposit(
     asset: Asset,
     coins: i64,
 ) -> anyhow::Result<()> {
-    let req = DepositRequest {
+    frozen_balances::deposit(
+        db,
+        &deposit_request(business_id, account, asset, coins),
+        &NoHooks,
+    )
+    .await?;
+    Ok(())
+}
+
+/// The deposit of `coins` whole coins of `asset` to `account` from `sys-deposit` under
+/// `business_id`, for the default tenant.
+pub fn deposit_request(
+    business_id: &str,
+    account: &str,
+    asset: Asset,
+    coins: i64,
+) -> DepositRequest {
+    DepositRequest {
         tenant_id: T.into(),
         business_id: business_id.into(),
         account_id: account.into(),
         asset,
         amount: coins * asset.units_per_coin(),
-    };
-    frozen_balances::deposit(db, &req, &NoHooks).await?;
-    Ok(())
+    }
 }
 
 /// A placement request of `side` on `market`, quantity and limit as decimal text.
@@ -126,13 +141,17 @@ pub async fn cancel(
     order: i64,
     hooks: &dyn Hooks,
 ) -> Result<CancelResult, FrozenError> {
-    let req = CancelRequest {
+    frozen_balances::cancel(db, &cancel_request(business_id, account, order), hooks).await
+}
+
+/// The cancel of `order` of `account` under `business_id`, for the default tenant.
+pub fn cancel_request(business_id: &str, account: &str, order: i64) -> CancelRequest {
+    CancelRequest {
         tenant_id: T.into(),
         business_id: business_id.into(),
         account_id: account.into(),
         order_id: order,
-    };
-    frozen_balances::cancel(db, &req, hooks).await
+    }
 }
 
 /// A hook that holds the first event of `kind` passing `point` until [`Gate::release`],

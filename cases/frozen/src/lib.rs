@@ -4,7 +4,7 @@
 //! and reach the database through the library where the case is about the database.
 //!
 //! Adding a case: a spec file `cases/frozen/specs/fNN_<what>.spec` (the events as `call`
-//! steps, [`spec_calls`]; found at start-up, no rebuild), or a new file `fNN_<what>.rs`
+//! steps, [`spec_calls`], their verbs declared in [`verbs`]; found at start-up, no rebuild), or a new file `fNN_<what>.rs`
 //! with `pub fn case() -> Case` and one line in `register_cases!` below; then
 //! `./run.sh --accept FNN` writes `evidence/snapshots/F/FNN.snap` for review.
 
@@ -14,11 +14,13 @@ use futures_util::FutureExt;
 pub mod fixtures;
 pub mod network;
 pub mod spec_calls;
+pub mod spec_events;
 pub mod spec_naive;
 pub mod spec_network;
 pub mod spec_spot;
 pub mod spec_workers;
 pub mod spot;
+pub mod verbs;
 
 // One line per case, in id order.
 case_kit::register_cases! {
@@ -45,7 +47,7 @@ pub fn family() -> Family {
         // The hand-written cases, then the spec files of `specs/` (`F5`, …).
         cases: cases().into_iter().chain(spec_calls::cases()).collect(),
         extras: Vec::new(),
-        verbs: Vec::new(),
+        verbs: verbs::ALL.to_vec(),
     }
 }
 

@@ -1,124 +1,47 @@
-//! The frozen-balance events as spec steps (`call NAME: place …`), and where the F
-//! family's spec files live: `cases/frozen/specs/`, read when the family is built, so a
-//! new file is a new case with no rebuild (`f<NN>_<what>.spec` is the case `F<NN>`,
-//! `sN_<what>.spec` the case `F-SN`; `case_kit::spec::cases_in`).
+//! The frozen-balance events as spec steps (`call NAME: place …`) on PostgreSQL, and
+//! where the F family's spec files live: `cases/frozen/specs/`, read when the family is
+//! built, so a new file is a new case with no rebuild (`f<NN>_<what>.spec` is the case
+//! `F<NN>`, `sN_<what>.spec` the case `F-SN`; `case_kit::spec::cases_in`).
 //!
-//! Each operation is the library's own event (`frozen_balances::place`, …: one READ
-//! COMMITTED transaction, SPEC §8) on the session's connection, then a read of the
-//! balance it changed. Amounts are decimal text in whole coins, parsed by the library's
-//! rules (`frozen_balances::amount`); an order is named by the business id it was placed
-//! under (`order=place-0101`), or by its number (`order=#3`).
-//! - `deposit account=A asset=USDT amount=10000 key=K` → `outcome=OK available=… frozen=…`
-//! - `place account=A side=BUY qty=1.0 price=5000 key=K [market=BTC-USDT]
-//!   [fail-at=POINT]` →
-//!   `outcome=OK order=1 freeze=5005.000000 fee_reserve=5.000000 available=… frozen=…`
-//!   (`freeze` is what the order froze, or would have; `available`/`frozen` the balance of
-//!   that asset after the event); with `fail-at=balances-updated` the placement is
-//!   aborted at that hook point (`ERROR event aborted by hook at balances-updated`)
-//! - `fill buy=ORDER sell=ORDER qty=0.4 price=4900 key=K` → `outcome=OK notional=…
-//!   buyer_fee=… seller_fee=… buyer_frozen_taken=… buyer_returned=… seller_received=…
-//!   buy_status=OPEN sell_status=FILLED`, or `outcome=ORDER_CLOSED closed=1 status=…`
-//! - `cancel account=A order=ORDER key=K` → `outcome=OK released=… status=CANCELLED
-//!   available=… frozen=…`
-//! - `withdraw account=A asset=BTC amount=0.5 to=DEST key=K` → `outcome=OK available=…
-//!   frozen=…` (the request only: freeze, record and outbox event; SPEC §8)
-//! - `settle key=W status=CONFIRMED [detail=TEXT]` → `outcome=OK status=CONFIRMED
-//!   consumed=… released=…` (units; a withdrawal's settlement, as the executor does it)
-//! - `balance account=A asset=USDT` → `available=… frozen=…`
-//! - `reconcile` → `clean=true BTC=0.00000000 USDT=0.000000` (the per-asset sums of the
-//!   default tenant), or `clean=false`, the sums, the findings' counts and each finding
-//!   (`| row default/bob BTC: stored …`)
-//!
-//! Every operation takes `tenant=T` (default [`DEFAULT_TENANT`]). `replayed=true` is
-//! added to an event read back from an earlier request with the same business id. An
-//! error prints as its SQLSTATE and the server's message, or the library's error text
-//! (`invalid request: …`, `business id reused for a different payload …`).
+//! The verbs, their arguments and what they print are declared in [`super::verbs`]
+//! (`./run.sh --verbs F`, docs/specs.md's verb reference). The events (`deposit`,
+//! `place`, `fill`, `cancel`, `balance`, `reconcile`) are read and printed by
+//! [`super::spec_events`], the same code family I runs on InnoDB; here they are the
+//! library's own (`frozen_balances::place`, …: one READ COMMITTED transaction, SPEC §8)
+//! on the session's connection ([`EventEngine`] for a `tokio_postgres::Client`), and
+//! so are the withdrawals (`withdraw`, `settle`) and the naive designs
+//! ([`super::spec_naive`]). Crash-workers ([`super::spec_workers`]), the external
+//! network ([`super::spec_network`]) and the spot routes ([`super::spec_spot`]) run in
+//! the modules they name. An error prints as its SQLSTATE and the server's message, or
+//! the library's error text (`invalid request: …`, `business id reused for a different
+//! payload …`).
 
 use std::path::Path;
 use std::sync::Arc;
 
 use case_kit::Ctx;
+use case_kit::spec::verbs::Verbs;
 use case_kit::spec::{self, Call, Calls};
-use frozen_balances::amount::{format_units, parse_amount, parse_price, parse_quantity};
+use frozen_balances::amount::format_units;
 use frozen_balances::withdraw::{self, WithdrawRequest};
-use frozen_balances::{
-    Asset, CancelRequest, DEFAULT_TENANT, DepositRequest, EventKind, FillRequest, FrozenError,
-    Hooks, Market, NoHooks, PlaceRequest,
-};
-use futures_util::FutureExt;
+use frozen_balances::{Asset, Findings, FrozenError, Hooks, NoHooks};
 use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, TryFutureExt};
 use tokio_postgres::Client;
 
-use super::fixtures::FailAt;
+use super::spec_events::{self, Answer, Args, Done, EventEngine, Line, Request};
 use super::spec_naive;
-use super::spec_network::{self, Network};
+use super::spec_network::Network;
 use super::spec_spot::{self, Spot};
 use super::spec_workers::{self, Workers};
+use super::verbs;
 
 /// Where the F family's spec files are (read when the family is built).
 pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
 
-/// Each operation with its required arguments, then its optional ones (`tenant` is
-/// optional everywhere).
-const OPERATIONS: [(&str, &[&str], &[&str]); 10] = [
-    ("deposit", &["account", "asset", "amount", "key"], &[]),
-    (
-        "place",
-        &["account", "side", "qty", "price", "key"],
-        &["market", "fail-at"],
-    ),
-    ("fill", &["buy", "sell", "qty", "price", "key"], &["market"]),
-    ("cancel", &["account", "order", "key"], &[]),
-    (
-        "withdraw",
-        &["account", "asset", "amount", "to", "key"],
-        &[],
-    ),
-    ("balance", &["account", "asset"], &[]),
-    ("reconcile", &[], &[]),
-    ("naive-cancel", &["order", "key", "current"], &[]),
-    ("settle", &["key", "status"], &["detail"]),
-    (
-        "naive-place",
-        &["account", "side", "qty", "price", "key"],
-        &["fail"],
-    ),
-];
-
 /// The frozen-balance events as spec operations (see the module documentation).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FrozenCalls;
-
-/// A call's arguments, read with the error a spec author can act on.
-struct Args<'c>(&'c Call);
-
-impl Args<'_> {
-    fn text(&self, name: &str) -> Result<&str, String> {
-        self.0.arg(name).ok_or_else(|| format!("needs {name}="))
-    }
-    fn tenant(&self) -> String {
-        self.0.arg("tenant").unwrap_or(DEFAULT_TENANT).to_string()
-    }
-    fn market(&self) -> Result<Market, String> {
-        self.0
-            .arg("market")
-            .unwrap_or("BTC-USDT")
-            .parse()
-            .map_err(|e| format!("{e}"))
-    }
-    fn asset(&self) -> Result<Asset, String> {
-        self.text("asset")?.parse().map_err(|e| format!("{e}"))
-    }
-    fn amount(&self) -> Result<i64, String> {
-        parse_amount("amount", self.asset()?, self.text("amount")?).map_err(|e| e.to_string())
-    }
-    fn quantity(&self) -> Result<i64, String> {
-        parse_quantity(self.market()?, self.text("qty")?).map_err(|e| e.to_string())
-    }
-    fn price(&self) -> Result<i64, String> {
-        parse_price(self.market()?, self.text("price")?).map_err(|e| e.to_string())
-    }
-}
 
 /// An error as printed after `ERROR `: SQLSTATE and the server's message, or the
 /// library's text.
@@ -132,162 +55,60 @@ fn shown(error: FrozenError) -> String {
     }
 }
 
-/// `available=… frozen=…` of one balance row, in whole coins of `asset`.
-async fn balance(client: &Client, tenant: &str, account: &str, asset: Asset) -> String {
-    match frozen_balances::query::balance(client, tenant, account, asset).await {
-        Ok(b) => format!(
-            "available={} frozen={}",
-            format_units(asset, b.available),
-            format_units(asset, b.frozen)
-        ),
-        Err(error) => format!("balance unreadable: {}", shown(error)),
+/// The library's events on a session's connection.
+impl EventEngine for Client {
+    fn event<'a>(&'a mut self, request: Request<'a>, hooks: &'a dyn Hooks) -> Answer<'a, Done> {
+        async move {
+            match request {
+                Request::Deposit(req) => frozen_balances::deposit(self, req, hooks)
+                    .await
+                    .map(Done::Deposit),
+                Request::Place(req) => frozen_balances::place(self, req, hooks)
+                    .await
+                    .map(Done::Place),
+                Request::Fill(req) => frozen_balances::fill(self, req, hooks)
+                    .await
+                    .map(Done::Fill),
+                Request::Cancel(req) => frozen_balances::cancel(self, req, hooks)
+                    .await
+                    .map(Done::Cancel),
+            }
+            .map_err(shown)
+        }
+        .boxed()
     }
-}
 
-/// The order an argument names: `#N`, or the business id it was placed under.
-///
-/// Errors: no order placed under that id; a database error.
-async fn order_id(client: &Client, tenant: &str, name: &str) -> Result<i64, String> {
-    if let Some(number) = name.strip_prefix('#') {
-        return number
-            .parse()
-            .map_err(|_| format!("bad order number {name:?}"));
+    fn balance<'a>(&'a mut self, tenant: &'a str, account: &'a str, asset: Asset) -> Line<'a> {
+        async move {
+            match frozen_balances::query::balance(self, tenant, account, asset).await {
+                Ok(b) => format!(
+                    "available={} frozen={}",
+                    format_units(asset, b.available),
+                    format_units(asset, b.frozen)
+                ),
+                Err(error) => format!("balance unreadable: {}", shown(error)),
+            }
+        }
+        .boxed()
     }
-    let row = client
-        .query_opt(
-            "SELECT order_id FROM spot_order WHERE tenant_id = $1 AND place_business_id = $2",
-            &[&tenant, &name],
-        )
-        .await
-        .map_err(|e| shown(e.into()))?;
-    row.map(|r| r.get(0))
-        .ok_or_else(|| format!("no order placed under business id {name:?}"))
-}
 
-fn replayed(text: &mut String, replayed: bool) {
-    if replayed {
-        text.push_str(" replayed=true");
+    fn placed<'a>(&'a mut self, tenant: &'a str, name: &'a str) -> Answer<'a, Option<i64>> {
+        async move {
+            let row = self
+                .query_opt(
+                    "SELECT order_id FROM spot_order WHERE tenant_id = $1 AND place_business_id = $2",
+                    &[&tenant, &name],
+                )
+                .await
+                .map_err(|e| shown(e.into()))?;
+            Ok(row.map(|r| r.get(0)))
+        }
+        .boxed()
     }
-}
 
-async fn deposit(client: &mut Client, args: &Args<'_>) -> Result<String, String> {
-    let (tenant, asset) = (args.tenant(), args.asset()?);
-    let req = DepositRequest {
-        tenant_id: tenant.clone(),
-        business_id: args.text("key")?.into(),
-        account_id: args.text("account")?.into(),
-        asset,
-        amount: args.amount()?,
-    };
-    let result = frozen_balances::deposit(client, &req, &NoHooks)
-        .await
-        .map_err(shown)?;
-    let after = balance(client, &tenant, &req.account_id, asset).await;
-    let mut text = format!("outcome={} {after}", result.outcome.as_str());
-    replayed(&mut text, result.replayed);
-    Ok(text)
-}
-
-/// The placement request a `place` or `naive-place` call names.
-fn place_request(args: &Args<'_>) -> Result<PlaceRequest, String> {
-    Ok(PlaceRequest {
-        tenant_id: args.tenant(),
-        business_id: args.text("key")?.into(),
-        account_id: args.text("account")?.into(),
-        market: args.market()?,
-        side: args.text("side")?.parse().map_err(|e| format!("{e}"))?,
-        quantity: args.quantity()?,
-        limit_price: args.price()?,
-    })
-}
-
-/// The hooks of a `place` call: none, or `fail-at=POINT` (the placement aborted at that
-/// hook point, a failure between two of its steps).
-fn place_hooks(args: &Args<'_>) -> Result<Box<dyn Hooks>, String> {
-    Ok(match args.0.arg("fail-at") {
-        None => Box::new(NoHooks),
-        Some(point) => Box::new(FailAt {
-            kind: EventKind::Place,
-            point: point.parse().map_err(|e| format!("{e}"))?,
-        }),
-    })
-}
-
-async fn place(client: &mut Client, args: &Args<'_>) -> Result<String, String> {
-    let (tenant, req, hooks) = (args.tenant(), place_request(args)?, place_hooks(args)?);
-    let result = frozen_balances::place(client, &req, hooks.as_ref())
-        .await
-        .map_err(shown)?;
-    let asset = result.frozen_asset;
-    let after = balance(client, &tenant, &req.account_id, asset).await;
-    let order = result.order_id.map(|id| format!(" order={id}"));
-    let mut text = format!(
-        "outcome={}{} freeze={} fee_reserve={} {after}",
-        result.outcome.as_str(),
-        order.unwrap_or_default(),
-        format_units(asset, result.frozen_amount),
-        format_units(asset, result.fee_reserve),
-    );
-    replayed(&mut text, result.replayed);
-    Ok(text)
-}
-
-async fn fill(client: &mut Client, args: &Args<'_>) -> Result<String, String> {
-    let (tenant, market) = (args.tenant(), args.market()?);
-    let req = FillRequest {
-        tenant_id: tenant.clone(),
-        fill_id: args.text("key")?.into(),
-        buy_order_id: order_id(client, &tenant, args.text("buy")?).await?,
-        sell_order_id: order_id(client, &tenant, args.text("sell")?).await?,
-        quantity: args.quantity()?,
-        price: args.price()?,
-    };
-    let r = frozen_balances::fill(client, &req, &NoHooks)
-        .await
-        .map_err(shown)?;
-    let mut text = format!("outcome={}", r.outcome.as_str());
-    if let Some((order, status)) = r.closed_order {
-        text.push_str(&format!(" closed={order} status={}", status.as_str()));
-    } else {
-        let q = |units| format_units(market.quote(), units);
-        let status = |s: Option<frozen_balances::OrderStatus>| s.map_or("-", |s| s.as_str());
-        text.push_str(&format!(
-            " notional={} buyer_fee={} seller_fee={} buyer_frozen_taken={} \
-             buyer_returned={} seller_received={} buy_status={} sell_status={}",
-            q(r.notional),
-            q(r.buyer_fee),
-            q(r.seller_fee),
-            q(r.buyer_frozen_taken),
-            q(r.buyer_returned),
-            q(r.seller_received),
-            status(r.buy_status),
-            status(r.sell_status),
-        ));
+    fn reconcile(&mut self) -> Answer<'_, Findings> {
+        frozen_balances::reconcile(self).map_err(shown).boxed()
     }
-    replayed(&mut text, r.replayed);
-    Ok(text)
-}
-
-async fn cancel(client: &mut Client, args: &Args<'_>) -> Result<String, String> {
-    let tenant = args.tenant();
-    let req = CancelRequest {
-        tenant_id: tenant.clone(),
-        business_id: args.text("key")?.into(),
-        account_id: args.text("account")?.into(),
-        order_id: order_id(client, &tenant, args.text("order")?).await?,
-    };
-    let r = frozen_balances::cancel(client, &req, &NoHooks)
-        .await
-        .map_err(shown)?;
-    let after = balance(client, &tenant, &req.account_id, r.asset).await;
-    let mut text = format!(
-        "outcome={} released={} status={} {after}",
-        r.outcome.as_str(),
-        format_units(r.asset, r.released),
-        r.order_status.as_str()
-    );
-    replayed(&mut text, r.replayed);
-    Ok(text)
 }
 
 async fn withdraw(client: &mut Client, args: &Args<'_>) -> Result<String, String> {
@@ -303,9 +124,9 @@ async fn withdraw(client: &mut Client, args: &Args<'_>) -> Result<String, String
     let r = withdraw::request(client, &req, &NoHooks)
         .await
         .map_err(shown)?;
-    let after = balance(client, &tenant, &req.account_id, asset).await;
+    let after = EventEngine::balance(client, &tenant, &req.account_id, asset).await;
     let mut text = format!("outcome={} {after}", r.outcome.as_str());
-    replayed(&mut text, r.replayed);
+    spec_events::replayed(&mut text, r.replayed);
     Ok(text)
 }
 
@@ -323,19 +144,19 @@ async fn settle(client: &mut Client, args: &Args<'_>) -> Result<String, String> 
         r.consumed,
         r.released
     );
-    replayed(&mut text, r.replayed);
+    spec_events::replayed(&mut text, r.replayed);
     Ok(text)
 }
 
 async fn naive_cancel(client: &mut Client, args: &Args<'_>) -> Result<String, String> {
     let tenant = args.tenant();
-    let order = order_id(client, &tenant, args.text("order")?).await?;
+    let order = spec_events::order_id(client, &tenant, args.text("order")?).await?;
     let (key, current) = (args.text("key")?, args.text("current")?);
     let (account, units) =
         spec_naive::cancel_at_current_price(client, &tenant, key, order, current)
             .await
             .map_err(|e| format!("{e:#}"))?;
-    let after = balance(client, &tenant, &account, Asset::Usdt).await;
+    let after = EventEngine::balance(client, &tenant, &account, Asset::Usdt).await;
     Ok(format!(
         "outcome=OK {} status=CANCELLED {after}",
         spec_naive::released(units)
@@ -343,54 +164,37 @@ async fn naive_cancel(client: &mut Client, args: &Args<'_>) -> Result<String, St
 }
 
 async fn naive_place(client: &mut Client, args: &Args<'_>) -> Result<String, String> {
-    let (tenant, req) = (args.tenant(), place_request(args)?);
-    let fail = match args.0.arg("fail") {
-        None => false,
-        Some("after-update") => true,
-        Some(other) => return Err(format!("fail={other}: only fail=after-update")),
-    };
+    let req = args.place_request()?;
+    let fail = args.0.arg("fail") == Some("after-update");
     let done = spec_naive::place_per_statement(client, &req, fail)
         .await
         .map_err(|e| format!("{e:#}"))?;
-    let after = balance(client, &tenant, &req.account_id, Asset::Usdt).await;
+    let after = EventEngine::balance(client, &req.tenant_id, &req.account_id, Asset::Usdt).await;
     Ok(format!("outcome={done} {after}"))
 }
 
-async fn reconcile(client: &mut Client, tenant: &str) -> Result<String, String> {
-    let findings = frozen_balances::reconcile(client).await.map_err(shown)?;
-    let sums = findings.totals_text(tenant);
-    Ok(if findings.is_clean() {
-        format!("clean=true {sums}")
-    } else {
-        // Each finding names its row, asset or order: `row default/bob BTC: …`.
-        let named = findings.lines().join(" | ");
-        format!("clean=false {sums} {} | {named}", findings.summary())
-    })
+/// Whether `call` is one a case's own calls run ([`CaseCalls`]): a worker's, the
+/// network's or the spot routes'.
+fn needs_the_case(call: &Call) -> bool {
+    [&verbs::WORKERS, &verbs::NETWORK, &verbs::SPOT]
+        .iter()
+        .any(|set| set.has(&call.op))
 }
 
 impl Calls for FrozenCalls {
+    fn verbs(&self) -> Vec<&'static Verbs> {
+        verbs::ALL.to_vec()
+    }
+
+    /// The declarations ([`super::verbs`]), then what they cannot say: an event takes
+    /// no argument only InnoDB's take, and a hook point is one the library names.
     fn check(&self, call: &Call) -> Result<(), String> {
-        if let Some(checked) = spec_workers::check(call)
-            .or_else(|| spec_network::check(call))
-            .or_else(|| spec_spot::check(call))
-        {
-            return checked;
-        }
-        let (_, required, optional) = OPERATIONS
-            .iter()
-            .find(|(op, _, _)| *op == call.op)
-            .ok_or_else(|| {
-                let known: Vec<&str> = OPERATIONS.iter().map(|(op, _, _)| *op).collect();
-                format!("unknown operation {:?} ({})", call.op, known.join(", "))
-            })?;
-        if let Some(missing) = required.iter().find(|name| call.arg(name).is_none()) {
-            return Err(format!("needs {missing}="));
-        }
-        let known =
-            |name: &str| name == "tenant" || required.contains(&name) || optional.contains(&name);
-        match call.args.iter().find(|(name, _)| !known(name)) {
-            Some((name, _)) => Err(format!("unknown argument {name:?}")),
-            None => Ok(()),
+        spec::verbs::check(&self.verbs(), &call.op, &call.args)?;
+        verbs::refuse_the_others(call, &verbs::INNODB_ONLY, "PostgreSQL")?;
+        match (call.arg("fail-at"), call.arg("stop")) {
+            (Some(point), _) if call.op == "place" => spec_workers::hook_point(point),
+            (_, Some(point)) if call.op == "worker" => spec_workers::hook_point(point),
+            _ => Ok(()),
         }
     }
 
@@ -421,10 +225,7 @@ impl Calls for FrozenCalls {
     ) -> BoxFuture<'a, Result<String, String>> {
         async move {
             self.check(call)?;
-            if spec_workers::check(call)
-                .or_else(|| spec_network::check(call))
-                .is_some()
-            {
+            if needs_the_case(call) {
                 return Err(format!(
                     "{} needs the case's database (Calls::for_case)",
                     call.op
@@ -432,19 +233,11 @@ impl Calls for FrozenCalls {
             }
             let args = Args(call);
             match call.op.as_str() {
-                "deposit" => deposit(client, &args).await,
-                "place" => place(client, &args).await,
-                "fill" => fill(client, &args).await,
-                "cancel" => cancel(client, &args).await,
                 "withdraw" => withdraw(client, &args).await,
-                "naive-cancel" => naive_cancel(client, &args).await,
                 "settle" => settle(client, &args).await,
+                "naive-cancel" => naive_cancel(client, &args).await,
                 "naive-place" => naive_place(client, &args).await,
-                "balance" => {
-                    let account = args.text("account")?;
-                    Ok(balance(client, &args.tenant(), account, args.asset()?).await)
-                }
-                _ => reconcile(client, &args.tenant()).await,
+                _ => spec_events::run(client, call, " |").await,
             }
         }
         .boxed()
@@ -457,7 +250,7 @@ impl Calls for FrozenCalls {
         client: &'a mut Client,
     ) -> BoxFuture<'a, Result<(bool, String), String>> {
         async move {
-            let findings = frozen_balances::reconcile(client).await.map_err(shown)?;
+            let findings = EventEngine::reconcile(client).await?;
             Ok((findings.is_clean(), findings.summary()))
         }
         .boxed()
@@ -475,6 +268,10 @@ struct CaseCalls {
 }
 
 impl Calls for CaseCalls {
+    fn verbs(&self) -> Vec<&'static Verbs> {
+        FrozenCalls.verbs()
+    }
+
     fn check(&self, call: &Call) -> Result<(), String> {
         FrozenCalls.check(call)
     }
@@ -484,19 +281,18 @@ impl Calls for CaseCalls {
         client: &'a mut Client,
         call: &'a Call,
     ) -> BoxFuture<'a, Result<String, String>> {
-        let checks = (
-            spec_workers::check(call),
-            spec_network::check(call),
-            spec_spot::check(call),
-        );
-        match checks {
-            (Some(Err(e)), _, _) | (_, Some(Err(e)), _) | (_, _, Some(Err(e))) => {
-                async move { Err(e) }.boxed()
-            }
-            (Some(Ok(())), _, _) => self.workers.run(client, call).boxed(),
-            (_, Some(Ok(())), _) => self.network.run(client, call).boxed(),
-            (_, _, Some(Ok(()))) => self.spot.run(client, call).boxed(),
-            _ => FrozenCalls.run(client, call),
+        let op = call.op.as_str();
+        if let Err(error) = self.check(call) {
+            return async move { Err(error) }.boxed();
+        }
+        if verbs::WORKERS.has(op) {
+            self.workers.run(client, call).boxed()
+        } else if verbs::NETWORK.has(op) {
+            self.network.run(client, call).boxed()
+        } else if verbs::SPOT.has(op) {
+            self.spot.run(client, call).boxed()
+        } else {
+            FrozenCalls.run(client, call)
         }
     }
 

@@ -36,38 +36,6 @@ use tokio_postgres::Client;
 
 use super::network::{StandIn, collect, executor_binary};
 
-/// Each operation with its required arguments, then its optional ones.
-const OPERATIONS: [(&str, &[&str], &[&str]); 7] = [
-    ("network", &[], &[]),
-    (
-        "network-deposit",
-        &["tx", "account", "asset", "amount", "confirmations"],
-        &["dropped", "tenant"],
-    ),
-    ("network-refuse", &[], &["count"]),
-    ("network-drop", &[], &["count"]),
-    (
-        "executor",
-        &["command"],
-        &["confirmations", "stop", "retry-under-new-id"],
-    ),
-    ("kill-executor", &[], &[]),
-    ("network-log", &[], &[]),
-];
-
-/// Whether `call` is a network operation with what it needs; `None` for another op.
-pub fn check(call: &Call) -> Option<Result<(), String>> {
-    let (_, required, optional) = OPERATIONS.iter().find(|(op, _, _)| *op == call.op)?;
-    if let Some(missing) = required.iter().find(|name| call.arg(name).is_none()) {
-        return Some(Err(format!("needs {missing}=")));
-    }
-    let known = |name: &str| required.contains(&name) || optional.contains(&name);
-    Some(match call.args.iter().find(|(name, _)| !known(name)) {
-        Some((name, _)) => Err(format!("unknown argument {name:?}")),
-        None => Ok(()),
-    })
-}
-
 /// The case's network: where its stand-in keeps its store and log, and the stand-in
 /// once `network` started it.
 pub struct Network {

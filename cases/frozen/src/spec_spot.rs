@@ -51,36 +51,6 @@ const SHOWN: [&str; 11] = [
 /// hang bound: `give-up-when-held` then reports `holding=0`).
 pub const HELD_WAIT_MS: u64 = 10_000;
 
-/// Each operation with its required arguments, then its optional ones.
-const OPERATIONS: [(&str, &[&str], &[&str]); 7] = [
-    ("spot-service", &[], &["fault-injection"]),
-    (
-        "post-place",
-        &["account", "side", "qty", "price", "key"],
-        &["give-up-when-held"],
-    ),
-    ("post-deposit", &["account", "asset", "amount", "key"], &[]),
-    ("post-fill", &["buy", "sell", "qty", "price", "key"], &[]),
-    ("arm-fault", &["point", "action"], &["count", "hold_ms"]),
-    ("release-fault", &["point"], &[]),
-    ("stop-service", &[], &[]),
-];
-
-/// Whether `call` is a spot-route operation with what it needs; `None` for another op.
-pub fn check(call: &Call) -> Option<Result<(), String>> {
-    let (_, required, optional) = OPERATIONS.iter().find(|(op, _, _)| *op == call.op)?;
-    let known = |name: &str| required.contains(&name) || optional.contains(&name);
-    if let Some((name, _)) = call.args.iter().find(|(name, _)| !known(name)) {
-        return Some(Err(format!("unknown argument {name:?}")));
-    }
-    Some(
-        match required.iter().find(|name| call.arg(name).is_none()) {
-            Some(missing) => Err(format!("needs {missing}=")),
-            None => Ok(()),
-        },
-    )
-}
-
 /// An answer as one line: status, outcome, replayed, then the members of [`SHOWN`].
 fn shown(reply: &Reply) -> String {
     let mut text = format!(

@@ -27,9 +27,6 @@ pub const BACKEND_EXIT_LIMIT_MS: u64 = 10_000;
 /// Polling interval of that wait, milliseconds.
 pub const POLL_MS: u64 = 5;
 
-/// The arguments of `worker`: required, then optional.
-const WORKER_ARGS: [&str; 6] = ["account", "side", "qty", "price", "key", "stop"];
-
 /// The crash-workers one spec case started, and their backends.
 #[derive(Debug)]
 pub struct Workers {
@@ -38,25 +35,19 @@ pub struct Workers {
     backends: Mutex<Vec<i32>>,
 }
 
-/// Whether `call` is a worker operation with what it needs; `None` for another op.
-pub fn check(call: &Call) -> Option<Result<(), String>> {
-    match call.op.as_str() {
-        "kill-worker" if call.args.is_empty() => Some(Ok(())),
-        "kill-worker" => Some(Err("kill-worker takes no argument".into())),
-        "worker" => Some(worker_args(call, "").map(|_| ())),
-        _ => None,
-    }
+/// Whether `point` names one of the library's hook points (a worker's `stop=`, a
+/// placement's `fail-at=`): what the verb declarations cannot say.
+///
+/// Errors: the library's, naming the points.
+pub fn hook_point(point: &str) -> Result<(), String> {
+    point
+        .parse::<HookPoint>()
+        .map(|_| ())
+        .map_err(|e| format!("{e}"))
 }
 
 /// `crash-worker spot …` for `call` on the database at `database_url`.
 fn worker_args(call: &Call, database_url: &str) -> Result<Vec<String>, String> {
-    if let Some((name, _)) = call
-        .args
-        .iter()
-        .find(|(name, _)| !WORKER_ARGS.contains(&name.as_str()))
-    {
-        return Err(format!("unknown argument {name:?}"));
-    }
     let arg = |name: &str| call.arg(name).ok_or(format!("needs {name}="));
     let stop: HookPoint = arg("stop")?.parse().map_err(|e| format!("{e}"))?;
     Ok([

@@ -89,16 +89,35 @@ fn the_operations_refuse_what_they_cannot_run() {
     let good = "place account=alice side=BUY qty=1.0 price=5000 key=p-1 tenant=default";
     assert_eq!(calls.check(&call(good)), Ok(()));
     for (text, expected) in [
-        ("freeze account=alice", "unknown operation"),
+        ("freeze account=alice", "unknown verb"),
         (
             "place account=alice side=BUY qty=1.0 key=p-1",
             "needs price=",
         ),
         (
             "deposit account=alice asset=USDT amount=1 key=d-1 colour=red",
-            "unknown argument",
+            "takes no colour=",
         ),
         ("fill buy=a sell=b qty=0.1 price=1", "needs key="),
+        // InnoDB's events take `hold=` and `fail=`; PostgreSQL's do not.
+        (
+            "place account=alice side=BUY qty=1.0 price=5000 key=p-1 hold=balances-updated",
+            "takes no hold= on PostgreSQL",
+        ),
+        (
+            "place account=alice side=BUY qty=1.0 price=5000 key=p-1 fail-at=nowhere",
+            "nowhere",
+        ),
+        (
+            "worker account=alice side=BUY qty=1.0 price=5000 key=w stop=x",
+            "x",
+        ),
+        ("kill-worker now=yes", "takes no now="),
+        ("network-refuse count=many", "takes an integer"),
+        (
+            "post-place account=alice side=BUY qty=1 key=p",
+            "needs price=",
+        ),
     ] {
         let error = calls.check(&call(text)).expect_err(text);
         assert!(error.contains(expected), "{text}: {error}");

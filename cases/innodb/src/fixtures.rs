@@ -7,13 +7,14 @@ use std::time::{Duration, Instant};
 
 use case_kit::Ctx;
 use frozen_balances::{
-    Asset, CancelRequest, CancelResult, DepositRequest, FillRequest, FillResult, Market, NoHooks,
-    PlaceRequest, PlaceResult, Side,
+    Asset, CancelResult, DepositRequest, FillRequest, FillResult, Market, NoHooks, PlaceRequest,
+    PlaceResult, Side,
 };
 use frozen_balances_innodb::{InnoError, Tally};
 use mysql_async::prelude::Queryable;
 
-pub use cases_frozen::fixtures::{FailAt, Gate, Plan, T, order};
+use cases_frozen::fixtures::cancel_request;
+pub use cases_frozen::fixtures::{FailAt, Gate, Plan, T, deposit_request, fill_request, order};
 
 /// How long [`Db::wait_for_lock_waiters`] looks before it gives up (a hang bound),
 /// milliseconds.
@@ -179,24 +180,12 @@ pub async fn lock_waiting(
     waiting
 }
 
-/// Deposits `coins` whole coins of `asset` to `account`.
+/// Deposits what `req` says ([`deposit_request`]: whole coins from `sys-deposit`)
+/// without hooks.
 ///
 /// Errors: the product's.
-pub async fn deposit(
-    conn: &mut mysql_async::Conn,
-    business_id: &str,
-    account: &str,
-    asset: Asset,
-    coins: i64,
-) -> anyhow::Result<()> {
-    let req = DepositRequest {
-        tenant_id: T.into(),
-        business_id: business_id.into(),
-        account_id: account.into(),
-        asset,
-        amount: coins * asset.units_per_coin(),
-    };
-    frozen_balances_innodb::deposit(conn, &req, &NoHooks, &Tally::default()).await?;
+pub async fn deposit(conn: &mut mysql_async::Conn, req: &DepositRequest) -> anyhow::Result<()> {
+    frozen_balances_innodb::deposit(conn, req, &NoHooks, &Tally::default()).await?;
     Ok(())
 }
 
@@ -246,8 +235,13 @@ pub async fn two_orders(
     case: &str,
     sell_quantity: &str,
 ) -> anyhow::Result<(i64, i64)> {
-    deposit(conn, &format!("dep-{case}01"), "alice", Asset::Usdt, 10_000).await?;
-    deposit(conn, &format!("dep-{case}02"), "bob", Asset::Btc, 1).await?;
+    let alice = deposit_request(&format!("dep-{case}01"), "alice", Asset::Usdt, 10_000);
+    deposit(conn, &alice).await?;
+    deposit(
+        conn,
+        &deposit_request(&format!("dep-{case}02"), "bob", Asset::Btc, 1),
+    )
+    .await?;
     let buy = alice_buy(&format!("place-{case}01"))?;
     let sell = order(
         &format!("place-{case}02"),
@@ -258,28 +252,6 @@ pub async fn two_orders(
         "4900",
     )?;
     Ok((placed(conn, &buy).await?, placed(conn, &sell).await?))
-}
-
-/// A fill request: `quantity` and `price` as decimal text on BTC-USDT.
-///
-/// Errors: text that is no quantity or price.
-pub fn fill_request(
-    fill_id: &str,
-    buy: i64,
-    sell: i64,
-    quantity: &str,
-    price: &str,
-) -> anyhow::Result<FillRequest> {
-    use frozen_balances::amount::{parse_price, parse_quantity};
-    let market = frozen_balances::Market::BtcUsdt;
-    Ok(FillRequest {
-        tenant_id: T.into(),
-        fill_id: fill_id.into(),
-        buy_order_id: buy,
-        sell_order_id: sell,
-        quantity: parse_quantity(market, quantity)?,
-        price: parse_price(market, price)?,
-    })
 }
 
 /// Fills without hooks.
@@ -301,12 +273,7 @@ pub async fn cancel(
     account: &str,
     order_id: i64,
 ) -> Result<CancelResult, InnoError> {
-    let req = CancelRequest {
-        tenant_id: T.into(),
-        business_id: business_id.into(),
-        account_id: account.into(),
-        order_id,
-    };
+    let req = cancel_request(business_id, account, order_id);
     frozen_balances_innodb::cancel(conn, &req, &NoHooks, &Tally::default()).await
 }
 

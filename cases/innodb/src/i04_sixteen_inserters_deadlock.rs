@@ -29,7 +29,7 @@ use frozen_balances_innodb::{InnoError, Tally, error::ER_LOCK_DEADLOCK};
 use futures_util::FutureExt;
 use mysql_async::prelude::Queryable;
 
-use crate::fixtures::{Db, Plan, T, alice_buy, deposit, invariant, line};
+use crate::fixtures::{Db, Plan, T, alice_buy, deposit, deposit_request, invariant, line};
 
 /// The case's registration.
 pub fn case() -> Case {
@@ -50,7 +50,7 @@ const CLIENTS: usize = 16;
 pub async fn run(ctx: &mut Ctx, plan: Plan) -> anyhow::Result<()> {
     let db = Db::open_named(&format!("i_i4_{plan:?}").to_lowercase()).await?;
     let mut conn = db.connect().await?;
-    deposit(&mut conn, "dep-i401", "alice", Asset::Usdt, 20_000).await?;
+    deposit(&mut conn, &deposit_request("dep-i401", "alice", Asset::Usdt, 20_000)).await?;
     let req = alice_buy("place-i401")?;
     let tally = Arc::new(Tally::default());
     let answers = sixteen(&db, &req, tally.clone(), true, true).await?;

@@ -28,6 +28,7 @@ use case_kit::{Engine, Family};
 pub mod fixtures;
 pub mod server;
 pub mod spec_engine;
+pub mod verbs;
 
 // One line per case, in id order.
 case_kit::register_cases! {
@@ -45,7 +46,7 @@ pub fn family() -> Family {
         engine: Engine::None,
         cases: all_cases(),
         extras: Vec::new(),
-        verbs: Vec::new(),
+        verbs: verbs::ALL.to_vec(),
     }
 }
 

@@ -7,46 +7,24 @@
 //! `i_<case id>_pN`. Each database is created afresh, with the product's tables, the
 //! first time a run of the case connects to it. SQL steps run there as written (the text
 //! protocol; every value prints as the server sends it, `null` for NULL; an error as
-//! `ERROR <MariaDB code> (<SQLSTATE>): message`). The calls print as the F family's
-//! (`cases_frozen::spec_calls`), on InnoDB:
+//! `ERROR <MariaDB code> (<SQLSTATE>): message`).
 //!
-//! - `connect client=default` → `connected client=default`: the session's connection
-//!   replaced by one with the client's default options (no `CLIENT_FOUND_ROWS`);
-//!   `client=product` goes back
-//! - `deposit account=A asset=USDT amount=10000 key=K` → `outcome=OK available=… frozen=…`
-//! - `place account=A side=BUY qty=1.0 price=5000 key=K [market=BTC-USDT]` →
-//!   `outcome=OK order=1 freeze=5005.000000 fee_reserve=5.000000 available=… frozen=…`
-//! - `fill buy=ORDER sell=ORDER qty=0.4 price=4900 key=K` → `outcome=OK notional=…
-//!   buyer_fee=… seller_fee=… buyer_frozen_taken=… buyer_returned=… seller_received=…
-//!   buy_status=OPEN sell_status=FILLED`, or `outcome=ORDER_CLOSED closed=1 status=…`
-//! - `cancel account=A order=ORDER key=K` → `outcome=OK released=… status=CANCELLED
-//!   available=… frozen=…`
-//! - `balance account=A asset=USDT` → `available=… frozen=…`
-//! - `reconcile` → `clean=true BTC=0.00000000 USDT=0.000000`, or `clean=false`, the
-//!   sums, the findings' counts and each finding (`row default/alice USDT: …`, `;`
-//!   between them)
-//! - an event with `hold=POINT` → `held at POINT`: started on a connection of its own
-//!   with a [`Gate`] there, returned once paused; `release` lets it go on and prints its
-//!   answer or error
-//! - `lock-waits` → `lock_waits=N`, the sessions of the case's database in `LOCK WAIT`
-//! - `kill-server` → `killed signal=9 restarted=another-process` (SIGKILL of `mariadbd`,
-//!   restarted on its data and port: InnoDB's crash recovery)
-//! - `naive-register account=A asset=X key=K` → `inside_read=NotFound` (the naive
-//!   registration that reads inside the failed transaction) or `Found:OK`, `Registered`
-//! - `place … show=reported` adds `reported_available=…`, the product's answer's figure
+//! The verbs are declared in [`super::verbs`] (`./run.sh --verbs I`, docs/specs.md's
+//! verb reference): the frozen balances' events (`deposit`, `place`, `fill`, `cancel`,
+//! `balance`, `reconcile`), read and printed by `cases_frozen::spec_events`, the same
+//! code family F runs on PostgreSQL, here over `frozen_balances_innodb`'s events on the
+//! session's connection ([`EventEngine`] for `OnInnoDb`), which add `duplicates=N` /
+//! `deadlocks=N` when an event met them (`frozen_balances_innodb::Tally`); and the
+//! engine's own: `connect`, an event held at a hook point (`hold=POINT`, on a connection
+//! of its own with a [`Gate`] there) and its `release`, `lock-waits`, `kill-server` and
+//! `naive-register`. `fail=POINT` aborts an event at that hook point
+//! (`cases_frozen::fixtures::FailAt`).
 //!
 //! Every session reports its connection id ([`EngineSession::wait_id`]) and which
 //! connections wait for a lock (`INNODB_TRX`, and `PROCESSLIST` for the server's own
 //! locks above InnoDB: metadata, table-level, user locks; [`EngineSession::waiting`]), so
 //! a step seen waiting for a lock prints `<waiting ...>` and the next step is sent.
 //!
-//! An order is named by the business id it was placed under (`buy=place-i101`) or by its
-//! number (`#3`); every call takes `tenant=T` (default `default`); `replayed=true` is
-//! added to an event read back from an earlier request with the same business id, and
-//! `duplicates=N`/`deadlocks=N` when the event met InnoDB's duplicate-key (1062) or
-//! deadlock (1213) errors on its way (`frozen_balances_innodb::Tally`). Every event takes
-//! `fail=POINT` (a hook point such as `balances-updated` or `after-commit`): the event
-//! is aborted there (`cases_frozen::fixtures::FailAt`) and prints its error.
 //! `reconcile:` is the family's reconciliation (`frozen_balances_innodb::reconcile`): its
 //! summary `row_mismatches=N …`, then each mismatched row as `row:alice:USDT=1` and each
 //! unbalanced asset with its sum in minor units as `sum:BTC=1`.
@@ -55,56 +33,27 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use case_kit::AbortOnDrop;
+use case_kit::spec::verbs::Verbs;
 use case_kit::spec::{self, Call, EngineSession, Reconciled, SpecEngine};
 use case_kit::{Case, Ctx};
-use frozen_balances::amount::{format_units, parse_amount, parse_price, parse_quantity};
-use frozen_balances::{
-    Asset, CancelRequest, DEFAULT_TENANT, DepositRequest, EventKind, FillRequest, HookPoint, Hooks,
-    Market, NoHooks, PlaceRequest,
-};
-use frozen_balances_innodb::{InnoError, Tally};
-use futures_util::FutureExt;
+use cases_frozen::spec_events::{self, Answer, Args, Done, EventEngine, Line, Request};
+use cases_frozen::verbs::POSTGRES_ONLY;
+use frozen_balances::{Asset, Findings, HookPoint, Hooks};
+use frozen_balances_innodb::naive::{InsideRead, register_reading_inside};
+use frozen_balances_innodb::{self as innodb, InnoError, Tally};
 use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, TryFutureExt};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, Value};
 
-use case_kit::AbortOnDrop;
-use frozen_balances_innodb::naive::{InsideRead, register_reading_inside};
-
-use crate::fixtures::{Db, FailAt, Gate};
+use crate::fixtures::{Db, Gate};
+use crate::verbs;
 
 /// Where the family's case files are.
 pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
 /// What every file's `system:` says: the product's tables on InnoDB.
 pub const SYSTEM: &str = "frozen_balances_innodb";
-
-/// Each operation with its required arguments, then its optional ones (`tenant` is
-/// optional everywhere).
-const OPERATIONS: [(&str, &[&str], &[&str]); 11] = [
-    ("connect", &["client"], &[]),
-    (
-        "deposit",
-        &["account", "asset", "amount", "key"],
-        &["fail", "hold"],
-    ),
-    (
-        "place",
-        &["account", "side", "qty", "price", "key"],
-        &["market", "fail", "hold", "show"],
-    ),
-    (
-        "fill",
-        &["buy", "sell", "qty", "price", "key"],
-        &["market", "fail", "hold"],
-    ),
-    ("cancel", &["account", "order", "key"], &["fail", "hold"]),
-    ("balance", &["account", "asset"], &[]),
-    ("reconcile", &[], &[]),
-    ("release", &[], &[]),
-    ("kill-server", &[], &[]),
-    ("lock-waits", &[], &[]),
-    ("naive-register", &["account", "asset", "key"], &[]),
-];
 
 /// The family's case files, read now (no registration, no rebuild).
 pub fn cases() -> Vec<Case> {
@@ -136,24 +85,18 @@ impl SpecEngine for MariaDbEngine {
         SYSTEM
     }
 
+    fn verbs(&self) -> Vec<&'static Verbs> {
+        verbs::ALL.to_vec()
+    }
+
+    /// The declarations ([`super::verbs`]), then what they cannot say: an event takes
+    /// no argument only PostgreSQL's take, is either aborted or held, and at a hook
+    /// point the library names.
     fn check(&self, call: &Call) -> Result<(), String> {
-        let (_, required, optional) = OPERATIONS
-            .iter()
-            .find(|(op, _, _)| *op == call.op)
-            .ok_or_else(|| format!("unknown operation {:?}", call.op))?;
-        if let Some(missing) = required.iter().find(|name| call.arg(name).is_none()) {
-            return Err(format!("needs {missing}="));
-        }
-        let known =
-            |name: &str| name == "tenant" || required.contains(&name) || optional.contains(&name);
-        if let Some((name, _)) = call.args.iter().find(|(name, _)| !known(name)) {
-            return Err(format!("unknown argument {name:?}"));
-        }
+        spec::verbs::check(&self.verbs(), &call.op, &call.args)?;
+        cases_frozen::verbs::refuse_the_others(call, &POSTGRES_ONLY, "InnoDB")?;
         if call.arg("fail").is_some() && call.arg("hold").is_some() {
             return Err("fail= and hold= together: an event is either aborted or held".into());
-        }
-        if let Some(show) = call.arg("show").filter(|show| *show != "reported") {
-            return Err(format!("show={show}: only show=reported"));
         }
         match call.arg("fail").or(call.arg("hold")) {
             Some(point) => point
@@ -242,7 +185,8 @@ impl Session {
         if self.held.is_some() {
             return Err("this session already holds an event: release it first".into());
         }
-        let kind = event_kind(&call.op).ok_or_else(|| format!("{} is no event", call.op))?;
+        let kind =
+            spec_events::event_kind(&call.op).ok_or_else(|| format!("{} is no event", call.op))?;
         let point: HookPoint = Args(call)
             .text("hold")?
             .parse()
@@ -251,8 +195,7 @@ impl Session {
         let mut conn = self.db.connect().await.map_err(|e| format!("{e:#}"))?;
         let (held, call) = (gate.clone(), call.clone());
         let mut task = AbortOnDrop::spawn(async move {
-            let args = Args(&call);
-            event(&mut conn, &args, held.as_ref()).await
+            spec_events::event(&mut OnInnoDb::new(&mut conn), &call, held.as_ref()).await
         });
         tokio::select! {
             () = gate.reached() => {}
@@ -280,25 +223,72 @@ impl Session {
     }
 }
 
-/// The kind of the event `op` names.
-fn event_kind(op: &str) -> Option<EventKind> {
-    Some(match op {
-        "deposit" => EventKind::Deposit,
-        "place" => EventKind::Place,
-        "fill" => EventKind::Fill,
-        "cancel" => EventKind::Cancel,
-        _ => return None,
-    })
+/// The product's events on one connection, and what they met on their way (a fresh
+/// [`Tally`] per call).
+struct OnInnoDb<'c> {
+    conn: &'c mut Conn,
+    tally: Tally,
 }
 
-/// Runs the event `args` names on `conn` with `hooks`.
-async fn event(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<String, String> {
-    match args.0.op.as_str() {
-        "deposit" => deposit(conn, args, hooks).await,
-        "place" => place(conn, args, hooks).await,
-        "fill" => fill(conn, args, hooks).await,
-        "cancel" => cancel(conn, args, hooks).await,
-        other => Err(format!("{other} is no event")),
+impl<'c> OnInnoDb<'c> {
+    fn new(conn: &'c mut Conn) -> OnInnoDb<'c> {
+        OnInnoDb {
+            conn,
+            tally: Tally::default(),
+        }
+    }
+}
+
+impl EventEngine for OnInnoDb<'_> {
+    fn event<'a>(&'a mut self, request: Request<'a>, hooks: &'a dyn Hooks) -> Answer<'a, Done> {
+        let (conn, tally) = (&mut *self.conn, &self.tally);
+        async move {
+            let done = match request {
+                Request::Deposit(r) => innodb::deposit(conn, r, hooks, tally)
+                    .await
+                    .map(Done::Deposit),
+                Request::Place(r) => innodb::place(conn, r, hooks, tally).await.map(Done::Place),
+                Request::Fill(r) => innodb::fill(conn, r, hooks, tally).await.map(Done::Fill),
+                Request::Cancel(r) => innodb::cancel(conn, r, hooks, tally)
+                    .await
+                    .map(Done::Cancel),
+            };
+            done.map_err(shown)
+        }
+        .boxed()
+    }
+
+    fn balance<'a>(&'a mut self, tenant: &'a str, account: &'a str, asset: Asset) -> Line<'a> {
+        innodb::query::balance_line(self.conn, tenant, account, asset)
+            .map(|line| line.unwrap_or_else(|e| format!("balance unreadable: {}", shown(e))))
+            .boxed()
+    }
+
+    fn placed<'a>(&'a mut self, tenant: &'a str, name: &'a str) -> Answer<'a, Option<i64>> {
+        self.conn
+            .exec_first(
+                "SELECT order_id FROM spot_order WHERE tenant_id = ? AND place_business_id = ?",
+                (tenant, name),
+            )
+            .map_err(|e| shown(e.into()))
+            .boxed()
+    }
+
+    fn reconcile(&mut self) -> Answer<'_, Findings> {
+        innodb::reconcile(self.conn).map_err(shown).boxed()
+    }
+
+    /// ` duplicates=N` / ` deadlocks=N` when the event met InnoDB's duplicate keys
+    /// (1062) or deadlocks (1213) on its way.
+    fn met(&self) -> String {
+        let mut words = String::new();
+        if self.tally.duplicates() > 0 {
+            words.push_str(&format!(" duplicates={}", self.tally.duplicates()));
+        }
+        if self.tally.deadlocks() > 0 {
+            words.push_str(&format!(" deadlocks={}", self.tally.deadlocks()));
+        }
+        words
     }
 }
 
@@ -358,16 +348,7 @@ impl EngineSession for Session {
                     ))
                 }
                 "naive-register" => naive_register(conn, &args).await,
-                op if event_kind(op).is_some() => {
-                    let hooks = hooks(&args, event_kind(op).expect("an event"))?;
-                    event(conn, &args, hooks.as_ref()).await
-                }
-                "balance" => {
-                    let account = args.text("account")?;
-                    Ok(balance(conn, &args.tenant(), account, args.asset()?).await)
-                }
-                "reconcile" => reconcile_call(conn, &args.tenant()).await,
-                other => Err(format!("unknown operation {other:?}")),
+                _ => spec_events::run(&mut OnInnoDb::new(conn), call, ";").await,
             }
         }
         .boxed()
@@ -392,9 +373,7 @@ impl EngineSession for Session {
 
     fn reconcile(&mut self) -> BoxFuture<'_, Reconciled> {
         async move {
-            let findings = frozen_balances_innodb::reconcile(&mut self.conn)
-                .await
-                .map_err(shown)?;
+            let findings = OnInnoDb::new(&mut self.conn).reconcile().await?;
             let mut words = vec![findings.summary()];
             let rows = findings.row_mismatches.iter();
             words.extend(rows.map(|m| format!("row:{}:{}=1", m.account_id, m.asset)));
@@ -467,208 +446,54 @@ fn shown(error: InnoError) -> String {
     }
 }
 
-/// A call's arguments, read with the error a spec author can act on.
-struct Args<'c>(&'c Call);
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Args<'_> {
-    fn text(&self, name: &str) -> Result<&str, String> {
-        self.0.arg(name).ok_or_else(|| format!("needs {name}="))
+    fn call(text: &str) -> Call {
+        let mut words = text.split_whitespace();
+        let op = words.next().expect("a verb").to_string();
+        let args = words
+            .map(|w| w.split_once('=').expect("key=value"))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Call { op, args }
     }
-    fn tenant(&self) -> String {
-        self.0.arg("tenant").unwrap_or(DEFAULT_TENANT).to_string()
-    }
-    fn market(&self) -> Result<Market, String> {
-        let market = self.0.arg("market").unwrap_or("BTC-USDT");
-        market.parse().map_err(|e| format!("{e}"))
-    }
-    fn asset(&self) -> Result<Asset, String> {
-        self.text("asset")?.parse().map_err(|e| format!("{e}"))
-    }
-    fn amount(&self) -> Result<i64, String> {
-        parse_amount("amount", self.asset()?, self.text("amount")?).map_err(|e| e.to_string())
-    }
-    fn quantity(&self) -> Result<i64, String> {
-        parse_quantity(self.market()?, self.text("qty")?).map_err(|e| e.to_string())
-    }
-    fn price(&self) -> Result<i64, String> {
-        parse_price(self.market()?, self.text("price")?).map_err(|e| e.to_string())
-    }
-}
 
-/// `available=… frozen=…` of one balance row, in whole coins of `asset`.
-async fn balance(conn: &mut Conn, tenant: &str, account: &str, asset: Asset) -> String {
-    frozen_balances_innodb::query::balance_line(conn, tenant, account, asset)
-        .await
-        .unwrap_or_else(|e| format!("balance unreadable: {}", shown(e)))
-}
-
-/// The order an argument names: `#N`, or the business id it was placed under.
-///
-/// Errors: no order placed under that id; a server error.
-async fn order_id(conn: &mut Conn, tenant: &str, name: &str) -> Result<i64, String> {
-    if let Some(number) = name.strip_prefix('#') {
-        return number
-            .parse()
-            .map_err(|_| format!("bad order number {name:?}"));
+    #[test]
+    fn the_events_take_innodbs_arguments_and_refuse_postgresqls() {
+        let engine = MariaDbEngine::default();
+        let place = "place account=alice side=BUY qty=1.0 price=5000 key=p-1";
+        for good in [
+            format!("{place} fail=balances-updated"),
+            format!("{place} hold=balances-updated show=reported"),
+            "deposit account=alice asset=USDT amount=1 key=d tenant=t".to_string(),
+            "connect client=default".to_string(),
+            "naive-register account=alice asset=USDT key=k".to_string(),
+        ] {
+            assert_eq!(engine.check(&call(&good)), Ok(()), "{good}");
+        }
+        for (text, said) in [
+            (
+                format!("{place} fail-at=balances-updated"),
+                "takes no fail-at= on InnoDB",
+            ),
+            (
+                format!("{place} fail=x hold=balances-updated"),
+                "either aborted or held",
+            ),
+            (format!("{place} hold=nowhere"), "nowhere"),
+            (
+                "withdraw account=a asset=BTC amount=1 to=x key=k".into(),
+                "unknown verb",
+            ),
+            (
+                "connect client=other".into(),
+                "takes one of product, default",
+            ),
+        ] {
+            let error = engine.check(&call(&text)).expect_err(&text);
+            assert!(error.contains(said), "{text}: {error}");
+        }
     }
-    let row: Option<i64> = conn
-        .exec_first(
-            "SELECT order_id FROM spot_order WHERE tenant_id = ? AND place_business_id = ?",
-            (tenant, name),
-        )
-        .await
-        .map_err(|e| shown(e.into()))?;
-    row.ok_or_else(|| format!("no order placed under business id {name:?}"))
-}
-
-/// The hooks of an event of `kind`: `fail=POINT` aborts it there ([`FailAt`]), none
-/// otherwise.
-fn hooks(args: &Args<'_>, kind: EventKind) -> Result<Box<dyn Hooks>, String> {
-    Ok(match args.0.arg("fail") {
-        Some(point) => Box::new(FailAt {
-            kind,
-            point: point.parse().map_err(|e| format!("{e}"))?,
-        }),
-        None => Box::new(NoHooks),
-    })
-}
-
-/// ` replayed=true` for a replay, then ` duplicates=N` / ` deadlocks=N` when the event
-/// met InnoDB's duplicate keys (1062) or deadlocks (1213) on its way.
-fn replayed(text: &mut String, replayed: bool, tally: &Tally) {
-    if replayed {
-        text.push_str(" replayed=true");
-    }
-    if tally.duplicates() > 0 {
-        text.push_str(&format!(" duplicates={}", tally.duplicates()));
-    }
-    if tally.deadlocks() > 0 {
-        text.push_str(&format!(" deadlocks={}", tally.deadlocks()));
-    }
-}
-
-async fn deposit(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<String, String> {
-    let tally = Tally::default();
-    let (tenant, asset) = (args.tenant(), args.asset()?);
-    let req = DepositRequest {
-        tenant_id: tenant.clone(),
-        business_id: args.text("key")?.into(),
-        account_id: args.text("account")?.into(),
-        asset,
-        amount: args.amount()?,
-    };
-    let result = frozen_balances_innodb::deposit(conn, &req, hooks, &tally)
-        .await
-        .map_err(shown)?;
-    let after = balance(conn, &tenant, &req.account_id, asset).await;
-    let mut text = format!("outcome={} {after}", result.outcome.as_str());
-    replayed(&mut text, result.replayed, &tally);
-    Ok(text)
-}
-
-async fn place(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<String, String> {
-    let tally = Tally::default();
-    let tenant = args.tenant();
-    let req = PlaceRequest {
-        tenant_id: tenant.clone(),
-        business_id: args.text("key")?.into(),
-        account_id: args.text("account")?.into(),
-        market: args.market()?,
-        side: args.text("side")?.parse().map_err(|e| format!("{e}"))?,
-        quantity: args.quantity()?,
-        limit_price: args.price()?,
-    };
-    let result = frozen_balances_innodb::place(conn, &req, hooks, &tally)
-        .await
-        .map_err(shown)?;
-    let asset = result.frozen_asset;
-    let after = balance(conn, &tenant, &req.account_id, asset).await;
-    let order = result.order_id.map(|id| format!(" order={id}"));
-    let mut text = format!(
-        "outcome={}{} freeze={} fee_reserve={} {after}",
-        result.outcome.as_str(),
-        order.unwrap_or_default(),
-        format_units(asset, result.frozen_amount),
-        format_units(asset, result.fee_reserve),
-    );
-    if args.0.arg("show") == Some("reported") {
-        let reported = format_units(asset, result.available);
-        text.push_str(&format!(" reported_available={reported}"));
-    }
-    replayed(&mut text, result.replayed, &tally);
-    Ok(text)
-}
-
-async fn fill(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<String, String> {
-    let tally = Tally::default();
-    let (tenant, market) = (args.tenant(), args.market()?);
-    let req = FillRequest {
-        tenant_id: tenant.clone(),
-        fill_id: args.text("key")?.into(),
-        buy_order_id: order_id(conn, &tenant, args.text("buy")?).await?,
-        sell_order_id: order_id(conn, &tenant, args.text("sell")?).await?,
-        quantity: args.quantity()?,
-        price: args.price()?,
-    };
-    let r = frozen_balances_innodb::fill(conn, &req, hooks, &tally)
-        .await
-        .map_err(shown)?;
-    let mut text = format!("outcome={}", r.outcome.as_str());
-    if let Some((order, status)) = r.closed_order {
-        text.push_str(&format!(" closed={order} status={}", status.as_str()));
-    } else {
-        let q = |units| format_units(market.quote(), units);
-        let status = |s: Option<frozen_balances::OrderStatus>| s.map_or("-", |s| s.as_str());
-        text.push_str(&format!(
-            " notional={} buyer_fee={} seller_fee={} buyer_frozen_taken={} \
-             buyer_returned={} seller_received={} buy_status={} sell_status={}",
-            q(r.notional),
-            q(r.buyer_fee),
-            q(r.seller_fee),
-            q(r.buyer_frozen_taken),
-            q(r.buyer_returned),
-            q(r.seller_received),
-            status(r.buy_status),
-            status(r.sell_status),
-        ));
-    }
-    replayed(&mut text, r.replayed, &tally);
-    Ok(text)
-}
-
-async fn cancel(conn: &mut Conn, args: &Args<'_>, hooks: &dyn Hooks) -> Result<String, String> {
-    let tally = Tally::default();
-    let tenant = args.tenant();
-    let req = CancelRequest {
-        tenant_id: tenant.clone(),
-        business_id: args.text("key")?.into(),
-        account_id: args.text("account")?.into(),
-        order_id: order_id(conn, &tenant, args.text("order")?).await?,
-    };
-    let r = frozen_balances_innodb::cancel(conn, &req, hooks, &tally)
-        .await
-        .map_err(shown)?;
-    let after = balance(conn, &tenant, &req.account_id, r.asset).await;
-    let mut text = format!(
-        "outcome={} released={} status={} {after}",
-        r.outcome.as_str(),
-        format_units(r.asset, r.released),
-        r.order_status.as_str()
-    );
-    replayed(&mut text, r.replayed, &tally);
-    Ok(text)
-}
-
-/// `reconcile`: the per-asset sums, and the findings with their lines when any.
-async fn reconcile_call(conn: &mut Conn, tenant: &str) -> Result<String, String> {
-    let findings = frozen_balances_innodb::reconcile(conn)
-        .await
-        .map_err(shown)?;
-    let sums = findings.totals_text(tenant);
-    Ok(if findings.is_clean() {
-        format!("clean=true {sums}")
-    } else {
-        let lines = findings.lines().join("; ");
-        format!("clean=false {sums} {}; {lines}", findings.summary())
-    })
 }

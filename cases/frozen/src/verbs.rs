@@ -1,0 +1,323 @@
+//! The frozen balances' verbs, declared once: what the case files of families F
+//! (PostgreSQL) and I (InnoDB) may call, with their arguments and one line each of what
+//! they do and print. Both families compose [`EVENTS`], the events themselves, read and
+//! printed by one piece of code over either engine ([`super::spec_events`]); F adds its
+//! own sets ([`ALL`]: withdrawals, the naive designs, crash-workers, the external
+//! network, the spot routes) and I its own (`cases_innodb::verbs`). The operations are in
+//! `spec_calls.rs` and the modules it names; `docs/specs.md`'s verb reference is made
+//! from these tables (`cargo test -p harness --test verbs`).
+
+use case_kit::spec::Call;
+use case_kit::spec::verbs::{Arg, Kind, Verb, Verbs, may, needs};
+
+const WORD: Kind = Kind::Word;
+const INT: Kind = Kind::Integer;
+/// An amount, quantity or price as decimal text in whole coins, parsed by the library's
+/// rules (`frozen_balances::amount`), which say why one is refused.
+const COINS: Kind = Kind::Decimal;
+const SIDE: Kind = Kind::OneOf(&["BUY", "SELL"]);
+const ASSET: Kind = Kind::OneOf(&["USDT", "BTC", "ETH"]);
+const MARKET: Arg = may("market", Kind::OneOf(&["BTC-USDT", "ETH-USDT"]), "BTC-USDT");
+/// The arguments most verbs share: whose, which business id, and the figures of a
+/// placement or a transfer.
+const ACCOUNT: Arg = needs("account", WORD);
+const KEY: Arg = needs("key", WORD);
+const SIDE_OF: Arg = needs("side", SIDE);
+const QTY: Arg = needs("qty", COINS);
+const PRICE: Arg = needs("price", COINS);
+const ASSET_OF: Arg = needs("asset", ASSET);
+const AMOUNT: Arg = needs("amount", COINS);
+const TENANT: Arg = may("tenant", WORD, "the default tenant (`default`)");
+/// I's abort at a hook point, on every event.
+const FAIL: Arg = may(
+    "fail",
+    WORD,
+    "not aborted (InnoDB, family I: the event aborted at that hook point, `FailAt`)",
+);
+/// I's hold at a hook point, on every event.
+const HOLD: Arg = may(
+    "hold",
+    WORD,
+    "run to its end (InnoDB, family I: started on a connection of its own and returned once paused at that hook point, `held at POINT`; `release` lets it go on)",
+);
+
+/// `place`'s figure of the product's answer, on either engine.
+const SHOW: Arg = may(
+    "show",
+    Kind::OneOf(&["reported"]),
+    "no `reported_available=` (the available the product's answer carries, I5)",
+);
+/// F's abort of a placement at a hook point.
+const FAIL_AT: Arg = may(
+    "fail-at",
+    WORD,
+    "not aborted (PostgreSQL, family F: the placement aborted at that hook point, `ERROR event aborted by hook at balances-updated`, F6)",
+);
+/// `naive-place`'s failure between its balance update and its records.
+const FAIL_AFTER_UPDATE: Arg = may(
+    "fail",
+    Kind::OneOf(&["after-update"]),
+    "every statement runs",
+);
+
+/// The arguments of [`EVENTS`] that only PostgreSQL's events take (family F).
+pub const POSTGRES_ONLY: [&str; 1] = ["fail-at"];
+/// The arguments of [`EVENTS`] that only InnoDB's events take (family I).
+pub const INNODB_ONLY: [&str; 2] = ["fail", "hold"];
+
+/// What a declaration cannot say of an event: that an argument is the other engine's.
+///
+/// Errors: `call` is one of [`EVENTS`] and gives an argument of `others` (the other
+/// engine's, [`POSTGRES_ONLY`] or [`INNODB_ONLY`]); `here` names this engine.
+pub fn refuse_the_others(call: &Call, others: &[&str], here: &str) -> Result<(), String> {
+    if !EVENTS.has(&call.op) {
+        return Ok(());
+    }
+    match call
+        .args
+        .iter()
+        .find(|(name, _)| others.contains(&name.as_str()))
+    {
+        Some((name, _)) => Err(format!(
+            "{} takes no {name}= on {here}: the other engine's events take it",
+            call.op
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The events, on either engine: `frozen_balances`' on PostgreSQL (F),
+/// `frozen_balances_innodb`'s on InnoDB (I).
+pub const EVENTS: Verbs = Verbs {
+    title: "the frozen balances' events (`systems/frozen-balances`, `systems/frozen-balances-innodb`)",
+    verbs: &[
+        Verb {
+            name: "deposit",
+            args: &[ACCOUNT, ASSET_OF, AMOUNT, KEY, TENANT, FAIL, HOLD],
+            doc: "the event on the session's connection, then the balance it changed: `outcome=OK available=10000.000000 frozen=0.000000`; a replay adds `replayed=true`, an InnoDB event that met duplicate keys or deadlocks `duplicates=N` / `deadlocks=N`",
+        },
+        Verb {
+            name: "place",
+            args: &[
+                ACCOUNT, SIDE_OF, QTY, PRICE, KEY, MARKET, TENANT, SHOW, FAIL_AT, FAIL, HOLD,
+            ],
+            doc: "`outcome=OK order=1 freeze=5005.000000 fee_reserve=5.000000 available=4995.000000 frozen=5005.000000` (`freeze`: what the order froze or would have; then the balance of that asset), printed as `deposit` is",
+        },
+        Verb {
+            name: "fill",
+            args: &[
+                needs("buy", WORD),
+                needs("sell", WORD),
+                QTY,
+                PRICE,
+                KEY,
+                MARKET,
+                TENANT,
+                FAIL,
+                HOLD,
+            ],
+            doc: "the orders named by business id (`buy=place-0201`) or number (`#3`): `outcome=OK notional=… buyer_fee=… seller_fee=… buyer_frozen_taken=… buyer_returned=… seller_received=… buy_status=OPEN sell_status=FILLED`, or `outcome=ORDER_CLOSED closed=1 status=CANCELLED`",
+        },
+        Verb {
+            name: "cancel",
+            args: &[ACCOUNT, needs("order", WORD), KEY, TENANT, FAIL, HOLD],
+            doc: "`outcome=OK released=3003.000000 status=CANCELLED available=… frozen=…`",
+        },
+        Verb {
+            name: "balance",
+            args: &[ACCOUNT, ASSET_OF, TENANT],
+            doc: "`available=… frozen=…` of that row, in whole coins",
+        },
+        Verb {
+            name: "reconcile",
+            args: &[TENANT],
+            doc: "the engine's reconciliation: `clean=true BTC=0.00000000 USDT=0.000000` (the tenant's per-asset sums), or `clean=false`, the sums, the findings' counts and each finding (`| row default/bob BTC: stored …` on PostgreSQL, `; row default/alice USDT: …` on InnoDB)",
+        },
+    ],
+};
+
+/// Withdrawals to the external network (F13–F16; PostgreSQL only).
+pub const WITHDRAWALS: Verbs = Verbs {
+    title: "the frozen balances' withdrawals (`frozen_balances::withdraw`)",
+    verbs: &[
+        Verb {
+            name: "withdraw",
+            args: &[ACCOUNT, ASSET_OF, AMOUNT, needs("to", WORD), KEY, TENANT],
+            doc: "the request only (freeze, record and outbox event; SPEC §8): `outcome=OK available=… frozen=…`",
+        },
+        Verb {
+            name: "settle",
+            args: &[
+                KEY,
+                needs("status", WORD),
+                may("detail", WORD, "`settled by the spec`"),
+                TENANT,
+            ],
+            doc: "withdrawal `key`'s settlement, as the executor does it: `outcome=OK status=CONFIRMED consumed=… released=…` (minor units), `replayed=true` for a replay",
+        },
+    ],
+};
+
+/// The naive designs F's controls refute (`spec_naive.rs`).
+pub const NAIVE: Verbs = Verbs {
+    title: "the frozen balances' naive designs (`cases/frozen/src/spec_naive.rs`)",
+    verbs: &[
+        Verb {
+            name: "naive-place",
+            args: &[ACCOUNT, SIDE_OF, QTY, PRICE, KEY, FAIL_AFTER_UPDATE, TENANT],
+            doc: "the placement with each statement in its own transaction (autocommit): `outcome=OK available=… frozen=…` (USDT), `outcome=FOUND` when its operation exists; with `fail=after-update` the injected error after the balance update (F6's control)",
+        },
+        Verb {
+            name: "naive-cancel",
+            args: &[needs("order", WORD), KEY, needs("current", COINS), TENANT],
+            doc: "a cancel that releases the remainder at `current`'s price and its fee reserve, recomputed, instead of the freeze's remainder: `outcome=OK released=4904.900000 status=CANCELLED …` (F18's control)",
+        },
+    ],
+};
+
+/// Crash-workers placing an order (`spec_workers.rs`, F12).
+pub const WORKERS: Verbs = Verbs {
+    title: "the frozen balances' crash-worker (`crash-worker spot`)",
+    verbs: &[
+        Verb {
+            name: "worker",
+            args: &[ACCOUNT, SIDE_OF, QTY, PRICE, KEY, needs("stop", WORD)],
+            doc: "a `crash-worker spot` child running that placement up to hook point `stop` (`before-commit`, …), returned once paused there: `paused at before-commit`; its backend counts with the spec's sessions",
+        },
+        Verb {
+            name: "kill-worker",
+            args: &[],
+            doc: "a real SIGKILL to the last paused worker, then waits until its backend has left `pg_stat_activity`: `signal=9 shell_status=137 backend_gone=true`",
+        },
+    ],
+};
+
+/// The external network of F13–F16 (`spec_network.rs`).
+pub const NETWORK: Verbs = Verbs {
+    title: "the external network (`net-standin`, `withdrawal-executor`)",
+    verbs: &[
+        Verb {
+            name: "network",
+            args: &[],
+            doc: "starts the case's `net-standin` (its store and log beside the run's logs): `ready`; killed when the case ends",
+        },
+        Verb {
+            name: "network-deposit",
+            args: &[
+                needs("tx", WORD),
+                ACCOUNT,
+                ASSET_OF,
+                AMOUNT,
+                needs("confirmations", INT),
+                may("dropped", Kind::OneOf(&["yes"]), "not dropped"),
+                TENANT,
+            ],
+            doc: "what the network reports of an incoming transfer: `reported` (F16)",
+        },
+        Verb {
+            name: "network-refuse",
+            args: &[may("count", INT, "1")],
+            doc: "the next N broadcasts refused (422, `REJECTED`): `refusing the next N broadcast(s)`",
+        },
+        Verb {
+            name: "network-drop",
+            args: &[may("count", INT, "1")],
+            doc: "the next N broadcasts stored and their answers lost: `dropping the answers to the next N broadcast(s)`",
+        },
+        Verb {
+            name: "executor",
+            args: &[
+                needs("command", Kind::OneOf(&["run", "scan-deposits"])),
+                may(
+                    "confirmations",
+                    INT,
+                    "the executor's own (`scan-deposits` needs it)",
+                ),
+                may("stop", WORD, "run to its end"),
+                may(
+                    "retry-under-new-id",
+                    Kind::OneOf(&["yes"]),
+                    "the product's executor (with `yes`: the naive one F14's control refutes)",
+                ),
+            ],
+            doc: "`withdrawal-executor` on the case's database and network, run to its end: `exited with status 0 | LINE | …` (its stdout lines); with `stop=HOOK` returned once paused there (`paused: PAUSED_IN_TX point=after-unknown …`)",
+        },
+        Verb {
+            name: "kill-executor",
+            args: &[],
+            doc: "a real SIGKILL to the paused executor: `signal=9 shell_status=137` (F14)",
+        },
+        Verb {
+            name: "network-log",
+            args: &[],
+            doc: "the network's own records (`transfers=N | #1 id=… status=… broadcasts_received=… | query #1 … | deposit …`), also kept in the case's database as `network_transfer` and `network_query` for `rows:` and `exposes:`",
+        },
+    ],
+};
+
+/// `ledger-svc`'s spot routes (`spec_spot.rs`, F7, F11): amounts sent as typed.
+pub const SPOT: Verbs = Verbs {
+    title: "the frozen balances' HTTP routes (`ledger-svc`'s spot routes)",
+    verbs: &[
+        Verb {
+            name: "spot-service",
+            args: &[may(
+                "fault-injection",
+                Kind::OneOf(&["yes"]),
+                "no `/faults` routes",
+            )],
+            doc: "starts `ledger-svc` on the case's database with the spot clients and a pool of 2: `ready`; killed when the case ends if no step stopped it",
+        },
+        Verb {
+            name: "post-place",
+            args: &[
+                ACCOUNT,
+                needs("side", WORD),
+                needs("qty", WORD),
+                needs("price", WORD),
+                KEY,
+                may("give-up-when-held", WORD, "the client waits for the answer"),
+            ],
+            doc: "the placement on the public listener, the text sent as typed: `status=201 outcome=OK replayed=false order_id=1 frozen=… fee_reserve=…`, or `status=400 outcome=BAD_REQUEST replayed=false detail=…`; with `give-up-when-held=POINT` a lost response, given up the moment the service holds it there: `gave up: holding=1 fired=1` (F7)",
+        },
+        Verb {
+            name: "post-deposit",
+            args: &[ACCOUNT, needs("asset", WORD), needs("amount", WORD), KEY],
+            doc: "the deposit on the admin listener, printed as `post-place` is",
+        },
+        Verb {
+            name: "post-fill",
+            args: &[
+                needs("buy", WORD),
+                needs("sell", WORD),
+                needs("qty", WORD),
+                needs("price", WORD),
+                KEY,
+            ],
+            doc: "the fill on the admin listener (orders by number or business id), printed as `post-place` is",
+        },
+        Verb {
+            name: "arm-fault",
+            args: &[
+                needs("point", WORD),
+                needs("action", WORD),
+                may("count", INT, "once"),
+                may("hold_ms", INT, "held until released"),
+            ],
+            doc: "`PUT /faults/POINT` (needs `fault-injection=yes`): `armed at POINT`",
+        },
+        Verb {
+            name: "release-fault",
+            args: &[needs("point", WORD)],
+            doc: "releases what is held at POINT: `released=N`",
+        },
+        Verb {
+            name: "stop-service",
+            args: &[],
+            doc: "SIGTERM: `exit=0` when it ended with status 0",
+        },
+    ],
+};
+
+/// Every set family F composes, in the order the reference lists them.
+pub const ALL: [&Verbs; 6] = [&EVENTS, &WITHDRAWALS, &NAIVE, &WORKERS, &NETWORK, &SPOT];
