@@ -186,6 +186,19 @@ pub const KILL_WORKER: Verb = Verb {
     doc: "a real SIGKILL to the worker the case's steps started last, then reaped: `signal=9 shell_status=137` (F: and `backend_gone=true` once its backend has left `pg_stat_activity`)",
 };
 
+/// `arm-fault`: a fault armed at a hook point of a service started with
+/// `fault-injection=yes` (`ledger-svc`'s `/faults` routes, whichever system it serves).
+pub const ARM_FAULT: Verb = Verb {
+    name: "arm-fault",
+    args: &[
+        needs("point", Kind::Word),
+        needs("action", Kind::Word),
+        may("count", Kind::Integer, "once"),
+        may("hold_ms", Kind::Integer, "held until released"),
+    ],
+    doc: "`PUT /faults/POINT` (needs `fault-injection=yes`): `armed at POINT`",
+};
+
 /// `power-cut`: the worker killed and the forgetful disk's unsynced writes dropped.
 pub const POWER_CUT: Verb = Verb {
     name: "power-cut",

@@ -8,7 +8,7 @@
 //! from these tables (`cargo test -p harness --test verbs`).
 
 use case_kit::spec::Call;
-use case_kit::spec::verbs::{Arg, Kind, Verb, Verbs, may, needs};
+use case_kit::spec::verbs::{self, Arg, Kind, Verb, Verbs, may, needs};
 
 const WORD: Kind = Kind::Word;
 const INT: Kind = Kind::Integer;
@@ -296,16 +296,7 @@ pub const SPOT: Verbs = Verbs {
             ],
             doc: "the fill on the admin listener (orders by number or business id), printed as `post-place` is",
         },
-        Verb {
-            name: "arm-fault",
-            args: &[
-                needs("point", WORD),
-                needs("action", WORD),
-                may("count", INT, "once"),
-                may("hold_ms", INT, "held until released"),
-            ],
-            doc: "`PUT /faults/POINT` (needs `fault-injection=yes`): `armed at POINT`",
-        },
+        verbs::ARM_FAULT,
         Verb {
             name: "release-fault",
             args: &[needs("point", WORD)],

@@ -187,16 +187,7 @@ pub const SERVICE: Verbs = Verbs {
             ],
             doc: "the admin listener's grant, printed as `post-debit` is",
         },
-        Verb {
-            name: "arm-fault",
-            args: &[
-                needs("point", WORD),
-                needs("action", WORD),
-                may("count", INT, "once"),
-                may("hold_ms", INT, "held until released"),
-            ],
-            doc: "`PUT /faults/POINT` (needs `fault-injection=yes`): `armed at POINT`",
-        },
+        verbs::ARM_FAULT,
         Verb {
             name: "release-fault",
             args: &[
