@@ -28,22 +28,6 @@ impl Call {
             .map(|(_, value)| value.as_str())
     }
 
-    /// Checks the call against a family's table of operations, each with the arguments
-    /// it needs: one definition of the check a spec engine makes when a file is read.
-    ///
-    /// Errors: `no operation "OP"` when the table has no such operation, `OP needs ARG=`
-    /// for the first needed argument not given.
-    pub fn check_needed(&self, operations: &[(&str, &[&str])]) -> Result<(), String> {
-        let (_, needed) = operations
-            .iter()
-            .find(|(op, _)| *op == self.op)
-            .ok_or_else(|| format!("no operation {:?}", self.op))?;
-        match needed.iter().find(|arg| self.arg(arg).is_none()) {
-            Some(missing) => Err(format!("{} needs {missing}=", self.op)),
-            None => Ok(()),
-        }
-    }
-
     /// The call as written: `debit account=acct-0001 amount=30`.
     pub fn display(&self) -> String {
         let mut text = self.op.clone();
