@@ -5,33 +5,32 @@
 //! `spec_calls.rs` and the modules it names; `docs/specs.md`'s verb reference is made
 //! from these tables (`cargo test -p harness --test verbs`).
 
-use case_kit::spec::verbs::{self, ANY, Kind, Verb, Verbs, may, needs};
+use case_kit::spec::verbs::{self, ANY, Arg, Kind, Verb, Verbs, may, needs};
 
 const WORD: Kind = Kind::Word;
 const INT: Kind = Kind::Integer;
 const CLIENT: &str = "client `spec`";
 
+/// A transfer's arguments: the account, the amount in points, the idempotency key and
+/// the caller.
+const TRANSFER: &[Arg] = &[
+    needs("account", WORD),
+    needs("amount", INT),
+    needs("key", WORD),
+    may("client", WORD, CLIENT),
+];
+
 /// `debit`: the ledger's transfer out of an account.
 pub const DEBIT: Verb = Verb {
     name: "debit",
-    args: &[
-        needs("account", WORD),
-        needs("amount", INT),
-        needs("key", WORD),
-        may("client", WORD, CLIENT),
-    ],
+    args: TRANSFER,
     doc: "the ledger's debit on the session's connection (R: on its node), in the case's transfer mode: `outcome=OK balance=20`, `outcome=INSUFFICIENT balance=10`, and whether it replayed an earlier answer (`replayed=true`)",
 };
 
 /// `grant`: the ledger's transfer into an account.
 pub const GRANT: Verb = Verb {
     name: "grant",
-    args: &[
-        needs("account", WORD),
-        needs("amount", INT),
-        needs("key", WORD),
-        may("client", WORD, CLIENT),
-    ],
+    args: TRANSFER,
     doc: "the ledger's grant, printed as `debit` is",
 };
 
