@@ -28,9 +28,11 @@
 //! against clients with the ceiling, and one last line `BENCH …` with ratios from the
 //! same run.
 
+mod counted;
 mod cpu;
 mod http_client;
 mod load;
+mod paired;
 mod report;
 
 use std::path::PathBuf;
@@ -104,6 +106,27 @@ struct Args {
     /// library variants, the system under test's tasks (the batcher's drainers).
     #[arg(long, default_value_t = DEFAULT_LOAD_THREADS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
     load_threads: usize,
+    /// Debits counted per counted variant (instructions, WAL bytes, tuples:
+    /// `bench/src/counted.rs`), rounded up to a multiple of 12; 0 counts nothing.
+    #[arg(long, default_value_t = counted::DEFAULT_COUNT_DEBITS)]
+    count_debits: usize,
+    /// SQL run on the counted template after the schema, for measuring a lever before it
+    /// is made (`ALTER TABLE idem_request SET (fillfactor = 70)`); the timed cluster does
+    /// not see it.
+    #[arg(long)]
+    count_template_sql: Option<String>,
+    /// Only the counted figures: print them and the BENCH line, start no timed cluster and
+    /// write nothing.
+    #[arg(long)]
+    count_only: bool,
+    /// Rounds of the paired slices (ceiling, batch, onetrip+fix at 32 clients, one short
+    /// slice each per round: `bench/src/paired.rs`); 0 measures none. Only when those
+    /// three variants are measured.
+    #[arg(long, default_value_t = paired::DEFAULT_PAIR_ROUNDS)]
+    pair_rounds: usize,
+    /// Measured seconds of each paired slice.
+    #[arg(long, default_value_t = paired::DEFAULT_PAIR_SLICE_S)]
+    pair_slice_s: u64,
     /// Folder for the table and the plot.
     #[arg(long, default_value = "evidence/bench")]
     out: PathBuf,
@@ -151,6 +174,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     print_settings(&args, seed);
+    let counted = if args.count_debits == 0 {
+        Vec::new()
+    } else {
+        let stripes = (args.stripes, batch_stripes(&args));
+        let extra = args.count_template_sql.as_deref();
+        let count_db = counted::CountDb::prepare(args.accounts, stripes, extra).await?;
+        count_db.count_all(args.count_debits).await?
+    };
+    if args.count_only {
+        let figures = report::Figures {
+            points: &[],
+            counted: &counted,
+            paired: None,
+        };
+        println!("{}", report::bench_line(&figures));
+        return Ok(());
+    }
     let cluster = tokio::task::spawn_blocking(|| Cluster::start(ClusterOptions::default()))
         .await?
         .context("starting the scratch cluster")?;
@@ -166,6 +206,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     db.batch_stripes = batch_stripes(&args);
     let results = measure_all(&db, &args, seed).await?;
+    let paired = if args.pair_rounds > 0
+        && [Variant::Ceiling, Variant::Batch, Variant::OneTripFix]
+            .iter()
+            .all(|v| args.variants.is_empty() || args.variants.contains(v))
+    {
+        let slice = Duration::from_secs(args.pair_slice_s.max(1));
+        Some(paired::measure(&db, args.pair_rounds, slice, seed).await?)
+    } else {
+        None
+    };
     let points = report::summarize(&results);
     println!("{}", report::HEADER);
     for point in &points {
@@ -184,12 +234,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
         wall_time_s: started.elapsed().as_secs_f64(),
     };
     std::fs::create_dir_all(&args.out)?;
-    report::write(&args.out, &context, &points, &results)?;
+    let figures = report::Figures {
+        points: &points,
+        counted: &counted,
+        paired: paired.as_ref(),
+    };
+    report::write(&args.out, &context, &figures, &results)?;
     println!(
         "wrote {}/results.md, results.json, throughput.svg, index.html (the page)",
         args.out.display()
     );
-    println!("{}", report::bench_line(&points));
+    println!("{}", report::bench_line(&figures));
     Ok(())
 }
 
