@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use case_kit::{ChaCha8Rng, seeded_rng};
 use launch::service::{Service, ServiceOptions};
-use points_ledger::batch::transfer_batch;
+use points_ledger::batch::{PreparedBatchCall, transfer_batch, transfer_batch_prepared};
+use points_ledger::onetrip::{PreparedOnetripCall, transfer_onetrip_prepared};
 use points_ledger::striping::{create_redeem_stripes, striped_debit};
 use points_ledger::{NoHooks, TransferMode, TransferRequest, transfer_in};
 use rand::RngExt;
@@ -68,6 +69,17 @@ const CEILING_INSERT_SQL: &str = "INSERT INTO bench_commit (worker, n) VALUES ($
 const FLOOR_FUNCTION_SQL: &str = include_str!("floor.sql");
 /// The floor's call, with the batch call's arrays.
 const FLOOR_CALL_SQL: &str = "SELECT bench_floor_batch($1, $2, $3, $4, $5, $6, $7, $8)";
+/// The floor's parameter types.
+const FLOOR_CALL_TYPES: [Type; 8] = [
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT8_ARRAY,
+    Type::TEXT_ARRAY,
+];
 /// The figures a counted database's statistics give, read after its sessions ended.
 const STATS_SQL: &str = "\
 SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
@@ -360,6 +372,12 @@ impl CountDb {
                 .await;
         }
         let mut client = self.cluster.connect(database).await?;
+        // The calls prepared once per connection, as in the timed bench.
+        let batch_call = PreparedBatchCall::prepare(&client).await?;
+        let onetrip_call = PreparedOnetripCall::prepare(&client).await?;
+        let floor = client
+            .prepare_typed(FLOOR_CALL_SQL, &FLOOR_CALL_TYPES)
+            .await?;
         let per_call = match work {
             Work::Batch(size) | Work::Floor(size) => size,
             _ => 1,
@@ -372,19 +390,27 @@ impl CountDb {
                         .execute_typed(CEILING_INSERT_SQL, &[(&0i32, Type::INT4), (&n, Type::INT8)])
                         .await?;
                 }
+                Work::Single(TransferMode::OneTrip, striped) => {
+                    let request = draws.request(striped, false);
+                    transfer_onetrip_prepared(&client, Some(&onetrip_call), &request, &NoHooks)
+                        .await?;
+                }
                 Work::Single(mode, striped) => {
                     let request = draws.request(striped, false);
                     transfer_in(mode, &mut client, &request, &NoHooks).await?;
                 }
                 Work::Batch(size) => {
                     let requests: Vec<_> = (0..size).map(|_| draws.request(true, true)).collect();
-                    for answer in transfer_batch(&mut client, &requests, &NoHooks).await {
+                    let call = Some(&batch_call);
+                    for answer in
+                        transfer_batch_prepared(&mut client, call, &requests, &NoHooks).await
+                    {
                         answer?;
                     }
                 }
                 Work::Floor(size) => {
                     let requests: Vec<_> = (0..size).map(|_| draws.request(true, true)).collect();
-                    floor_call(&client, &requests).await?;
+                    floor_call(&client, &floor, &requests).await?;
                 }
                 Work::Service(_) => unreachable!("handled above"),
             }
@@ -546,12 +572,14 @@ async fn backends_of(admin: &tokio_postgres::Client, database: &str) -> anyhow::
     Ok(rows.iter().map(|row| row.get(0)).collect())
 }
 
-/// One call of the floor with `requests`, in its own transaction, pipelined as the batch
-/// call is (BEGIN, the call, COMMIT).
+/// One call of the floor with `requests` (`floor`: its call prepared once per session, as
+/// the batch call is), in its own transaction, pipelined as the batch call is (BEGIN, the
+/// call, COMMIT).
 ///
 /// Errors: SQL errors.
 async fn floor_call(
     client: &tokio_postgres::Client,
+    floor: &tokio_postgres::Statement,
     requests: &[TransferRequest],
 ) -> anyhow::Result<()> {
     let column = |field: fn(&TransferRequest) -> String| -> Vec<String> {
@@ -569,17 +597,17 @@ async fn floor_call(
     );
     let amounts: Vec<i64> = requests.iter().map(|r| r.amount).collect();
     let order_ids: Vec<Option<String>> = requests.iter().map(|r| r.order_id.clone()).collect();
-    let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 8] = [
-        (&client_ids, Type::TEXT_ARRAY),
-        (&keys, Type::TEXT_ARRAY),
-        (&hashes, Type::TEXT_ARRAY),
-        (&kinds, Type::TEXT_ARRAY),
-        (&froms, Type::TEXT_ARRAY),
-        (&tos, Type::TEXT_ARRAY),
-        (&amounts, Type::INT8_ARRAY),
-        (&order_ids, Type::TEXT_ARRAY),
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+        &client_ids,
+        &keys,
+        &hashes,
+        &kinds,
+        &froms,
+        &tos,
+        &amounts,
+        &order_ids,
     ];
-    let call = client.query_typed(FLOOR_CALL_SQL, &params);
+    let call = client.query(floor, &params);
     // tokio's join polls its futures in argument order the first time: the three requests
     // go out in that order, in one round trip.
     let (begun, called, committed) = tokio::join!(
