@@ -208,6 +208,46 @@ fn valgrind() -> Option<&'static str> {
     found().then_some("valgrind")
 }
 
+/// The folder the backends write their counts into (any user may write there: the server
+/// runs as another user when we are root); `None` without valgrind.
+///
+/// Errors: the folder could not be made.
+fn counts_dir() -> anyhow::Result<Option<PathBuf>> {
+    if valgrind().is_none() {
+        return Ok(None);
+    }
+    let dir = std::env::temp_dir().join(format!("bench-counts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777))?;
+    Ok(Some(dir))
+}
+
+/// The counting cluster's options: no autovacuum, no checkpoint within the hour, and the
+/// server under cachegrind writing into `counts_dir` (when there is one).
+fn cluster_options(counts_dir: Option<&Path>) -> ClusterOptions {
+    ClusterOptions {
+        settings: [
+            ("autovacuum", "off"),
+            ("checkpoint_timeout", "1h"),
+            ("max_wal_size", "4GB"),
+        ]
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .to_vec(),
+        server_wrapper: counts_dir.map_or_else(Vec::new, |dir| {
+            vec![
+                "valgrind".to_owned(),
+                "-q".to_owned(),
+                "--tool=cachegrind".to_owned(),
+                "--cache-sim=no".to_owned(),
+                "--branch-sim=no".to_owned(),
+                format!("--cachegrind-out-file={}/cg.%p", dir.display()),
+            ]
+        }),
+        ..ClusterOptions::default()
+    }
+}
+
 impl CountDb {
     /// Starts the counting cluster and creates its template: the schema, the seeded
     /// accounts, `stripes.0.max(stripes.1)` stripes, the ceiling's table, the floor
@@ -220,37 +260,8 @@ impl CountDb {
         stripes: (u32, u32),
         extra: Option<&str>,
     ) -> anyhow::Result<CountDb> {
-        let counts_dir = match valgrind() {
-            Some(_) => {
-                let dir = std::env::temp_dir().join(format!("bench-counts-{}", std::process::id()));
-                std::fs::create_dir_all(&dir)?;
-                use std::os::unix::fs::PermissionsExt as _;
-                // The server runs as another user when we are root.
-                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777))?;
-                Some(dir)
-            }
-            None => None,
-        };
-        let options = ClusterOptions {
-            settings: [
-                ("autovacuum", "off"),
-                ("checkpoint_timeout", "1h"),
-                ("max_wal_size", "4GB"),
-            ]
-            .map(|(name, value)| (name.to_owned(), value.to_owned()))
-            .to_vec(),
-            server_wrapper: counts_dir.as_ref().map_or_else(Vec::new, |dir| {
-                vec![
-                    "valgrind".to_owned(),
-                    "-q".to_owned(),
-                    "--tool=cachegrind".to_owned(),
-                    "--cache-sim=no".to_owned(),
-                    "--branch-sim=no".to_owned(),
-                    format!("--cachegrind-out-file={}/cg.%p", dir.display()),
-                ]
-            }),
-            ..ClusterOptions::default()
-        };
+        let counts_dir = counts_dir()?;
+        let options = cluster_options(counts_dir.as_deref());
         let cluster = tokio::task::spawn_blocking(|| Cluster::start(options))
             .await?
             .context("starting the counting cluster")?;

@@ -174,14 +174,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     print_settings(&args, seed);
-    let counted = if args.count_debits == 0 {
-        Vec::new()
-    } else {
-        let stripes = (args.stripes, batch_stripes(&args));
-        let extra = args.count_template_sql.as_deref();
-        let count_db = counted::CountDb::prepare(args.accounts, stripes, extra).await?;
-        count_db.count_all(args.count_debits).await?
-    };
+    let counted = count(&args).await?;
     if args.count_only {
         let figures = report::Figures {
             points: &[],
@@ -206,16 +199,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     db.batch_stripes = batch_stripes(&args);
     let results = measure_all(&db, &args, seed).await?;
-    let paired = if args.pair_rounds > 0
-        && [Variant::Ceiling, Variant::Batch, Variant::OneTripFix]
-            .iter()
-            .all(|v| args.variants.is_empty() || args.variants.contains(v))
-    {
-        let slice = Duration::from_secs(args.pair_slice_s.max(1));
-        Some(paired::measure(&db, args.pair_rounds, slice, seed).await?)
-    } else {
-        None
-    };
+    let paired = pairs(&db, &args, seed).await?;
     let points = report::summarize(&results);
     println!("{}", report::HEADER);
     for point in &points {
@@ -246,6 +230,36 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     println!("{}", report::bench_line(&figures));
     Ok(())
+}
+
+/// The counted figures (`counted`), none with `--count-debits 0`.
+///
+/// Errors: the counting cluster or a counted session failed.
+async fn count(args: &Args) -> anyhow::Result<Vec<counted::Counted>> {
+    if args.count_debits == 0 {
+        return Ok(Vec::new());
+    }
+    let stripes = (args.stripes, batch_stripes(args));
+    let extra = args.count_template_sql.as_deref();
+    let count_db = counted::CountDb::prepare(args.accounts, stripes, extra).await?;
+    count_db.count_all(args.count_debits).await
+}
+
+/// The paired slices (`paired`), when `--pair-rounds` is not 0 and the ceiling, `batch`
+/// and `onetrip+fix` are among the variants.
+///
+/// Errors: a slice failed.
+async fn pairs(db: &BenchDb, args: &Args, seed: u64) -> anyhow::Result<Option<paired::Paired>> {
+    let measured = [Variant::Ceiling, Variant::Batch, Variant::OneTripFix]
+        .iter()
+        .all(|v| args.variants.is_empty() || args.variants.contains(v));
+    if args.pair_rounds == 0 || !measured {
+        return Ok(None);
+    }
+    let slice = Duration::from_secs(args.pair_slice_s.max(1));
+    Ok(Some(
+        paired::measure(db, args.pair_rounds, slice, seed).await?,
+    ))
 }
 
 /// The redemption stripes of the batched variants: `--batch-stripes`, else one per

@@ -360,6 +360,21 @@ pub fn counted_table(counted: &[Counted]) -> String {
     md
 }
 
+/// The sections of results.md after the passes' table: the paired slices, the counted
+/// figures, the BENCH line.
+fn later_sections(figures: &Figures) -> String {
+    let mut md = String::new();
+    if let Some(paired) = figures.paired {
+        md.push_str(&paired_section(paired));
+    }
+    if !figures.counted.is_empty() {
+        md.push_str(COUNTED_INTRO);
+        md.push_str(&counted_table(figures.counted));
+    }
+    md.push_str(&format!("\n`{}`\n", bench_line(figures)));
+    md
+}
+
 /// The paired slices' section of results.md.
 fn paired_section(p: &Paired) -> String {
     let rates = |values: &[f64]| {
@@ -453,14 +468,7 @@ pub fn write(
         md.push_str(&row(p));
         md.push('\n');
     }
-    if let Some(paired) = figures.paired {
-        md.push_str(&paired_section(paired));
-    }
-    if !counted.is_empty() {
-        md.push_str(COUNTED_INTRO);
-        md.push_str(&counted_table(counted));
-    }
-    md.push_str(&format!("\n`{}`\n", bench_line(figures)));
+    md.push_str(&later_sections(figures));
     std::fs::write(out.join("results.md"), md)?;
     std::fs::write(
         out.join("results.json"),
@@ -623,11 +631,17 @@ mod tests {
         let fix = points.iter().find(|p| p.variant == Variant::Fix).unwrap();
         assert!(!fix.reconciled_clean);
         assert_eq!(fix.findings, "fix 1 2");
+        let figures = Figures {
+            points: &points,
+            counted: &[],
+            paired: None,
+        };
         assert_eq!(
-            bench_line(&points),
+            bench_line(&figures),
             "BENCH service/raw@8=0.95 service/raw@32=0.95 fix/hot@32=4.00 onetrip/raw@1=2.50 \
              onetrip/raw@8=2.50 onetripfix/raw@32=3.00 best_ceiling_pct@8=90 \
-             batch/onetripfix@32=3.00 batch_ceiling_pct@32=90 servicebatch/onetripfix@32=1.50"
+             batch/onetripfix@32=3.00 batch_ceiling_pct@32=90 servicebatch/onetripfix@32=1.50 \
+             batch_insns_per_debit@12=n/a batch/floor_insns@12=n/a wal_bytes_per_debit@batch=n/a"
         );
         assert!(row(&points[0]).contains("100% (the ceiling)"));
         let service8 = points
