@@ -1,4 +1,5 @@
-//! The bench end to end in about a minute: every variant at 2 clients, one repetition of
+//! The bench end to end in about two and a half minutes (most of it the counted sessions
+//! under valgrind): every variant at 2 clients, one repetition of
 //! 1 s after a 100 ms warm-up, 50 funded accounts, one round of paired slices, 12 counted
 //! debits per counted variant. It must exit 0, reconcile every point clean without a
 //! failed debit, fill the CPU column (the service's own figure only for the service),
