@@ -159,20 +159,8 @@ fn main() {
 /// written.
 async fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
-    let seed = args.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
-    });
+    let seed = checked_seed(&args)?;
     launch::service::set_run_auth(args.auth);
-    if batch_stripes(&args) > args.stripes.max(1) {
-        anyhow::bail!(
-            "--batch-stripes {} is more than the {} stripes the database has (--stripes)",
-            batch_stripes(&args),
-            args.stripes
-        );
-    }
     print_settings(&args, seed);
     let counted = count(&args).await?;
     if args.count_only {
@@ -230,6 +218,25 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     println!("{}", report::bench_line(&figures));
     Ok(())
+}
+
+/// The run's seed (`--seed`, else from the clock), once the options agree.
+///
+/// Errors: `--batch-stripes` is more than `--stripes`.
+fn checked_seed(args: &Args) -> anyhow::Result<u64> {
+    if batch_stripes(args) > args.stripes.max(1) {
+        anyhow::bail!(
+            "--batch-stripes {} is more than the {} stripes the database has (--stripes)",
+            batch_stripes(args),
+            args.stripes
+        );
+    }
+    Ok(args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+    }))
 }
 
 /// The counted figures (`counted`), none with `--count-debits 0`.

@@ -415,7 +415,7 @@ pub fn write(
     figures: &Figures,
     results: &[Measurement],
 ) -> anyhow::Result<()> {
-    let (points, counted) = (figures.points, figures.counted);
+    let points = figures.points;
     let mut md = String::new();
     md.push_str("# Bench: debit throughput against the commit ceiling\n\n");
     md.push_str("Regenerate with `./run.sh bench` (see `--help` for options). Figures are from one run on the\n");
@@ -470,18 +470,32 @@ pub fn write(
     }
     md.push_str(&later_sections(figures));
     std::fs::write(out.join("results.md"), md)?;
+    write_json(out, context, figures, results)?;
+    plot(&out.join("throughput.svg"), points)?;
+    page(out)
+}
+
+/// Writes `out/results.json`: the context, the points, the counted figures, the paired
+/// slices and every repetition.
+///
+/// Errors: serialization or file system errors.
+fn write_json(
+    out: &Path,
+    context: &Context,
+    figures: &Figures,
+    results: &[Measurement],
+) -> anyhow::Result<()> {
     std::fs::write(
         out.join("results.json"),
         serde_json::to_string_pretty(&serde_json::json!({
             "context": context,
-            "points": points,
-            "counted": counted,
+            "points": figures.points,
+            "counted": figures.counted,
             "paired": figures.paired,
             "repetitions": results
         }))?,
     )?;
-    plot(&out.join("throughput.svg"), points)?;
-    page(out)
+    Ok(())
 }
 
 /// Writes `out/index.html`, the bench page (`evidence_pages::bench`), from
