@@ -159,7 +159,8 @@ struct Totals {
 
 /// The counting cluster (under cachegrind when valgrind is there) and its template.
 pub struct CountDb {
-    cluster: Cluster,
+    /// `None` only while dropped.
+    cluster: Option<Cluster>,
     /// Where the backends write `cg.<pid>`; `None` without valgrind.
     counts_dir: Option<PathBuf>,
     accounts: Vec<String>,
@@ -169,6 +170,11 @@ pub struct CountDb {
 
 impl Drop for CountDb {
     fn drop(&mut self) {
+        // The server first (its processes write their counts as they exit), then the
+        // folder of counts.
+        if let Some(cluster) = self.cluster.take() {
+            drop(cluster);
+        }
         if let Some(dir) = &self.counts_dir {
             let _ = std::fs::remove_dir_all(dir);
         }
@@ -249,6 +255,11 @@ fn cluster_options(counts_dir: Option<&Path>) -> ClusterOptions {
 }
 
 impl CountDb {
+    /// The counting cluster.
+    fn cluster(&self) -> &Cluster {
+        self.cluster.as_ref().expect("present until dropped")
+    }
+
     /// Starts the counting cluster and creates its template: the schema, the seeded
     /// accounts, `stripes.0.max(stripes.1)` stripes, the ceiling's table, the floor
     /// function and `accounts` funded accounts; then `extra` SQL, if any (a lever measured
@@ -301,7 +312,7 @@ impl CountDb {
             ))
             .await?;
         Ok(CountDb {
-            cluster,
+            cluster: Some(cluster),
             counts_dir,
             accounts: names,
             stripes,
@@ -331,7 +342,7 @@ impl CountDb {
     /// Errors: SQL, service or file errors.
     async fn session(&self, name: &str, work: Work, debits: usize) -> anyhow::Result<Totals> {
         let database = format!("count_{}", name.replace(['+', '@'], "_"));
-        let admin = self.cluster.connect("postgres").await?;
+        let admin = self.cluster().connect("postgres").await?;
         admin
             .batch_execute(&format!("DROP DATABASE IF EXISTS {database}"))
             .await?;
@@ -342,7 +353,7 @@ impl CountDb {
         let pids = self.run_work(&admin, &database, name, work, debits).await?;
         let insns = self.instructions_of(&pids).await?;
         let wal_bytes = wal_lsn(&admin).await? - lsn_before;
-        let stats = self.cluster.connect(&database).await?;
+        let stats = self.cluster().connect(&database).await?;
         let row = stats.query_one(STATS_SQL, &[]).await?;
         drop(stats);
         admin
@@ -382,7 +393,7 @@ impl CountDb {
                 .run_service(admin, database, batched, &mut draws, debits)
                 .await;
         }
-        let mut client = self.cluster.connect(database).await?;
+        let mut client = self.cluster().connect(database).await?;
         // The calls prepared once per connection, as in the timed bench.
         let batch_call = PreparedBatchCall::prepare(&client).await?;
         let onetrip_call = PreparedOnetripCall::prepare(&client).await?;
@@ -453,8 +464,8 @@ impl CountDb {
             extra_args.extend(["--redeem-stripes".to_owned(), self.stripes.1.to_string()]);
         }
         let service = Service::launch(
-            &self.cluster.url(database),
-            self.cluster
+            &self.cluster().url(database),
+            self.cluster()
                 .dir()
                 .join(format!("ledger-svc-{database}.log")),
             ServiceOptions {
