@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use case_kit::{ChaCha8Rng, seeded_rng};
 use launch::service::{Service, ServiceOptions};
 use points_ledger::batcher::{BatchLimits, BatchSizes, Batcher, FixedConnections};
+use points_ledger::onetrip::{PreparedOnetripCall, transfer_onetrip_prepared};
 use points_ledger::striping::{create_redeem_stripes, striped_debit};
 use points_ledger::{
     NoHooks, Outcome, TransferMode, TransferRequest, reconcile, transfer, transfer_in,
@@ -147,7 +148,9 @@ impl Variant {
 
 /// How one client issues a debit (or the ceiling's commit).
 enum Debitor {
-    Sql(tokio_postgres::Client),
+    /// A database connection, with the one-trip call prepared on it in the one-trip
+    /// variants (once per connection, as the batch variant's drainers prepare theirs).
+    Sql(tokio_postgres::Client, Option<PreparedOnetripCall>),
     Http(DebitClient),
     Batch(Arc<Batcher>),
 }
@@ -165,7 +168,7 @@ impl Debitor {
     ) -> anyhow::Result<bool> {
         let key = format!("{}-{worker}-{n}", variant.key());
         match self {
-            Debitor::Sql(client) if variant == Variant::Ceiling => {
+            Debitor::Sql(client, _) if variant == Variant::Ceiling => {
                 client
                     .execute_typed(
                         CEILING_INSERT_SQL,
@@ -174,13 +177,18 @@ impl Debitor {
                     .await?;
                 Ok(true)
             }
-            Debitor::Sql(client) => {
+            Debitor::Sql(client, prepared) => {
                 let request = if variant.striped() {
                     striped_debit("bench", key, account, amount, stripes)
                 } else {
                     TransferRequest::debit("bench", key, account, amount)
                 };
-                let done = transfer_in(variant.mode(), client, &request, &NoHooks).await?;
+                let done = match prepared {
+                    Some(call) => {
+                        transfer_onetrip_prepared(client, Some(call), &request, &NoHooks).await?
+                    }
+                    None => transfer_in(variant.mode(), client, &request, &NoHooks).await?,
+                };
                 Ok(done.outcome == Outcome::Ok)
             }
             Debitor::Batch(batcher) => {
@@ -433,7 +441,8 @@ impl BenchDb {
         for _ in 0..limits.drainers {
             connections.push(self.cluster.connect(database).await?);
         }
-        let source = Box::new(FixedConnections::new(connections));
+        // The call prepared once per drainer connection (connections of their own).
+        let source = Box::new(FixedConnections::prepared(connections));
         Ok(Some(Arc::new(Batcher::start(
             source,
             Arc::new(NoHooks),
@@ -527,7 +536,14 @@ impl BenchDb {
                 Duration::from_millis(HTTP_TIMEOUT_MS),
             )),
             (None, Some(batcher)) => Debitor::Batch(batcher.clone()),
-            (None, None) => Debitor::Sql(self.cluster.connect(point.database).await?),
+            (None, None) => {
+                let client = self.cluster.connect(point.database).await?;
+                let prepared = match point.variant.mode() {
+                    TransferMode::OneTrip => Some(PreparedOnetripCall::prepare(&client).await?),
+                    _ => None,
+                };
+                Debitor::Sql(client, prepared)
+            }
         };
         let rng: ChaCha8Rng = seeded_rng(
             point.seed,

@@ -28,9 +28,11 @@
 //! against clients with the ceiling, and one last line `BENCH …` with ratios from the
 //! same run.
 
+mod counted;
 mod cpu;
 mod http_client;
 mod load;
+mod paired;
 mod report;
 
 use std::path::PathBuf;
@@ -104,6 +106,27 @@ struct Args {
     /// library variants, the system under test's tasks (the batcher's drainers).
     #[arg(long, default_value_t = DEFAULT_LOAD_THREADS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
     load_threads: usize,
+    /// Debits counted per counted variant (instructions, WAL bytes, tuples:
+    /// `bench/src/counted.rs`), rounded up to a multiple of 12; 0 counts nothing.
+    #[arg(long, default_value_t = counted::DEFAULT_COUNT_DEBITS)]
+    count_debits: usize,
+    /// SQL run on the counted template after the schema, for measuring a lever before it
+    /// is made (`ALTER TABLE idem_request SET (fillfactor = 70)`); the timed cluster does
+    /// not see it.
+    #[arg(long)]
+    count_template_sql: Option<String>,
+    /// Only the counted figures: print them and the BENCH line, start no timed cluster and
+    /// write nothing.
+    #[arg(long)]
+    count_only: bool,
+    /// Rounds of the paired slices (ceiling, batch, onetrip+fix at 32 clients, one short
+    /// slice each per round: `bench/src/paired.rs`); 0 measures none. Only when those
+    /// three variants are measured.
+    #[arg(long, default_value_t = paired::DEFAULT_PAIR_ROUNDS)]
+    pair_rounds: usize,
+    /// Measured seconds of each paired slice.
+    #[arg(long, default_value_t = paired::DEFAULT_PAIR_SLICE_S)]
+    pair_slice_s: u64,
     /// Folder for the table and the plot.
     #[arg(long, default_value = "evidence/bench")]
     out: PathBuf,
@@ -136,21 +159,19 @@ fn main() {
 /// written.
 async fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
-    let seed = args.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
-    });
+    let seed = checked_seed(&args)?;
     launch::service::set_run_auth(args.auth);
-    if batch_stripes(&args) > args.stripes.max(1) {
-        anyhow::bail!(
-            "--batch-stripes {} is more than the {} stripes the database has (--stripes)",
-            batch_stripes(&args),
-            args.stripes
-        );
-    }
     print_settings(&args, seed);
+    let counted = count(&args).await?;
+    if args.count_only {
+        let figures = report::Figures {
+            points: &[],
+            counted: &counted,
+            paired: None,
+        };
+        println!("{}", report::bench_line(&figures));
+        return Ok(());
+    }
     let cluster = tokio::task::spawn_blocking(|| Cluster::start(ClusterOptions::default()))
         .await?
         .context("starting the scratch cluster")?;
@@ -166,6 +187,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     db.batch_stripes = batch_stripes(&args);
     let results = measure_all(&db, &args, seed).await?;
+    let paired = pairs(&db, &args, seed).await?;
     let points = report::summarize(&results);
     println!("{}", report::HEADER);
     for point in &points {
@@ -184,13 +206,67 @@ async fn run(args: Args) -> anyhow::Result<()> {
         wall_time_s: started.elapsed().as_secs_f64(),
     };
     std::fs::create_dir_all(&args.out)?;
-    report::write(&args.out, &context, &points, &results)?;
+    let figures = report::Figures {
+        points: &points,
+        counted: &counted,
+        paired: paired.as_ref(),
+    };
+    report::write(&args.out, &context, &figures, &results)?;
     println!(
         "wrote {}/results.md, results.json, throughput.svg, index.html (the page)",
         args.out.display()
     );
-    println!("{}", report::bench_line(&points));
+    println!("{}", report::bench_line(&figures));
     Ok(())
+}
+
+/// The run's seed (`--seed`, else from the clock), once the options agree.
+///
+/// Errors: `--batch-stripes` is more than `--stripes`.
+fn checked_seed(args: &Args) -> anyhow::Result<u64> {
+    if batch_stripes(args) > args.stripes.max(1) {
+        anyhow::bail!(
+            "--batch-stripes {} is more than the {} stripes the database has (--stripes)",
+            batch_stripes(args),
+            args.stripes
+        );
+    }
+    Ok(args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+    }))
+}
+
+/// The counted figures (`counted`), none with `--count-debits 0`.
+///
+/// Errors: the counting cluster or a counted session failed.
+async fn count(args: &Args) -> anyhow::Result<Vec<counted::Counted>> {
+    if args.count_debits == 0 {
+        return Ok(Vec::new());
+    }
+    let stripes = (args.stripes, batch_stripes(args));
+    let extra = args.count_template_sql.as_deref();
+    let count_db = counted::CountDb::prepare(args.accounts, stripes, extra).await?;
+    count_db.count_all(args.count_debits).await
+}
+
+/// The paired slices (`paired`), when `--pair-rounds` is not 0 and the ceiling, `batch`
+/// and `onetrip+fix` are among the variants.
+///
+/// Errors: a slice failed.
+async fn pairs(db: &BenchDb, args: &Args, seed: u64) -> anyhow::Result<Option<paired::Paired>> {
+    let measured = [Variant::Ceiling, Variant::Batch, Variant::OneTripFix]
+        .iter()
+        .all(|v| args.variants.is_empty() || args.variants.contains(v));
+    if args.pair_rounds == 0 || !measured {
+        return Ok(None);
+    }
+    let slice = Duration::from_secs(args.pair_slice_s.max(1));
+    Ok(Some(
+        paired::measure(db, args.pair_rounds, slice, seed).await?,
+    ))
 }
 
 /// The redemption stripes of the batched variants: `--batch-stripes`, else one per

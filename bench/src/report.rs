@@ -5,7 +5,19 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde::Serialize;
 
+use crate::counted::{BATCH_COUNTED_SIZE, Counted};
 use crate::load::{Measurement, Variant};
+use crate::paired::{Paired, show};
+
+/// Every figure of a run: the passes' points, the counted variants, the paired slices.
+pub struct Figures<'a> {
+    /// The passes' points.
+    pub points: &'a [Point],
+    /// The counted variants (empty when not counted).
+    pub counted: &'a [Counted],
+    /// The paired slices, when measured.
+    pub paired: Option<&'a Paired>,
+}
 
 /// Everything needed to read the figures later.
 #[derive(Debug, Clone, Serialize)]
@@ -265,9 +277,36 @@ fn ceiling_pct(points: &[Point], variant: Variant, clients: usize) -> String {
 /// updates the one `sys-redeem` row), the best correct variant's share of the ceiling's
 /// commits/s in percent and the batch variant's (likewise the median of per-repetition
 /// shares).
-pub fn bench_line(points: &[Point]) -> String {
+///
+/// Then the counted figures (`crate::counted`): `batch_insns_per_debit@12=…` (PostgreSQL
+/// instructions per debit of `ledger_transfer_batch` at 12 debits a call),
+/// `batch/floor_insns@12=…` (the same over the schema's floor's) and
+/// `wal_bytes_per_debit@batch=…` (the same batch's WAL bytes per debit); `n/a` when not
+/// counted.
+///
+/// With paired slices (`crate::paired`), `batch/onetripfix@32` and `batch_ceiling_pct@32`
+/// are their medians instead, each followed by its 95% interval
+/// (`batch/onetripfix@32_ci95=low..high`).
+pub fn bench_line(figures: &Figures) -> String {
+    let points = figures.points;
+    let (batch_onetripfix, batch_ceiling) = match figures.paired {
+        Some(p) => (
+            format!(
+                "{:.2} batch/onetripfix@32_ci95={:.2}..{:.2}",
+                p.batch_onetripfix.median, p.batch_onetripfix.low, p.batch_onetripfix.high
+            ),
+            format!(
+                "{:.0} batch_ceiling_pct@32_ci95={:.0}..{:.0}",
+                p.batch_ceiling_pct.median, p.batch_ceiling_pct.low, p.batch_ceiling_pct.high
+            ),
+        ),
+        None => (
+            ratio(points, Variant::Batch, Variant::OneTripFix, 32),
+            ceiling_pct(points, Variant::Batch, 32),
+        ),
+    };
     format!(
-        "BENCH service/raw@8={} service/raw@32={} fix/hot@32={} onetrip/raw@1={} onetrip/raw@8={} onetripfix/raw@32={} best_ceiling_pct@8={} batch/onetripfix@32={} batch_ceiling_pct@32={} servicebatch/onetripfix@32={}",
+        "BENCH service/raw@8={} service/raw@32={} fix/hot@32={} onetrip/raw@1={} onetrip/raw@8={} onetripfix/raw@32={} best_ceiling_pct@8={} batch/onetripfix@32={} batch_ceiling_pct@32={} servicebatch/onetripfix@32={} {}",
         ratio(points, Variant::Service, Variant::Raw, 8),
         ratio(points, Variant::Service, Variant::Raw, 32),
         ratio(points, Variant::Fix, Variant::Raw, 32),
@@ -275,11 +314,96 @@ pub fn bench_line(points: &[Point]) -> String {
         ratio(points, Variant::OneTrip, Variant::Raw, 8),
         ratio(points, Variant::OneTripFix, Variant::Raw, 32),
         best_ceiling_pct(points, 8),
-        ratio(points, Variant::Batch, Variant::OneTripFix, 32),
-        ceiling_pct(points, Variant::Batch, 32),
+        batch_onetripfix,
+        batch_ceiling,
         ratio(points, Variant::ServiceBatch, Variant::OneTripFix, 32),
+        counted_figures(figures.counted),
     )
 }
+
+/// The counted part of the BENCH line.
+fn counted_figures(counted: &[Counted]) -> String {
+    let find = |name: String| counted.iter().find(|c| c.variant == name);
+    let batch = find(format!("batch@{BATCH_COUNTED_SIZE}"));
+    let floor = find(format!("floor@{BATCH_COUNTED_SIZE}"));
+    let insns = |c: Option<&Counted>| c.and_then(|c| c.insns_per_debit);
+    let na = || "n/a".to_owned();
+    format!(
+        "batch_insns_per_debit@{BATCH_COUNTED_SIZE}={} batch/floor_insns@{BATCH_COUNTED_SIZE}={} wal_bytes_per_debit@batch={}",
+        insns(batch).map_or_else(na, |i| format!("{i:.0}")),
+        insns(batch)
+            .zip(insns(floor))
+            .map_or_else(na, |(b, f)| format!("{:.2}", b / f)),
+        batch.map_or_else(na, |c| format!("{:.0}", c.wal_bytes_per_debit)),
+    )
+}
+
+/// The counted figures' table (Markdown), one row per counted variant.
+pub fn counted_table(counted: &[Counted]) -> String {
+    let mut md = String::from(
+        "| counted variant | PostgreSQL instructions per debit | WAL bytes per debit | commits per debit | heap tuples per debit | index entries per debit | idem_request updates HOT |\n|---|---|---|---|---|---|---|\n",
+    );
+    for c in counted {
+        md.push_str(&format!(
+            "| {} | {} | {:.0} | {:.3} | {:.2} | {:.2} | {} |\n",
+            c.variant,
+            c.insns_per_debit
+                .map_or_else(|| "n/a".to_owned(), |i| format!("{i:.0}")),
+            c.wal_bytes_per_debit,
+            c.commits_per_debit,
+            c.heap_tuples_per_debit,
+            c.index_entries_per_debit,
+            c.idem_hot_share
+                .map_or_else(|| "-".to_owned(), |s| format!("{:.0}%", s * 100.0)),
+        ));
+    }
+    md
+}
+
+/// The sections of results.md after the passes' table: the paired slices, the counted
+/// figures, the BENCH line.
+fn later_sections(figures: &Figures) -> String {
+    let mut md = String::new();
+    if let Some(paired) = figures.paired {
+        md.push_str(&paired_section(paired));
+    }
+    if !figures.counted.is_empty() {
+        md.push_str(COUNTED_INTRO);
+        md.push_str(&counted_table(figures.counted));
+    }
+    md.push_str(&format!("\n`{}`\n", bench_line(figures)));
+    md
+}
+
+/// The paired slices' section of results.md.
+fn paired_section(p: &Paired) -> String {
+    let rates = |values: &[f64]| {
+        values
+            .iter()
+            .map(|v| format!("{v:.0}"))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    format!(
+        "\n## Timed in pairs\n\n{} rounds of {} s slices at 32 clients, ceiling, batch and onetrip+fix in turn (every other round in the opposite order); each ratio is one round's, the figure their median with a distribution-free interval (coverage {:.1}%){}.\n\n| | per round |\n|---|---|\n| ceiling commits/s | {} |\n| batch debits/s | {} |\n| onetrip+fix debits/s | {} |\n\n- batch / ceiling, %: {}\n- batch / onetrip+fix: {}\n",
+        p.rounds,
+        p.slice_s,
+        p.batch_onetripfix.coverage * 100.0,
+        if p.clean {
+            ""
+        } else {
+            "; NOT every slice reconciled clean"
+        },
+        rates(&p.ceiling_per_s),
+        rates(&p.batch_per_s),
+        rates(&p.onetripfix_per_s),
+        show(&p.batch_ceiling_pct, 0),
+        show(&p.batch_onetripfix, 2),
+    )
+}
+
+/// What the counted table is (results.md).
+const COUNTED_INTRO: &str = "\n## Counted, not timed\n\nEach figure per debit (the ceiling: per commit), counted on a second scratch cluster whose\nserver runs under `valgrind --tool=cachegrind` (no autovacuum, no checkpoint inside): two\nsessions per variant on fresh copies of one funded template, one with 24 debits and one with\nthe same and the measured ones more, the figures the difference (`bench/src/counted.rs`).\n`batch@12` is `ledger_transfer_batch` called with 12 debits, `floor@12` the schema's floor\n(the same rows written with no decision and no check of its own: `bench/src/floor.sql`), the\nservice variants one debit at a time through ledger-svc (its batch mode then makes batches of\none). Instructions are the backends' user-space ones; WAL bytes from\n`pg_current_wal_insert_lsn`; heap tuples written are inserted plus updated versions; an index\nentry is added per index of a table for every tuple inserted or updated other than HOT.\n\n";
 
 /// Writes `results.md`, `results.json`, `throughput.svg` and the page showing both,
 /// `index.html` (`evidence_pages::bench`), into `out`.
@@ -288,9 +412,10 @@ pub fn bench_line(points: &[Point]) -> String {
 pub fn write(
     out: &Path,
     context: &Context,
-    points: &[Point],
+    figures: &Figures,
     results: &[Measurement],
 ) -> anyhow::Result<()> {
+    let points = figures.points;
     let mut md = String::new();
     md.push_str("# Bench: debit throughput against the commit ceiling\n\n");
     md.push_str("Regenerate with `./run.sh bench` (see `--help` for options). Figures are from one run on the\n");
@@ -343,16 +468,34 @@ pub fn write(
         md.push_str(&row(p));
         md.push('\n');
     }
-    md.push_str(&format!("\n`{}`\n", bench_line(points)));
+    md.push_str(&later_sections(figures));
     std::fs::write(out.join("results.md"), md)?;
-    std::fs::write(
-        out.join("results.json"),
-        serde_json::to_string_pretty(
-            &serde_json::json!({ "context": context, "points": points, "repetitions": results }),
-        )?,
-    )?;
+    write_json(out, context, figures, results)?;
     plot(&out.join("throughput.svg"), points)?;
     page(out)
+}
+
+/// Writes `out/results.json`: the context, the points, the counted figures, the paired
+/// slices and every repetition.
+///
+/// Errors: serialization or file system errors.
+fn write_json(
+    out: &Path,
+    context: &Context,
+    figures: &Figures,
+    results: &[Measurement],
+) -> anyhow::Result<()> {
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(&serde_json::json!({
+            "context": context,
+            "points": figures.points,
+            "counted": figures.counted,
+            "paired": figures.paired,
+            "repetitions": results
+        }))?,
+    )?;
+    Ok(())
 }
 
 /// Writes `out/index.html`, the bench page (`evidence_pages::bench`), from
@@ -502,11 +645,17 @@ mod tests {
         let fix = points.iter().find(|p| p.variant == Variant::Fix).unwrap();
         assert!(!fix.reconciled_clean);
         assert_eq!(fix.findings, "fix 1 2");
+        let figures = Figures {
+            points: &points,
+            counted: &[],
+            paired: None,
+        };
         assert_eq!(
-            bench_line(&points),
+            bench_line(&figures),
             "BENCH service/raw@8=0.95 service/raw@32=0.95 fix/hot@32=4.00 onetrip/raw@1=2.50 \
              onetrip/raw@8=2.50 onetripfix/raw@32=3.00 best_ceiling_pct@8=90 \
-             batch/onetripfix@32=3.00 batch_ceiling_pct@32=90 servicebatch/onetripfix@32=1.50"
+             batch/onetripfix@32=3.00 batch_ceiling_pct@32=90 servicebatch/onetripfix@32=1.50 \
+             batch_insns_per_debit@12=n/a batch/floor_insns@12=n/a wal_bytes_per_debit@batch=n/a"
         );
         assert!(row(&points[0]).contains("100% (the ceiling)"));
         let service8 = points

@@ -1,7 +1,10 @@
-//! The bench end to end in a few seconds: every variant at 2 clients, one repetition of
-//! 1 s after a 100 ms warm-up, 50 funded accounts. It must exit 0, reconcile every point
-//! clean without a failed debit, fill the CPU column (the service's own figure only for
-//! the service), write its four files (the page too) and end with a BENCH line. Starts a scratch
+//! The bench end to end in about two and a half minutes (most of it the counted sessions
+//! under valgrind): every variant at 2 clients, one repetition of
+//! 1 s after a 100 ms warm-up, 50 funded accounts, one round of paired slices, 12 counted
+//! debits per counted variant. It must exit 0, reconcile every point clean without a
+//! failed debit, fill the CPU column (the service's own figure only for the service),
+//! print a counted line for every counted variant, write its four files (the page too)
+//! and end with a BENCH line holding the paired and counted figures. Starts a scratch
 //! cluster and the debug `ledger-svc` found next to the `bench` binary (`cargo build
 //! --bins` builds both). The figures themselves are not checked: a test asserts
 //! behaviour, the bench reports speed.
@@ -14,6 +17,14 @@ fn a_short_bench_measures_every_variant() {
     let output = Command::new(env!("CARGO_BIN_EXE_bench"))
         .args(["--duration-s", "1", "--warmup-ms", "100", "--repeat", "1"])
         .args(["--clients", "2", "--accounts", "50", "--seed", "7"])
+        .args([
+            "--count-debits",
+            "12",
+            "--pair-rounds",
+            "1",
+            "--pair-slice-s",
+            "1",
+        ])
         .arg("--out")
         .arg(out.path())
         .env_remove("LEDGER_HARNESS_AUTH")
@@ -67,13 +78,44 @@ fn a_short_bench_measures_every_variant() {
             "service CPU: {cells:?}"
         );
     }
+    let counted: Vec<&str> = stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("counted "))
+        .filter_map(|line| line.split(':').next())
+        .collect();
+    assert_eq!(
+        counted,
+        [
+            "ceiling",
+            "raw",
+            "service",
+            "fix",
+            "onetrip",
+            "onetrip+fix",
+            "batch@1",
+            "batch@12",
+            "service+batch@1",
+            "floor@1",
+            "floor@12"
+        ],
+        "{stdout}"
+    );
     let last = stdout.lines().last().unwrap_or_default();
     assert!(
         last.starts_with("BENCH service/raw@8=n/a ")
             && last.contains(" best_ceiling_pct@8=n/a")
-            && last.ends_with(" servicebatch/onetripfix@32=n/a"),
+            && last.contains(" servicebatch/onetripfix@32=n/a "),
         "no 8-client point, so every @8 figure is n/a: {last}"
     );
+    for figure in [
+        "batch/onetripfix@32_ci95=",
+        "batch_ceiling_pct@32_ci95=",
+        "batch/floor_insns@12=",
+        "wal_bytes_per_debit@batch=",
+    ] {
+        assert!(last.contains(figure), "{figure} missing: {last}");
+    }
+    assert!(!last.contains("wal_bytes_per_debit@batch=n/a"), "{last}");
     for file in ["results.md", "results.json", "throughput.svg", "index.html"] {
         assert!(out.path().join(file).is_file(), "{file} missing");
     }

@@ -300,7 +300,12 @@ async fn start(args: &Args, pool: Pool) -> Result<Started, String> {
             max_requests: args.batch_max_requests as usize,
             drainers: args.batch_drainers as usize,
         };
-        http::batch::start(pool.clone(), faults.clone(), limits)
+        http::batch::start(
+            pool.clone(),
+            faults.clone(),
+            limits,
+            !args.behind_transaction_pooler,
+        )
     });
     let state = Arc::new(AppState {
         pool,

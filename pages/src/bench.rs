@@ -40,8 +40,57 @@ pub fn render(results: &Value) -> Markup {
                 }
             }
         }
+        (counted(results))
+        (paired(&results["paired"]))
     };
     crate::page("ledger-harness bench", body)
+}
+
+/// The counted figures' table (`counted` in results.json), none when not counted.
+fn counted(results: &Value) -> Markup {
+    let empty = Vec::new();
+    let rows = results["counted"].as_array().unwrap_or(&empty);
+    html! {
+        @if !rows.is_empty() {
+            h2 { "Counted, not timed (per debit; the ceiling per commit)" }
+            table #counted {
+                tr { th { "counted variant" } th { "PostgreSQL instructions" } th { "WAL bytes" } th { "commits" }
+                     th { "heap tuples" } th { "index entries" } th { "idem_request HOT share" } }
+                @for row in rows {
+                    tr {
+                        td { (text(&row["variant"])) } td.num { (number(&row["insns_per_debit"], 0)) }
+                        td.num { (number(&row["wal_bytes_per_debit"], 0)) } td.num { (number(&row["commits_per_debit"], 3)) }
+                        td.num { (number(&row["heap_tuples_per_debit"], 2)) } td.num { (number(&row["index_entries_per_debit"], 2)) }
+                        td.num { (number(&row["idem_hot_share"], 2)) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The paired slices' medians and intervals (`paired` in results.json), none when not
+/// measured.
+fn paired(paired: &Value) -> Markup {
+    let interval = |figure: &Value, decimals: usize| {
+        format!(
+            "{} [{}, {}]",
+            number(&figure["median"], decimals),
+            number(&figure["low"], decimals),
+            number(&figure["high"], decimals)
+        )
+    };
+    html! {
+        @if paired.is_object() {
+            h2 { "Timed in pairs (32 clients, median [95% interval] of the per-round ratios)" }
+            table #paired {
+                tr { th { "rounds" } th { "slice s" } th { "batch / ceiling, %" } th { "batch / onetrip+fix" } }
+                tr { td.num { (text(&paired["rounds"])) } td.num { (text(&paired["slice_s"])) }
+                     td.num { (interval(&paired["batch_ceiling_pct"], 0)) }
+                     td.num { (interval(&paired["batch_onetripfix"], 2)) } }
+            }
+        }
+    }
 }
 
 fn number(value: &Value, decimals: usize) -> String {

@@ -85,6 +85,10 @@ pub struct ClusterOptions {
     pub settings: Vec<(String, String)>,
     /// Further `initdb` arguments (`--data-checksums`).
     pub initdb_args: Vec<String>,
+    /// A program and its arguments the server is started under (`valgrind
+    /// --tool=cachegrind …`: the bench's instruction counts): `postgres` and its own
+    /// arguments follow them. Empty: `postgres` itself.
+    pub server_wrapper: Vec<String>,
 }
 
 impl Default for ClusterOptions {
@@ -101,6 +105,7 @@ impl Default for ClusterOptions {
             data_dir: None,
             settings: Vec::new(),
             initdb_args: Vec::new(),
+            server_wrapper: Vec::new(),
         }
     }
 }
@@ -190,6 +195,7 @@ pub struct Cluster {
     own_data_dir: bool,
     settings: Vec<(String, String)>,
     initdb_args: Vec<String>,
+    server_wrapper: Vec<String>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -263,6 +269,7 @@ impl Cluster {
             own_data_dir: options.data_dir.is_none(),
             settings: options.settings.clone(),
             initdb_args: options.initdb_args.clone(),
+            server_wrapper: options.server_wrapper.clone(),
             socket_dir: dir.join("sock"),
             log_path: dir.join("postgres.log"),
             dir,
@@ -306,7 +313,13 @@ impl Cluster {
     }
 
     fn command(&self, program: &str) -> Command {
-        let mut command = Command::new(self.binaries.program(program));
+        self.command_of(self.binaries.program(program))
+    }
+
+    /// `program` (a path, or a name looked up on `PATH`) in the cluster's folder with the
+    /// C locale and none of libpq's environment.
+    fn command_of(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = Command::new(program);
         command
             .current_dir(&self.dir)
             .env("LC_ALL", "C")
@@ -314,6 +327,19 @@ impl Cluster {
             .env_remove("PGPORT")
             .env_remove("PGHOST")
             .stdin(Stdio::null());
+        command
+    }
+
+    /// The server's command: `postgres`, or the wrapper with `postgres` as its first
+    /// argument ([`ClusterOptions::server_wrapper`]).
+    fn server_command(&self) -> Command {
+        let Some((program, arguments)) = self.server_wrapper.split_first() else {
+            return self.command("postgres");
+        };
+        let mut command = self.command_of(program);
+        command
+            .args(arguments)
+            .arg(self.binaries.program("postgres"));
         command
     }
 
@@ -379,7 +405,7 @@ impl Cluster {
             .open(&self.log_path)
             .map_err(ClusterError::io("opening the server log"))?;
         let log_err = log.try_clone().map_err(ClusterError::io("server log"))?;
-        let mut command = self.command("postgres");
+        let mut command = self.server_command();
         command
             .arg("-D")
             .arg(&self.data_dir)

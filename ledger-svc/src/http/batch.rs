@@ -19,7 +19,8 @@ use std::sync::Arc;
 use deadpool_postgres::{Object, Pool};
 use futures_util::future::BoxFuture;
 use hyper::{Method, StatusCode};
-use points_ledger::batcher::{BatchLimits, Batcher, ConnectionSource, Lease};
+use points_ledger::batch::{BATCH_CALL_SQL, BATCH_CALL_TYPES, PreparedBatchCall};
+use points_ledger::batcher::{BatchConnection, BatchLimits, Batcher, ConnectionSource, Lease};
 use points_ledger::{Hooks, LedgerError, NoHooks, TransferRequest, TransferResult};
 use serde_json::{Value, json};
 
@@ -31,10 +32,30 @@ use super::state::{AppState, Handled};
 /// Pooled connections for the drainers: each batch takes one from the service's pool.
 struct PoolConnections {
     pool: Pool,
+    /// Whether the batch call is prepared once per pooled connection (in the pool's
+    /// statement cache); not behind a transaction pooler (`pooler`), where it stays
+    /// unnamed.
+    prepare: bool,
 }
 
-/// A pooled connection lent to one batch.
-struct Pooled(Object);
+/// A pooled connection lent to one batch, and whether to prepare the call on it.
+struct Pooled(Object, bool);
+
+impl BatchConnection for Pooled {
+    fn prepared_call(&mut self) -> BoxFuture<'_, Option<PreparedBatchCall>> {
+        Box::pin(async move {
+            if !self.1 {
+                return None;
+            }
+            let statement = self
+                .0
+                .prepare_typed_cached(BATCH_CALL_SQL, &BATCH_CALL_TYPES)
+                .await
+                .ok()?;
+            Some(PreparedBatchCall::from_statement(statement))
+        })
+    }
+}
 
 impl std::ops::Deref for Pooled {
     type Target = tokio_postgres::Client;
@@ -53,7 +74,7 @@ impl ConnectionSource for PoolConnections {
     fn connection(&self) -> BoxFuture<'_, Result<Lease, LedgerError>> {
         Box::pin(async move {
             match self.pool.get().await {
-                Ok(client) => Ok(Box::new(Pooled(client)) as Lease),
+                Ok(client) => Ok(Box::new(Pooled(client, self.prepare)) as Lease),
                 Err(error) => Err(LedgerError::BatchFailed {
                     code: None,
                     message: format!("no database connection: {error}"),
@@ -65,14 +86,20 @@ impl ConnectionSource for PoolConnections {
 
 /// The batcher of a service in the batch mode: drainers over `pool`, the armed faults as
 /// hooks (`before-commit` per request in the batch's open transaction, `after-commit` in
-/// the request's task).
-pub fn start(pool: Pool, faults: Option<Arc<FaultHooks>>, limits: BatchLimits) -> Arc<Batcher> {
+/// the request's task); the batch call prepared once per pooled connection when
+/// `prepare` (not behind a transaction pooler).
+pub fn start(
+    pool: Pool,
+    faults: Option<Arc<FaultHooks>>,
+    limits: BatchLimits,
+    prepare: bool,
+) -> Arc<Batcher> {
     let hooks: Arc<dyn Hooks> = match faults {
         Some(faults) => faults,
         None => Arc::new(NoHooks),
     };
     Arc::new(Batcher::start(
-        Box::new(PoolConnections { pool }),
+        Box::new(PoolConnections { pool, prepare }),
         hooks,
         limits,
     ))

@@ -35,8 +35,8 @@
 use std::collections::HashSet;
 
 use futures_util::future::join3;
-use tokio_postgres::types::Type;
-use tokio_postgres::{Client, GenericClient, Row};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, GenericClient, Row, Statement};
 
 use crate::error::LedgerError;
 use crate::transfer::{HookContext, Hooks, TransferRequest, TransferResult, replay};
@@ -53,11 +53,52 @@ const REGISTER_ATTEMPTS: i32 = crate::transfer::REGISTER_ATTEMPTS as i32;
 const BEGIN_SQL: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
 /// The one statement of a batch (parameters by name).
-const BATCH_CALL_SQL: &str = "\
+pub const BATCH_CALL_SQL: &str = "\
 SELECT ord, status, account_id, request_hash, outcome, txn_id, balance_after
 FROM ledger_transfer_batch(
     p_client_ids => $1, p_idem_keys => $2, p_request_hashes => $3, p_kinds => $4,
     p_froms => $5, p_tos => $6, p_amounts => $7, p_order_ids => $8, p_attempts => $9)";
+
+/// The parameter types of [`BATCH_CALL_SQL`], in order.
+pub const BATCH_CALL_TYPES: [Type; 9] = [
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT8_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT4,
+];
+
+/// The batch call prepared once on one connection (a named statement): its later calls
+/// skip the parse, analysis and plan of the calling statement (about 6,000 PostgreSQL
+/// instructions a debit at 12 a call, docs/batch.md, "The levers"). Only on a connection
+/// of its own: behind a transaction pooler a named statement prepared on one server
+/// session may be executed on another, where it does not exist, so there the call stays
+/// unnamed ([`transfer_batch`]).
+#[derive(Debug, Clone)]
+pub struct PreparedBatchCall(Statement);
+
+impl PreparedBatchCall {
+    /// Prepares the call on `client`.
+    ///
+    /// Errors: [`LedgerError::Db`] (the function is not installed: SQLSTATE 42883).
+    pub async fn prepare(client: &Client) -> Result<PreparedBatchCall, LedgerError> {
+        Ok(PreparedBatchCall(
+            client
+                .prepare_typed(BATCH_CALL_SQL, &BATCH_CALL_TYPES)
+                .await?,
+        ))
+    }
+
+    /// The call prepared elsewhere (a pool's statement cache) from [`BATCH_CALL_SQL`] and
+    /// [`BATCH_CALL_TYPES`].
+    pub fn from_statement(statement: Statement) -> PreparedBatchCall {
+        PreparedBatchCall(statement)
+    }
+}
 
 /// One request's answer from [`transfer_batch`], before its after-commit hook.
 pub type BatchAnswer = Result<TransferResult, LedgerError>;
@@ -80,6 +121,17 @@ pub async fn transfer_batch(
     requests: &[TransferRequest],
     hooks: &dyn Hooks,
 ) -> Vec<BatchAnswer> {
+    transfer_batch_prepared(client, None, requests, hooks).await
+}
+
+/// [`transfer_batch`] with the call `prepared` on this connection
+/// ([`PreparedBatchCall`]), or unnamed when `None`.
+pub async fn transfer_batch_prepared(
+    client: &mut Client,
+    prepared: Option<&PreparedBatchCall>,
+    requests: &[TransferRequest],
+    hooks: &dyn Hooks,
+) -> Vec<BatchAnswer> {
     let mut answers: Vec<Option<BatchAnswer>> = requests.iter().map(|_| None).collect();
     let mut waiting: Vec<usize> = Vec::new();
     for (index, request) in requests.iter().enumerate() {
@@ -92,7 +144,7 @@ pub async fn transfer_batch(
     while !waiting.is_empty() {
         let (round, later) = first_of_each_key(requests, &waiting);
         let round_requests: Vec<&TransferRequest> = round.iter().map(|&i| &requests[i]).collect();
-        let results = run_one(client, &round_requests, hooks).await;
+        let results = run_one(client, prepared, &round_requests, hooks).await;
         for (index, answer) in round.into_iter().zip(results) {
             answers[index] = Some(answer);
         }
@@ -140,11 +192,12 @@ fn failed(requests: &[&TransferRequest], error: LedgerError) -> Vec<BatchAnswer>
 /// ([`Hooks::acts_at`]), the three are sent at once ([`run_pipelined`]).
 async fn run_one(
     client: &mut Client,
+    prepared: Option<&PreparedBatchCall>,
     requests: &[&TransferRequest],
     hooks: &dyn Hooks,
 ) -> Vec<BatchAnswer> {
     if !hooks.acts_at(HookPoint::BeforeCommit) {
-        return run_pipelined(client, requests).await;
+        return run_pipelined(client, prepared, requests).await;
     }
     let failed = |error: LedgerError| failed(requests, error);
     let tx = match client
@@ -156,7 +209,7 @@ async fn run_one(
         Ok(tx) => tx,
         Err(error) => return failed(error.into()),
     };
-    let rows = match call(&tx, requests).await {
+    let rows = match call(&tx, prepared, requests).await {
         Ok(rows) => rows,
         Err(error) => {
             let _ = tx.rollback().await;
@@ -196,10 +249,14 @@ async fn run_one(
 /// Answers in the order of `requests`, only after the COMMIT's reply. (A reply whose
 /// row count does not match the requests, never seen, fails the batch after its COMMIT:
 /// its outcome is then unknown, as after a lost reply.)
-async fn run_pipelined(client: &Client, requests: &[&TransferRequest]) -> Vec<BatchAnswer> {
+async fn run_pipelined(
+    client: &Client,
+    prepared: Option<&PreparedBatchCall>,
+    requests: &[&TransferRequest],
+) -> Vec<BatchAnswer> {
     let (begun, rows, committed) = join3(
         client.batch_execute(BEGIN_SQL),
-        call(client, requests),
+        call(client, prepared, requests),
         client.batch_execute("COMMIT"),
     )
     .await;
@@ -216,12 +273,13 @@ async fn run_pipelined(client: &Client, requests: &[&TransferRequest]) -> Vec<Ba
         .collect()
 }
 
-/// The call of `ledger_transfer_batch` with one array per field; its rows in the order
-/// of `requests`.
+/// The call of `ledger_transfer_batch` with one array per field (`prepared`, else an
+/// unnamed statement); its rows in the order of `requests`.
 ///
 /// Errors: [`LedgerError::Db`].
 async fn call(
     tx: &impl GenericClient,
+    prepared: Option<&PreparedBatchCall>,
     requests: &[&TransferRequest],
 ) -> Result<Vec<Row>, LedgerError> {
     let column = |field: fn(&TransferRequest) -> String| -> Vec<String> {
@@ -235,22 +293,28 @@ async fn call(
     let tos = column(|r| r.to.clone());
     let amounts: Vec<i64> = requests.iter().map(|r| r.amount).collect();
     let order_ids: Vec<Option<String>> = requests.iter().map(|r| r.order_id.clone()).collect();
-    let mut rows = tx
-        .query_typed(
-            BATCH_CALL_SQL,
-            &[
-                (&client_ids, Type::TEXT_ARRAY),
-                (&idem_keys, Type::TEXT_ARRAY),
-                (&hashes, Type::TEXT_ARRAY),
-                (&kinds, Type::TEXT_ARRAY),
-                (&froms, Type::TEXT_ARRAY),
-                (&tos, Type::TEXT_ARRAY),
-                (&amounts, Type::INT8_ARRAY),
-                (&order_ids, Type::TEXT_ARRAY),
-                (&REGISTER_ATTEMPTS, Type::INT4),
-            ],
-        )
-        .await?;
+    let params: [&(dyn ToSql + Sync); 9] = [
+        &client_ids,
+        &idem_keys,
+        &hashes,
+        &kinds,
+        &froms,
+        &tos,
+        &amounts,
+        &order_ids,
+        &REGISTER_ATTEMPTS,
+    ];
+    let mut rows = match prepared {
+        Some(PreparedBatchCall(statement)) => tx.query(statement, &params).await?,
+        None => {
+            let typed: Vec<(&(dyn ToSql + Sync), Type)> = params
+                .iter()
+                .zip(BATCH_CALL_TYPES.iter())
+                .map(|(param, ty)| (*param, ty.clone()))
+                .collect();
+            tx.query_typed(BATCH_CALL_SQL, &typed).await?
+        }
+    };
     rows.sort_by_key(|row| row.get::<_, i32>("ord"));
     if rows.len() != requests.len() {
         return Err(LedgerError::BatchFailed {

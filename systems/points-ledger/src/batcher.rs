@@ -39,7 +39,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
-use crate::batch::{BatchAnswer, transfer_batch};
+use crate::batch::{BatchAnswer, PreparedBatchCall, transfer_batch_prepared};
 use crate::error::LedgerError;
 use crate::schema::is_system_account;
 use crate::striping::stripe_index;
@@ -51,7 +51,18 @@ pub const BATCH_MAX_REQUESTS: usize = 64;
 pub const BATCH_DRAINERS: usize = 2;
 
 /// A connection a drainer uses for one batch, handed back when dropped.
-pub type Lease = Box<dyn DerefMut<Target = Client> + Send>;
+pub type Lease = Box<dyn BatchConnection>;
+
+/// A connection lent to one batch, with what it keeps between batches.
+pub trait BatchConnection: DerefMut<Target = Client> + Send {
+    /// The batch call prepared on this connection (prepared on its first batch, kept for
+    /// the next: [`PreparedBatchCall`]), or `None` where the call must stay an unnamed
+    /// statement (behind a transaction pooler) or could not be prepared. By default
+    /// `None`.
+    fn prepared_call(&mut self) -> BoxFuture<'_, Option<PreparedBatchCall>> {
+        Box::pin(std::future::ready(None))
+    }
+}
 
 /// Where drainers get their connections: a pool (the service), fixed connections (the
 /// bench, tests: [`FixedConnections`]).
@@ -340,7 +351,11 @@ async fn drain(shared: Arc<Shared>, lane: usize) {
             .map(|pending| (pending.request, pending.answer))
             .unzip();
         let results = match shared.source.connection().await {
-            Ok(mut lease) => transfer_batch(&mut lease, &requests, shared.hooks.as_ref()).await,
+            Ok(mut lease) => {
+                let prepared = lease.prepared_call().await;
+                let hooks = shared.hooks.as_ref();
+                transfer_batch_prepared(&mut lease, prepared.as_ref(), &requests, hooks).await
+            }
             Err(error) => {
                 let message = format!("no connection for the batch: {error}");
                 requests
@@ -370,14 +385,30 @@ async fn drain(shared: Arc<Shared>, lane: usize) {
 /// A fixed set of connections handed out one per batch (the bench, tests): as many as
 /// drainers, so a drainer never waits for one.
 pub struct FixedConnections {
-    free: Arc<Mutex<Vec<Client>>>,
+    free: Arc<Mutex<Vec<Kept>>>,
+    prepare: bool,
 }
 
+/// A free connection with the batch call prepared on it, once it has been.
+type Kept = (Client, Option<PreparedBatchCall>);
+
 impl FixedConnections {
-    /// The source of these connections.
+    /// The source of these connections; the batch call stays unnamed on them.
     pub fn new(clients: Vec<Client>) -> FixedConnections {
         FixedConnections {
-            free: Arc::new(Mutex::new(clients)),
+            free: Arc::new(Mutex::new(
+                clients.into_iter().map(|client| (client, None)).collect(),
+            )),
+            prepare: false,
+        }
+    }
+
+    /// The same, with the batch call prepared once per connection ([`PreparedBatchCall`]):
+    /// for connections of their own, not through a transaction pooler.
+    pub fn prepared(clients: Vec<Client>) -> FixedConnections {
+        FixedConnections {
+            prepare: true,
+            ..FixedConnections::new(clients)
         }
     }
 }
@@ -385,7 +416,9 @@ impl FixedConnections {
 /// A connection out of [`FixedConnections`], put back when dropped.
 struct Borrowed {
     client: Option<Client>,
-    home: Arc<Mutex<Vec<Client>>>,
+    prepared: Option<PreparedBatchCall>,
+    prepare: bool,
+    home: Arc<Mutex<Vec<Kept>>>,
 }
 
 impl std::ops::Deref for Borrowed {
@@ -401,6 +434,18 @@ impl DerefMut for Borrowed {
     }
 }
 
+impl BatchConnection for Borrowed {
+    fn prepared_call(&mut self) -> BoxFuture<'_, Option<PreparedBatchCall>> {
+        Box::pin(async move {
+            if self.prepare && self.prepared.is_none() {
+                let client = self.client.as_ref().expect("present until dropped");
+                self.prepared = PreparedBatchCall::prepare(client).await.ok();
+            }
+            self.prepared.clone()
+        })
+    }
+}
+
 impl Drop for Borrowed {
     fn drop(&mut self) {
         if let Some(client) = self.client.take()
@@ -409,18 +454,20 @@ impl Drop for Borrowed {
             self.home
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .push(client);
+                .push((client, self.prepared.take()));
         }
     }
 }
 
 impl ConnectionSource for FixedConnections {
     fn connection(&self) -> BoxFuture<'_, Result<Lease, LedgerError>> {
-        let client = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let kept = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop();
         Box::pin(async move {
-            match client {
-                Some(client) => Ok(Box::new(Borrowed {
+            match kept {
+                Some((client, prepared)) => Ok(Box::new(Borrowed {
                     client: Some(client),
+                    prepared,
+                    prepare: self.prepare,
                     home: self.free.clone(),
                 }) as Lease),
                 None => Err(LedgerError::BatchFailed {

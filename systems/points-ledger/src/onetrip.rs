@@ -35,8 +35,8 @@
 //! reference was added ([`TransferRequest::order_id`] as `p_order_id`, stored in
 //! `ledger_txn.order_id` by the same INSERT as in the statement mode).
 
-use tokio_postgres::Client;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, Statement};
 
 use crate::error::LedgerError;
 use crate::transfer::{Hooks, TransferRequest, TransferResult, after_commit, replay};
@@ -68,6 +68,38 @@ FROM ledger_transfer_onetrip(
     p_client_id => $1, p_idem_key => $2, p_request_hash => $3, p_kind => $4,
     p_from => $5, p_to => $6, p_amount => $7, p_attempts => $8, p_order_id => $9)";
 
+/// The parameter types of the one-trip call, in order.
+const ONETRIP_CALL_TYPES: [Type; 9] = [
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT4,
+    Type::TEXT,
+];
+
+/// The one-trip call prepared once on one connection (a named statement), as the batch
+/// call is (`crate::batch::PreparedBatchCall`, which says why only on a connection of
+/// its own): its later calls skip the calling statement's parse, analysis and plan.
+#[derive(Debug, Clone)]
+pub struct PreparedOnetripCall(Statement);
+
+impl PreparedOnetripCall {
+    /// Prepares the call on `client`.
+    ///
+    /// Errors: [`LedgerError::Db`] (the function is not installed: SQLSTATE 42883).
+    pub async fn prepare(client: &Client) -> Result<PreparedOnetripCall, LedgerError> {
+        Ok(PreparedOnetripCall(
+            client
+                .prepare_typed(ONETRIP_CALL_SQL, &ONETRIP_CALL_TYPES)
+                .await?,
+        ))
+    }
+}
+
 /// Executes `req` at most once per `(client_id, idem_key)` with exactly the outcomes,
 /// replay and fingerprint of [`crate::transfer()`], in one round trip: one statement in
 /// its own implicit transaction (the connection must not be inside a transaction, and
@@ -85,28 +117,45 @@ pub async fn transfer_onetrip(
     req: &TransferRequest,
     hooks: &dyn Hooks,
 ) -> Result<TransferResult, LedgerError> {
+    transfer_onetrip_prepared(client, None, req, hooks).await
+}
+
+/// [`transfer_onetrip`] with the call `prepared` on this connection
+/// ([`PreparedOnetripCall`]), or unnamed when `None`.
+pub async fn transfer_onetrip_prepared(
+    client: &Client,
+    prepared: Option<&PreparedOnetripCall>,
+    req: &TransferRequest,
+    hooks: &dyn Hooks,
+) -> Result<TransferResult, LedgerError> {
     if req.amount <= 0 {
         return Err(LedgerError::InvalidAmount(req.amount));
     }
     let request_hash = req.request_hash();
     let kind = req.kind.as_str();
-    let row = client
-        .query_typed_one(
-            ONETRIP_CALL_SQL,
-            &[
-                (&req.client_id, Type::TEXT),
-                (&req.idem_key, Type::TEXT),
-                (&request_hash, Type::TEXT),
-                (&kind, Type::TEXT),
-                (&req.from, Type::TEXT),
-                (&req.to, Type::TEXT),
-                (&req.amount, Type::INT8),
-                (&REGISTER_ATTEMPTS, Type::INT4),
-                (&req.order_id, Type::TEXT),
-            ],
-        )
-        .await
-        .map_err(|error| own_error(error, req))?;
+    let params: [&(dyn ToSql + Sync); 9] = [
+        &req.client_id,
+        &req.idem_key,
+        &request_hash,
+        &kind,
+        &req.from,
+        &req.to,
+        &req.amount,
+        &REGISTER_ATTEMPTS,
+        &req.order_id,
+    ];
+    let row = match prepared {
+        Some(PreparedOnetripCall(statement)) => client.query_one(statement, &params).await,
+        None => {
+            let typed: Vec<(&(dyn ToSql + Sync), Type)> = params
+                .iter()
+                .zip(ONETRIP_CALL_TYPES.iter())
+                .map(|(param, ty)| (*param, ty.clone()))
+                .collect();
+            client.query_typed_one(ONETRIP_CALL_SQL, &typed).await
+        }
+    }
+    .map_err(|error| own_error(error, req))?;
     let status: &str = row.try_get("status")?;
     match status {
         "executed" => {
