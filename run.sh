@@ -79,7 +79,7 @@ postgres_must_be_fetched() {
             --pg-bin|--pg-bin=*) return 1 ;;
             # An existing server: no scratch cluster, so no binaries.
             --database-url|--database-url=*) return 1 ;;
-            --list|--help|-h|--version|-V) return 1 ;;
+            --list|--verbs|--help|-h|--version|-V) return 1 ;;
         esac
         if [[ "$arg" =~ ^[A-Z][A-Za-z0-9-]*$ ]]; then
             words=$((words + 1))

@@ -30,8 +30,10 @@ pub fn verb_listing(families: &[Family], named: &[String]) -> Result<String, Str
         .iter()
         .find(|name| !families.iter().any(|f| f.prefix == name.as_str()))
     {
+        let known: Vec<&str> = families.iter().map(|f| f.prefix).collect();
         return Err(format!(
-            "--verbs takes family prefixes; {unknown:?} is none"
+            "--verbs takes family prefixes ({}); {unknown:?} is none",
+            known.join(" ")
         ));
     }
     let mut text = String::new();

@@ -79,7 +79,11 @@ pub fn cases_in(
                     let id = id.unwrap_or_else(|| format!("{prefix}-S-{name}"));
                     let reason = match outcome {
                         Err(reason) => reason,
-                        Ok(_) => format!("{shown}: a spec file is named sN_<what>.spec"),
+                        Ok(_) => format!(
+                            "{shown}: a case file is named sN_<what>.spec (N without a leading zero) \
+                             or {}NN_<what>.spec",
+                            prefix.to_ascii_lowercase()
+                        ),
                     };
                     broken_case(id, reason)
                 }
@@ -88,26 +92,21 @@ pub fn cases_in(
         .collect()
 }
 
-/// Every action of `spec`, in the order written: setup, steps, the race's, the call
-/// beside it, after the restart.
+/// Every action of `spec`: setup, steps, after the restart, the race's (as its first
+/// racer runs it, its `{i…}` filled in) and the call beside it.
 fn actions(spec: &Spec) -> Vec<Action> {
     let steps = spec
         .sessions
         .iter()
         .flat_map(|s| &s.steps)
         .map(|s| &s.action);
-    let race = spec.race.iter().map(|race| &race.action);
+    let written = spec.setup.iter().chain(steps).chain(&spec.after_restart);
+    let racer = (spec.race.iter()).map(|race| super::race::for_racer(&race.action, 0));
     let alongside = spec
         .race
         .iter()
         .filter_map(|race| race.alongside.clone().map(Action::Call));
-    let written = spec
-        .setup
-        .iter()
-        .chain(steps)
-        .chain(race)
-        .chain(&spec.after_restart);
-    written.cloned().chain(alongside).collect()
+    written.cloned().chain(racer).chain(alongside).collect()
 }
 
 /// Whether `spec` can run on `engine`: its `system:`, its calls (the engine's verb
@@ -371,6 +370,54 @@ async fn play_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::verbs::{Kind, Verb, Verbs, needs};
+    use crate::spec::{Calls, NoCalls};
+
+    /// An engine over PostgreSQL whose one verb takes an integer `amount=`.
+    struct Debits;
+
+    const DEBITS: Verbs = Verbs {
+        title: "test",
+        verbs: &[Verb {
+            name: "debit",
+            args: &[needs("amount", Kind::Integer), needs("key", Kind::Word)],
+            doc: "a debit",
+        }],
+    };
+
+    impl SpecEngine for Debits {
+        fn system(&self) -> &str {
+            "t"
+        }
+        fn verbs(&self) -> Vec<&'static Verbs> {
+            vec![&DEBITS]
+        }
+        fn postgres(&self) -> Option<Arc<dyn Calls>> {
+            Some(Arc::new(NoCalls))
+        }
+        fn connect<'a>(
+            &'a self,
+            _: &'a Ctx,
+            _: Opening,
+        ) -> futures_util::future::BoxFuture<'a, anyhow::Result<Box<dyn super::super::EngineSession>>>
+        {
+            async { anyhow::bail!("not connected in a unit test") }.boxed()
+        }
+    }
+
+    #[test]
+    fn a_races_action_is_checked_as_its_racers_run_it() {
+        let race = |amount: &str| {
+            let text = format!(
+                "title: t\nclaim: c\nfails: f\nsystem: t\nclean: no\n\
+                 race call: 3 debit amount={amount} key=k-{{i}}\nexpect: ok=3\n"
+            );
+            crate::spec::parse(&text).expect("parses")
+        };
+        assert_eq!(runnable(&race("{i%3+5}"), &Debits), Ok(()));
+        let refused = runnable(&race("x{i}"), &Debits).expect_err("not an integer");
+        assert!(refused.contains("takes an integer"), "{refused}");
+    }
 
     #[test]
     fn one_id_rule_for_every_family() {

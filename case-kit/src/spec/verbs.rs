@@ -142,11 +142,11 @@ impl Verb {
             };
             let once = arg.name != ANY && !arg.repeats;
             if once && args[..index].iter().any(|(earlier, _)| earlier == name) {
-                return Err(format!("{} has {name}= twice", self.name));
+                return Err(format!("{} has {name}= twice {}", self.name, usage()));
             }
-            arg.kind
-                .admits(value)
-                .map_err(|why| format!("{} {name}={value:?}: {name}= {why}", self.name))?;
+            arg.kind.admits(value).map_err(|why| {
+                format!("{} {name}={value:?}: {name}= {why} {}", self.name, usage())
+            })?;
         }
         let given = |arg: &Arg| {
             arg.name == ANY && !args.is_empty() || args.iter().any(|(n, _)| n == arg.name)
@@ -183,7 +183,7 @@ pub const FAULTS: &str = "faults (one vocabulary for every family)";
 pub const KILL_WORKER: Verb = Verb {
     name: "kill-worker",
     args: &[],
-    doc: "a real SIGKILL to the worker the case's steps started last, then reaped: `signal=9 shell_status=137` (F: and `backend_gone=true` once its backend has left `pg_stat_activity`)",
+    doc: "a real SIGKILL to the worker the case's steps started last, then reaped: `signal=9 shell_status=137`; on PostgreSQL (F) it also waits until the worker's backend has left `pg_stat_activity`: `backend_gone=true`",
 };
 
 /// `arm-fault`: a fault armed at a hook point of a service started with

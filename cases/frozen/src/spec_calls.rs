@@ -176,9 +176,14 @@ async fn naive_place(client: &mut Client, args: &Args<'_>) -> Result<String, Str
 /// Whether `call` is one a case's own calls run ([`CaseCalls`]): a worker's, the
 /// network's or the spot routes'.
 fn needs_the_case(call: &Call) -> bool {
-    [&verbs::WORKERS, &verbs::NETWORK, &verbs::SPOT]
-        .iter()
-        .any(|set| set.has(&call.op))
+    [
+        &verbs::WORKERS,
+        &verbs::FAULTS,
+        &verbs::NETWORK,
+        &verbs::SPOT,
+    ]
+    .iter()
+    .any(|set| set.has(&call.op))
 }
 
 impl Calls for FrozenCalls {
@@ -285,7 +290,7 @@ impl Calls for CaseCalls {
         if let Err(error) = self.check(call) {
             return async move { Err(error) }.boxed();
         }
-        if verbs::WORKERS.has(op) {
+        if verbs::WORKERS.has(op) || verbs::FAULTS.has(op) {
             self.workers.run(client, call).boxed()
         } else if verbs::NETWORK.has(op) {
             self.network.run(client, call).boxed()

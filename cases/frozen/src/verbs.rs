@@ -178,18 +178,18 @@ pub const NAIVE: Verbs = Verbs {
 /// Crash-workers placing an order (`spec_workers.rs`, F12).
 pub const WORKERS: Verbs = Verbs {
     title: "the frozen balances' crash-worker (`crash-worker spot`)",
-    verbs: &[
-        Verb {
-            name: "worker",
-            args: &[ACCOUNT, SIDE_OF, QTY, PRICE, KEY, needs("stop", WORD)],
-            doc: "a `crash-worker spot` child running that placement up to hook point `stop` (`before-commit`, …), returned once paused there: `paused at before-commit`; its backend counts with the spec's sessions",
-        },
-        Verb {
-            name: "kill-worker",
-            args: &[],
-            doc: "a real SIGKILL to the last paused worker, then waits until its backend has left `pg_stat_activity`: `signal=9 shell_status=137 backend_gone=true`",
-        },
-    ],
+    verbs: &[Verb {
+        name: "worker",
+        args: &[ACCOUNT, SIDE_OF, QTY, PRICE, KEY, needs("stop", WORD)],
+        doc: "a `crash-worker spot` child running that placement up to hook point `stop` (`before-commit`, …), returned once paused there: `paused at before-commit`; its backend counts with the spec's sessions",
+    }],
+};
+
+/// The faults of the shared vocabulary F's files use (its `kill-worker` kills a
+/// [`WORKERS`] child).
+pub const FAULTS: Verbs = Verbs {
+    title: verbs::FAULTS,
+    verbs: &[verbs::KILL_WORKER],
 };
 
 /// The external network of F13–F16 (`spec_network.rs`).
@@ -311,4 +311,12 @@ pub const SPOT: Verbs = Verbs {
 };
 
 /// Every set family F composes, in the order the reference lists them.
-pub const ALL: [&Verbs; 6] = [&EVENTS, &WITHDRAWALS, &NAIVE, &WORKERS, &NETWORK, &SPOT];
+pub const ALL: [&Verbs; 7] = [
+    &EVENTS,
+    &WITHDRAWALS,
+    &NAIVE,
+    &WORKERS,
+    &NETWORK,
+    &SPOT,
+    &FAULTS,
+];
