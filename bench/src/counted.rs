@@ -69,17 +69,8 @@ const CEILING_INSERT_SQL: &str = "INSERT INTO bench_commit (worker, n) VALUES ($
 const FLOOR_FUNCTION_SQL: &str = include_str!("floor.sql");
 /// The floor's call, with the batch call's arrays.
 const FLOOR_CALL_SQL: &str = "SELECT bench_floor_batch($1, $2, $3, $4, $5, $6, $7, $8)";
-/// The floor's parameter types.
-const FLOOR_CALL_TYPES: [Type; 8] = [
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::INT8_ARRAY,
-    Type::TEXT_ARRAY,
-];
+/// The floor's parameter types: the batch call's eight arrays, without its attempts.
+const FLOOR_CALL_TYPES: &[Type] = points_ledger::batch::BATCH_CALL_TYPES.split_at(8).0;
 /// The figures a counted database's statistics give, read after its sessions ended.
 const STATS_SQL: &str = "\
 SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
@@ -398,7 +389,7 @@ impl CountDb {
         let batch_call = PreparedBatchCall::prepare(&client).await?;
         let onetrip_call = PreparedOnetripCall::prepare(&client).await?;
         let floor = client
-            .prepare_typed(FLOOR_CALL_SQL, &FLOOR_CALL_TYPES)
+            .prepare_typed(FLOOR_CALL_SQL, FLOOR_CALL_TYPES)
             .await?;
         let per_call = match work {
             Work::Batch(size) | Work::Floor(size) => size,
@@ -549,15 +540,25 @@ pub fn line(c: &Counted) -> String {
     format!(
         "counted {}: {} insns, {:.0} WAL bytes, {:.3} commits, {:.2} heap tuples, {:.2} index entries per debit, idem_request HOT {}",
         c.variant,
-        c.insns_per_debit
-            .map_or_else(|| "n/a".to_owned(), |i| format!("{i:.0}")),
+        c.insns_text(),
         c.wal_bytes_per_debit,
         c.commits_per_debit,
         c.heap_tuples_per_debit,
         c.index_entries_per_debit,
-        c.idem_hot_share
-            .map_or_else(|| "-".to_owned(), |s| format!("{:.0}%", s * 100.0)),
+        c.hot_text(),
     )
+}
+
+impl Counted {
+    /// Instructions per debit as printed: `n/a` where nothing counted them.
+    pub fn insns_text(&self) -> String {
+        (self.insns_per_debit).map_or_else(|| "n/a".to_owned(), |i| format!("{i:.0}"))
+    }
+
+    /// `idem_request`'s HOT share as printed (`100%`), `-` where it had no update.
+    pub fn hot_text(&self) -> String {
+        (self.idem_hot_share).map_or_else(|| "-".to_owned(), |s| format!("{:.0}%", s * 100.0))
+    }
 }
 
 /// The `summary: N` total of a cachegrind output file (its `Ir`, the only event counted

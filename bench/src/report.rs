@@ -347,14 +347,12 @@ pub fn counted_table(counted: &[Counted]) -> String {
         md.push_str(&format!(
             "| {} | {} | {:.0} | {:.3} | {:.2} | {:.2} | {} |\n",
             c.variant,
-            c.insns_per_debit
-                .map_or_else(|| "n/a".to_owned(), |i| format!("{i:.0}")),
+            c.insns_text(),
             c.wal_bytes_per_debit,
             c.commits_per_debit,
             c.heap_tuples_per_debit,
             c.index_entries_per_debit,
-            c.idem_hot_share
-                .map_or_else(|| "-".to_owned(), |s| format!("{:.0}%", s * 100.0)),
+            c.hot_text(),
         ));
     }
     md
