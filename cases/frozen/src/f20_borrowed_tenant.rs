@@ -12,6 +12,11 @@
 //! with tokens, any of B's attempts is not refused as above, a refusal shows A's order
 //! id, or anything is recorded by a refused request. Seed 003 keys balances by
 //! `(tenant_id, account_id, asset)` and operations by `(tenant_id, business_id)`.
+//!
+//! Rust, not a file: two services run side by side (with and without `--auth-tokens`),
+//! and each refused request is sent with one forged header of its own (`X-Tenant-Id`,
+//! `X-Client-Id`, another tenant's token, none, an unknown one); the spot verbs send as
+//! the family's one caller and forge no header.
 
 use futures_util::FutureExt;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};

@@ -28,6 +28,12 @@
 //! waiters are not seen queued, a probe is not 200, a debit on a stripe not held is not
 //! 201, a retry executes twice or not at all, the service logged no line for a debit, or
 //! reconciliation has findings.
+//!
+//! Rust, not a file: the holder keeps the row until every debit has been *answered*
+//! (a file's steps end a hold when its waiters are seen waiting), the verdicts are the
+//! service's own request-log durations per 503, health probes run while the row is
+//! held, and the control's closed connection is watched in `/proc/net/tcp`: none of
+//! these is a verb.
 
 use super::modes::StatementsOnly;
 use std::path::Path;

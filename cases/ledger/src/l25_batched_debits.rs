@@ -15,6 +15,11 @@
 //! Fails if: an answer differs from the one expected alone, a batch is not the size
 //! queued, the balance is overdrawn, a key executes twice or never, a killed batch
 //! answered anything or left a row, or a retry is not a fresh execution.
+//!
+//! Rust, not a file: the batcher's queue is held, read and released through the service's
+//! admin routes (`PUT /batch/hold`, `GET /batch`) around each group of requests, and each
+//! group's answers are compared with the answers its requests get alone; no verb drives
+//! the batcher's queue.
 
 use std::time::Duration;
 

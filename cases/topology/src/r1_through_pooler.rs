@@ -33,6 +33,11 @@
 //! Fails if: any count, balance, replay or transaction count above differs; the service
 //! starts with bounds that differ from the database's; the ledger or the frozen balances
 //! do not reconcile.
+//!
+//! Rust, not a file: PgBouncer in front of the case's own cluster, the same three claims
+//! run in every transfer mode and on the spot routes through one pooler, and the control's
+//! named prepared statement moved between server sessions by a second client's open
+//! transaction; the pair's engine has no pooler and no service of its own.
 
 use std::sync::Arc;
 
