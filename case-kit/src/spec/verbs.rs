@@ -207,7 +207,7 @@ pub const POWER_CUT: Verb = Verb {
         may("tear", Kind::Word, "no write torn"),
         may("tear-bytes", Kind::Integer, "512, a sector"),
     ],
-    doc: "SIGKILL of every process on the disk (the worker holding its connection; a cluster's postmaster and backends), then the disk drops what was never synced (`Mounted::cut_power`): `power cut: … dropped files_n=[n] bytes_n=[n] …`; an SQLite disk is unmounted; a cluster starts again with crash recovery (`recovery=ok torn_bytes=512`, or `recovery=failed invalid_page=acct:0`); `tear=TABLE` (a cluster's) keeps the first `tear-bytes` of that relation's last unsynced write and drops the rest",
+    doc: "SIGKILL of every process on the disk (the worker holding its connection; a cluster's postmaster and backends, and a `debit-load`'s service, its clients stopped: `before the cut: acknowledged_n=[n] unknown_n=[n] refused=0`), then the disk drops what was never synced (`Mounted::cut_power`): `power cut: … dropped files_n=[n] bytes_n=[n] …`; an SQLite disk is unmounted; a cluster starts again with crash recovery (`recovery=ok torn_bytes=512`, or `recovery=failed invalid_page=acct:0`); `tear=TABLE` (a cluster's) keeps the first `tear-bytes` of that relation's last unsynced write and drops the rest",
 };
 
 /// `kill node=…`: kill -9 of a node's postmaster and its processes.

@@ -15,7 +15,11 @@
 //! | `cluster database=D [checksums=yes] [set=NAME:VALUE …]` | `cluster on the forgetful disk: initdb --data-checksums; full_page_writes=off shared_buffers=256kB …; database torn` |
 //! | `write-back` | `written back: the disk holds every write so far` |
 //! | `evict table=T through=B` | `last_unsynced_write=0+8192 unsynced_bytes=8192 dirty_buffers=0 passes_n=1` |
-//! | `power-cut [tear=T] [tear-bytes=N]` | the cut's line (`power cut: SIGKILL of every postgres process; dropped …; torn write kept 512 bytes; recovery ok`), then `recovery=ok torn_bytes=512`, or `recovery=failed torn_bytes=512 invalid_page=acct:0 checksum_mismatch=yes` and where the server's log went |
+//! | `power-cut [tear=T] [tear-bytes=N]` | the cut's line (`power cut: SIGKILL of every postgres process; dropped …; torn write kept 512 bytes; recovery ok`), then `recovery=ok torn_bytes=512`, or `recovery=failed torn_bytes=512 invalid_page=acct:0 checksum_mismatch=yes` and where the server's log went; after a `debit-load` (its service killed with the cluster, its clients stopped), `before the cut: acknowledged_n=… unknown_n=… refused=0` |
+//! | `reconcile` | the ledger's reconciliation of the session's database: `balance_mismatches=0 … global_sum=0` |
+//!
+//! The ledger's other calls (`install-ledger`, `debit-load`, `record-outcomes`,
+//! `amcheck`) are [`crate::spec_ledger`]'s, on P1's code.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -27,9 +31,11 @@ use tokio_postgres::Client;
 
 use case_kit::Ctx;
 use case_kit::spec::verbs::Verbs;
-use case_kit::spec::{self, Call, EngineSession, Layout, SpecEngine};
+use case_kit::spec::{self, Call, EngineSession, Layout, Reconciled, SpecEngine};
 use forgetful_fs::Tear;
 use launch::power::{PowerCluster, PowerCut};
+
+use crate::spec_disk::DiskState;
 
 /// What a file on this engine says as its `system:`.
 pub const SYSTEM: &str = "postgres_on_forgetful_disk";
@@ -51,32 +57,6 @@ pub struct Disk {
     state: tokio::sync::Mutex<DiskState>,
 }
 
-struct DiskState {
-    /// `<case>-work`: `disk/`, `mnt/`, `trash/`, `pg/`.
-    work: PathBuf,
-    /// Where a cut writes the server's log when recovery fails (`<case>-recovery.log`).
-    recovery_log: PathBuf,
-    /// The database `cluster` made, which sessions and the expectations use.
-    database: String,
-    /// Bumped at every cut: a connection opened before it is gone.
-    generation: u64,
-    /// The cluster on its mounted disk, from `cluster` on.
-    power: Option<PowerCluster>,
-}
-
-impl DiskState {
-    fn power(&self) -> Result<&PowerCluster, String> {
-        (self.power.as_ref()).ok_or_else(|| "no cluster: a `cluster` step starts one".into())
-    }
-
-    /// A new connection to the case's database.
-    async fn connect(&self) -> Result<Client, String> {
-        let power = self.power()?;
-        let connected = power.cluster.connect(&self.database).await;
-        connected.map_err(|e| format!("cannot connect: {e}"))
-    }
-}
-
 impl SpecEngine for PowerPgEngine {
     fn system(&self) -> &str {
         SYSTEM
@@ -91,14 +71,20 @@ impl SpecEngine for PowerPgEngine {
         // expectations) goes now, before its folder is made empty.
         let mut disks = self.disks.lock().expect("not poisoned");
         disks.remove(ctx.case_id());
-        let (Ok(work), Ok(recovery_log)) = (ctx.work_dir(), ctx.log_file("recovery")) else {
+        let Ok(work) = ctx.work_dir() else {
             return;
         };
+        let names = ["recovery", "ledger-svc", "client-outcomes"];
+        let logs = names
+            .into_iter()
+            .filter_map(|name| Some((name, ctx.log_file(name).ok()?)));
         let state = DiskState {
             work,
-            recovery_log,
+            logs: logs.collect(),
             database: String::new(),
             generation: 0,
+            load: None,
+            seen: None,
             power: None,
         };
         let state = tokio::sync::Mutex::new(state);
@@ -263,16 +249,33 @@ impl ClusterSession {
                 },
             ));
         }
-        let log = state.recovery_log.clone();
+        let log = state.log("recovery")?;
+        let load = state.load.take();
         let power = (state.power.as_mut()).ok_or("no cluster: a `cluster` step starts one")?;
-        let cut = power.power_cut(tear.as_ref().map(|(_, tear)| tear)).await;
-        let cut = cut.map_err(|e| format!("{e:#}"))?;
+        let torn = tear.as_ref().map(|(_, tear)| tear);
+        let (seen, cut) = match load {
+            Some((service, running)) => {
+                let cut = crate::ledger::cut_under_load(power, service, running, torn).await;
+                let (seen, cut) = cut.map_err(|e| format!("{e:#}"))?;
+                (Some(seen), cut)
+            }
+            None => (
+                None,
+                power.power_cut(torn).await.map_err(|e| format!("{e:#}"))?,
+            ),
+        };
         state.generation += 1;
-        Ok(format!(
-            "{}\n{}",
-            cut.line(),
-            recovery(&cut, tear.as_ref(), &log)
-        ))
+        let mut lines = vec![cut.line(), recovery(&cut, tear.as_ref(), &log)];
+        if let Some(seen) = &seen {
+            lines.push(format!(
+                "before the cut: acknowledged_n={} unknown_n={} refused={}",
+                seen.acknowledged.len(),
+                seen.unknown.len(),
+                seen.refused.len()
+            ));
+        }
+        state.seen = seen;
+        Ok(lines.join("\n"))
     }
 }
 
@@ -324,6 +327,17 @@ async fn relation_file(client: &Client, table: &str) -> Result<PathBuf, String> 
 }
 
 impl EngineSession for ClusterSession {
+    fn reconcile(&mut self) -> BoxFuture<'_, Reconciled> {
+        async move {
+            self.client().await?;
+            let (_, client) = self.client.as_mut().expect("opened above");
+            let findings = points_ledger::reconcile(client).await;
+            let findings = findings.map_err(|e| e.to_string())?;
+            Ok((findings.is_clean(), findings.summary()))
+        }
+        .boxed()
+    }
+
     fn sql<'a>(&'a mut self, sql: &'a str) -> BoxFuture<'a, Vec<String>> {
         async move {
             match self.client().await {
@@ -341,6 +355,11 @@ impl EngineSession for ClusterSession {
                 "write-back" => self.write_back().await,
                 "evict" => self.evict(call).await,
                 "power-cut" => self.power_cut(call).await,
+                "install-ledger" | "debit-load" | "record-outcomes" | "amcheck" => {
+                    let mut state = self.disk.state.lock().await;
+                    crate::spec_ledger::call(&mut state, call).await
+                }
+                "reconcile" => Ok(self.reconcile().await?.1),
                 other => Err(format!("no operation {other:?}")),
             }
         }

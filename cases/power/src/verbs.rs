@@ -2,11 +2,14 @@
 //! store's [`cases_inventory::verbs::ADD_ITEM`] and
 //! [`cases_inventory::verbs::RECONCILE`] and a worker that writes through the mount
 //! (`spec_engine.rs` runs them); on a PostgreSQL cluster of the case's own on such a
-//! disk, its start, the write-back and a page's eviction (`spec_cluster.rs`); and
+//! disk, its start, the write-back and a page's eviction (`spec_cluster.rs`), the
+//! ledger on it, a debit load, what its clients saw and amcheck (`spec_ledger.rs`),
+//! [`cases_ledger::verbs::RECONCILE`]; and
 //! `power-cut` from the shared fault vocabulary, on either.
 
 use case_kit::spec::verbs::{self, Arg, Kind, Verb, Verbs, may, needs};
 use cases_inventory::verbs::{ADD_ITEM, RECONCILE};
+use cases_ledger::verbs::RECONCILE as LEDGER_RECONCILE;
 
 /// The store on the forgetful disk.
 pub const STORE_ON_DISK: Verbs = Verbs {
@@ -60,6 +63,30 @@ pub const CLUSTER_ON_DISK: Verbs = Verbs {
             args: &[needs("table", Kind::Word), needs("through", Kind::Word)],
             doc: "reads table `through` by an index scan of its key `id` (no ring buffer: each heap page takes a shared buffer from the clock sweep) until no shared buffer holds a dirty page of `table` and the disk holds its file written and unsynced (at most 5 passes), then says what the disk holds of it: `last_unsynced_write=0+8192 unsynced_bytes=8192 dirty_buffers=0 passes_n=1`",
         },
+        Verb {
+            name: "install-ledger",
+            args: &[],
+            doc: "the points ledger's schema and seeds in the cluster's database, each test account granted 1 000 000 points (P1's install): `ledger installed: 10 test accounts granted 1000000 points each`",
+        },
+        Verb {
+            name: "debit-load",
+            args: &[
+                needs("clients", Kind::Integer),
+                needs("until-acknowledged", Kind::Integer),
+            ],
+            doc: "`ledger-svc` on the cluster's database, then N clients debiting 1 point each through it (keys `p-c<client>-<n>`); returns once N debits were answered 201, the clients still debiting until `power-cut` kills the service and stops them (P1's load): `ledger-svc on the cluster; 32 clients debit through it; 96 debits answered 201 seen …`",
+        },
+        Verb {
+            name: "record-outcomes",
+            args: &[],
+            doc: "after the cut of a load, every key its clients sent and what they saw (`acknowledged`, `unknown`, `refused`) into a new table `client_outcome (key, outcome)` of the recovered database, for the file's SQL, and into `<case>-client-outcomes.log`: `client_outcome: rows_n=[n] …`",
+        },
+        Verb {
+            name: "amcheck",
+            args: &[],
+            doc: "`bt_index_check` on every B-tree index of the database, catalogs included (P1's): `bt_index_check: indexes_n=[n] failures=0`, then each failure",
+        },
+        LEDGER_RECONCILE,
     ],
 };
 
