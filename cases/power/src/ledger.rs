@@ -177,8 +177,8 @@ impl RunningLoad {
     }
 
     /// Returns once `acknowledged` debits were answered 201 (the count decides, not
-    /// the clock; [`DEBIT_TIMEOUT_MS`] bounds each wait for the next one, a hang bound
-    /// only); returns the count seen then.
+    /// the clock), or once [`DEBIT_TIMEOUT_MS`] passed without a new one (a hang bound
+    /// only: the load stalled); returns the count seen then.
     pub async fn wait_acknowledged(&self, acknowledged: usize) -> usize {
         let seen = || self.shared.0.load(Ordering::SeqCst);
         while seen() < acknowledged {
@@ -186,7 +186,10 @@ impl RunningLoad {
             if seen() >= acknowledged {
                 break;
             }
-            let _ = tokio::time::timeout(Duration::from_millis(DEBIT_TIMEOUT_MS), woken).await;
+            let bound = Duration::from_millis(DEBIT_TIMEOUT_MS);
+            if tokio::time::timeout(bound, woken).await.is_err() {
+                break;
+            }
         }
         seen()
     }
