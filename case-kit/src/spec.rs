@@ -126,7 +126,8 @@ pub use model::{
 pub use play::{POLL_INTERVAL_MS, STEP_WAIT_MS};
 pub use postgres::PgEngine;
 pub use race::with_index;
-pub use runner::{cases_in, run, spec_case, spec_id};
+pub use result::run_sql;
+pub use runner::{cases_in, cases_on, run, spec_case, spec_id};
 pub use upstream::{MAX_UPSTREAM_SPEC_LINES, is_upstream, parse_upstream};
 
 /// Longest a spec file may be: a spec is a short interleaving, not a program.

@@ -51,6 +51,19 @@ pub fn cases_in(
     shown_dir: &str,
     engine: Arc<dyn SpecEngine>,
 ) -> Vec<Case> {
+    cases_on(prefix, dir, shown_dir, &[engine])
+}
+
+/// As [`cases_in`] for a family with several engines (P: an SQLite file and a
+/// PostgreSQL cluster, each on a forgetful disk): each file runs on the engine whose
+/// [`SpecEngine::system`] its `system:` names; a file that names none is a case that
+/// fails, saying so (as on the first engine).
+pub fn cases_on(
+    prefix: &str,
+    dir: &Path,
+    shown_dir: &str,
+    engines: &[Arc<dyn SpecEngine>],
+) -> Vec<Case> {
     let mut files: Vec<String> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
@@ -69,12 +82,14 @@ pub fn cases_in(
         .map(|name| {
             let shown = format!("{shown_dir}/{name}");
             let loaded = load(dir, &name, &shown).and_then(|spec| {
+                let named = engines.iter().find(|e| e.system() == spec.system);
+                let engine = named.unwrap_or(&engines[0]).clone();
                 runnable(&spec, engine.as_ref())
-                    .map(|()| spec)
+                    .map(|()| (spec, engine))
                     .map_err(|error| format!("{shown}: {error}"))
             });
             match (spec_id(prefix, &name), loaded) {
-                (Some(id), Ok(spec)) => spec_case(id, shown, Arc::new(spec), engine.clone()),
+                (Some(id), Ok((spec, engine))) => spec_case(id, shown, Arc::new(spec), engine),
                 (id, outcome) => {
                     let id = id.unwrap_or_else(|| format!("{prefix}-S-{name}"));
                     let reason = match outcome {

@@ -199,11 +199,15 @@ pub const ARM_FAULT: Verb = Verb {
     doc: "`PUT /faults/POINT` (needs `fault-injection=yes`): `armed at POINT`",
 };
 
-/// `power-cut`: the worker killed and the forgetful disk's unsynced writes dropped.
+/// `power-cut`: the processes on a forgetful disk killed and its unsynced writes
+/// dropped, optionally one relation's last write torn.
 pub const POWER_CUT: Verb = Verb {
     name: "power-cut",
-    args: &[],
-    doc: "SIGKILL of the worker holding its connection, then the disk drops what was never synced (`Mounted::cut_power`) and is unmounted: `power cut: … dropped files_n=[n] bytes_n=[n] …`",
+    args: &[
+        may("tear", Kind::Word, "no write torn"),
+        may("tear-bytes", Kind::Integer, "512, a sector"),
+    ],
+    doc: "SIGKILL of every process on the disk (the worker holding its connection; a cluster's postmaster and backends, and a `debit-load`'s service, its clients stopped: `before the cut: acknowledged_n=[n] unknown_n=[n] refused=0`), then the disk drops what was never synced (`Mounted::cut_power`): `power cut: … dropped files_n=[n] bytes_n=[n] …`; an SQLite disk is unmounted; a cluster starts again with crash recovery (`recovery=ok torn_bytes=512`, or `recovery=failed invalid_page=acct:0`); `tear=TABLE` (a cluster's) keeps the first `tear-bytes` of that relation's last unsynced write and drops the rest",
 };
 
 /// `kill node=…`: kill -9 of a node's postmaster and its processes.

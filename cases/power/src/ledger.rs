@@ -1,8 +1,9 @@
-//! The points ledger on a forgetful disk, for P1–P4: a cluster on the disk with the
-//! ledger's schema and seeds, 32 clients debiting through `ledger-svc` until a number of
-//! acknowledgements is seen, the power cut at that moment (never after a measured
-//! time), and the checks after recovery: acknowledged debits present, unknown ones
-//! resolved once by a same-key retry, reconciliation, `amcheck`.
+//! The points ledger on a forgetful disk, for P1 and P2's file (`spec_cluster.rs`'s
+//! `install-ledger`, `debit-load`, `power-cut`, `amcheck`): a cluster on the disk with
+//! the ledger's schema and seeds, 32 clients debiting through `ledger-svc` until a
+//! number of acknowledgements is seen, the power cut at that moment (never after a
+//! measured time), and the checks after recovery: acknowledged debits present, unknown
+//! ones resolved once by a same-key retry, reconciliation, `amcheck`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -31,8 +32,8 @@ pub const ACKNOWLEDGED_BEFORE_CUT: usize = 96;
 pub const DEBIT_TIMEOUT_MS: u64 = 10_000;
 
 /// Starts a cluster on a forgetful disk in the case's folder with `settings`, installs
-/// the ledger and grants [`GRANT`] to each test account, then checkpoints and writes
-/// everything back (the setup is durable; the load after it is what a cut tests).
+/// the ledger ([`install`]), then checkpoints and writes everything back (the setup is
+/// durable; the load after it is what a cut tests).
 ///
 /// Errors: the mount, the cluster or the SQL fail.
 pub async fn ledger_cluster(
@@ -43,15 +44,24 @@ pub async fn ledger_cluster(
     let power = PowerCluster::start(&ctx.work_dir()?, settings, initdb_args).await?;
     power.cluster.create_database(DATABASE, None).await?;
     let mut client = power.cluster.connect(DATABASE).await?;
-    points_ledger::schema::install(&client).await?;
-    points_ledger::schema::seed(&client).await?;
-    for n in 1..=points_ledger::TEST_ACCOUNT_COUNT {
-        let account = points_ledger::test_account(n);
-        points_ledger::grant(&mut client, "ops", &format!("grant-{n}"), &account, GRANT).await?;
-    }
+    install(&mut client).await?;
     client.batch_execute("CHECKPOINT").await?;
     power.disk.sync_all()?;
     Ok(power)
+}
+
+/// Installs the ledger's schema and seeds on `client`'s database and grants [`GRANT`]
+/// to each test account; returns how many accounts were granted.
+///
+/// Errors: the SQL fails.
+pub async fn install(client: &mut Client) -> anyhow::Result<u32> {
+    points_ledger::schema::install(client).await?;
+    points_ledger::schema::seed(client).await?;
+    for n in 1..=points_ledger::TEST_ACCOUNT_COUNT {
+        let account = points_ledger::test_account(n);
+        points_ledger::grant(client, "ops", &format!("grant-{n}"), &account, GRANT).await?;
+    }
+    Ok(points_ledger::TEST_ACCOUNT_COUNT)
 }
 
 /// Starts `ledger-svc` on the cluster's ledger database (no authentication: the P cases
@@ -59,12 +69,24 @@ pub async fn ledger_cluster(
 ///
 /// Errors: as `Service::launch`.
 pub async fn service(ctx: &Ctx, power: &PowerCluster, name: &str) -> anyhow::Result<Service> {
+    service_on(power, DATABASE, ctx.log_file(name)?).await
+}
+
+/// Starts `ledger-svc` on `database` of the cluster (no authentication, a pool of 8),
+/// its log at `log`.
+///
+/// Errors: as `Service::launch`.
+pub async fn service_on(
+    power: &PowerCluster,
+    database: &str,
+    log: std::path::PathBuf,
+) -> anyhow::Result<Service> {
     let options = ServiceOptions {
         auth: Auth::Off,
         pool_size: 8,
         ..ServiceOptions::default()
     };
-    Service::launch(&power.cluster.url(DATABASE), ctx.log_file(name)?, options).await
+    Service::launch(&power.cluster.url(database), log, options).await
 }
 
 /// What the clients saw.
@@ -119,45 +141,90 @@ async fn client_loop(
 }
 
 /// [`CLIENTS`] clients debit through `service` until [`ACKNOWLEDGED_BEFORE_CUT`]
-/// acknowledgements are seen; then the power is cut: SIGKILL of the service and of
-/// every postgres process, the disk's unsynced data dropped, the cluster started again.
+/// acknowledgements are seen; then the power is cut ([`cut_under_load`]).
 ///
-/// Errors: a client task panicked; the service could not be killed.
+/// Errors: as [`cut_under_load`].
 pub async fn load_then_cut(
     power: &mut PowerCluster,
     service: Service,
     tear: Option<&forgetful_fs::Tear>,
 ) -> anyhow::Result<(Load, PowerCut)> {
-    let shared = Arc::new((AtomicUsize::new(0), Notify::new(), AtomicBool::new(false)));
-    let url = service.public_url("");
-    let tasks: Vec<_> = (0..CLIENTS)
-        .map(|client| {
-            tokio::spawn(client_loop(
-                service.http().clone(),
-                url.clone(),
-                client,
-                shared.clone(),
-            ))
-        })
-        .collect();
-    while shared.0.load(Ordering::SeqCst) < ACKNOWLEDGED_BEFORE_CUT {
-        let woken = shared.1.notified();
-        if shared.0.load(Ordering::SeqCst) >= ACKNOWLEDGED_BEFORE_CUT {
-            break;
-        }
-        // A hang bound only: the count, not the clock, decides when to cut.
-        let _ = tokio::time::timeout(Duration::from_millis(DEBIT_TIMEOUT_MS), woken).await;
+    let running = RunningLoad::start(&service, CLIENTS);
+    running.wait_acknowledged(ACKNOWLEDGED_BEFORE_CUT).await;
+    cut_under_load(power, service, running, tear).await
+}
+
+/// Clients debiting through a service, until a cut stops them.
+pub struct RunningLoad {
+    /// Acknowledgements seen, their wake-up, and the flag that stops the clients.
+    shared: Arc<(AtomicUsize, Notify, AtomicBool)>,
+    tasks: Vec<tokio::task::JoinHandle<Load>>,
+}
+
+impl RunningLoad {
+    /// `clients` clients debit through `service`, each with keys `p-c<client>-<n>`,
+    /// until it sees no answer (the cut) or the load is stopped.
+    pub fn start(service: &Service, clients: usize) -> RunningLoad {
+        let shared = Arc::new((AtomicUsize::new(0), Notify::new(), AtomicBool::new(false)));
+        let url = service.public_url("");
+        let tasks = (0..clients)
+            .map(|client| {
+                let (http, url) = (service.http().clone(), url.clone());
+                tokio::spawn(client_loop(http, url, client, shared.clone()))
+            })
+            .collect();
+        RunningLoad { shared, tasks }
     }
+
+    /// Returns once `acknowledged` debits were answered 201 (the count decides, not
+    /// the clock), or once [`DEBIT_TIMEOUT_MS`] passed without a new one (a hang bound
+    /// only: the load stalled); returns the count seen then.
+    pub async fn wait_acknowledged(&self, acknowledged: usize) -> usize {
+        let seen = || self.shared.0.load(Ordering::SeqCst);
+        while seen() < acknowledged {
+            let woken = self.shared.1.notified();
+            if seen() >= acknowledged {
+                break;
+            }
+            let bound = Duration::from_millis(DEBIT_TIMEOUT_MS);
+            if tokio::time::timeout(bound, woken).await.is_err() {
+                break;
+            }
+        }
+        seen()
+    }
+
+    /// Stops the clients and returns what they saw, all together.
+    ///
+    /// Errors: a client task panicked.
+    pub async fn stop(self) -> anyhow::Result<Load> {
+        self.shared.2.store(true, Ordering::SeqCst);
+        let mut load = Load::default();
+        for task in self.tasks {
+            let one = task.await?;
+            load.acknowledged.extend(one.acknowledged);
+            load.unknown.extend(one.unknown);
+            load.refused.extend(one.refused);
+        }
+        Ok(load)
+    }
+}
+
+/// The power cut under load: SIGKILL of the service and of every postgres process,
+/// the clients stopped (a debit in flight has no answer: unknown), the disk's unsynced
+/// data dropped (`tear`'s file's last write torn), the cluster started again (crash
+/// recovery; a failure is reported in the cut, not as an error).
+///
+/// Errors: a client task panicked; the service could not be killed.
+pub async fn cut_under_load(
+    power: &mut PowerCluster,
+    service: Service,
+    running: RunningLoad,
+    tear: Option<&forgetful_fs::Tear>,
+) -> anyhow::Result<(Load, PowerCut)> {
     service.kill()?;
     let killed = power.kill_all().await?;
-    shared.2.store(true, Ordering::SeqCst);
-    let mut load = Load::default();
-    for task in tasks {
-        let one = task.await?;
-        load.acknowledged.extend(one.acknowledged);
-        load.unknown.extend(one.unknown);
-        load.refused.extend(one.refused);
-    }
+    let load = running.stop().await?;
     let dropped = power.disk.cut(tear);
     let recovery = power.start_after_crash().await?;
     Ok((

@@ -9,31 +9,33 @@
 //! Mounting needs root and `/dev/fuse`: elsewhere the family is listed as not run, with
 //! the reason (`launch::power::unavailable`).
 //!
-//! P5–P7 (SQLite) are case files, `cases/power/specs/pNN_<what>.spec`, run on an
-//! inventory file on the case's own disk ([`spec_engine`]; `docs/specs.md`, "A power cut
-//! as one file"): the worker's acknowledged changes, the `power-cut` call, then rows,
-//! counts and the integrity check as expectations.
+//! P2–P7 are case files, `cases/power/specs/pNN_<what>.spec`, each on the engine its
+//! `system:` names: P5–P7 on an inventory file on the case's own disk
+//! ([`spec_engine`]: the worker's acknowledged changes, the `power-cut` call, then rows,
+//! counts and the integrity check as expectations), P2–P4 on a PostgreSQL cluster of
+//! the case's own on it ([`spec_cluster`]: the cluster started with its settings, the
+//! write-back, then P3 and P4's update, page eviction and torn cut, or P2's ledger, its
+//! debit load through `ledger-svc` and the cut under it, on P1's code in [`ledger`]);
+//! `docs/specs.md`, "A power cut as one file".
 //!
-//! Adding a case: an SQLite power cut is one file beside P5 (found at start-up, no
-//! registration, no rebuild); a PostgreSQL one is Rust: copy P1, give it its id, add its
-//! module to `register_cases!` below. Either way a row in docs/cases.md, then
-//! `./run.sh --accept PN`.
+//! Adding a case: a power cut is one file beside P2, P3 or P5 (found at start-up, no
+//! registration, no rebuild); one that needs what no verb does is Rust: copy P1, give
+//! it its id, add its module to `register_cases!` below. Either way a row in
+//! docs/cases.md, then `./run.sh --accept PN`.
 
 use case_kit::{Engine, Family};
 
 pub mod durability;
 pub mod ledger;
+pub mod spec_cluster;
+mod spec_disk;
 pub mod spec_engine;
-pub mod torn;
+mod spec_ledger;
 pub mod verbs;
 
-// One line per case, in id order. The negative controls are public so that a test can
-// run them where their fault cannot happen and see them fail.
+// One line per case, in id order (the negative controls P2, P3, P6 and P7 are files).
 case_kit::register_cases! {
     p01_acknowledged_debits_survive,
-    pub p02_fsync_off,
-    pub p03_torn_page_detected,
-    p04_torn_page_repaired,
     p08_withdrawal_broadcast_then_cut,
 }
 
@@ -52,7 +54,7 @@ pub fn family() -> Family {
     }
 }
 
-/// The Rust cases and the case files, in id order (P5–P7 are files).
+/// The Rust cases and the case files, in id order (P2–P7 are files).
 fn all_cases() -> Vec<case_kit::Case> {
     case_kit::in_id_order(cases().into_iter().chain(spec_engine::cases()).collect())
 }

@@ -26,7 +26,7 @@ pub fn case() -> Case {
     Case::new(
         "P1",
         "power cut under load with fsync=on: every acknowledged debit survives",
-        |ctx| durability::run(ctx, durability::Config::FsyncOn).boxed(),
+        |ctx| durability::run(ctx).boxed(),
     )
     .not_clean()
     // Alone: a cluster on a single-threaded FUSE daemon and 32 clients are slow enough

@@ -1,6 +1,7 @@
 //! The P family's case files on SQLite (`cases/power/specs/pNN_<what>.spec`, the case
-//! `PNN`): the inventory file of a case on a forgetful disk of its own, as the spec
-//! runner's engine ([`case_kit::spec::SpecEngine`]), and the power cut as a call.
+//! `PNN`, `system: inventory_store`; a cluster's are [`crate::spec_cluster`]'s): the
+//! inventory file of a case on a forgetful disk of its own, as the spec runner's engine
+//! ([`case_kit::spec::SpecEngine`]), and the power cut as a call.
 //!
 //! The case's file is `inventory.db` on the disk: `<case>-work/disk/inventory.db` is
 //! what the disk holds (its backing folder), `<case>-work/mnt/inventory.db` the same file
@@ -42,14 +43,15 @@ const FILE: &str = "inventory.db";
 /// Longest wait for one line of the worker, milliseconds (a hang bound only).
 const WORKER_LINE_MS: u64 = 30_000;
 
-/// The family's SQLite case files, read now (no registration, no rebuild).
+/// The family's case files, read now (no registration, no rebuild), each on the
+/// engine its `system:` names: this one ([`SYSTEM`]) or a cluster on the disk
+/// ([`crate::spec_cluster::SYSTEM`]).
 pub fn cases() -> Vec<Case> {
-    spec::cases_in(
-        "P",
-        Path::new(SPEC_DIR),
-        "cases/power/specs",
+    let engines: [Arc<dyn SpecEngine>; 2] = [
         Arc::new(PowerSqliteEngine::default()),
-    )
+        Arc::new(crate::spec_cluster::PowerPgEngine::default()),
+    ];
+    spec::cases_on("P", Path::new(SPEC_DIR), "cases/power/specs", &engines)
 }
 
 /// An inventory file on a forgetful disk per case.
@@ -65,7 +67,14 @@ impl SpecEngine for PowerSqliteEngine {
     }
 
     fn verbs(&self) -> Vec<&'static Verbs> {
-        crate::verbs::ALL.to_vec()
+        crate::verbs::SQLITE.to_vec()
+    }
+
+    fn check(&self, call: &Call) -> Result<(), String> {
+        if call.op == "power-cut" && call.args.iter().any(|(name, _)| name.starts_with("tear")) {
+            return Err("a tear needs a cluster's relation: the SQLite disk tears nothing".into());
+        }
+        spec::verbs::check(&self.verbs(), &call.op, &call.args)
     }
 
     fn describe(&self, ctx: &mut Ctx) {

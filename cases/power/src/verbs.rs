@@ -1,10 +1,15 @@
-//! Family P's verbs on an inventory file on a forgetful disk, declared once: the
+//! Family P's verbs, declared once: on an inventory file on a forgetful disk, the
 //! store's [`cases_inventory::verbs::ADD_ITEM`] and
-//! [`cases_inventory::verbs::RECONCILE`], a worker that writes through the mount, and
-//! `power-cut` from the shared fault vocabulary (`spec_engine.rs` runs them).
+//! [`cases_inventory::verbs::RECONCILE`] and a worker that writes through the mount
+//! (`spec_engine.rs` runs them); on a PostgreSQL cluster of the case's own on such a
+//! disk, its start, the write-back and a page's eviction (`spec_cluster.rs`), the
+//! ledger on it, a debit load, what its clients saw and amcheck (`spec_ledger.rs`),
+//! [`cases_ledger::verbs::RECONCILE`]; and
+//! `power-cut` from the shared fault vocabulary, on either.
 
-use case_kit::spec::verbs::{self, Kind, Verb, Verbs, may, needs};
+use case_kit::spec::verbs::{self, Arg, Kind, Verb, Verbs, may, needs};
 use cases_inventory::verbs::{ADD_ITEM, RECONCILE};
+use cases_ledger::verbs::RECONCILE as LEDGER_RECONCILE;
 
 /// The store on the forgetful disk.
 pub const STORE_ON_DISK: Verbs = Verbs {
@@ -35,6 +40,66 @@ pub const STORE_ON_DISK: Verbs = Verbs {
     ],
 };
 
+/// A PostgreSQL cluster of the case's own on the forgetful disk.
+pub const CLUSTER_ON_DISK: Verbs = Verbs {
+    title: "a PostgreSQL cluster on a forgetful disk (`launch::power`)",
+    verbs: &[
+        Verb {
+            name: "cluster",
+            args: &[
+                needs("database", Kind::Word),
+                may("checksums", Kind::OneOf(&["yes", "no"]), "`no`"),
+                SET,
+            ],
+            doc: "mounts the case's disk, initdb (`--data-checksums` with `checksums=yes`) and starts a cluster of the run's version with its data directory on it (`set=NAME:VALUE` after the durable defaults, so `set=fsync:off` wins), then creates the database the session and the expectations use: `cluster on the forgetful disk: initdb --data-checksums; full_page_writes=off …; database torn`",
+        },
+        Verb {
+            name: "write-back",
+            args: &[],
+            doc: "writes every unsynced write back to the disk (the kernel's periodic write-back, `sync(1)`), so a cut drops only what follows: `written back: the disk holds every write so far`",
+        },
+        Verb {
+            name: "evict",
+            args: &[needs("table", Kind::Word), needs("through", Kind::Word)],
+            doc: "reads table `through` by an index scan of its key `id` (no ring buffer: each heap page takes a shared buffer from the clock sweep) until no shared buffer holds a dirty page of `table` and the disk holds its file written and unsynced (at most 5 passes), then says what the disk holds of it: `last_unsynced_write=0+8192 unsynced_bytes=8192 dirty_buffers=0 passes_n=1`",
+        },
+        Verb {
+            name: "install-ledger",
+            args: &[],
+            doc: "the points ledger's schema and seeds in the cluster's database, each test account granted 1 000 000 points (P1's install): `ledger installed: 10 test accounts granted 1000000 points each`",
+        },
+        Verb {
+            name: "debit-load",
+            args: &[
+                needs("clients", Kind::Integer),
+                needs("until-acknowledged", Kind::Integer),
+            ],
+            doc: "`ledger-svc` on the cluster's database, then N clients debiting 1 point each through it (keys `p-c<client>-<n>`); returns once N debits were answered 201, the clients still debiting until `power-cut` kills the service and stops them (P1's load): `ledger-svc on the cluster; 32 clients debit through it; 96 debits answered 201 seen …`",
+        },
+        Verb {
+            name: "record-outcomes",
+            args: &[],
+            doc: "after the cut of a load, every key its clients sent and what they saw (`acknowledged`, `unknown`, `refused`) into a new table `client_outcome (key, outcome)` of the recovered database, for the file's SQL, and into `<case>-client-outcomes.log`: `client_outcome: rows_n=[n] …`",
+        },
+        Verb {
+            name: "amcheck",
+            args: &[],
+            doc: "`bt_index_check` on every B-tree index of the database, catalogs included (P1's): `bt_index_check: indexes_n=[n] failures=0`, then each failure",
+        },
+        LEDGER_RECONCILE,
+    ],
+};
+
+/// `set=NAME:VALUE`, repeated: a server setting of the cluster.
+const SET: Arg = Arg {
+    name: "set",
+    kind: Kind::Word,
+    absent: Some(
+        "the durable defaults (`fsync=on`, `synchronous_commit=on`, `full_page_writes=on`)",
+    ),
+    repeats: true,
+};
+
 /// The faults of the shared vocabulary family P's files use.
 pub const FAULTS: Verbs = Verbs {
     title: verbs::FAULTS,
@@ -42,4 +107,10 @@ pub const FAULTS: Verbs = Verbs {
 };
 
 /// Every set family P composes.
-pub const ALL: [&Verbs; 2] = [&STORE_ON_DISK, &FAULTS];
+pub const ALL: [&Verbs; 3] = [&STORE_ON_DISK, &CLUSTER_ON_DISK, &FAULTS];
+
+/// The sets of the SQLite engine (`spec_engine.rs`).
+pub const SQLITE: [&Verbs; 2] = [&STORE_ON_DISK, &FAULTS];
+
+/// The sets of the cluster engine (`spec_cluster.rs`).
+pub const CLUSTER: [&Verbs; 2] = [&CLUSTER_ON_DISK, &FAULTS];
