@@ -3,9 +3,10 @@
 //! of the run's PostgreSQL version, in the run's folder; [`pair`]), so a kill -9 or a
 //! promotion touches no other case.
 //!
-//! R3 and R4 are case files, `cases/topology/specs/r0N_<what>.spec`, run on a pair of
-//! their own ([`spec_engine`]: sessions on either node, the standby's replay and WAL
-//! receiver, kills, a restart and a promotion as calls).
+//! R2, R3 and R4 are case files, `cases/topology/specs/r0N_<what>.spec`, run on a pair
+//! of their own ([`spec_engine`]: sessions on either node, the standby's replay and WAL
+//! receiver, kills, a restart and a promotion as calls; a synchronous pair, services
+//! and groups of debits through them as calls too, [`spec_groups`]).
 //!
 //! Adding a case: a file `cases/topology/specs/rNN_<what>.spec` when its story is
 //! sessions on the two nodes and the replay calls (no registration, no rebuild);
@@ -16,20 +17,19 @@ use case_kit::{Engine, Family, PgTemplate};
 use futures_util::FutureExt;
 
 pub mod debit_groups;
-pub mod lost_acknowledged;
 pub mod pair;
 pub mod pooled;
 pub mod pooled_batch;
 pub mod pooled_spot;
 pub mod pooled_syncrep;
 pub mod spec_engine;
+pub mod spec_groups;
 pub mod syncrep;
 pub mod verbs;
 pub mod wal;
 
 case_kit::register_cases! {
     pub r1_through_pooler,
-    pub r2_sync_failover,
     pub r5_old_primary_returns,
 }
 
@@ -50,7 +50,7 @@ pub fn family() -> Family {
     }
 }
 
-/// The Rust cases and the case files, in id order (R3 and R4 are files).
+/// The Rust cases and the case files, in id order (R2, R3 and R4 are files).
 fn all_cases() -> Vec<case_kit::Case> {
     case_kit::in_id_order(cases().into_iter().chain(spec_engine::cases()).collect())
 }

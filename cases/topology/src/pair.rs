@@ -29,10 +29,25 @@ pub struct Pair {
 /// Errors: the run has no scratch cluster to take the binaries from; a node did not
 /// start; SQL errors.
 pub async fn start_pair(ctx: &Ctx, replication: Replication) -> anyhow::Result<Pair> {
-    let primary = start_primary(ctx).await?;
+    let (pg_bin, primary_dir) = (ctx.pg_bin()?, ctx.own_folder("primary")?);
+    start_pair_at(pg_bin, primary_dir, ctx.own_folder("standby")?, replication).await
+}
+
+/// [`start_pair`] with the binaries of `pg_bin` in the folders `primary_dir` and
+/// `standby_dir` (neither exists yet): for a pair started where no [`Ctx`] is at hand
+/// (a case file's `new-pair` step).
+///
+/// Errors: a node did not start; SQL errors.
+pub async fn start_pair_at(
+    pg_bin: PathBuf,
+    primary_dir: PathBuf,
+    standby_dir: PathBuf,
+    replication: Replication,
+) -> anyhow::Result<Pair> {
+    let primary = start_primary_at(pg_bin, primary_dir).await?;
     let standby = primary
         .start_standby(StandbyOptions {
-            dir: ctx.own_folder("standby")?,
+            dir: standby_dir,
             name: "standby".into(),
             replication,
             server_user: scratch_pg::DEFAULT_SERVER_USER.into(),
@@ -48,8 +63,10 @@ pub async fn start_pair(ctx: &Ctx, replication: Replication) -> anyhow::Result<P
 /// Errors: the run has no scratch cluster to take the binaries from; the node did not
 /// start; SQL errors.
 pub async fn start_primary(ctx: &Ctx) -> anyhow::Result<Cluster> {
-    let pg_bin = ctx.pg_bin()?;
-    let dir = ctx.own_folder("primary")?;
+    start_primary_at(ctx.pg_bin()?, ctx.own_folder("primary")?).await
+}
+
+async fn start_primary_at(pg_bin: PathBuf, dir: PathBuf) -> anyhow::Result<Cluster> {
     let primary = start_node(pg_bin, dir).await?;
     primary.create_database(LEDGER_DATABASE, None).await?;
     let client = primary.connect(LEDGER_DATABASE).await?;

@@ -1,7 +1,8 @@
 //! The R family's case files (`cases/topology/specs/rNN_<what>.spec`, the case `RNN`):
-//! a primary and its asynchronous standby of the case's own ([`crate::pair`]) as the
-//! spec runner's engine ([`case_kit::spec::SpecEngine`]), sessions on either node, and
-//! the standby's replay as calls.
+//! a primary and its standby of the case's own ([`crate::pair`]; asynchronous, until a
+//! `new-pair` step replaces it) as the spec runner's engine
+//! ([`case_kit::spec::SpecEngine`]), sessions on either node, the standby's replay as
+//! calls, and services and groups of debits on the pair ([`crate::spec_groups`]).
 //!
 //! The pair starts when the case's first connection opens (the setup's) and stops
 //! (immediate shutdown, folders removed) when the expectations' connection, the last
@@ -24,9 +25,12 @@
 //! | `start node=standby\|primary` | a killed node started again on its port (crash recovery): `started standby again` |
 //! | `promote` | `pg_ctl promote` of the standby, waited for: `promoted`; from then on the standby is the primary (`on node=standby`, and the expectations run there) |
 //! | `reconcile` | the ledger's reconciliation on the session's node: its summary (`balance_mismatches=0 … global_sum=0`) |
+//! | `new-pair replication=synchronous\|asynchronous` | the pair, its services, groups and book ended, a new pair started, the session on its primary: `synchronous standby streaming` |
+//! | `pair-service`, `send-group`, `syncrep-waits`, `answers`, `committed`, `wait-held`, `sigkill-service`, `retry`, `book`, `grant-group`, `arm-fault` | the clients on the pair ([`crate::spec_groups`], `crate::verbs::GROUPS`) |
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,6 +49,7 @@ use case_kit::{Case, Ctx};
 use cases_ledger::spec_workers::DEFAULT_CLIENT;
 
 use crate::pair::{self, LEDGER_DATABASE};
+use crate::spec_groups::{Groups, Reach};
 
 /// Where the family's case files are.
 pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
@@ -75,6 +80,46 @@ pub struct PairEngine {
 /// case ends; dropping a node stops it and removes its folder.
 pub struct Nodes {
     state: tokio::sync::Mutex<NodesState>,
+    /// The clients on the pair ([`crate::spec_groups`]): services, groups, the book.
+    groups: tokio::sync::Mutex<Groups>,
+    place: Place,
+}
+
+/// Where the case's pairs and service logs go, taken from the case's context when its
+/// first connection opens (a `new-pair` step has none).
+struct Place {
+    pg_bin: PathBuf,
+    /// The run's folder for the case's own folders (`<run>/files`).
+    files: PathBuf,
+    /// The run's log folder.
+    logs: PathBuf,
+    case_id: String,
+    /// Pairs started by `new-pair` so far, for their folders' names.
+    pairs: AtomicUsize,
+}
+
+impl Place {
+    /// Errors: the run has no scratch cluster; the folders cannot be made.
+    fn of(ctx: &Ctx) -> anyhow::Result<Place> {
+        let parent = |path: PathBuf| path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Ok(Place {
+            pg_bin: ctx.pg_bin()?,
+            files: parent(ctx.own_folder("pair")?),
+            logs: parent(ctx.log_file("ledger-svc")?),
+            case_id: ctx.case_id().to_owned(),
+            pairs: AtomicUsize::new(0),
+        })
+    }
+
+    /// A new pair in folders `<case>-pairN-primary` and `<case>-pairN-standby`.
+    ///
+    /// Errors: a node did not start; SQL errors.
+    async fn start(&self, replication: Replication) -> anyhow::Result<pair::Pair> {
+        let n = self.pairs.fetch_add(1, Ordering::SeqCst) + 1;
+        let dir = |node: &str| (self.files).join(format!("{}-pair{n}-{node}", self.case_id));
+        let (primary, standby) = (dir("primary"), dir("standby"));
+        pair::start_pair_at(self.pg_bin.clone(), primary, standby, replication).await
+    }
 }
 
 struct NodesState {
@@ -139,8 +184,11 @@ impl SpecEngine for PairEngine {
                         standby: Some(started.standby),
                         promoted: false,
                     };
-                    let state = tokio::sync::Mutex::new(state);
-                    let pair = Arc::new(Nodes { state });
+                    let pair = Arc::new(Nodes {
+                        state: tokio::sync::Mutex::new(state),
+                        groups: tokio::sync::Mutex::default(),
+                        place: Place::of(ctx)?,
+                    });
                     let mut pairs = self.pairs.lock().expect("not poisoned");
                     pairs.insert(ctx.case_id().to_string(), pair.clone());
                     pair
@@ -329,6 +377,52 @@ impl NodeSession {
     }
 }
 
+impl NodeSession {
+    /// `new-pair`: the case's clients and pair ended (services killed, nodes stopped
+    /// and their folders removed), a new pair started, the session on its primary.
+    async fn new_pair(&mut self, call: &Call) -> Result<String, String> {
+        let (replication, shown) = match call.arg("replication") {
+            Some("synchronous") => (Replication::Synchronous, "synchronous"),
+            _ => (Replication::Asynchronous, "asynchronous"),
+        };
+        drop(std::mem::take(&mut *self.pair.groups.lock().await));
+        let mut state = self.pair.state.lock().await;
+        let old = (state.primary.take(), state.standby.take());
+        tokio::task::spawn_blocking(move || drop(old))
+            .await
+            .map_err(|e| e.to_string())?;
+        let started = self.pair.place.start(replication).await;
+        let started = started.map_err(|e| format!("{e:#}"))?;
+        let client = started.primary.connect(LEDGER_DATABASE).await;
+        self.client = client.map_err(|e| e.to_string())?;
+        *state = NodesState {
+            primary: Some(started.primary),
+            standby: Some(started.standby),
+            promoted: false,
+        };
+        Ok(format!("{shown} standby streaming"))
+    }
+
+    /// A verb of [`crate::verbs::GROUPS`], on the pair's clients.
+    async fn groups(&mut self, call: &Call) -> Result<String, String> {
+        let state = self.pair.state.lock().await;
+        let nodes: Vec<&Cluster> = [&state.primary, &state.standby]
+            .into_iter()
+            .flatten()
+            .collect();
+        let place = &self.pair.place;
+        let reach = Reach {
+            url: pair::multi_host_url(&nodes),
+            primary: state.primary.as_ref(),
+            logs: &place.logs,
+            case_id: &place.case_id,
+            mode: self.mode,
+        };
+        let mut groups = self.pair.groups.lock().await;
+        groups.run(&reach, &mut self.client, call).await
+    }
+}
+
 impl EngineSession for NodeSession {
     fn sql<'a>(&'a mut self, sql: &'a str) -> BoxFuture<'a, Vec<String>> {
         async move { run_sql(&self.client, sql).await }.boxed()
@@ -355,6 +449,8 @@ impl EngineSession for NodeSession {
                     self.replication(&call.op).await
                 }
                 "kill" | "start" | "promote" => self.failover(&call.op, node).await,
+                "new-pair" => self.new_pair(call).await,
+                op if crate::verbs::GROUPS.has(op) => self.groups(call).await,
                 other => Err(format!("no operation {other:?}")),
             }
         }

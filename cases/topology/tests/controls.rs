@@ -1,9 +1,10 @@
 //! The negative controls of family R can fail: each run without its fault (R1 with the
 //! named statement straight to PostgreSQL, R2's with the service as built and with a
-//! synchronous standby, R3 with the standby's WAL receiver running and caught up, R4's
+//! synchronous standby whose waits are cancelled, R3 with the standby's WAL receiver running and caught up, R4's
 //! file with replay running and the standby caught up) must report its `negative control
 //! exposes` check as FAIL; with the fault every check must pass. R2's own claims fail
-//! against the service's earlier rule (the planted bug `trust-cancelled-commit`).
+//! against the service's earlier rule (the planted bug `trust-cancelled-commit`). R2, R3
+//! and R4 are files, run with their faults taken out by edits of the file.
 //!
 //! One scratch PostgreSQL 16 cluster for the binaries; each run starts its own primary
 //! and standby, as in a harness run.
@@ -151,57 +152,89 @@ async fn r1_named_statements_fail_only_through_the_pooler() {
     assert_control_failed(&direct, r1::ANOMALY);
 }
 
+/// R2's file.
+const R2: &str = "r02_sync_failover.spec";
+
+/// R2's control without the asynchronous standby: a synchronous one, whose COMMITs are
+/// seen waiting and cancelled before the answers, as the earlier rule's control does.
+const R2_ASYNC_MADE_SYNC: [(&str, &str); 3] = [
+    (
+        "a_pair: new-pair replication=asynchronous",
+        "a_pair: new-pair replication=synchronous",
+    ),
+    (
+        "  call a_answers: answers group=async",
+        "  call a_waiting: syncrep-waits group=async\n  step a_cancel: SELECT count(*) FILTER \
+         (WHERE pg_cancel_backend(pid)) > 0 AS signalled FROM pg_stat_activity WHERE \
+         datname = current_database() AND wait_event = 'SyncRep'\n  call a_answers: answers group=async",
+    ),
+    ("a_send a_answers", "a_send a_waiting a_cancel a_answers"),
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r2_controls_lose_acknowledged_debits_only_with_their_fault() {
-    use cases_topology::lost_acknowledged::{self as control, Fault};
+    // R2 is a case file: as committed every check passes; with its controls' faults taken
+    // out (the service as built instead of the earlier rule; a synchronous standby whose
+    // waits are cancelled instead of an asynchronous one) neither control acknowledges a
+    // debit, nothing is lost, and only the controls' checks fail, both exposes among them.
     let env = Env::for_tests(SEED, &[&cases_topology::family()])
         .await
         .expect("scratch cluster");
-    let mode = points_ledger::TransferMode::Statements;
-    for (fault, name) in [
-        (Fault::TrustedCancelledCommit, "r2_trusted"),
-        (Fault::AsynchronousStandby, "r2_async"),
-    ] {
-        let mut with_fault = fresh_ctx(&env, "R2", &format!("{name}_with")).await;
-        control::run(&mut with_fault, fault, true, mode)
-            .await
-            .unwrap();
-        assert_all_passed(&with_fault);
-        let mut without = fresh_ctx(&env, "R2", &format!("{name}_without")).await;
-        control::run(&mut without, fault, false, mode)
-            .await
-            .unwrap();
-        assert_control_failed(&without, &fault.anomaly());
+    let failed = file_failed(&env, "R2", R2, spec_file(R2, &[])).await;
+    assert!(
+        failed.is_empty(),
+        "as committed every check passes: {failed:?}"
+    );
+    let mut edits = vec![(" planted=trust-cancelled-commit", "")];
+    edits.extend(R2_ASYNC_MADE_SYNC);
+    let failed = file_failed(&env, "R2", R2, spec_file(R2, &edits)).await;
+    for anomaly in ["(trusted cancelled commit)", "(asynchronous standby)"] {
+        assert!(
+            failed
+                .iter()
+                .any(|f| f.contains("negative control exposes") && f.contains(anomaly)),
+            "without its fault the control {anomaly} does not expose: {failed:?}"
+        );
     }
+    let controls = ["exposes", "step t_", "step a_"];
+    assert!(
+        failed
+            .iter()
+            .all(|f| controls.iter().any(|c| f.contains(c))),
+        "without the controls' faults only the controls' checks fail: {failed:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r2_claims_fail_against_the_earlier_rule() {
-    // The service started with the planted bug `trust-cancelled-commit` (COMMIT's success
-    // trusted after the server's warning, a replay answered without its cover): the
-    // debits whose waits were cancelled are acknowledged, so is their same-key retry
-    // while the standby is stopped, and the failover takes them away.
+    // Every service of R2's own schedule started with the planted bug
+    // `trust-cancelled-commit` (COMMIT's success trusted after the server's warning, a
+    // replay answered without its cover): the debits whose waits were cancelled are
+    // acknowledged, so is their same-key retry while the standby is stopped, and the
+    // failover takes them away.
     let env = Env::for_tests(SEED, &[&cases_topology::family()])
         .await
         .expect("scratch cluster");
-    let mut earlier = fresh_ctx(&env, "R2", "r2_earlier_rule").await;
-    cases_topology::r2_sync_failover::schedule(&mut earlier, true)
-        .await
-        .unwrap();
-    eprint!("R2 against the earlier rule:\n{}", earlier.transcript());
-    let failed: Vec<&str> = earlier
-        .failed_checks()
-        .iter()
-        .map(|check| check.name.as_str())
-        .collect();
+    let planted = |from: &'static str| (from, format!("{from} planted=trust-cancelled-commit"));
+    let edits: Vec<(&str, String)> = [
+        "pair-service name=long",
+        "pair-service name=short",
+        "pair-service name=batch",
+        "pair-service name=killed",
+    ]
+    .into_iter()
+    .map(planted)
+    .collect();
+    let edits: Vec<(&str, &str)> = edits.iter().map(|(f, t)| (*f, t.as_str())).collect();
+    let failed = file_failed(&env, "R2", R2, spec_file(R2, &edits)).await;
     for claim in [
-        "bound: answers",
-        "cancelled: answers",
-        "same-key retries of the bound group while the standby is stopped: answers",
-        "acknowledged debits missing, doubled or under another transaction id on the new primary: none",
+        "step b_answers shows 503 UNKNOWN=8",
+        "step c_answers shows 503 UNKNOWN=8",
+        "step rb_answers shows 503 UNKNOWN=8",
+        "step n_astray shows astray=0",
     ] {
         assert!(
-            failed.contains(&claim),
+            failed.iter().any(|f| f.contains(claim)),
             "against the earlier rule {claim:?} did not fail: {failed:?}"
         );
     }
