@@ -307,7 +307,7 @@ pub async fn run(
     let together = call.arg("run") != Some("one-by-one");
     let client_id = call
         .arg("client")
-        .unwrap_or(super::spec_calls::DEFAULT_CLIENT)
+        .unwrap_or(super::spec_workers::DEFAULT_CLIENT)
         .to_string();
     match call.op.as_str() {
         "debit-race" => {
