@@ -32,7 +32,8 @@ pub mod worker;
 
 // One line per case, in id order. The negative controls are public so that a test can
 // run them under a plan where their fault cannot happen and see them fail (the controls
-// that are spec files, L4-L6, are run from their files: `tests/negative_controls.rs`).
+// that are spec files, L4-L6, L13, L14, L17, are run from their files:
+// `tests/negative_controls.rs`).
 case_kit::register_cases! {
     pub l18_stuck_transaction,
     l25_batched_debits,
