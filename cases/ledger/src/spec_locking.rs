@@ -117,6 +117,37 @@ impl Ended {
     }
 }
 
+/// The transfers of `transfers`: `count` of them over `racers` racers.
+#[derive(Debug, Clone)]
+struct Sorted {
+    racers: usize,
+    count: usize,
+    between: (String, String),
+    max_amount: i64,
+    client: String,
+    key: String,
+}
+
+impl Sorted {
+    /// Transfer `index`: even ones A→B, odd ones B→A, amounts `1 + index % max_amount`.
+    fn request(&self, index: usize) -> TransferRequest {
+        let (a, b) = &self.between;
+        let amount = 1 + (index as i64 % self.max_amount);
+        let (from, to) = if index.is_multiple_of(2) {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        between(
+            &self.client,
+            format!("{}-{index:03}", self.key),
+            from,
+            to,
+            amount,
+        )
+    }
+}
+
 /// What each racer does: one debit, a share of the sorted transfers, or one
 /// request-order transfer.
 #[derive(Debug, Clone)]
@@ -126,14 +157,7 @@ enum Job {
         strategy: Strategy,
         request: TransferRequest,
     },
-    Sorted {
-        racers: usize,
-        count: usize,
-        between: (String, String),
-        max_amount: i64,
-        client: String,
-        key: String,
-    },
+    Sorted(Sorted),
     RequestOrder {
         pairs: Vec<(String, String)>,
         amount: i64,
@@ -156,11 +180,11 @@ impl Job {
                 request.idem_key = format!("{}-{index:02}", request.idem_key);
                 vec![debit_by(*mode, *strategy, client, barrier, &request).await]
             }
-            Job::Sorted { racers, count, .. } => {
+            Job::Sorted(sorted) => {
                 barrier.wait().await;
                 let mut ended = Vec::new();
-                for transfer in (index..*count).step_by(*racers) {
-                    let request = self.sorted_request(transfer);
+                for transfer in (index..sorted.count).step_by(sorted.racers) {
+                    let request = sorted.request(transfer);
                     let result = transfer_between(client, &request, &NoHooks).await;
                     ended.push(Ended::of(result.map(|r| r.outcome), 1));
                 }
@@ -183,28 +207,6 @@ impl Job {
                 vec![with_retry(client, &request, barrier, *max_attempts).await]
             }
         }
-    }
-
-    /// Transfer `index` of [`Job::Sorted`]: even ones A→B, odd ones B→A, amounts
-    /// `1 + index % max_amount`.
-    fn sorted_request(&self, index: usize) -> TransferRequest {
-        let Job::Sorted {
-            between: (a, b),
-            max_amount,
-            client,
-            key,
-            ..
-        } = self
-        else {
-            unreachable!("sorted_request is asked of a sorted job only")
-        };
-        let amount = 1 + (index as i64 % max_amount);
-        let (from, to) = if index.is_multiple_of(2) {
-            (a, b)
-        } else {
-            (b, a)
-        };
-        between(client, format!("{key}-{index:03}"), from, to, amount)
     }
 }
 
@@ -329,14 +331,14 @@ pub async fn run(
         }
         "transfers" => {
             let racers = number(call, "racers")? as usize;
-            let job = Job::Sorted {
+            let job = Job::Sorted(Sorted {
                 racers,
                 count: number(call, "count")? as usize,
                 between: two(&word(call, "between")?, ',')?,
                 max_amount: number(call, "max-amount")?,
                 client: client_id,
                 key: word(call, "key")?,
-            };
+            });
             let ended = run_all(url, client, racers, true, job).await?;
             Ok(transfer_counts(&ended))
         }
