@@ -22,6 +22,37 @@ use crate::rng::seeded_rng;
 /// How many characters of a racer's result `{:?}` the evidence page shows.
 pub const RACE_OUTCOME_CHARS: usize = 120;
 
+/// Restarts the run's scratch cluster in immediate mode (no checkpoint; WAL recovery on
+/// start): made by [`Ctx::server_restart`] for a case that declared
+/// [`crate::Case::restarts_server`].
+#[derive(Clone)]
+pub struct ServerRestart {
+    cluster: Arc<std::sync::Mutex<scratch_pg::Cluster>>,
+}
+
+impl std::fmt::Debug for ServerRestart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServerRestart")
+    }
+}
+
+impl ServerRestart {
+    /// Stops the cluster in immediate mode and starts it again.
+    ///
+    /// Errors: the cluster's stop or start failed.
+    pub async fn immediate(&self) -> anyhow::Result<()> {
+        let cluster = self.cluster.clone();
+        tokio::task::spawn_blocking(move || {
+            cluster
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .restart_immediate()
+        })
+        .await??;
+        Ok(())
+    }
+}
+
 /// The context a case runs in.
 pub struct Ctx {
     env: Arc<Env>,
@@ -326,20 +357,24 @@ impl Ctx {
     /// Errors: the case did not declare it; no scratch cluster (none, or an existing
     /// server); the cluster's stop or start failed.
     pub async fn restart_cluster_immediate(&self) -> anyhow::Result<()> {
+        self.server_restart()?.immediate().await
+    }
+
+    /// A handle that restarts the cluster as [`Ctx::restart_cluster_immediate`] does,
+    /// for code that keeps it beyond this borrow of the context (a family's spec
+    /// operations take it in [`crate::spec::Calls::for_case`]: L15's `crash-server`).
+    ///
+    /// Errors: the case did not declare [`crate::Case::restarts_server`]; no scratch
+    /// cluster (none, or an existing server).
+    pub fn server_restart(&self) -> anyhow::Result<ServerRestart> {
         anyhow::ensure!(
             self.may_restart_server,
             "case {} restarts the server but does not declare Case::restarts_server",
             self.case_id
         );
-        let cluster = self.env.shared_cluster()?;
-        tokio::task::spawn_blocking(move || {
-            cluster
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .restart_immediate()
+        Ok(ServerRestart {
+            cluster: self.env.shared_cluster()?,
         })
-        .await??;
-        Ok(())
     }
 
     /// Adds `  note <text>`.

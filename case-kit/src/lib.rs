@@ -46,7 +46,7 @@ pub mod snapshot;
 pub mod spec;
 
 pub use case::{Case, CaseBody, DEFAULT_CONNECTIONS, Family, in_id_order};
-pub use ctx::Ctx;
+pub use ctx::{Ctx, ServerRestart};
 pub use engine::{Engine, InstallFn, PgTemplate};
 pub use env::{CONNECTION_HEADROOM, Env, EnvOptions};
 pub use options::Choices;

@@ -52,6 +52,11 @@ impl StepBound {
 /// How often the runner looks at steps in flight (completion, then the monitor).
 pub const POLL_INTERVAL_MS: u64 = 5;
 
+/// How long the monitor's reopening is tried after it failed (a server restarted by a
+/// step, L15's `crash-server`, accepts connections again only once it has recovered);
+/// a hang bound only.
+pub const MONITOR_REOPEN_MS: u64 = 30_000;
+
 /// A connection as a step's task hands it back, with what the step printed.
 type Landed = (Box<dyn EngineSession>, Outcome);
 
@@ -189,9 +194,10 @@ impl<'a> Play<'a> {
     }
 
     /// The monitor, opened (or reopened once after an error: a server restarted by a
-    /// step closes it) and asked `ask`.
+    /// step closes it, and accepts a new connection only once it is up again, so the
+    /// reopening is tried until [`MONITOR_REOPEN_MS`] has passed) and asked `ask`.
     ///
-    /// Errors: the engine could not be asked twice.
+    /// Errors: the engine could not be asked twice; the monitor could not be opened.
     async fn ask<T>(
         &mut self,
         ask: impl for<'m> Fn(
@@ -201,7 +207,17 @@ impl<'a> Play<'a> {
         for attempt in 0..2 {
             if self.monitor.is_none() {
                 let opening = Opening::plain(self.permutation, Layout::Ours);
-                self.monitor = Some(self.engine.connect(self.ctx, opening).await?);
+                let deadline = Instant::now() + Duration::from_millis(MONITOR_REOPEN_MS);
+                let monitor = loop {
+                    match self.engine.connect(self.ctx, opening.clone()).await {
+                        Ok(monitor) => break monitor,
+                        Err(_) if attempt == 1 && Instant::now() < deadline => {
+                            tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+                        }
+                        Err(error) => return Err(error),
+                    }
+                };
+                self.monitor = Some(monitor);
             }
             let monitor = self.monitor.as_mut().expect("a monitor");
             match ask(monitor).await {

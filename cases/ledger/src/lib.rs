@@ -18,7 +18,9 @@ pub mod modes;
 pub mod naive_keyless;
 pub mod queries;
 pub mod spec_calls;
+pub mod spec_crash;
 pub mod spec_load;
+pub mod spec_locking;
 pub mod spec_naive;
 pub mod spec_proxy;
 pub mod spec_repair;
@@ -30,11 +32,9 @@ pub mod worker;
 
 // One line per case, in id order. The negative controls are public so that a test can
 // run them under a plan where their fault cannot happen and see them fail (the controls
-// that are spec files, L4-L6, are run from their files: `tests/negative_controls.rs`).
+// that are spec files, L4-L6, L13, L14, L17, are run from their files:
+// `tests/negative_controls.rs`).
 case_kit::register_cases! {
-    pub l13_strategies,
-    pub l14_any_to_any,
-    l15_synchronous_commit_off,
     pub l18_stuck_transaction,
     l25_batched_debits,
 }

@@ -18,7 +18,8 @@
 //! ([`super::spec_naive`]), a retrying proxy and the naive keyless endpoint
 //! ([`super::spec_proxy`]), the key registry in another database
 //! ([`super::spec_split`]), a write load beside reconciliation rounds
-//! ([`super::spec_load`]).
+//! ([`super::spec_load`]), locking designs raced inside one step
+//! ([`super::spec_locking`]), a crash of the server in a step ([`super::spec_crash`]).
 //!
 //! `client` defaults to [`DEFAULT_CLIENT`]. The outcome prints as
 //! `outcome=OK balance=20` (`replayed=true` added for a replay); an error as its SQLSTATE
@@ -66,6 +67,9 @@ pub struct LedgerCalls {
     /// The case's write load and reconciliation rounds (`load-writer`,
     /// `reconcile-rounds`; [`super::spec_load`]).
     pub load: Arc<super::spec_load::Load>,
+    /// The cluster's restart for `crash-server` ([`super::spec_crash`]); `None` unless
+    /// the case declared that it restarts the server.
+    pub restart: Option<case_kit::ServerRestart>,
 }
 
 fn request(call: &Call) -> Result<TransferRequest, String> {
@@ -102,6 +106,7 @@ impl Calls for LedgerCalls {
             "worker" => spec_workers::check(call).unwrap_or(Ok(())),
             "repair" => super::spec_repair::check(call).unwrap_or(Ok(())),
             "reconcile-orders" => orders(call).map(|_| ()),
+            op if verbs::LOCKING.has(op) => super::spec_locking::check(call),
             _ => Ok(()),
         }
     }
@@ -124,6 +129,7 @@ impl Calls for LedgerCalls {
                 .ok()
                 .map(|url| Arc::new(super::spec_proxy::Proxies::new(url))),
             load: Arc::default(),
+            restart: ctx.server_restart().ok(),
         }))
     }
 
@@ -146,6 +152,8 @@ impl Calls for LedgerCalls {
             // two that read what it left.
             "split-databases" => 2,
             "split-worker" => 4,
+            // Their racers.
+            op if verbs::LOCKING.has(op) => super::spec_locking::connections(call),
             _ => 0,
         }
     }
@@ -260,8 +268,9 @@ impl Calls for LedgerCalls {
 }
 
 impl LedgerCalls {
-    /// The operations of [`super::spec_proxy`], [`super::spec_split`] and
-    /// [`super::spec_load`] (L17, L22, L20); `None` for another operation.
+    /// The operations of [`super::spec_proxy`], [`super::spec_locking`],
+    /// [`super::spec_crash`], [`super::spec_split`] and [`super::spec_load`] (L17, L13,
+    /// L14, L15, L22, L20); `None` for another operation.
     async fn run_later_ops(
         &self,
         client: &mut Client,
@@ -273,6 +282,15 @@ impl LedgerCalls {
             return Some(match &self.services {
                 Some(services) => proxies.run(services, call).await,
                 None => Err("no database for a service".into()),
+            });
+        }
+        if verbs::LOCKING.has(&call.op) || call.op == "crash-server" {
+            let Some(url) = self.database_url.as_deref() else {
+                return Some(Err("no database".into()));
+            };
+            return Some(match call.op.as_str() {
+                "crash-server" => super::spec_crash::run(self.restart.as_ref(), url, client).await,
+                _ => super::spec_locking::run(self.mode, url, client, call).await,
             });
         }
         if ["split-databases", "split-worker"].contains(&call.op.as_str()) {

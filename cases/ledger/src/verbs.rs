@@ -264,13 +264,79 @@ pub const PROCESSES: Verbs = Verbs {
     }],
 };
 
-/// The faults of the shared vocabulary the ledger's files use.
+/// `run=`: the racers together (the race) or one after another (the controls' test).
+const RUN: Arg = may(
+    "run",
+    Kind::OneOf(&["together", "one-by-one"]),
+    "together: each racer on a connection of its own, released by one barrier",
+);
+
+/// Locking designs raced inside one step (L13, L14; `spec_locking.rs`).
+pub const LOCKING: Verbs = Verbs {
+    title: "locking designs raced inside one step",
+    verbs: &[
+        Verb {
+            name: "debit-race",
+            args: &[
+                needs("racers", INT),
+                needs(
+                    "strategy",
+                    Kind::OneOf(&[
+                        "conditional-update",
+                        "for-update",
+                        "serializable-retry",
+                        "repeatable-read",
+                    ]),
+                ),
+                needs("account", WORD),
+                needs("amount", INT),
+                needs("key", WORD),
+                may("client", WORD, CLIENT),
+                RUN,
+            ],
+            doc: "N debits (keys `KEY-NN`) by one design, the snapshot designs' first SELECT before the barrier, `serializable-retry` retrying 40001 (at most 32 attempts): `ok=14 insufficient=18 serialization_failures=0 other_errors=0`, for `serializable-retry` also `retried=true retries=N` (L13)",
+        },
+        Verb {
+            name: "transfers",
+            args: &[
+                needs("racers", INT),
+                needs("count", INT),
+                needs("between", WORD),
+                needs("max-amount", INT),
+                needs("key", WORD),
+                may("client", WORD, CLIENT),
+            ],
+            doc: "`count` transfers through `transfer_between` (sorted lock order) spread over the racers, even ones A→B and odd ones B→A of `between=A,B`, `1 + i % max-amount` points, keys `KEY-NNN`: `transfers=200 ok=200 deadlocks=0 errors=0` (L14)",
+        },
+        Verb {
+            name: "request-order-transfers",
+            args: &[
+                needs("pairs", WORD),
+                needs("amount", INT),
+                needs("key", WORD),
+                needs("retry", Kind::OneOf(&["on-deadlock", "no"])),
+                may("client", WORD, CLIENT),
+                RUN,
+            ],
+            doc: "A→B and B→A for each of `pairs=A:B,…` (keys `KEY-0`, `KEY-1`, …) locking `from` then `to`, each racer holding its first row lock at the barrier: one 40P01 per pair; `retry=on-deadlock` retries the victim under its key once the refused row is free (at most 3 attempts): `transfers=8 ok=4 deadlocks=4 retried=0 most_attempts=1 other_errors=0` (L14)",
+        },
+    ],
+};
+
+/// `crash-server`: the run's scratch cluster crashed and recovered in a step (L15).
+pub const CRASH_SERVER: Verb = Verb {
+    name: "crash-server",
+    args: &[],
+    doc: "immediate stop and start of the run's scratch cluster (no checkpoint: WAL recovery), in a step; the session gets a new connection; needs `restart immediate:` in the file: `immediate stop and start: old_connection=closed restarted=true` (L15)",
+};
+
+/// The faults of the shared vocabulary the ledger's files use, and its own crash.
 pub const FAULTS: Verbs = Verbs {
     title: verbs::FAULTS,
-    verbs: &[verbs::KILL_WORKER],
+    verbs: &[verbs::KILL_WORKER, CRASH_SERVER],
 };
 
 /// Every set family L composes, in the order the reference lists them.
-pub const ALL: [&Verbs; 7] = [
-    &LEDGER, &LOAD, &REPAIR, &SERVICE, &PROXIES, &PROCESSES, &FAULTS,
+pub const ALL: [&Verbs; 8] = [
+    &LEDGER, &LOAD, &REPAIR, &LOCKING, &SERVICE, &PROXIES, &PROCESSES, &FAULTS,
 ];

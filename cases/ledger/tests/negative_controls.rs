@@ -1,10 +1,10 @@
 //! The negative controls L4, L5 and L6 (spec files) can fail: run where the race cannot
 //! happen (a single participant), each control's `negative control exposes` check must
 //! report FAIL; so must L6's duplicate check when the client reuses its key. Run with the forced race, every check of each
-//! control must pass. L13's REPEATABLE READ row (debits one after another), L14's
-//! deadlock control (request-order transfers one after another) and L17's keyless-retry
-//! controls (no dropped connection, no cut answer) must likewise report FAIL without
-//! their fault.
+//! control must pass. L13's REPEATABLE READ race (debits one after another), L14's
+//! deadlock control (request-order transfers one after another; both files with
+//! `run=one-by-one` on that step) and L17's keyless-retry controls (no dropped
+//! connection, no cut answer) must likewise report FAIL without their fault.
 //!
 //! One scratch PostgreSQL 16 cluster (with the ledger template) for the whole binary,
 //! one database per run, cloned from the template as `run_case` does.
@@ -145,43 +145,64 @@ async fn lost_response_control_fails_when_the_retry_keeps_its_key() {
     assert_all_passed(&ctx);
 }
 
-/// L14's deadlock control and L17's keyless-retry controls (a file), run where the fault
-/// cannot happen (request-order transfers one after another; no dropped connection and
-/// no cut answer), must report FAIL; under the case's own plan they pass.
+/// L13's REPEATABLE READ race and L14's deadlock control (files), run where the fault
+/// cannot happen (the debits, the request-order transfers one after another:
+/// `run=one-by-one`), and L17's keyless-retry controls (no dropped connection and no cut
+/// answer) must report FAIL; as written every check of each passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadlock_and_keyless_retry_controls_fail_without_their_fault() {
-    use cases_ledger::{l13_strategies, l14_any_to_any};
     let env = Env::for_tests(SEED, &[&ledger::family()])
         .await
         .expect("scratch cluster and template");
-
-    let mut ctx = fresh_ctx(&env, "L13", "l13_serial").await;
-    l13_strategies::run_with(&mut ctx, l13_strategies::Interleaving::Serial)
-        .await
-        .expect("L13 runs");
-    eprint!("L13 serial:\n{}", ctx.transcript());
-    assert!(
-        !exposes_passed(&ctx, l13_strategies::ANOMALY),
-        "L13 claims 40001 with serial debits:\n{}",
-        ctx.transcript()
-    );
-
-    let mut ctx = fresh_ctx(&env, "L14", "l14_serial").await;
-    l14_any_to_any::run_with(&mut ctx, l14_any_to_any::LockPlan::Serial)
-        .await
-        .expect("L14 runs");
-    eprint!("L14 serial:\n{}", ctx.transcript());
-    assert!(
-        !exposes_passed(&ctx, l14_any_to_any::ANOMALY),
-        "L14 claims a deadlock with serial transfers:\n{}",
-        ctx.transcript()
-    );
-    let mut ctx = fresh_ctx(&env, "L14", "l14_forced").await;
-    l14_any_to_any::run_with(&mut ctx, l14_any_to_any::LockPlan::ForcedCycle)
-        .await
-        .expect("L14 runs");
-    assert_all_passed(&ctx);
-
+    // Each file, the call made to run one by one, its control, and the checks that may
+    // fail with it: the control and what the race forced (L13: acct-0006's 31 refusals,
+    // its balance of 93 and its one debit).
+    for (id, file, call, anomaly, may_fail) in [
+        (
+            "L13",
+            "l13_strategies.spec",
+            "strategy=repeatable-read account=acct-0006",
+            "REPEATABLE READ without a retry hands 40001 to its callers",
+            &[
+                "step repeatable shows",
+                "rows of SELECT a.account_id, a.balance",
+                "rows of SELECT regexp_replace(idem_key",
+            ][..],
+        ),
+        (
+            "L14",
+            "l14_any_to_any.spec",
+            "retry=no",
+            "locking in request order deadlocks (40P01) between opposite transfers",
+            &["step no_retry shows"][..],
+        ),
+    ] {
+        let text = std::fs::read_to_string(Path::new(spec_calls::SPEC_DIR).join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let serial = text.replace(call, &format!("{call} run=one-by-one"));
+        assert_eq!(
+            serial.matches("run=one-by-one").count(),
+            1,
+            "{file}: {call}"
+        );
+        let spec = spec::parse(&serial).expect("parses");
+        let database = format!("{}_one_by_one", id.to_lowercase());
+        let ctx = run_spec(&env, id, &database, &spec).await;
+        assert_control_failed(&ctx, anomaly, "one after another");
+        let verdict = format!("negative control exposes: {anomaly}");
+        for failed in ctx.failed_checks() {
+            assert!(
+                failed.name == verdict || may_fail.iter().any(|p| failed.name.starts_with(p)),
+                "{id} one after another: {:?} failed too:\n{}",
+                failed.name,
+                ctx.transcript()
+            );
+        }
+        let database = format!("{}_raced", id.to_lowercase());
+        let ctx = run_spec(&env, id, &database, &control(file)).await;
+        assert_all_passed(&ctx);
+        assert!(exposes_passed(&ctx, anomaly));
+    }
     l17_controls_fail_without_their_faults(&env).await;
 }
 
