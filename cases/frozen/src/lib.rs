@@ -28,7 +28,6 @@ case_kit::register_cases! {
     f04_one_business_id_sixteen_at_once,
     pub f08_lock_released_before_commit,
     pub f09_deadlocks_between_opposite_trades,
-    pub f15_no_external_call_under_a_lock,
     pub f20_borrowed_tenant,
 }
 

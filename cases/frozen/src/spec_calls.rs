@@ -305,6 +305,12 @@ impl Calls for CaseCalls {
         self.workers.backends()
     }
 
+    /// An `executor` or `naive-withdraw` whose broadcast's answer the network holds
+    /// ([`Network::waiting`]): a wait neither PostgreSQL nor the runner sees.
+    fn waiting<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, bool> {
+        self.network.waiting(call).boxed()
+    }
+
     fn connections(&self, call: &Call) -> u32 {
         FrozenCalls.connections(call)
     }

@@ -192,7 +192,7 @@ pub const FAULTS: Verbs = Verbs {
     verbs: &[verbs::KILL_WORKER],
 };
 
-/// The external network of F13–F16 (`spec_network.rs`).
+/// The external network of F13–F16 (`spec_network.rs`), F15's naive withdrawal with it.
 pub const NETWORK: Verbs = Verbs {
     title: "the external network (`net-standin`, `withdrawal-executor`)",
     verbs: &[
@@ -225,6 +225,21 @@ pub const NETWORK: Verbs = Verbs {
             doc: "the next N broadcasts stored and their answers lost: `dropping the answers to the next N broadcast(s)`",
         },
         Verb {
+            name: "network-hold",
+            args: &[may("count", INT, "1")],
+            doc: "the answers to the next N broadcasts stored and held until `network-release` (at most the stand-in's `MAX_DELAY_MS`, a hang bound only): `holding the answers to the next N broadcast(s) until released`; a step waiting for a held answer shows `<waiting ...>` (F15)",
+        },
+        Verb {
+            name: "network-release",
+            args: &[],
+            doc: "ends every answer held now: `released=N`, the answers held at that moment (`GET /control`)",
+        },
+        Verb {
+            name: "naive-withdraw",
+            args: &[ACCOUNT, ASSET_OF, AMOUNT, needs("to", WORD), KEY, TENANT],
+            doc: "F15's naive design on the session's connection: the conditional freeze in a transaction (its backend's `application_name` is `naive-withdraw` meanwhile), the broadcast under `key` with the transaction open, then a rollback: `answer=accepted new=true rolled_back=true`",
+        },
+        Verb {
             name: "executor",
             args: &[
                 needs("command", Kind::OneOf(&["run", "scan-deposits"])),
@@ -234,13 +249,14 @@ pub const NETWORK: Verbs = Verbs {
                     "the executor's own (`scan-deposits` needs it)",
                 ),
                 may("stop", WORD, "run to its end"),
+                may("answer-timeout-ms", INT, "the executor's own (5000)"),
                 may(
                     "retry-under-new-id",
                     Kind::OneOf(&["yes"]),
                     "the product's executor (with `yes`: the naive one F14's control refutes)",
                 ),
             ],
-            doc: "`withdrawal-executor` on the case's database and network, run to its end: `exited with status 0 | LINE | …` (its stdout lines); with `stop=HOOK` returned once paused there (`paused: PAUSED_IN_TX point=after-unknown …`)",
+            doc: "`withdrawal-executor` on the case's database and network, run to its end: `exited with status 0 | LINE | …` (its stdout lines); with `stop=HOOK` returned once paused there (`paused: PAUSED_IN_TX point=after-unknown …`); in flight while the network holds its broadcast's answer, it shows `<waiting ...>` (F15)",
         },
         Verb {
             name: "kill-executor",
