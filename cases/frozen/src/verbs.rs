@@ -53,6 +53,12 @@ const FAIL_AT: Arg = may(
     WORD,
     "not aborted (PostgreSQL, family F: the placement aborted at that hook point, `ERROR event aborted by hook at balances-updated`, F6)",
 );
+/// F's meeting of racing fills at a hook point (F9).
+const MEET: Arg = may(
+    "meet",
+    Kind::OneOf(&["registered"]),
+    "no meeting (PostgreSQL, family F, in a `race call:` only: each fill's first attempt waits at that hook point until every racer's fill is there, a retry passes, and its attempts are counted for `fill-attempts`, F9)",
+);
 /// `naive-place`'s failure between its balance update and its records.
 const FAIL_AFTER_UPDATE: Arg = may(
     "fail",
@@ -61,7 +67,7 @@ const FAIL_AFTER_UPDATE: Arg = may(
 );
 
 /// The arguments of [`EVENTS`] that only PostgreSQL's events take (family F).
-pub const POSTGRES_ONLY: [&str; 1] = ["fail-at"];
+pub const POSTGRES_ONLY: [&str; 2] = ["fail-at", "meet"];
 /// The arguments of [`EVENTS`] that only InnoDB's events take (family I).
 pub const INNODB_ONLY: [&str; 2] = ["fail", "hold"];
 
@@ -113,6 +119,7 @@ pub const EVENTS: Verbs = Verbs {
                 KEY,
                 MARKET,
                 TENANT,
+                MEET,
                 FAIL,
                 HOLD,
             ],
@@ -183,6 +190,31 @@ pub const WORKERS: Verbs = Verbs {
         args: &[ACCOUNT, SIDE_OF, QTY, PRICE, KEY, needs("stop", WORD)],
         doc: "a `crash-worker spot` child running that placement up to hook point `stop` (`before-commit`, …), returned once paused there: `paused at before-commit`; its backend counts with the spec's sessions",
     }],
+};
+
+/// F9's deadlocks: naive settlements and the product's bounded retry (`spec_settle.rs`).
+pub const DEADLOCKS: Verbs = Verbs {
+    title: "the frozen balances' deadlocks (`cases/frozen/src/spec_settle.rs`)",
+    verbs: &[
+        Verb {
+            name: "naive-settle",
+            args: &[
+                needs("order", Kind::OneOf(&["request", "sorted"])),
+                may("pairs", INT, "1"),
+                may(
+                    "at-once",
+                    Kind::OneOf(&["yes"]),
+                    "one settlement of a pair after the other (no deadlock can form)",
+                ),
+            ],
+            doc: "pairs of opposite settlements (alice buys from bob, bob from alice) on two connections of its own, each locking both USDT rows (buyer's first in request order, account order when sorted; `deadlock_timeout` 10 ms) and bumping their `version`; with `at-once=yes` a pair meets at a barrier, between the two locks in request order (a certain cycle), before them when sorted: `pairs=4 deadlocks_n=4 committed_n=4 settled=8 deadlocked=yes` (request order, the detector's split redacted), `pairs=4 deadlocks=0 committed=8 settled=8 deadlocked=no` (sorted)",
+        },
+        Verb {
+            name: "fill-attempts",
+            args: &[],
+            doc: "the attempts of the case's fills that met in a race (`fill … meet=`): `fills=8 retries_n=0 within_bound=true max_attempts=5` (retries redacted; within the library's `MAX_DEADLOCK_ATTEMPTS`)",
+        },
+    ],
 };
 
 /// The faults of the shared vocabulary F's files use (its `kill-worker` kills a
@@ -327,12 +359,13 @@ pub const SPOT: Verbs = Verbs {
 };
 
 /// Every set family F composes, in the order the reference lists them.
-pub const ALL: [&Verbs; 7] = [
+pub const ALL: [&Verbs; 8] = [
     &EVENTS,
     &WITHDRAWALS,
     &NAIVE,
     &WORKERS,
     &NETWORK,
     &SPOT,
+    &DEADLOCKS,
     &FAULTS,
 ];
