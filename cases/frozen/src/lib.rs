@@ -15,6 +15,7 @@ pub mod fixtures;
 pub mod network;
 pub mod spec_calls;
 pub mod spec_events;
+pub mod spec_locks;
 pub mod spec_naive;
 pub mod spec_network;
 pub mod spec_settle;
@@ -27,7 +28,6 @@ pub mod verbs;
 case_kit::register_cases! {
     f03_cancel_races_a_fill,
     f04_one_business_id_sixteen_at_once,
-    pub f08_lock_released_before_commit,
     pub f20_borrowed_tenant,
 }
 

@@ -30,6 +30,7 @@ use futures_util::{FutureExt, TryFutureExt};
 use tokio_postgres::Client;
 
 use super::spec_events::{self, Answer, Args, Done, EventEngine, Line, Request};
+use super::spec_locks::Locks;
 use super::spec_naive;
 use super::spec_network::Network;
 use super::spec_settle::Deadlocks;
@@ -183,6 +184,7 @@ fn needs_the_case(call: &Call) -> bool {
         &verbs::NETWORK,
         &verbs::SPOT,
         &verbs::DEADLOCKS,
+        &verbs::LOCKS,
     ]
     .iter()
     .any(|set| set.has(&call.op))
@@ -211,6 +213,8 @@ impl Calls for FrozenCalls {
             "worker" | "executor" => 1,
             // The two settlements of a pair.
             "naive-settle" => 2,
+            // Each of `count=` placements.
+            "locked-place" => call.arg("count").and_then(|n| n.parse().ok()).unwrap_or(0),
             "spot-service" => spec_spot::POOL_SIZE as u32,
             _ => 0,
         }
@@ -222,6 +226,7 @@ impl Calls for FrozenCalls {
         let store = log.with_file_name(format!("{}-net-standin.sqlite", ctx.case_id()));
         Some(Arc::new(CaseCalls {
             deadlocks: Deadlocks::new(url.clone()),
+            locks: Locks::new(url.clone()),
             workers: Workers::new(url.clone()),
             network: Network::new(url.clone(), log, store),
             spot: Spot::new(url, ctx.log_file("ledger-svc").ok()?),
@@ -270,13 +275,15 @@ impl Calls for FrozenCalls {
     }
 }
 
-/// The operations as one case runs them: [`FrozenCalls`], F9's deadlocks
+/// The operations as one case runs them: [`FrozenCalls`], F8's lock outside the database
+/// (`locked-place`, `resume-place`; [`super::spec_locks`]), F9's deadlocks
 /// (`naive-settle`, `fill … meet=`, `fill-attempts`; [`super::spec_settle`]), the case's crash-workers
 /// (`worker`, `kill-worker`; [`spec_workers`]), whose backends count with the sessions,
 /// its external network (`network`, `executor`, …; [`spec_network`]) and its
 /// `ledger-svc` (`spot-service`, `post-place`, …; [`spec_spot`]).
 struct CaseCalls {
     deadlocks: Deadlocks,
+    locks: Locks,
     workers: Workers,
     network: Network,
     spot: Spot,
@@ -308,6 +315,8 @@ impl Calls for CaseCalls {
             self.spot.run(client, call).boxed()
         } else if verbs::DEADLOCKS.has(op) {
             self.deadlocks.run(call).boxed()
+        } else if verbs::LOCKS.has(op) {
+            self.locks.run(client, call).boxed()
         } else {
             FrozenCalls.run(client, call)
         }
@@ -336,9 +345,10 @@ impl Calls for CaseCalls {
     }
 
     /// An `executor` or `naive-withdraw` whose broadcast's answer the network holds
-    /// ([`Network::waiting`]): a wait neither PostgreSQL nor the runner sees.
+    /// ([`Network::waiting`]), or a `locked-place` paused until `resume-place`
+    /// ([`Locks::waiting`]): waits neither PostgreSQL nor the runner sees.
     fn waiting<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, bool> {
-        self.network.waiting(call).boxed()
+        async move { self.locks.waiting(call) || self.network.waiting(call).await }.boxed()
     }
 
     fn connections(&self, call: &Call) -> u32 {

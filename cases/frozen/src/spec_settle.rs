@@ -95,7 +95,8 @@ impl Deadlocks {
     /// (meeting at a barrier of two) or one after the other. Returns (settlements that
     /// failed with 40P01, settlements that committed).
     async fn pair(&self, sorted: bool, at_once: bool) -> Result<(usize, usize), String> {
-        let (mut one, mut two) = (self.connect().await?, self.connect().await?);
+        let url = &self.database_url;
+        let (mut one, mut two) = (connect_own(url).await?, connect_own(url).await?);
         let results = if at_once {
             let barrier = Barrier::new(2);
             let (x, y) = tokio::join!(
@@ -117,22 +118,6 @@ impl Deadlocks {
             }
         }
         Ok(counts)
-    }
-
-    /// A connection of its own to the case's database, its task spawned.
-    ///
-    /// Errors: the URL or the connection.
-    async fn connect(&self) -> Result<Client, String> {
-        let config: tokio_postgres::Config =
-            self.database_url.parse().map_err(|e| format!("{e}"))?;
-        let (client, connection) = config
-            .connect(tokio_postgres::NoTls)
-            .await
-            .map_err(|e| e.to_string())?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        Ok(client)
     }
 
     /// `fill-attempts`'s line.
@@ -165,6 +150,23 @@ impl Deadlocks {
         };
         spec_events::event(client, call, &hooks).await
     }
+}
+
+/// A connection of its own to the database at `database_url`, its task spawned (the
+/// connections a step opens besides its session's: `naive-settle`'s pairs,
+/// `locked-place … count=`).
+///
+/// Errors: the URL or the connection.
+pub async fn connect_own(database_url: &str) -> Result<Client, String> {
+    let config: tokio_postgres::Config = database_url.parse().map_err(|e| format!("{e}"))?;
+    let (client, connection) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
 }
 
 /// One naive settlement: trade 0 is alice buying from bob, trade 1 the reverse; locks

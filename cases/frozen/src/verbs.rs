@@ -217,6 +217,37 @@ pub const DEADLOCKS: Verbs = Verbs {
     ],
 };
 
+/// F8's lock outside the database and the naive placement under it (`spec_locks.rs`).
+pub const LOCKS: Verbs = Verbs {
+    title: "the frozen balances under a lock outside the database (`cases/frozen/src/spec_locks.rs`)",
+    verbs: &[
+        Verb {
+            name: "locked-place",
+            args: &[
+                ACCOUNT,
+                SIDE_OF,
+                QTY,
+                PRICE,
+                KEY,
+                needs("release", Kind::OneOf(&["before-commit", "after-commit"])),
+                may("lease-ms", INT, "held until let go"),
+                may(
+                    "pause",
+                    Kind::OneOf(&["after-read", "before-commit"]),
+                    "no pause",
+                ),
+                may("count", INT, "one placement, on the session's connection"),
+            ],
+            doc: "takes the account's in-process lock (a lock service's stand-in: a token, an optional lease lost when it runs out), then in one transaction the naive placement: a plain read of `available` and `frozen`, the values it computed written, operation, movement and order recorded; the lock let go before or after COMMIT; with `pause=` stopped there until `resume-place` (shown `<waiting ...>`): `outcome=OK read_available=6000.000000 available=995.000000 frozen=5005.000000`; with `count=N` N at once on connections of their own, released by a barrier (`{i}` in `key`): `placements=32 ok=1 insufficient=31` (F8)",
+        },
+        Verb {
+            name: "resume-place",
+            args: &[KEY],
+            doc: "lets the `locked-place` paused under `key` go on: `resumed=1` (`resumed=0`: none paused)",
+        },
+    ],
+};
+
 /// The faults of the shared vocabulary F's files use (its `kill-worker` kills a
 /// [`WORKERS`] child).
 pub const FAULTS: Verbs = Verbs {
@@ -359,7 +390,7 @@ pub const SPOT: Verbs = Verbs {
 };
 
 /// Every set family F composes, in the order the reference lists them.
-pub const ALL: [&Verbs; 8] = [
+pub const ALL: [&Verbs; 9] = [
     &EVENTS,
     &WITHDRAWALS,
     &NAIVE,
@@ -367,5 +398,6 @@ pub const ALL: [&Verbs; 8] = [
     &NETWORK,
     &SPOT,
     &DEADLOCKS,
+    &LOCKS,
     &FAULTS,
 ];
