@@ -313,7 +313,8 @@ pub fn check_findings(ctx: &mut Ctx, findings: &frozen_balances::Findings) -> bo
 
 /// How a negative control runs: with the fault forced (what `./run.sh` does), or under
 /// a plan where the fault cannot happen, so that its `negative control exposes` check
-/// must FAIL (what `cases/frozen/tests/frozen_controls.rs` shows).
+/// must FAIL (what `cases/innodb/tests/innodb_controls.rs` shows for I4; F's controls
+/// are spec files run with their fault taken out, `cases/frozen/tests/frozen_controls.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Plan {
     /// The window is forced open (barrier, hook point or injected failure).

@@ -30,8 +30,10 @@ use futures_util::{FutureExt, TryFutureExt};
 use tokio_postgres::Client;
 
 use super::spec_events::{self, Answer, Args, Done, EventEngine, Line, Request};
+use super::spec_locks::Locks;
 use super::spec_naive;
 use super::spec_network::Network;
+use super::spec_settle::Deadlocks;
 use super::spec_spot::{self, Spot};
 use super::spec_workers::{self, Workers};
 use super::verbs;
@@ -181,6 +183,8 @@ fn needs_the_case(call: &Call) -> bool {
         &verbs::FAULTS,
         &verbs::NETWORK,
         &verbs::SPOT,
+        &verbs::DEADLOCKS,
+        &verbs::LOCKS,
     ]
     .iter()
     .any(|set| set.has(&call.op))
@@ -207,6 +211,10 @@ impl Calls for FrozenCalls {
         // A worker's own connection; an executor's; a service's pool.
         match call.op.as_str() {
             "worker" | "executor" => 1,
+            // The two settlements of a pair.
+            "naive-settle" => 2,
+            // Each of `count=` placements.
+            "locked-place" => call.arg("count").and_then(|n| n.parse().ok()).unwrap_or(0),
             "spot-service" => spec_spot::POOL_SIZE as u32,
             _ => 0,
         }
@@ -217,6 +225,8 @@ impl Calls for FrozenCalls {
         let log = ctx.log_file("net-standin").ok()?;
         let store = log.with_file_name(format!("{}-net-standin.sqlite", ctx.case_id()));
         Some(Arc::new(CaseCalls {
+            deadlocks: Deadlocks::new(url.clone()),
+            locks: Locks::new(url.clone()),
             workers: Workers::new(url.clone()),
             network: Network::new(url.clone(), log, store),
             spot: Spot::new(url, ctx.log_file("ledger-svc").ok()?),
@@ -235,6 +245,9 @@ impl Calls for FrozenCalls {
                     "{} needs the case's database (Calls::for_case)",
                     call.op
                 ));
+            }
+            if call.arg("meet").is_some() {
+                return Err(format!("{} meet= needs a `race call:`", call.op));
             }
             let args = Args(call);
             match call.op.as_str() {
@@ -262,11 +275,15 @@ impl Calls for FrozenCalls {
     }
 }
 
-/// The operations as one case runs them: [`FrozenCalls`], the case's crash-workers
+/// The operations as one case runs them: [`FrozenCalls`], F8's lock outside the database
+/// (`locked-place`, `resume-place`; [`super::spec_locks`]), F9's deadlocks
+/// (`naive-settle`, `fill … meet=`, `fill-attempts`; [`super::spec_settle`]), the case's crash-workers
 /// (`worker`, `kill-worker`; [`spec_workers`]), whose backends count with the sessions,
 /// its external network (`network`, `executor`, …; [`spec_network`]) and its
 /// `ledger-svc` (`spot-service`, `post-place`, …; [`spec_spot`]).
 struct CaseCalls {
+    deadlocks: Deadlocks,
+    locks: Locks,
     workers: Workers,
     network: Network,
     spot: Spot,
@@ -296,13 +313,42 @@ impl Calls for CaseCalls {
             self.network.run(client, call).boxed()
         } else if verbs::SPOT.has(op) {
             self.spot.run(client, call).boxed()
+        } else if verbs::DEADLOCKS.has(op) {
+            self.deadlocks.run(call).boxed()
+        } else if verbs::LOCKS.has(op) {
+            self.locks.run(client, call).boxed()
         } else {
             FrozenCalls.run(client, call)
         }
     }
 
+    /// A `fill … meet=registered` racer meets the others at that hook point
+    /// ([`Deadlocks::fill_meeting`]); any other racer runs as a step does.
+    fn run_racing<'a>(
+        &'a self,
+        client: &'a mut Client,
+        call: &'a Call,
+        barrier: &'a tokio::sync::Barrier,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        if call.op != "fill" || call.arg("meet").is_none() {
+            return self.run(client, call);
+        }
+        async move {
+            self.check(call)?;
+            self.deadlocks.fill_meeting(client, call, barrier).await
+        }
+        .boxed()
+    }
+
     fn backends(&self) -> Vec<i32> {
         self.workers.backends()
+    }
+
+    /// An `executor` or `naive-withdraw` whose broadcast's answer the network holds
+    /// ([`Network::waiting`]), or a `locked-place` paused until `resume-place`
+    /// ([`Locks::waiting`]): waits neither PostgreSQL nor the runner sees.
+    fn waiting<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, bool> {
+        async move { self.locks.waiting(call) || self.network.waiting(call).await }.boxed()
     }
 
     fn connections(&self, call: &Call) -> u32 {

@@ -10,7 +10,7 @@
 //!   `refusing the next N broadcast(s)`; `network-drop [count=N]` has it store the next N
 //!   and close the connection without an answer (a lost answer):
 //!   `dropping the answers to the next N broadcast(s)`;
-//! - `executor command=run [retry-under-new-id=yes]` or `executor command=scan-deposits
+//! - `executor command=run [retry-under-new-id=yes] [answer-timeout-ms=N]` or `executor command=scan-deposits
 //!   confirmations=N` runs `withdrawal-executor` on the case's database and network to
 //!   its end (at most `network::EXECUTOR_RUN_LIMIT_MS`): `exited with status 0 | LINE |
 //!   …`, its stdout lines in order; another end is an error with its stderr;
@@ -18,6 +18,15 @@
 //! - `executor command=run stop=HOOK` (`after-unknown`, …) returns once the executor says
 //!   it is paused there: `paused: PAUSED_IN_TX point=… …`; `kill-executor` sends it a
 //!   real SIGKILL: `signal=9 shell_status=137`;
+//! - `network-hold [count=N]` has it store the next N broadcasts and hold their answers
+//!   until `network-release` (at most `MAX_DELAY_MS`, a hang bound only), which prints
+//!   `released=N`, the answers held at that moment; an `executor` or `naive-withdraw`
+//!   in flight whose answer is held is reported waiting ([`Network::waiting`]), a wait
+//!   neither PostgreSQL nor the runner can see;
+//! - `naive-withdraw account=A asset=X amount=D to=ADDR key=W` (F15's control) freezes in
+//!   a transaction on the session's connection (`application_name` `naive-withdraw`),
+//!   broadcasts W with the transaction open, then rolls back: `answer=accepted new=true
+//!   rolled_back=true`;
 //! - `network-log` prints the network's own records: `transfers=N | #1 id=… to=…
 //!   0.50000000 BTC status=CONFIRMED broadcasts_received=1 | query #1 id=… answered=… |
 //!   deposit tx=… …`, and keeps the transfers and queries in the case's database, as
@@ -26,9 +35,14 @@
 //!   file's expectations can query what went out.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use case_kit::spec::Call;
-use external_net::wire::{Action, ControlRequest, DepositState, QueryRecord, TransferRecord};
+use external_net::client::{Answer, NetClient};
+use external_net::wire::{
+    Action, Broadcast, ControlRequest, DepositState, MAX_DELAY_MS, QueryRecord, TransferRecord,
+};
 use frozen_balances::Asset;
 use frozen_balances::amount::{format_units, parse_amount};
 use launch::worker::CrashWorker;
@@ -44,6 +58,8 @@ pub struct Network {
     store: PathBuf,
     standin: tokio::sync::Mutex<Option<StandIn>>,
     paused: tokio::sync::Mutex<Option<CrashWorker>>,
+    /// Steps in flight that wait for a broadcast's answer ([`Network::waiting`]).
+    in_flight: AtomicUsize,
 }
 
 fn text(e: anyhow::Error) -> String {
@@ -59,6 +75,7 @@ impl Network {
             store,
             standin: tokio::sync::Mutex::new(None),
             paused: tokio::sync::Mutex::new(None),
+            in_flight: AtomicUsize::new(0),
         }
     }
 
@@ -93,8 +110,8 @@ impl Network {
                 end.shell_status()
             ));
         }
-        let mut standin = self.standin.lock().await;
         if call.op == "network" {
+            let mut standin = self.standin.lock().await;
             for suffix in ["", "-wal", "-shm"] {
                 let _ = std::fs::remove_file(format!("{}{suffix}", self.store.display()));
             }
@@ -102,46 +119,74 @@ impl Network {
             *standin = Some(started.map_err(text)?);
             return Ok("ready".into());
         }
+        // The client only, not the stand-in's lock: a step in flight (an executor whose
+        // answer is held) must not keep the next step from reaching the network.
+        let net = self.client().await?;
+        match call.op.as_str() {
+            "network-deposit" => report_deposit(&net, call).await,
+            "network-refuse" | "network-drop" | "network-hold" => fault(&net, call).await,
+            "network-release" => {
+                let holding = net.control_state().await.map_err(text)?.holding;
+                net.release_held().await.map_err(text)?;
+                Ok(format!("released={holding}"))
+            }
+            "executor" => {
+                let _counted = InFlight::count(&self.in_flight, call);
+                self.executor(&net, call).await
+            }
+            "naive-withdraw" => {
+                let _counted = InFlight::count(&self.in_flight, call);
+                naive_withdraw(&net, client, call).await
+            }
+            _ => log(&net, client).await.map_err(text),
+        }
+    }
+
+    /// The running stand-in's client.
+    ///
+    /// Errors: no `network` step yet.
+    async fn client(&self) -> Result<NetClient, String> {
+        let standin = self.standin.lock().await;
         let net = standin
             .as_ref()
             .ok_or("no network yet (a `network` step first)")?;
-        match call.op.as_str() {
-            "network-deposit" => report_deposit(net, call).await,
-            "network-refuse" | "network-drop" => {
-                let count: u32 = call
-                    .arg("count")
-                    .unwrap_or("1")
-                    .parse()
-                    .map_err(|_| "count=N")?;
-                let (action, shown) = match call.op.as_str() {
-                    "network-refuse" => (Action::Refuse, "refusing the next"),
-                    _ => (Action::Drop, "dropping the answers to the next"),
-                };
-                let fault = ControlRequest {
-                    action,
-                    delay_ms: 0,
-                    count,
-                };
-                net.net().control(&fault).await.map_err(text)?;
-                Ok(format!("{shown} {count} broadcast(s)"))
-            }
-            "executor" => self.executor(net, call).await,
-            _ => log(net, client).await.map_err(text),
+        Ok(net.net().clone())
+    }
+
+    /// Whether a step running `call` waits for the network: an `executor` or
+    /// `naive-withdraw` in flight, every one of which is accounted for by an answer the
+    /// stand-in holds now (`GET /control`, `holding`). So a step is reported waiting
+    /// only once its broadcast is seen held, not while it is still on its way. Any other
+    /// call: no.
+    pub async fn waiting(&self, call: &Call) -> bool {
+        if !waits_for_answers(call) {
+            return false;
+        }
+        let in_flight = self.in_flight.load(Ordering::SeqCst) as u32;
+        let Ok(net) = self.client().await else {
+            return false;
+        };
+        match net.control_state().await {
+            Ok(state) => in_flight > 0 && state.holding >= in_flight,
+            Err(_) => false,
         }
     }
 
     /// `withdrawal-executor <command>` to its end.
-    async fn executor(&self, net: &StandIn, call: &Call) -> Result<String, String> {
+    async fn executor(&self, net: &NetClient, call: &Call) -> Result<String, String> {
         let command = call.arg("command").unwrap_or_default();
         let mut args = vec![
             command.to_string(),
             "--database-url".into(),
             self.database_url.clone(),
             "--network-url".into(),
-            net.url().to_owned(),
+            net.base().to_owned(),
         ];
         if call.arg("retry-under-new-id") == Some("yes") {
             args.push("--retry-under-new-id".into());
+        }
+        if let Some(ms) = call.arg("answer-timeout-ms") {
+            args.extend(["--answer-timeout-ms".to_string(), ms.to_string()]);
         }
         if let Some(stop) = call.arg("stop") {
             args.extend(["--stop-at".to_string(), stop.to_string()]);
@@ -172,8 +217,122 @@ impl Network {
     }
 }
 
+/// Whether `call` is a step that waits for a broadcast's answer while in flight: an
+/// `executor` run to its end, or a `naive-withdraw`.
+fn waits_for_answers(call: &Call) -> bool {
+    match call.op.as_str() {
+        "executor" => call.arg("stop").is_none(),
+        "naive-withdraw" => true,
+        _ => false,
+    }
+}
+
+/// One step counted in [`Network::waiting`]'s in-flight steps while it lives.
+struct InFlight<'a>(Option<&'a AtomicUsize>);
+
+impl<'a> InFlight<'a> {
+    /// Counts `call` in `counter` if it waits for answers ([`waits_for_answers`]).
+    fn count(counter: &'a AtomicUsize, call: &Call) -> InFlight<'a> {
+        if !waits_for_answers(call) {
+            return InFlight(None);
+        }
+        counter.fetch_add(1, Ordering::SeqCst);
+        InFlight(Some(counter))
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(counter) = self.0 {
+            counter.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// `network-refuse`, `network-drop` and `network-hold` (see the module documentation).
+async fn fault(net: &NetClient, call: &Call) -> Result<String, String> {
+    let count: u32 = call
+        .arg("count")
+        .unwrap_or("1")
+        .parse()
+        .map_err(|_| "count=N")?;
+    let (action, delay_ms, shown) = match call.op.as_str() {
+        "network-refuse" => (Action::Refuse, 0, "refusing the next"),
+        "network-drop" => (Action::Drop, 0, "dropping the answers to the next"),
+        _ => (
+            Action::Delay,
+            MAX_DELAY_MS,
+            "holding the answers to the next",
+        ),
+    };
+    let fault = ControlRequest {
+        action,
+        delay_ms,
+        count,
+    };
+    net.control(&fault).await.map_err(text)?;
+    let until = if action == Action::Delay {
+        " until released"
+    } else {
+        ""
+    };
+    Ok(format!("{shown} {count} broadcast(s){until}"))
+}
+
+/// The naive withdrawal's freeze: the product's conditional update, inside a
+/// transaction that then calls the network before it ends.
+const NAIVE_FREEZE_SQL: &str = "\
+UPDATE balance SET available = available - $4, frozen = frozen + $4, version = version + 1
+WHERE tenant_id = $1 AND account_id = $2 AND asset = $3 AND available >= $4";
+
+/// How long `naive-withdraw` waits for the network's answer, milliseconds: longer than
+/// any hold ([`MAX_DELAY_MS`]), so a held answer is received, never timed out.
+pub const NAIVE_ANSWER_TIMEOUT_MS: u64 = MAX_DELAY_MS + 10_000;
+
+/// `naive-withdraw` (see the module documentation): the freeze, the broadcast with the
+/// transaction open, then a rollback.
+async fn naive_withdraw(net: &NetClient, client: &Client, call: &Call) -> Result<String, String> {
+    let arg = |name: &str| call.arg(name).unwrap_or_default();
+    let asset: Asset = arg("asset").parse().map_err(|e| format!("{e}"))?;
+    let amount = parse_amount("amount", asset, arg("amount")).map_err(|e| e.to_string())?;
+    let tenant = call.arg("tenant").unwrap_or("default");
+    client
+        .batch_execute("BEGIN; SET LOCAL application_name = 'naive-withdraw'")
+        .await
+        .map_err(|e| e.to_string())?;
+    let frozen = client
+        .execute(
+            NAIVE_FREEZE_SQL,
+            &[&tenant, &arg("account"), &asset.as_str(), &amount],
+        )
+        .await;
+    let answer = match frozen {
+        Ok(_) => {
+            let broadcast = Broadcast {
+                id: arg("key").into(),
+                destination: arg("to").into(),
+                asset: asset.as_str().into(),
+                amount,
+            };
+            let limit = Duration::from_millis(NAIVE_ANSWER_TIMEOUT_MS);
+            Ok(net.broadcast(&broadcast, limit).await)
+        }
+        Err(error) => Err(error.to_string()),
+    };
+    client
+        .batch_execute("ROLLBACK")
+        .await
+        .map_err(|e| e.to_string())?;
+    let shown = match answer? {
+        Answer::Accepted { new } => format!("answer=accepted new={new}"),
+        Answer::Refused => "answer=refused".into(),
+        Answer::Lost(why) => format!("answer=lost ({why})"),
+    };
+    Ok(format!("{shown} rolled_back=true"))
+}
+
 /// `network-deposit` (see the module documentation).
-async fn report_deposit(net: &StandIn, call: &Call) -> Result<String, String> {
+async fn report_deposit(net: &NetClient, call: &Call) -> Result<String, String> {
     let arg = |name: &str| call.arg(name).unwrap_or_default();
     let asset: Asset = arg("asset").parse().map_err(|e| format!("{e}"))?;
     let deposit = DepositState {
@@ -187,15 +346,15 @@ async fn report_deposit(net: &StandIn, call: &Call) -> Result<String, String> {
             .map_err(|_| "confirmations=N")?,
         dropped: call.arg("dropped") == Some("yes"),
     };
-    net.net().set_deposit(&deposit).await.map_err(text)?;
+    net.set_deposit(&deposit).await.map_err(text)?;
     Ok("reported".into())
 }
 
 /// The network's own records, in order: transfers, status queries, deposits; the
 /// transfers and queries also written to the case's database through `client`.
-async fn log(net: &StandIn, client: &Client) -> anyhow::Result<String> {
-    let transfers = net.net().transfers().await?;
-    let queries = net.net().queries().await?;
+async fn log(net: &NetClient, client: &Client) -> anyhow::Result<String> {
+    let transfers = net.transfers().await?;
+    let queries = net.queries().await?;
     keep(client, &transfers, &queries).await?;
     let mut parts = vec![format!("transfers={}", transfers.len())];
     for t in &transfers {
@@ -215,7 +374,7 @@ async fn log(net: &StandIn, client: &Client) -> anyhow::Result<String> {
             q.seq, q.id, q.status
         ));
     }
-    for d in net.net().deposits().await? {
+    for d in net.deposits().await? {
         parts.push(format!(
             "deposit tx={} to={} {} units {} confirmations={} dropped={}",
             d.tx_id, d.account_id, d.amount, d.asset, d.confirmations, d.dropped

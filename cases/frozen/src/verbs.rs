@@ -53,6 +53,12 @@ const FAIL_AT: Arg = may(
     WORD,
     "not aborted (PostgreSQL, family F: the placement aborted at that hook point, `ERROR event aborted by hook at balances-updated`, F6)",
 );
+/// F's meeting of racing fills at a hook point (F9).
+const MEET: Arg = may(
+    "meet",
+    Kind::OneOf(&["registered"]),
+    "no meeting (PostgreSQL, family F, in a `race call:` only: each fill's first attempt waits at that hook point until every racer's fill is there, a retry passes, and its attempts are counted for `fill-attempts`, F9)",
+);
 /// `naive-place`'s failure between its balance update and its records.
 const FAIL_AFTER_UPDATE: Arg = may(
     "fail",
@@ -61,7 +67,7 @@ const FAIL_AFTER_UPDATE: Arg = may(
 );
 
 /// The arguments of [`EVENTS`] that only PostgreSQL's events take (family F).
-pub const POSTGRES_ONLY: [&str; 1] = ["fail-at"];
+pub const POSTGRES_ONLY: [&str; 2] = ["fail-at", "meet"];
 /// The arguments of [`EVENTS`] that only InnoDB's events take (family I).
 pub const INNODB_ONLY: [&str; 2] = ["fail", "hold"];
 
@@ -113,6 +119,7 @@ pub const EVENTS: Verbs = Verbs {
                 KEY,
                 MARKET,
                 TENANT,
+                MEET,
                 FAIL,
                 HOLD,
             ],
@@ -185,6 +192,62 @@ pub const WORKERS: Verbs = Verbs {
     }],
 };
 
+/// F9's deadlocks: naive settlements and the product's bounded retry (`spec_settle.rs`).
+pub const DEADLOCKS: Verbs = Verbs {
+    title: "the frozen balances' deadlocks (`cases/frozen/src/spec_settle.rs`)",
+    verbs: &[
+        Verb {
+            name: "naive-settle",
+            args: &[
+                needs("order", Kind::OneOf(&["request", "sorted"])),
+                may("pairs", INT, "1"),
+                may(
+                    "at-once",
+                    Kind::OneOf(&["yes"]),
+                    "one settlement of a pair after the other (no deadlock can form)",
+                ),
+            ],
+            doc: "pairs of opposite settlements (alice buys from bob, bob from alice) on two connections of its own, each locking both USDT rows (buyer's first in request order, account order when sorted; `deadlock_timeout` 10 ms) and bumping their `version`; with `at-once=yes` a pair meets at a barrier, between the two locks in request order (a certain cycle), before them when sorted: `pairs=4 deadlocks_n=4 committed_n=4 settled=8 deadlocked=yes` (request order, the detector's split redacted), `pairs=4 deadlocks=0 committed=8 settled=8 deadlocked=no` (sorted)",
+        },
+        Verb {
+            name: "fill-attempts",
+            args: &[],
+            doc: "the attempts of the case's fills that met in a race (`fill … meet=`): `fills=8 retries_n=0 within_bound=true max_attempts=5` (retries redacted; within the library's `MAX_DEADLOCK_ATTEMPTS`)",
+        },
+    ],
+};
+
+/// F8's lock outside the database and the naive placement under it (`spec_locks.rs`).
+pub const LOCKS: Verbs = Verbs {
+    title: "the frozen balances under a lock outside the database (`cases/frozen/src/spec_locks.rs`)",
+    verbs: &[
+        Verb {
+            name: "locked-place",
+            args: &[
+                ACCOUNT,
+                SIDE_OF,
+                QTY,
+                PRICE,
+                KEY,
+                needs("release", Kind::OneOf(&["before-commit", "after-commit"])),
+                may("lease-ms", INT, "held until let go"),
+                may(
+                    "pause",
+                    Kind::OneOf(&["after-read", "before-commit"]),
+                    "no pause",
+                ),
+                may("count", INT, "one placement, on the session's connection"),
+            ],
+            doc: "takes the account's in-process lock (a lock service's stand-in: a token, an optional lease lost when it runs out), then in one transaction the naive placement: a plain read of `available` and `frozen`, the values it computed written, operation, movement and order recorded; the lock let go before or after COMMIT; with `pause=` stopped there until `resume-place` (shown `<waiting ...>`): `outcome=OK read_available=6000.000000 available=995.000000 frozen=5005.000000`; with `count=N` N at once on connections of their own, released by a barrier (`{i}` in `key`): `placements=32 ok=1 insufficient=31` (F8)",
+        },
+        Verb {
+            name: "resume-place",
+            args: &[KEY],
+            doc: "lets the `locked-place` paused under `key` go on: `resumed=1` (`resumed=0`: none paused)",
+        },
+    ],
+};
+
 /// The faults of the shared vocabulary F's files use (its `kill-worker` kills a
 /// [`WORKERS`] child).
 pub const FAULTS: Verbs = Verbs {
@@ -192,7 +255,7 @@ pub const FAULTS: Verbs = Verbs {
     verbs: &[verbs::KILL_WORKER],
 };
 
-/// The external network of F13–F16 (`spec_network.rs`).
+/// The external network of F13–F16 (`spec_network.rs`), F15's naive withdrawal with it.
 pub const NETWORK: Verbs = Verbs {
     title: "the external network (`net-standin`, `withdrawal-executor`)",
     verbs: &[
@@ -225,6 +288,21 @@ pub const NETWORK: Verbs = Verbs {
             doc: "the next N broadcasts stored and their answers lost: `dropping the answers to the next N broadcast(s)`",
         },
         Verb {
+            name: "network-hold",
+            args: &[may("count", INT, "1")],
+            doc: "the answers to the next N broadcasts stored and held until `network-release` (at most the stand-in's `MAX_DELAY_MS`, a hang bound only): `holding the answers to the next N broadcast(s) until released`; a step waiting for a held answer shows `<waiting ...>` (F15)",
+        },
+        Verb {
+            name: "network-release",
+            args: &[],
+            doc: "ends every answer held now: `released=N`, the answers held at that moment (`GET /control`)",
+        },
+        Verb {
+            name: "naive-withdraw",
+            args: &[ACCOUNT, ASSET_OF, AMOUNT, needs("to", WORD), KEY, TENANT],
+            doc: "F15's naive design on the session's connection: the conditional freeze in a transaction (its backend's `application_name` is `naive-withdraw` meanwhile), the broadcast under `key` with the transaction open, then a rollback: `answer=accepted new=true rolled_back=true`",
+        },
+        Verb {
             name: "executor",
             args: &[
                 needs("command", Kind::OneOf(&["run", "scan-deposits"])),
@@ -234,13 +312,14 @@ pub const NETWORK: Verbs = Verbs {
                     "the executor's own (`scan-deposits` needs it)",
                 ),
                 may("stop", WORD, "run to its end"),
+                may("answer-timeout-ms", INT, "the executor's own (5000)"),
                 may(
                     "retry-under-new-id",
                     Kind::OneOf(&["yes"]),
                     "the product's executor (with `yes`: the naive one F14's control refutes)",
                 ),
             ],
-            doc: "`withdrawal-executor` on the case's database and network, run to its end: `exited with status 0 | LINE | …` (its stdout lines); with `stop=HOOK` returned once paused there (`paused: PAUSED_IN_TX point=after-unknown …`)",
+            doc: "`withdrawal-executor` on the case's database and network, run to its end: `exited with status 0 | LINE | …` (its stdout lines); with `stop=HOOK` returned once paused there (`paused: PAUSED_IN_TX point=after-unknown …`); in flight while the network holds its broadcast's answer, it shows `<waiting ...>` (F15)",
         },
         Verb {
             name: "kill-executor",
@@ -311,12 +390,14 @@ pub const SPOT: Verbs = Verbs {
 };
 
 /// Every set family F composes, in the order the reference lists them.
-pub const ALL: [&Verbs; 7] = [
+pub const ALL: [&Verbs; 9] = [
     &EVENTS,
     &WITHDRAWALS,
     &NAIVE,
     &WORKERS,
     &NETWORK,
     &SPOT,
+    &DEADLOCKS,
+    &LOCKS,
     &FAULTS,
 ];

@@ -5,8 +5,10 @@
 //! - F14's naive executor (retry under a new id; F14 is a spec file, run with its
 //!   `network-drop` before carol's broadcast taken out) with the network answering
 //!   normally: no answer is lost, so it never retries, and only one transfer goes out.
-//! - F15's call inside the freezing transaction with the network answering at once and
-//!   the placement started only after the naive transaction ended: it cannot be blocked.
+//! - F15's call inside the freezing transaction (F15 is a spec file, run with its
+//!   `network-hold` before the naive withdrawal taken out): the network answers at once,
+//!   the naive transaction has ended before the placement is sent, so it cannot be
+//!   blocked.
 //!
 //! One scratch PostgreSQL 16 cluster with the F template, one database per run, a fresh
 //! `net-standin` per run; the binaries are the debug ones (`cargo build --bins`).
@@ -16,9 +18,7 @@ use std::sync::Arc;
 
 use case_kit::spec;
 use case_kit::{Ctx, Env};
-use cases_frozen::fixtures::Plan;
-use cases_frozen::network::StandIn;
-use cases_frozen::{self as frozen, f15_no_external_call_under_a_lock as f15, spec_calls};
+use cases_frozen::{self as frozen, spec_calls};
 
 /// Seed of this test's environment (the controls use no random input).
 const SEED: u64 = 13;
@@ -42,16 +42,34 @@ fn all_passed(ctx: &Ctx) -> bool {
 const F14: &str = "f14_lost_answer_and_a_crash.spec";
 const F14_ANOMALY: &str = "a retry under a new id sends a second transfer for one withdrawal";
 
-/// Runs the spec text `text` as F14 in a fresh database `database` (the case's own
+/// F15's file and the anomaly its control exposes.
+const F15: &str = "f15_no_external_call_under_a_lock.spec";
+const F15_ANOMALY: &str =
+    "a call inside the freezing transaction makes a placement on the same row wait for the network";
+
+/// Runs the spec text `text` as `case_id` in a fresh database `database` (the case's own
 /// operations: its network and executors, ended with the case).
-async fn run_spec_text(env: &Arc<Env>, database: &str, text: &str) -> Ctx {
-    let mut ctx = fresh_ctx(env, "F14", database).await;
-    let parsed = spec::parse(text).expect("F14 parses");
+async fn run_spec_text(env: &Arc<Env>, case_id: &'static str, database: &str, text: &str) -> Ctx {
+    let mut ctx = fresh_ctx(env, case_id, database).await;
+    let parsed = spec::parse(text).unwrap_or_else(|e| panic!("{case_id} parses: {e}"));
     spec::run(&mut ctx, database, &parsed, spec_calls::engine())
         .await
-        .expect("F14 runs");
-    eprint!("F14 ({database}):\n{}", ctx.transcript());
+        .unwrap_or_else(|e| panic!("{case_id} runs: {e:#}"));
+    eprint!("{case_id} ({database}):\n{}", ctx.transcript());
     ctx
+}
+
+/// The file `file` as written, and with `edits` (each `(from, to)`, replaced once).
+fn file_and_edited(file: &str, edits: &[(&str, &str)]) -> (String, String) {
+    let text = std::fs::read_to_string(Path::new(spec_calls::SPEC_DIR).join(file))
+        .unwrap_or_else(|e| panic!("{file}: {e}"));
+    let mut edited = text.clone();
+    for (from, to) in edits {
+        let next = edited.replacen(from, to, 1);
+        assert_ne!(next, edited, "{file} no longer holds {from:?}");
+        edited = next;
+    }
+    (text, edited)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,45 +80,50 @@ async fn withdrawal_controls_fail_without_the_fault_and_pass_with_it() {
 
     // F14 (a file) without the lost answer of carol's broadcast: one transfer, so the
     // control must FAIL; as written, every check holds.
-    let text =
-        std::fs::read_to_string(Path::new(spec_calls::SPEC_DIR).join(F14)).expect("read F14");
-    let no_drop = text.replacen("  call carol_drop: network-drop count=1\n", "", 1);
-    assert_ne!(no_drop, text, "F14 drops the answer to carol's broadcast");
-    let ctx = run_spec_text(&env, "f14_no_drop", &no_drop).await;
+    let (text, no_drop) =
+        file_and_edited(F14, &[("  call carol_drop: network-drop count=1\n", "")]);
+    let ctx = run_spec_text(&env, "F14", "f14_no_drop", &no_drop).await;
     assert!(
         !exposes_passed(&ctx, F14_ANOMALY),
         "the F14 control claims two transfers although no answer was lost:\n{}",
         ctx.transcript()
     );
-    let ctx = run_spec_text(&env, "f14_drop", &text).await;
+    let ctx = run_spec_text(&env, "F14", "f14_drop", &text).await;
     assert!(all_passed(&ctx), "F14 failed:\n{}", ctx.transcript());
     assert!(exposes_passed(&ctx, F14_ANOMALY));
 
-    // F15 without a hold, the placement after the naive transaction: the control must FAIL.
-    let mut ctx = fresh_ctx(&env, "F15", "f15_no_hold").await;
-    let net = StandIn::start(&ctx).await.expect("stand-in");
-    f15::run_control(&mut ctx, &net, Plan::Harmless)
-        .await
-        .expect("F15 control runs");
-    eprint!("F15 control, no hold:\n{}", ctx.transcript());
+    // F15 (a file) without the hold of the naive withdrawal's answer: it ends before the
+    // placement is sent, so the control must FAIL (and the release that follows finds
+    // nothing held); as written, every check holds.
+    let (text, no_hold) = file_and_edited(
+        F15,
+        &[
+            ("  call hold_naive: network-hold\n", ""),
+            (" hold_naive naive ", " naive "),
+        ],
+    );
+    let ctx = run_spec_text(&env, "F15", "f15_no_hold", &no_hold).await;
     assert!(
-        !exposes_passed(&ctx, f15::ANOMALY),
+        !exposes_passed(&ctx, F15_ANOMALY),
         "the F15 control claims a blocked placement although the naive transaction had ended:\n{}",
         ctx.transcript()
     );
-    drop(net);
-
-    // F15 with the hold: every check holds.
-    let mut ctx = fresh_ctx(&env, "F15", "f15_hold").await;
-    let net = StandIn::start(&ctx).await.expect("stand-in");
-    f15::run_control(&mut ctx, &net, Plan::Forced)
-        .await
-        .expect("F15 control runs");
-    eprint!("F15 control, hold:\n{}", ctx.transcript());
-    assert!(
-        all_passed(&ctx),
-        "F15 control failed:\n{}",
+    // Nothing was held, so the release finds nothing to release: that check fails too.
+    let failed: Vec<&str> = ctx
+        .failed_checks()
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        failed,
+        [
+            "step release_naive shows released=1",
+            &format!("negative control exposes: {F15_ANOMALY}")
+        ],
+        "F15 without the hold fails more than its control:\n{}",
         ctx.transcript()
     );
-    assert!(exposes_passed(&ctx, f15::ANOMALY));
+    let ctx = run_spec_text(&env, "F15", "f15_hold", &text).await;
+    assert!(all_passed(&ctx), "F15 failed:\n{}", ctx.transcript());
+    assert!(exposes_passed(&ctx, F15_ANOMALY));
 }
