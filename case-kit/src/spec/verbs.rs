@@ -195,9 +195,33 @@ pub const ARM_FAULT: Verb = Verb {
         needs("action", Kind::Word),
         may("count", Kind::Integer, "once"),
         may("hold_ms", Kind::Integer, "held until released"),
+        may(
+            "event",
+            Kind::OneOf(&["FILL", "CANCEL", "PLACE", "DEPOSIT"]),
+            "every request passing POINT (a spot point only: the service refuses it at a ledger point)",
+        ),
     ],
-    doc: "`PUT /faults/POINT` (needs `fault-injection=yes`): `armed at POINT`",
+    doc: "`PUT /faults/POINT` (needs `fault-injection=yes`): `armed at POINT`; with `event=` it fires for that kind of spot event only (F3)",
 };
+
+/// The body of the `PUT /faults/POINT` an [`ARM_FAULT`] call sends: its `action`, and
+/// `count` and `hold_ms` (integers) and `event` (a spot event's kind) when given; the
+/// service checks them (`ledger-svc`'s `FaultSpec::validate`).
+///
+/// Errors: `count=` or `hold_ms=` is not an integer.
+pub fn fault_body(call: &super::model::Call) -> Result<serde_json::Value, String> {
+    let mut fault = serde_json::json!({ "action": call.arg("action").unwrap_or_default() });
+    for name in ["count", "hold_ms"] {
+        if let Some(value) = call.arg(name) {
+            let value: u64 = value.parse().map_err(|_| format!("{name}=N"))?;
+            fault[name] = value.into();
+        }
+    }
+    if let Some(event) = call.arg("event") {
+        fault["event"] = event.into();
+    }
+    Ok(fault)
+}
 
 /// `power-cut`: the worker killed and the forgetful disk's unsynced writes dropped.
 pub const POWER_CUT: Verb = Verb {

@@ -17,6 +17,7 @@ pub mod spec_calls;
 pub mod spec_events;
 pub mod spec_naive;
 pub mod spec_network;
+pub mod spec_races;
 pub mod spec_spot;
 pub mod spec_workers;
 pub mod spot;
@@ -24,8 +25,6 @@ pub mod verbs;
 
 // One line per case, in id order.
 case_kit::register_cases! {
-    f03_cancel_races_a_fill,
-    f04_one_business_id_sixteen_at_once,
     pub f08_lock_released_before_commit,
     pub f09_deadlocks_between_opposite_trades,
     pub f15_no_external_call_under_a_lock,

@@ -11,8 +11,9 @@
 //! on the session's connection ([`EventEngine`] for a `tokio_postgres::Client`), and
 //! so are the withdrawals (`withdraw`, `settle`) and the naive designs
 //! ([`super::spec_naive`]). Crash-workers ([`super::spec_workers`]), the external
-//! network ([`super::spec_network`]) and the spot routes ([`super::spec_spot`]) run in
-//! the modules they name. An error prints as its SQLSTATE and the server's message, or
+//! network ([`super::spec_network`]), the spot routes ([`super::spec_spot`]) and events
+//! held at a hook point, their `release` and the free rounds ([`super::spec_races`]) run
+//! in the modules they name. An error prints as its SQLSTATE and the server's message, or
 //! the library's error text (`invalid request: …`, `business id reused for a different
 //! payload …`).
 
@@ -32,6 +33,7 @@ use tokio_postgres::Client;
 use super::spec_events::{self, Answer, Args, Done, EventEngine, Line, Request};
 use super::spec_naive;
 use super::spec_network::Network;
+use super::spec_races::Races;
 use super::spec_spot::{self, Spot};
 use super::spec_workers::{self, Workers};
 use super::verbs;
@@ -174,16 +176,23 @@ async fn naive_place(client: &mut Client, args: &Args<'_>) -> Result<String, Str
 }
 
 /// Whether `call` is one a case's own calls run ([`CaseCalls`]): a worker's, the
-/// network's or the spot routes'.
+/// network's, the spot routes', or a race's ([`is_a_race`]).
 fn needs_the_case(call: &Call) -> bool {
-    [
-        &verbs::WORKERS,
-        &verbs::FAULTS,
-        &verbs::NETWORK,
-        &verbs::SPOT,
-    ]
-    .iter()
-    .any(|set| set.has(&call.op))
+    is_a_race(call)
+        || [
+            &verbs::WORKERS,
+            &verbs::FAULTS,
+            &verbs::NETWORK,
+            &verbs::SPOT,
+        ]
+        .iter()
+        .any(|set| set.has(&call.op))
+}
+
+/// Whether `call` is one [`super::spec_races`] runs: an event with `hold=`, `release`,
+/// or the free rounds.
+fn is_a_race(call: &Call) -> bool {
+    call.arg("hold").is_some() || call.op == "release" || verbs::RACES.has(&call.op)
 }
 
 impl Calls for FrozenCalls {
@@ -196,18 +205,25 @@ impl Calls for FrozenCalls {
     fn check(&self, call: &Call) -> Result<(), String> {
         spec::verbs::check(&self.verbs(), &call.op, &call.args)?;
         verbs::refuse_the_others(call, &verbs::INNODB_ONLY, "PostgreSQL")?;
-        match (call.arg("fail-at"), call.arg("stop")) {
-            (Some(point), _) if call.op == "place" => spec_workers::hook_point(point),
-            (_, Some(point)) if call.op == "worker" => spec_workers::hook_point(point),
+        if call.arg("fail-at").is_some() && call.arg("hold").is_some() {
+            return Err("fail-at= and hold= together: an event is either aborted or held".into());
+        }
+        match (call.arg("fail-at"), call.arg("stop"), call.arg("hold")) {
+            (Some(point), _, _) if call.op == "place" => spec_workers::hook_point(point),
+            (_, Some(point), _) if call.op == "worker" => spec_workers::hook_point(point),
+            (_, _, Some(point)) => spec_workers::hook_point(point),
             _ => Ok(()),
         }
     }
 
     fn connections(&self, call: &Call) -> u32 {
-        // A worker's own connection; an executor's; a service's pool.
+        // A worker's own connection; an executor's; a held event's; the free rounds'
+        // fill and cancel; a service's pool and the monitor that sees its lock waits.
         match call.op.as_str() {
+            _ if call.arg("hold").is_some() => 1,
             "worker" | "executor" => 1,
-            "spot-service" => spec_spot::POOL_SIZE as u32,
+            "fill-cancel-rounds" => 2,
+            "spot-service" => Spot::pool(call).unwrap_or(spec_spot::POOL_SIZE) as u32 + 1,
             _ => 0,
         }
     }
@@ -218,6 +234,7 @@ impl Calls for FrozenCalls {
         let store = log.with_file_name(format!("{}-net-standin.sqlite", ctx.case_id()));
         Some(Arc::new(CaseCalls {
             workers: Workers::new(url.clone()),
+            races: Races::new(url.clone()),
             network: Network::new(url.clone(), log, store),
             spot: Spot::new(url, ctx.log_file("ledger-svc").ok()?),
         }))
@@ -263,11 +280,14 @@ impl Calls for FrozenCalls {
 }
 
 /// The operations as one case runs them: [`FrozenCalls`], the case's crash-workers
-/// (`worker`, `kill-worker`; [`spec_workers`]), whose backends count with the sessions,
+/// (`worker`, `kill-worker`; [`spec_workers`]) and held events (`hold=`, `release`,
+/// `fill-cancel-rounds`; [`super::spec_races`]), whose backends count with the sessions,
 /// its external network (`network`, `executor`, …; [`spec_network`]) and its
-/// `ledger-svc` (`spot-service`, `post-place`, …; [`spec_spot`]).
+/// `ledger-svc` (`spot-service`, `post-place`, …; [`spec_spot`]), whose requests in
+/// flight may count as waiting ([`Spot::waiting`]).
 struct CaseCalls {
     workers: Workers,
+    races: Races,
     network: Network,
     spot: Spot,
 }
@@ -290,7 +310,9 @@ impl Calls for CaseCalls {
         if let Err(error) = self.check(call) {
             return async move { Err(error) }.boxed();
         }
-        if verbs::WORKERS.has(op) || verbs::FAULTS.has(op) {
+        if is_a_race(call) {
+            self.races.run(client, call).boxed()
+        } else if verbs::WORKERS.has(op) || verbs::FAULTS.has(op) {
             self.workers.run(client, call).boxed()
         } else if verbs::NETWORK.has(op) {
             self.network.run(client, call).boxed()
@@ -302,15 +324,22 @@ impl Calls for CaseCalls {
     }
 
     fn backends(&self) -> Vec<i32> {
-        self.workers.backends()
+        let mut backends = self.workers.backends();
+        backends.extend(self.races.backends());
+        backends
     }
 
     fn connections(&self, call: &Call) -> u32 {
         FrozenCalls.connections(call)
     }
 
+    fn waiting<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, bool> {
+        self.spot.waiting(call).boxed()
+    }
+
     fn end(&self) {
         self.workers.end();
+        self.races.end();
         self.network.end();
         self.spot.end();
     }
