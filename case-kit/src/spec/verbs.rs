@@ -198,10 +198,10 @@ pub const ARM_FAULT: Verb = Verb {
         may(
             "event",
             Kind::OneOf(&["FILL", "CANCEL", "PLACE", "DEPOSIT"]),
-            "every request passing POINT (a spot point only: the service refuses it at a ledger point)",
+            "every request passing POINT",
         ),
     ],
-    doc: "`PUT /faults/POINT` (needs `fault-injection=yes`): `armed at POINT`; with `event=` it fires for that kind of spot event only (F3)",
+    doc: "`PUT /faults/POINT` (needs `fault-injection=yes`): `armed at POINT`; with `event=KIND` only that kind of spot event fires it (at a spot point only: the service refuses `event=` at a ledger point; F3)",
 };
 
 /// The body of the `PUT /faults/POINT` an [`ARM_FAULT`] call sends: its `action`, and

@@ -288,7 +288,7 @@ pub const SPOT: Verbs = Verbs {
                 may("give-up-when-held", WORD, "the client waits for the answer"),
                 may("together", INT, "one request"),
             ],
-            doc: "the placement on the public listener, the text sent as typed: `status=201 outcome=OK replayed=false order_id=1 frozen=… fee_reserve=…`, or `status=400 outcome=BAD_REQUEST replayed=false detail=…`; with `give-up-when-held=POINT` a lost response, given up the moment the service holds it there: `gave up: holding=1 fired=1` (F7); with `together=N` N identical requests, each on an HTTP connection of its own, released together by a barrier: `created=16 executed=1 replayed=15 distinct_bodies=1 | ` and the first fresh answer (F4)",
+            doc: "the placement on the public listener, the text sent as typed: `status=201 outcome=OK replayed=false order_id=1 frozen=… fee_reserve=…`, or `status=400 outcome=BAD_REQUEST replayed=false detail=…`; with `give-up-when-held=POINT` a lost response, given up the moment the service holds it there: `gave up: holding=1 fired=1` (F7); with `together=N` N identical requests, each built beforehand and sent from a task of its own, released together by a barrier: `created=16 executed=1 replayed=15 distinct_bodies=1 | ` and the first fresh answer (F4)",
         },
         Verb {
             name: "post-deposit",
