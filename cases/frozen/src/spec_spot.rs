@@ -434,7 +434,7 @@ async fn fault(service: &Service, call: &Call) -> Result<String, String> {
         }
         return Ok(format!("released={released}"));
     }
-    let fault = case_kit::spec::verbs::fault_body(call)?;
+    let fault = case_kit::spec::verbs::fault_body(&call.args)?;
     let armed = service.arm_fault(point, fault).await;
     armed.map_err(|e| format!("{e:#}"))?;
     Ok(format!("armed at {point}"))

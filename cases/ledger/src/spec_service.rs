@@ -306,7 +306,7 @@ impl Services {
                 Ok(shown(&reply))
             }
             "arm-fault" => {
-                let fault = case_kit::spec::verbs::fault_body(call)?;
+                let fault = case_kit::spec::verbs::fault_body(&call.args)?;
                 service.arm_fault(arg("point"), fault).await.map_err(text)?;
                 Ok(format!("armed at {}", arg("point")))
             }
