@@ -36,7 +36,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use case_kit::spec::Call;
@@ -110,23 +110,31 @@ async fn order(client: &Client, name: &str) -> Result<i64, String> {
         .ok_or_else(|| format!("no order placed under business id {name:?}"))
 }
 
-/// The requests the steps sent and have not had answered ([`Spot::waiting`]).
+/// The business ids (`key=`) of the requests the steps sent and have not had answered
+/// ([`Spot::waiting`]).
 #[derive(Debug, Default)]
-struct InFlight(AtomicUsize);
+struct InFlight(Mutex<Vec<String>>);
 
-/// One request counted in [`InFlight`] while it lives.
-struct Sent<'a>(&'a InFlight);
+/// One request listed in [`InFlight`] while it lives.
+struct Sent<'a>(&'a InFlight, String);
 
 impl InFlight {
-    fn count(&self) -> Sent<'_> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Sent(self)
+    fn keys(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn count(&self, key: &str) -> Sent<'_> {
+        self.keys().push(key.to_string());
+        Sent(self, key.to_string())
     }
 }
 
 impl Drop for Sent<'_> {
     fn drop(&mut self) {
-        self.0.0.fetch_sub(1, Ordering::SeqCst);
+        let mut keys = self.0.keys();
+        if let Some(at) = keys.iter().position(|key| key == &self.1) {
+            keys.remove(at);
+        }
     }
 }
 
@@ -171,9 +179,10 @@ impl Spot {
     }
 
     /// Whether a `post-place`, `post-deposit`, `post-fill` or `post-cancel` in flight
-    /// waits: every request the steps have in flight is accounted for by one paused at a
-    /// fault point of the service (`GET /faults`: the points' `holding`) or by a backend
-    /// of the service (`application_name` `ledger-svc`) waiting for a lock
+    /// waits: its request has been sent (its business id is listed in flight), and every
+    /// request the steps have in flight is accounted for by one paused at a fault point
+    /// of the service (`GET /faults`: the points' `holding`) or by a backend of the
+    /// service (`application_name` `ledger-svc`) waiting for a lock
     /// (`pg_blocking_pids`). So a second request is reported waiting only once it is
     /// itself seen waiting, not because the first is held (as the ledger's service steps
     /// do, L23). Any other call: no.
@@ -185,7 +194,14 @@ impl Spot {
         let Some(service) = self.service.lock().await.clone() else {
             return false;
         };
-        let in_flight = self.in_flight.0.load(Ordering::SeqCst) as u64;
+        let in_flight = {
+            let keys = self.in_flight.keys();
+            let sent = keys.iter().any(|key| Some(key.as_str()) == call.arg("key"));
+            if !sent {
+                return false;
+            }
+            keys.len() as u64
+        };
         let held = holding(&service, None).await.unwrap_or(0);
         let waiting = self.service_lock_waits().await.unwrap_or(0);
         in_flight > 0 && held + waiting >= in_flight
@@ -254,7 +270,7 @@ impl Spot {
             "post-place" if call.arg("together").is_some() => together(&service, call).await,
             "arm-fault" | "release-fault" => fault(&service, call).await,
             _ => {
-                let _sent = self.in_flight.count();
+                let _sent = self.in_flight.count(call.arg("key").unwrap_or_default());
                 send(&service, client, call).await
             }
         }
