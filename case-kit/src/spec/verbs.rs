@@ -195,9 +195,38 @@ pub const ARM_FAULT: Verb = Verb {
         needs("action", Kind::Word),
         may("count", Kind::Integer, "once"),
         may("hold_ms", Kind::Integer, "held until released"),
+        may(
+            "event",
+            Kind::OneOf(&["FILL", "CANCEL", "PLACE", "DEPOSIT"]),
+            "every request passing POINT",
+        ),
     ],
-    doc: "`PUT /faults/POINT` (needs `fault-injection=yes`): `armed at POINT`",
+    doc: "`PUT /faults/POINT` (needs `fault-injection=yes`): `armed at POINT`; with `event=KIND` only that kind of spot event fires it (at a spot point only: the service refuses `event=` at a ledger point; F3)",
 };
+
+/// The body of the `PUT /faults/POINT` an [`ARM_FAULT`] call with arguments `args`
+/// sends: its `action`, and `count` and `hold_ms` (integers) and `event` (a spot event's
+/// kind) when given; the service checks them (`ledger-svc`'s `FaultSpec::validate`).
+///
+/// Errors: `count=` or `hold_ms=` is not an integer.
+pub fn fault_body(args: &[(String, String)]) -> Result<serde_json::Value, String> {
+    let arg = |name: &str| {
+        args.iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    };
+    let mut fault = serde_json::json!({ "action": arg("action").unwrap_or_default() });
+    for name in ["count", "hold_ms"] {
+        if let Some(value) = arg(name) {
+            let value: u64 = value.parse().map_err(|_| format!("{name}=N"))?;
+            fault[name] = value.into();
+        }
+    }
+    if let Some(event) = arg("event") {
+        fault["event"] = event.into();
+    }
+    Ok(fault)
+}
 
 /// `power-cut`: the processes on a forgetful disk killed and its unsynced writes
 /// dropped, optionally one relation's last write torn.
@@ -335,6 +364,31 @@ pub fn listing(family: &str, sets: &[&Verbs]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fault_body_carries_the_numbers_and_the_event_given() {
+        let args = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let body = fault_body(&args(&[
+            ("point", "spot-before-commit"),
+            ("action", "pause"),
+            ("count", "1"),
+            ("hold_ms", "10000"),
+            ("event", "FILL"),
+        ]));
+        let expected = serde_json::json!(
+            {"action": "pause", "count": 1, "hold_ms": 10000, "event": "FILL"}
+        );
+        assert_eq!(body, Ok(expected));
+        let plain = fault_body(&args(&[("action", "pause")]));
+        assert_eq!(plain, Ok(serde_json::json!({"action": "pause"})));
+        let bad = fault_body(&args(&[("action", "pause"), ("count", "x")]));
+        assert_eq!(bad, Err("count=N".to_string()));
+    }
 
     const DEBIT: Verb = Verb {
         name: "debit",

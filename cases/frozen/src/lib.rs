@@ -18,6 +18,7 @@ pub mod spec_events;
 pub mod spec_locks;
 pub mod spec_naive;
 pub mod spec_network;
+pub mod spec_races;
 pub mod spec_settle;
 pub mod spec_spot;
 pub mod spec_workers;
@@ -26,8 +27,6 @@ pub mod verbs;
 
 // One line per case, in id order.
 case_kit::register_cases! {
-    f03_cancel_races_a_fill,
-    f04_one_business_id_sixteen_at_once,
     pub f20_borrowed_tenant,
 }
 

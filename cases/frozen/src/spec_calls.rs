@@ -11,8 +11,9 @@
 //! on the session's connection ([`EventEngine`] for a `tokio_postgres::Client`), and
 //! so are the withdrawals (`withdraw`, `settle`) and the naive designs
 //! ([`super::spec_naive`]). Crash-workers ([`super::spec_workers`]), the external
-//! network ([`super::spec_network`]) and the spot routes ([`super::spec_spot`]) run in
-//! the modules they name. An error prints as its SQLSTATE and the server's message, or
+//! network ([`super::spec_network`]), the spot routes ([`super::spec_spot`]) and events
+//! held at a hook point, their `release` and the free rounds ([`super::spec_races`]) run
+//! in the modules they name. An error prints as its SQLSTATE and the server's message, or
 //! the library's error text (`invalid request: …`, `business id reused for a different
 //! payload …`).
 
@@ -33,6 +34,7 @@ use super::spec_events::{self, Answer, Args, Done, EventEngine, Line, Request};
 use super::spec_locks::Locks;
 use super::spec_naive;
 use super::spec_network::Network;
+use super::spec_races::Races;
 use super::spec_settle::Deadlocks;
 use super::spec_spot::{self, Spot};
 use super::spec_workers::{self, Workers};
@@ -176,18 +178,25 @@ async fn naive_place(client: &mut Client, args: &Args<'_>) -> Result<String, Str
 }
 
 /// Whether `call` is one a case's own calls run ([`CaseCalls`]): a worker's, the
-/// network's or the spot routes'.
+/// network's, the spot routes', or a race's ([`is_a_race`]).
 fn needs_the_case(call: &Call) -> bool {
-    [
-        &verbs::WORKERS,
-        &verbs::FAULTS,
-        &verbs::NETWORK,
-        &verbs::SPOT,
-        &verbs::DEADLOCKS,
-        &verbs::LOCKS,
-    ]
-    .iter()
-    .any(|set| set.has(&call.op))
+    is_a_race(call)
+        || [
+            &verbs::WORKERS,
+            &verbs::FAULTS,
+            &verbs::NETWORK,
+            &verbs::SPOT,
+            &verbs::DEADLOCKS,
+            &verbs::LOCKS,
+        ]
+        .iter()
+        .any(|set| set.has(&call.op))
+}
+
+/// Whether `call` is one [`super::spec_races`] runs: an event with `hold=`, `release`,
+/// or the free rounds.
+fn is_a_race(call: &Call) -> bool {
+    call.arg("hold").is_some() || call.op == "release" || verbs::RACES.has(&call.op)
 }
 
 impl Calls for FrozenCalls {
@@ -200,22 +209,29 @@ impl Calls for FrozenCalls {
     fn check(&self, call: &Call) -> Result<(), String> {
         spec::verbs::check(&self.verbs(), &call.op, &call.args)?;
         verbs::refuse_the_others(call, &verbs::INNODB_ONLY, "PostgreSQL")?;
-        match (call.arg("fail-at"), call.arg("stop")) {
-            (Some(point), _) if call.op == "place" => spec_workers::hook_point(point),
-            (_, Some(point)) if call.op == "worker" => spec_workers::hook_point(point),
+        if call.arg("fail-at").is_some() && call.arg("hold").is_some() {
+            return Err("fail-at= and hold= together: an event is either aborted or held".into());
+        }
+        match (call.arg("fail-at"), call.arg("stop"), call.arg("hold")) {
+            (Some(point), _, _) if call.op == "place" => spec_workers::hook_point(point),
+            (_, Some(point), _) if call.op == "worker" => spec_workers::hook_point(point),
+            (_, _, Some(point)) => spec_workers::hook_point(point),
             _ => Ok(()),
         }
     }
 
     fn connections(&self, call: &Call) -> u32 {
-        // A worker's own connection; an executor's; a service's pool.
+        // A worker's own connection; an executor's; a held event's; the free rounds'
+        // fill and cancel; a service's pool and the monitor that sees its lock waits.
         match call.op.as_str() {
+            _ if call.arg("hold").is_some() => 1,
             "worker" | "executor" => 1,
             // The two settlements of a pair.
             "naive-settle" => 2,
             // Each of `count=` placements.
             "locked-place" => call.arg("count").and_then(|n| n.parse().ok()).unwrap_or(0),
-            "spot-service" => spec_spot::POOL_SIZE as u32,
+            "fill-cancel-rounds" => 2,
+            "spot-service" => Spot::pool(call).unwrap_or(spec_spot::POOL_SIZE) as u32 + 1,
             _ => 0,
         }
     }
@@ -228,6 +244,7 @@ impl Calls for FrozenCalls {
             deadlocks: Deadlocks::new(url.clone()),
             locks: Locks::new(url.clone()),
             workers: Workers::new(url.clone()),
+            races: Races::new(url.clone()),
             network: Network::new(url.clone(), log, store),
             spot: Spot::new(url, ctx.log_file("ledger-svc").ok()?),
         }))
@@ -277,14 +294,17 @@ impl Calls for FrozenCalls {
 
 /// The operations as one case runs them: [`FrozenCalls`], F8's lock outside the database
 /// (`locked-place`, `resume-place`; [`super::spec_locks`]), F9's deadlocks
-/// (`naive-settle`, `fill … meet=`, `fill-attempts`; [`super::spec_settle`]), the case's crash-workers
-/// (`worker`, `kill-worker`; [`spec_workers`]), whose backends count with the sessions,
+/// (`naive-settle`, `fill … meet=`, `fill-attempts`; [`super::spec_settle`]), the case's
+/// crash-workers (`worker`, `kill-worker`; [`spec_workers`]) and held events (`hold=`,
+/// `release`, `fill-cancel-rounds`; [`super::spec_races`]), whose backends count with the sessions,
 /// its external network (`network`, `executor`, …; [`spec_network`]) and its
-/// `ledger-svc` (`spot-service`, `post-place`, …; [`spec_spot`]).
+/// `ledger-svc` (`spot-service`, `post-place`, …; [`spec_spot`]), whose requests in
+/// flight may count as waiting ([`Spot::waiting`]).
 struct CaseCalls {
     deadlocks: Deadlocks,
     locks: Locks,
     workers: Workers,
+    races: Races,
     network: Network,
     spot: Spot,
 }
@@ -307,7 +327,9 @@ impl Calls for CaseCalls {
         if let Err(error) = self.check(call) {
             return async move { Err(error) }.boxed();
         }
-        if verbs::WORKERS.has(op) || verbs::FAULTS.has(op) {
+        if is_a_race(call) {
+            self.races.run(client, call).boxed()
+        } else if verbs::WORKERS.has(op) || verbs::FAULTS.has(op) {
             self.workers.run(client, call).boxed()
         } else if verbs::NETWORK.has(op) {
             self.network.run(client, call).boxed()
@@ -341,14 +363,22 @@ impl Calls for CaseCalls {
     }
 
     fn backends(&self) -> Vec<i32> {
-        self.workers.backends()
+        let mut backends = self.workers.backends();
+        backends.extend(self.races.backends());
+        backends
     }
 
     /// An `executor` or `naive-withdraw` whose broadcast's answer the network holds
-    /// ([`Network::waiting`]), or a `locked-place` paused until `resume-place`
-    /// ([`Locks::waiting`]): waits neither PostgreSQL nor the runner sees.
+    /// ([`Network::waiting`]), a `locked-place` paused until `resume-place`
+    /// ([`Locks::waiting`]), or a spot request held at a fault point or behind a lock
+    /// ([`Spot::waiting`]): waits neither PostgreSQL nor the runner sees.
     fn waiting<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, bool> {
-        async move { self.locks.waiting(call) || self.network.waiting(call).await }.boxed()
+        async move {
+            self.locks.waiting(call)
+                || self.network.waiting(call).await
+                || self.spot.waiting(call).await
+        }
+        .boxed()
     }
 
     fn connections(&self, call: &Call) -> u32 {
@@ -357,6 +387,7 @@ impl Calls for CaseCalls {
 
     fn end(&self) {
         self.workers.end();
+        self.races.end();
         self.network.end();
         self.spot.end();
     }

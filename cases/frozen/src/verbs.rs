@@ -3,7 +3,7 @@
 //! they do and print. Both families compose [`EVENTS`], the events themselves, read and
 //! printed by one piece of code over either engine ([`super::spec_events`]); F adds its
 //! own sets ([`ALL`]: withdrawals, the naive designs, crash-workers, the external
-//! network, the spot routes) and I its own (`cases_innodb::verbs`). The operations are in
+//! network, the spot routes, the free rounds) and I its own (`cases_innodb::verbs`). The operations are in
 //! `spec_calls.rs` and the modules it names; `docs/specs.md`'s verb reference is made
 //! from these tables (`cargo test -p harness --test verbs`).
 
@@ -34,11 +34,11 @@ const FAIL: Arg = may(
     WORD,
     "not aborted (InnoDB, family I: the event aborted at that hook point, `FailAt`)",
 );
-/// I's hold at a hook point, on every event.
+/// A hold at a hook point, on every event and either engine.
 const HOLD: Arg = may(
     "hold",
     WORD,
-    "run to its end (InnoDB, family I: started on a connection of its own and returned once paused at that hook point, `held at POINT`; `release` lets it go on)",
+    "run to its end (with a hook point: started on a connection of its own and returned once paused there, `held at POINT`; `release` lets it go on; F3, I3)",
 );
 
 /// `place`'s figure of the product's answer, on either engine.
@@ -69,7 +69,7 @@ const FAIL_AFTER_UPDATE: Arg = may(
 /// The arguments of [`EVENTS`] that only PostgreSQL's events take (family F).
 pub const POSTGRES_ONLY: [&str; 2] = ["fail-at", "meet"];
 /// The arguments of [`EVENTS`] that only InnoDB's events take (family I).
-pub const INNODB_ONLY: [&str; 2] = ["fail", "hold"];
+pub const INNODB_ONLY: [&str; 1] = ["fail"];
 
 /// What a declaration cannot say of an event: that an argument is the other engine's.
 ///
@@ -129,6 +129,11 @@ pub const EVENTS: Verbs = Verbs {
             name: "cancel",
             args: &[ACCOUNT, needs("order", WORD), KEY, TENANT, FAIL, HOLD],
             doc: "`outcome=OK released=3003.000000 status=CANCELLED available=… frozen=…`",
+        },
+        Verb {
+            name: "release",
+            args: &[],
+            doc: "lets the session's held event (`hold=POINT`) go on and prints what it ends with: its answer, or its error (InnoDB: `ERROR MariaDB client: connection lost` when its connection died meanwhile, I8)",
         },
         Verb {
             name: "balance",
@@ -334,18 +339,21 @@ pub const NETWORK: Verbs = Verbs {
     ],
 };
 
-/// `ledger-svc`'s spot routes (`spec_spot.rs`, F7, F11): amounts sent as typed.
+/// `ledger-svc`'s spot routes (`spec_spot.rs`, F3, F4, F7, F11): amounts sent as typed.
 pub const SPOT: Verbs = Verbs {
     title: "the frozen balances' HTTP routes (`ledger-svc`'s spot routes)",
     verbs: &[
         Verb {
             name: "spot-service",
-            args: &[may(
-                "fault-injection",
-                Kind::OneOf(&["yes"]),
-                "no `/faults` routes",
-            )],
-            doc: "starts `ledger-svc` on the case's database with the spot clients and a pool of 2: `ready`; killed when the case ends if no step stopped it",
+            args: &[
+                may(
+                    "fault-injection",
+                    Kind::OneOf(&["yes"]),
+                    "no `/faults` routes",
+                ),
+                may("pool", INT, "2"),
+            ],
+            doc: "starts `ledger-svc` on the case's database with the spot clients and a pool of `pool` connections: `ready`; killed when the case ends if no step stopped it. A request of the steps in flight counts as waiting (`<waiting ...>`) while every one in flight is held at a fault point or has a backend of the service waiting for a lock (F3)",
         },
         Verb {
             name: "post-place",
@@ -355,13 +363,21 @@ pub const SPOT: Verbs = Verbs {
                 needs("qty", WORD),
                 needs("price", WORD),
                 KEY,
+                TENANT,
                 may("give-up-when-held", WORD, "the client waits for the answer"),
+                may("together", INT, "one request"),
             ],
-            doc: "the placement on the public listener, the text sent as typed: `status=201 outcome=OK replayed=false order_id=1 frozen=… fee_reserve=…`, or `status=400 outcome=BAD_REQUEST replayed=false detail=…`; with `give-up-when-held=POINT` a lost response, given up the moment the service holds it there: `gave up: holding=1 fired=1` (F7)",
+            doc: "the placement on the public listener, the text sent as typed: `status=201 outcome=OK replayed=false order_id=1 frozen=… fee_reserve=…`, or `status=400 outcome=BAD_REQUEST replayed=false detail=…`; with `give-up-when-held=POINT` a lost response, given up the moment the service holds it there: `gave up: holding=1 fired=1` (F7); with `together=N` N identical requests, each built beforehand and sent from a task of its own, released together by a barrier: `created=16 executed=1 replayed=15 distinct_bodies=1 | ` and the first fresh answer (F4)",
         },
         Verb {
             name: "post-deposit",
-            args: &[ACCOUNT, needs("asset", WORD), needs("amount", WORD), KEY],
+            args: &[
+                ACCOUNT,
+                needs("asset", WORD),
+                needs("amount", WORD),
+                KEY,
+                TENANT,
+            ],
             doc: "the deposit on the admin listener, printed as `post-place` is",
         },
         Verb {
@@ -375,11 +391,16 @@ pub const SPOT: Verbs = Verbs {
             ],
             doc: "the fill on the admin listener (orders by number or business id), printed as `post-place` is",
         },
+        Verb {
+            name: "post-cancel",
+            args: &[ACCOUNT, needs("order", WORD), KEY],
+            doc: "the cancel on the public listener (the order by number or business id): `status=201 outcome=OK replayed=false order_id=1 released=3003.000000`, or `status=409 outcome=ORDER_CLOSED …` (F3)",
+        },
         verbs::ARM_FAULT,
         Verb {
             name: "release-fault",
             args: &[needs("point", WORD)],
-            doc: "releases what is held at POINT: `released=N`",
+            doc: "releases what is held at POINT, then waits until nothing is held there any more: `released=N`",
         },
         Verb {
             name: "stop-service",
@@ -389,8 +410,19 @@ pub const SPOT: Verbs = Verbs {
     ],
 };
 
+/// A fill and a cancel of one order raced without a hold, many times (`spec_races.rs`,
+/// F3).
+pub const RACES: Verbs = Verbs {
+    title: "the frozen balances' free rounds (`cases/frozen/src/spec_races.rs`)",
+    verbs: &[Verb {
+        name: "fill-cancel-rounds",
+        args: &[needs("rounds", INT), may("from", INT, "0")],
+        doc: "`rounds` rounds numbered from `from`, each on fresh accounts `b3-rNN` (10 000 USDT, BUY 1.0 @ 5000) and `s3-rNN` (1 BTC, SELL 1.0 @ 5000): a fill of 0.4 @ 5000 and a cancel of the BUY sent at once on two connections of their own, nothing held, each round judged fill first (fill OK, 3003 released, buyer 7998 available, nothing frozen) or cancel first (fill ORDER_CLOSED, 5005 released, 10 000 available): `rounds=50 fill_first_n=[n] cancel_first_n=[n] neither=0`, then what the first round that is neither saw (F3)",
+    }],
+};
+
 /// Every set family F composes, in the order the reference lists them.
-pub const ALL: [&Verbs; 9] = [
+pub const ALL: [&Verbs; 10] = [
     &EVENTS,
     &WITHDRAWALS,
     &NAIVE,
@@ -399,5 +431,6 @@ pub const ALL: [&Verbs; 9] = [
     &SPOT,
     &DEADLOCKS,
     &LOCKS,
+    &RACES,
     &FAULTS,
 ];

@@ -86,8 +86,13 @@ fn the_operations_refuse_what_they_cannot_run() {
         Call { op, args }
     };
     let calls = spec_calls::FrozenCalls;
-    let good = "place account=alice side=BUY qty=1.0 price=5000 key=p-1 tenant=default";
-    assert_eq!(calls.check(&call(good)), Ok(()));
+    for good in [
+        "place account=alice side=BUY qty=1.0 price=5000 key=p-1 tenant=default",
+        "cancel account=alice order=p-1 key=c-1 hold=before-commit",
+        "post-place account=alice side=BUY qty=1 price=5000 key=p together=16",
+    ] {
+        assert_eq!(calls.check(&call(good)), Ok(()), "{good}");
+    }
     for (text, expected) in [
         ("freeze account=alice", "unknown verb"),
         (
@@ -99,10 +104,23 @@ fn the_operations_refuse_what_they_cannot_run() {
             "takes no colour=",
         ),
         ("fill buy=a sell=b qty=0.1 price=1", "needs key="),
-        // InnoDB's events take `hold=` and `fail=`; PostgreSQL's do not.
+        // InnoDB's events take `fail=`; PostgreSQL's do not (both take `hold=`).
         (
-            "place account=alice side=BUY qty=1.0 price=5000 key=p-1 hold=balances-updated",
-            "takes no hold= on PostgreSQL",
+            "place account=alice side=BUY qty=1.0 price=5000 key=p-1 fail=balances-updated",
+            "takes no fail= on PostgreSQL",
+        ),
+        (
+            "fill buy=a sell=b qty=0.1 price=1 key=f-1 hold=nowhere",
+            "nowhere",
+        ),
+        (
+            "place account=alice side=BUY qty=1.0 price=5000 key=p-1 fail-at=registered hold=before-commit",
+            "either aborted or held",
+        ),
+        ("fill-cancel-rounds from=2", "needs rounds="),
+        (
+            "arm-fault point=spot-before-commit action=pause event=WITHDRAW",
+            "WITHDRAW",
         ),
         (
             "place account=alice side=BUY qty=1.0 price=5000 key=p-1 fail-at=nowhere",

@@ -1,9 +1,9 @@
 //! Family I's verbs: the frozen balances' events, declared once for both engines
-//! ([`cases_frozen::verbs::EVENTS`], with I's `fail=` and `hold=` and `place`'s
-//! `show=reported`), and what only the InnoDB engine offers ([`INNODB`]): its
-//! connections, a held event's release, the server's SIGKILL, its lock waits and the
-//! naive registration. The operations are in [`super::spec_engine`]; `docs/specs.md`'s
-//! verb reference is made from these tables (`cargo test -p harness --test verbs`).
+//! ([`cases_frozen::verbs::EVENTS`], with I's `fail=`, `hold=` and its `release`, and
+//! `place`'s `show=reported`), and what only the InnoDB engine offers ([`INNODB`]): its
+//! connections, the server's SIGKILL, its lock waits and the naive registration. The
+//! operations are in [`super::spec_engine`]; `docs/specs.md`'s verb reference is made
+//! from these tables (`cargo test -p harness --test verbs`).
 
 use case_kit::spec::verbs::{Kind, Verb, Verbs, may, needs};
 use cases_frozen::verbs::EVENTS;
@@ -16,11 +16,6 @@ pub const INNODB: Verbs = Verbs {
             name: "connect",
             args: &[needs("client", Kind::OneOf(&["product", "default"]))],
             doc: "the session's connection replaced by one with the product's options (`CLIENT_FOUND_ROWS`) or the client's defaults: `connected client=default` (I11; after `kill-server`, I8)",
-        },
-        Verb {
-            name: "release",
-            args: &[],
-            doc: "lets the session's held event (`hold=POINT`) go on and prints what it ends with: its answer, or its error (`ERROR MariaDB client: connection lost` when its connection died meanwhile)",
         },
         Verb {
             name: "kill-server",

@@ -306,13 +306,7 @@ impl Services {
                 Ok(shown(&reply))
             }
             "arm-fault" => {
-                let mut fault = serde_json::json!({ "action": arg("action") });
-                for name in ["count", "hold_ms"] {
-                    if let Some(value) = call.arg(name) {
-                        let value: u64 = value.parse().map_err(|_| format!("{name}=N"))?;
-                        fault[name] = value.into();
-                    }
-                }
+                let fault = case_kit::spec::verbs::fault_body(&call.args)?;
                 service.arm_fault(arg("point"), fault).await.map_err(text)?;
                 Ok(format!("armed at {}", arg("point")))
             }
