@@ -14,6 +14,11 @@
 //! cut           SIGKILL ledger-svc, postmaster and backends; drop unsynced; restart
 //! checks        acknowledged present; unknown retried once; reconcile; amcheck
 //! ```
+//!
+//! Rust, not a file: after the cut every unknown debit is retried with its key through a
+//! new service and each one's end is checked one by one against what its client saw, and
+//! the cut figures go to the run record; the cluster verbs (P2–P4) run the load and the
+//! cut, but no verb retries a load's unknown keys yet.
 
 use futures_util::FutureExt;
 

@@ -21,6 +21,11 @@
 //! executor  REQUESTED → BROADCAST id=w-801 again (same id) → settle
 //! checks    one transfer in the network's log; consumed once; reconcile
 //! ```
+//!
+//! Rust, not a file: the withdrawal executor runs on the case's own cluster on the
+//! forgetful disk, is stopped at a hook point, and is cut with the cluster while the
+//! network stand-in keeps running; no verb of the cluster engine starts the executor or
+//! the stand-in.
 
 use futures_util::FutureExt;
 

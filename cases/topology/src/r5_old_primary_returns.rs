@@ -13,6 +13,10 @@
 //! Fails if: the restarted old primary does not take a debit (shown in a test: returned
 //! as a standby, it cannot), or under the rule the two nodes' ledgers differ or the
 //! returned node accepts a write.
+//!
+//! Rust, not a file: the old primary is rebuilt as a standby of the new timeline (or
+//! restarted as it was) and the service's writes are split between the two nodes; no
+//! verb of the pair's engine rebuilds a node as another's standby.
 
 use futures_util::FutureExt;
 use points_ledger::{Outcome, debit_in, grant_in};
