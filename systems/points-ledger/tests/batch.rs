@@ -369,3 +369,83 @@ async fn counts(db: &TestDb) -> (i64, i64, i64) {
         .unwrap();
     (row.get(0), row.get(1), row.get(2))
 }
+
+/// Calls `ledger_transfer_batch` directly with debits of 1 point, one per `(key, from)`
+/// (client `app`), in one transaction that is rolled back; returns the SQLSTATE of its
+/// error, or `None` when it answered.
+async fn raw_batch_error(db: &mut TestDb, requests: &[(&str, &str)]) -> Option<String> {
+    let n = requests.len();
+    let text = |value: &str| vec![value.to_owned(); n];
+    let keys: Vec<String> = requests.iter().map(|(key, _)| (*key).to_owned()).collect();
+    let froms: Vec<String> = requests
+        .iter()
+        .map(|(_, from)| (*from).to_owned())
+        .collect();
+    let hashes: Vec<String> = keys.iter().map(|key| format!("h-{key}")).collect();
+    let order_ids: Vec<Option<String>> = vec![None; n];
+    let tx = db.client.transaction().await.unwrap();
+    let result = tx
+        .query(
+            points_ledger::batch::BATCH_CALL_SQL,
+            &[
+                &text("app"),
+                &keys,
+                &hashes,
+                &text("DEBIT"),
+                &froms,
+                &text("sys-redeem"),
+                &vec![1_i64; n],
+                &order_ids,
+                &3_i32,
+            ],
+        )
+        .await;
+    tx.rollback().await.ok();
+    result.err().map(|error| {
+        error
+            .code()
+            .map(|code| code.code().to_owned())
+            .unwrap_or_default()
+    })
+}
+
+/// A call that names a key twice is refused with `LD004`
+/// ([`points_ledger::batch::SQLSTATE_DUPLICATE_KEY_IN_BATCH`]) and records nothing,
+/// whether both are new (the registration's INSERT inserts one of them: the check is
+/// skipped only when it inserts every request), the key is already stored, or another
+/// request of the call is refused by a freeze; distinct keys are answered.
+#[tokio::test]
+async fn a_key_named_twice_in_one_call_is_refused() {
+    let mut db = TestDb::new("b_twice").await;
+    for request in before() {
+        transfer_in(TransferMode::Batch, &mut db.client, &request, &NoHooks)
+            .await
+            .unwrap();
+    }
+    let refused = Some(points_ledger::batch::SQLSTATE_DUPLICATE_KEY_IN_BATCH.to_owned());
+    let one = "acct-0001";
+    assert_eq!(
+        raw_batch_error(&mut db, &[("k-a", one), ("k-b", one)]).await,
+        None
+    );
+    let twice = [("k-a", one), ("k-b", one), ("k-a", one)];
+    assert_eq!(raw_batch_error(&mut db, &twice).await, refused);
+    let stored = [("k-used", "acct-0003"), ("k-used", "acct-0003")];
+    assert_eq!(raw_batch_error(&mut db, &stored).await, refused);
+    db.client
+        .batch_execute("INSERT INTO account_freeze (account_id, repair_id) VALUES ('acct-0003', 1)")
+        .await
+        .unwrap();
+    let beside_a_frozen = [("k-c", one), ("k-d", "acct-0003"), ("k-c", one)];
+    assert_eq!(raw_batch_error(&mut db, &beside_a_frozen).await, refused);
+    let distinct_beside_a_frozen = [("k-c", one), ("k-d", "acct-0003")];
+    assert_eq!(
+        raw_batch_error(&mut db, &distinct_beside_a_frozen).await,
+        None
+    );
+    assert_eq!(
+        counts(&db).await.0,
+        3,
+        "only the three transactions of before()"
+    );
+}
