@@ -102,8 +102,12 @@ fn run_chromium(binary: &str, page: &Path, extra: &[String]) -> String {
 }
 
 fn tempfile_dir(name: &str) -> PathBuf {
+    // The tests of this file run on threads of one process, each Chromium with a profile
+    // of its own: two sharing one folder meet at its `SingletonLock` and the second exits.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!(
-        "ledger-harness-browser-{name}-{}",
+        "ledger-harness-browser-{name}-{}-{n}",
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&dir);

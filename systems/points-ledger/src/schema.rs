@@ -454,10 +454,14 @@ BEGIN
         END IF;
     END LOOP;
     -- A batch names each (client_id, idem_key) once: the caller's contract. Any
-    -- registration above is undone with the transaction the error aborts.
-    IF NOT v_distinct AND (SELECT count(*) FROM (SELECT DISTINCT u.c, u.k
-                           FROM unnest(p_client_ids, p_idem_keys) u(c, k)) d) <> v_n THEN
-        RAISE EXCEPTION 'a batch names each (client_id, idem_key) once' USING ERRCODE = 'LD004';
+    -- registration above is undone with the transaction the error aborts. (Two IFs: a
+    -- condition with a subquery goes through the executor even when `v_distinct` would
+    -- decide it, a plain variable does not.)
+    IF NOT v_distinct THEN
+        IF (SELECT count(*) FROM (SELECT DISTINCT u.c, u.k
+                                  FROM unnest(p_client_ids, p_idem_keys) u(c, k)) d) <> v_n THEN
+            RAISE EXCEPTION 'a batch names each (client_id, idem_key) once' USING ERRCODE = 'LD004';
+        END IF;
     END IF;
     IF cardinality(v_reg) = 0 THEN
         RETURN QUERY SELECT g::integer, v_status[g], v_account[g], v_hash[g], v_outcome[g], v_txn[g], v_balance[g]
