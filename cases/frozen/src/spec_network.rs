@@ -102,13 +102,7 @@ impl Network {
                 .take()
                 .ok_or("no paused executor")?;
             let end = worker.kill().await.map_err(text)?;
-            let signal = end
-                .signal()
-                .map_or_else(|| "none".into(), |s| s.to_string());
-            return Ok(format!(
-                "signal={signal} shell_status={}",
-                end.shell_status()
-            ));
+            return Ok(end.words());
         }
         if call.op == "network" {
             let mut standin = self.standin.lock().await;

@@ -43,31 +43,24 @@ use points_ledger::{TransferMode, debit_in, grant_in};
 use scratch_pg::{Cluster, Replication};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
-use case_kit::spec::verbs::Verbs;
-use case_kit::spec::{self, Call, EngineSession, Reconciled, SpecEngine};
-use case_kit::{Case, Ctx};
+use case_kit::Ctx;
+use case_kit::spec::{self, Call, EngineSession, Reconciled, SessionFuture, SpecEngine};
 use cases_ledger::spec_workers::DEFAULT_CLIENT;
 
 use crate::pair::{self, LEDGER_DATABASE};
 use crate::spec_groups::{Groups, Reach};
 
-/// Where the family's case files are.
-pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
 /// What every file's `system:` says: the ledger on a primary and its standby.
 pub const SYSTEM: &str = "ledger_pair";
 /// Longest wait for the standby to report its replay paused, milliseconds (a hang
 /// bound only).
 const PAUSE_WAIT_MS: u64 = 30_000;
 
-/// The family's case files, read now (no registration, no rebuild).
-pub fn cases() -> Vec<Case> {
-    spec::cases_in(
-        "R",
-        Path::new(SPEC_DIR),
-        "cases/topology/specs",
-        Arc::new(PairEngine::default()),
-    )
-}
+case_kit::spec_files!(
+    "R",
+    "cases/topology/specs",
+    [Arc::new(PairEngine::default())]
+);
 
 /// A primary and its standby per case.
 #[derive(Default)]
@@ -141,13 +134,7 @@ impl NodesState {
 }
 
 impl SpecEngine for PairEngine {
-    fn system(&self) -> &str {
-        SYSTEM
-    }
-
-    fn verbs(&self) -> Vec<&'static Verbs> {
-        crate::verbs::ALL.to_vec()
-    }
+    case_kit::spec_declares!(SYSTEM, crate::verbs::ALL);
 
     fn describe(&self, ctx: &mut Ctx) {
         // A pair left by an earlier run of the case (one that ended before its
@@ -158,11 +145,7 @@ impl SpecEngine for PairEngine {
             .remove(ctx.case_id());
     }
 
-    fn connect<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-        opening: spec::Opening,
-    ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>> {
+    fn connect<'a>(&'a self, ctx: &'a Ctx, opening: spec::Opening) -> SessionFuture<'a> {
         let permutation = opening.permutation;
         async move {
             anyhow::ensure!(
@@ -200,10 +183,7 @@ impl SpecEngine for PairEngine {
         .boxed()
     }
 
-    fn expectations<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-    ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>> {
+    fn expectations<'a>(&'a self, ctx: &'a Ctx) -> SessionFuture<'a> {
         async move {
             // The last connection: it holds the pair alone, which stops when it ends.
             let pair = self
