@@ -49,6 +49,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use case_kit::Ctx;
+use case_kit::spec::verbs::{Arg, Kind, may};
 use points_ledger::TransferMode;
 
 /// Environment variable naming the `ledger-svc` binary to run.
@@ -249,6 +250,14 @@ impl Reply {
     }
 }
 
+/// The `fault-injection=yes` argument of a verb that starts the service: with it the
+/// service serves its `/faults` routes ([`ServiceOptions::fault_injection`]).
+pub const FAULT_INJECTION: Arg = may(
+    "fault-injection",
+    Kind::OneOf(&["yes"]),
+    "no `/faults` routes",
+);
+
 /// A fault's state as reported by `GET /faults` on the admin listener.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct FaultState {
@@ -293,9 +302,7 @@ impl ServiceSlot {
     /// Lets go of the service when the case ends or is cancelled: it is killed once no
     /// step task holds it any more (the handle's drop).
     pub fn end(&self) {
-        if let Ok(mut slot) = self.0.try_lock() {
-            slot.take();
-        }
+        case_kit::drop_if_free(&self.0);
     }
 }
 

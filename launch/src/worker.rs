@@ -456,9 +456,7 @@ impl PausedWorkers {
     /// ends or is cancelled; a worker another task is still launching is left to that
     /// task's own drop.
     pub fn end(&self) {
-        if let Ok(mut paused) = self.paused.try_lock() {
-            paused.clear();
-        }
+        case_kit::drop_if_free(&self.paused);
     }
 
     /// The backends of the workers launched so far.

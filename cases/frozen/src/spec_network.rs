@@ -81,12 +81,8 @@ impl Network {
 
     /// Kills the stand-in now (its handle's drop), when the case ends or is cancelled.
     pub fn end(&self) {
-        if let Ok(mut paused) = self.paused.try_lock() {
-            paused.take();
-        }
-        if let Ok(mut standin) = self.standin.try_lock() {
-            standin.take();
-        }
+        case_kit::drop_if_free(&self.paused);
+        case_kit::drop_if_free(&self.standin);
     }
 
     /// Runs a network operation (see the module documentation).

@@ -84,9 +84,7 @@ impl Races {
 
     /// Drops every held event now (its connection closes, its transaction rolls back).
     pub fn end(&self) {
-        if let Ok(mut held) = self.held.try_lock() {
-            held.clear();
-        }
+        case_kit::drop_if_free(&self.held);
     }
 
     /// Runs `release`, `fill-cancel-rounds` or an event with `hold=` on the session

@@ -335,10 +335,7 @@ async fn run_to_end(worker: &mut CrashWorker) -> Result<String, String> {
 
 impl EngineSession for FileSession {
     fn sql<'a>(&'a mut self, sql: &'a str) -> BoxFuture<'a, Vec<String>> {
-        let outcome = match self.store() {
-            Ok(store) => run_sql(store.connection(), sql),
-            Err(error) => vec![format!("ERROR (cannot open): {error}")],
-        };
+        let outcome = sql_step(self.store().map(Store::connection), sql, "cannot open");
         async move { outcome }.boxed()
     }
 
@@ -379,6 +376,16 @@ impl EngineSession for FileSession {
     fn reconcile(&mut self) -> BoxFuture<'_, Reconciled> {
         let outcome = self.store().and_then(|store| summary(store.connection()));
         async move { outcome }.boxed()
+    }
+}
+
+/// A session's SQL step on its SQLite connection (`opened`): [`run_sql`], or when the
+/// connection cannot be had, one line saying so (`ERROR (cannot open): why`, `failed`
+/// naming what could not be done).
+pub fn sql_step(opened: Result<&Connection, String>, sql: &str, failed: &str) -> Vec<String> {
+    match opened {
+        Ok(connection) => run_sql(connection, sql),
+        Err(error) => vec![format!("ERROR ({failed}): {error}")],
     }
 }
 

@@ -20,16 +20,15 @@
 //! SQL steps and the expectations run on a plain connection to the backing file (no
 //! pragma that writes), opened when first used, refused while the disk is mounted.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
-use case_kit::Ctx;
 use case_kit::spec::{self, Call, EngineSession, Reconciled, SessionFuture, SpecEngine};
+use case_kit::{Ctx, PerCase};
 use launch::power::PowerDisk;
 use launch::worker::CrashWorker;
 
@@ -55,7 +54,7 @@ case_kit::spec_files!(
 #[derive(Default)]
 pub struct PowerSqliteEngine {
     /// Each running case's work folder (`Ctx::work_dir`, made empty when it starts).
-    work: Mutex<HashMap<String, PathBuf>>,
+    work: PerCase<PathBuf>,
 }
 
 impl SpecEngine for PowerSqliteEngine {
@@ -72,19 +71,13 @@ impl SpecEngine for PowerSqliteEngine {
         let version = inventory_store::sqlite_version();
         ctx.record("sqlite_version", serde_json::Value::from(version));
         if let Ok(work) = ctx.work_dir() {
-            let mut folders = self.work.lock().expect("not poisoned");
-            folders.insert(ctx.case_id().to_string(), work);
+            self.work.insert(ctx, work);
         }
     }
 
     fn connect<'a>(&'a self, ctx: &'a Ctx, opening: spec::Opening) -> SessionFuture<'a> {
         let permutation = opening.permutation;
-        let work = self
-            .work
-            .lock()
-            .expect("not poisoned")
-            .get(ctx.case_id())
-            .cloned();
+        let work = self.work.get(ctx);
         async move {
             let work = work.ok_or_else(|| anyhow::anyhow!("the case has no work folder"))?;
             anyhow::ensure!(
@@ -231,10 +224,7 @@ fn summary(connection: &inventory_store::rusqlite::Connection) -> Reconciled {
 
 impl EngineSession for DiskSession {
     fn sql<'a>(&'a mut self, sql: &'a str) -> BoxFuture<'a, Vec<String>> {
-        let outcome = match self.plain() {
-            Ok(connection) => cases_inventory::spec_engine::run_sql(connection, sql),
-            Err(error) => vec![format!("ERROR (cannot run): {error}")],
-        };
+        let outcome = cases_inventory::spec_engine::sql_step(self.plain(), sql, "cannot run");
         async move { outcome }.boxed()
     }
 

@@ -28,10 +28,9 @@
 //! | `new-pair replication=synchronous\|asynchronous` | the pair, its services, groups and book ended, a new pair started, the session on its primary: `synchronous standby streaming` |
 //! | `pair-service`, `send-group`, `syncrep-waits`, `answers`, `committed`, `wait-held`, `sigkill-service`, `retry`, `book`, `grant-group`, `arm-fault` | the clients on the pair ([`crate::spec_groups`], `crate::verbs::GROUPS`) |
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -43,8 +42,8 @@ use points_ledger::{TransferMode, debit_in, grant_in};
 use scratch_pg::{Cluster, Replication};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
-use case_kit::Ctx;
 use case_kit::spec::{self, Call, EngineSession, Reconciled, SessionFuture, SpecEngine};
+use case_kit::{Ctx, PerCase};
 use cases_ledger::spec_workers::DEFAULT_CLIENT;
 
 use crate::pair::{self, LEDGER_DATABASE};
@@ -66,7 +65,7 @@ case_kit::spec_files!(
 #[derive(Default)]
 pub struct PairEngine {
     /// Each running case's pair, from its first connection to its expectations.
-    pairs: Mutex<HashMap<String, Arc<Nodes>>>,
+    pairs: PerCase<Arc<Nodes>>,
 }
 
 /// The case's two nodes. A killed node stays here (stopped) until it starts again or the
@@ -139,10 +138,7 @@ impl SpecEngine for PairEngine {
     fn describe(&self, ctx: &mut Ctx) {
         // A pair left by an earlier run of the case (one that ended before its
         // expectations) stops now.
-        self.pairs
-            .lock()
-            .expect("not poisoned")
-            .remove(ctx.case_id());
+        self.pairs.remove(ctx);
     }
 
     fn connect<'a>(&'a self, ctx: &'a Ctx, opening: spec::Opening) -> SessionFuture<'a> {
@@ -152,12 +148,7 @@ impl SpecEngine for PairEngine {
                 permutation == 1,
                 "one permutation only: the pair is the case's"
             );
-            let known = self
-                .pairs
-                .lock()
-                .expect("not poisoned")
-                .get(ctx.case_id())
-                .cloned();
+            let known = self.pairs.get(ctx);
             let pair = match known {
                 Some(pair) => pair,
                 None => {
@@ -172,8 +163,7 @@ impl SpecEngine for PairEngine {
                         groups: tokio::sync::Mutex::default(),
                         place: Place::of(ctx)?,
                     });
-                    let mut pairs = self.pairs.lock().expect("not poisoned");
-                    pairs.insert(ctx.case_id().to_string(), pair.clone());
+                    self.pairs.insert(ctx, pair.clone());
                     pair
                 }
             };
@@ -186,11 +176,7 @@ impl SpecEngine for PairEngine {
     fn expectations<'a>(&'a self, ctx: &'a Ctx) -> SessionFuture<'a> {
         async move {
             // The last connection: it holds the pair alone, which stops when it ends.
-            let pair = self
-                .pairs
-                .lock()
-                .expect("not poisoned")
-                .remove(ctx.case_id());
+            let pair = self.pairs.remove(ctx);
             let pair = pair.ok_or_else(|| anyhow::anyhow!("the case's pair is not running"))?;
             let session = NodeSession::open(pair, cases_ledger::modes::mode(ctx)).await?;
             Ok(Box::new(session) as Box<dyn EngineSession>)
