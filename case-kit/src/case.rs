@@ -11,7 +11,7 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 
 use crate::ctx::Ctx;
-use crate::engine::Engine;
+use crate::engine::{Engine, InstallFn, PgTemplate};
 use crate::options::Choices;
 use crate::schedule::Schedule;
 
@@ -169,6 +169,27 @@ pub struct Family {
 }
 
 impl Family {
+    /// A family on PostgreSQL: every case database is cloned from `template`, made once
+    /// per run by `install`; `cases` is its default run (no extras), `verbs` the verb sets
+    /// its case files may call.
+    pub fn on_postgres(
+        prefix: &'static str,
+        title: &'static str,
+        template: &'static str,
+        install: InstallFn,
+        cases: Vec<Case>,
+        verbs: &[&'static crate::spec::verbs::Verbs],
+    ) -> Family {
+        Family {
+            prefix,
+            title,
+            engine: Engine::Postgres(PgTemplate { template, install }),
+            cases,
+            extras: Vec::new(),
+            verbs: verbs.to_vec(),
+        }
+    }
+
     /// The folder of the family's snapshots under the snapshot root:
     /// `evidence/snapshots/<prefix>/<id>.snap`.
     pub fn snapshot_folder(&self) -> &'static str {

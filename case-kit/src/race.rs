@@ -23,6 +23,16 @@ pub struct Racer {
     pub barrier: Arc<tokio::sync::Barrier>,
 }
 
+/// Empties `slot` now (drops what it holds: a child process's handle kills it, a task's
+/// aborts it) unless a task holds its lock: what a case's `end` does with what its
+/// steps started, called from a guard's drop, where it must not wait for other tasks
+/// (one that holds the lock lets go of its own).
+pub fn drop_if_free<T: Default>(slot: &tokio::sync::Mutex<T>) {
+    if let Ok(mut held) = slot.try_lock() {
+        drop(std::mem::take(&mut *held));
+    }
+}
+
 /// A spawned task that is aborted when this handle is dropped, so a case that fails or is
 /// cancelled midway leaves no task behind (a plain `JoinHandle` detaches on drop).
 /// Awaiting it (also through `&mut`) yields the task's output or its `JoinError`.

@@ -116,12 +116,12 @@ mod runner;
 mod upstream;
 pub mod verbs;
 
-pub use engine::{EngineSession, Opening, Reconciled, ReconciledOthers, SpecEngine};
+pub use engine::{EngineSession, Opening, Reconciled, ReconciledOthers, SessionFuture, SpecEngine};
 pub use layout::{meaningful, same_meaning, table};
 use model::error;
 pub use model::{
-    Action, Blocker, Call, Calls, Entry, Expect, Layout, NoCalls, ParseError, Race, Session, Spec,
-    Step,
+    Action, Blocker, Call, CallFuture, Calls, Entry, Expect, Layout, NoCalls, ParseError, Race,
+    Session, Spec, Step,
 };
 pub use play::{POLL_INTERVAL_MS, STEP_WAIT_MS};
 pub use postgres::PgEngine;

@@ -5,6 +5,8 @@
 //!   the service gets kit-made bearer tokens and [`service::Service`] attaches the right
 //!   one to each request.
 //! - [`worker`]: the `crash-worker`, stopped at a named hook point and killed there.
+//! - [`lock_waits`]: whether the requests steps sent to the service all wait (held at a
+//!   fault point, or its backend waiting for a lock).
 //! - [`lost`]: a lost response forced by events: the client gives up once the service is
 //!   seen holding the committed answer at a fault point.
 //! - [`network`]: the external network's stand-in (`net-standin`) and the
@@ -16,6 +18,7 @@
 //!
 //! The kit (`case-kit`) knows none of these; the case families use them.
 
+pub mod lock_waits;
 pub mod lost;
 pub mod network;
 pub mod power;

@@ -35,6 +35,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -48,6 +49,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use case_kit::Ctx;
+use case_kit::spec::verbs::{Arg, Kind, may};
 use points_ledger::TransferMode;
 
 /// Environment variable naming the `ledger-svc` binary to run.
@@ -248,6 +250,14 @@ impl Reply {
     }
 }
 
+/// The `fault-injection=yes` argument of a verb that starts the service: with it the
+/// service serves its `/faults` routes ([`ServiceOptions::fault_injection`]).
+pub const FAULT_INJECTION: Arg = may(
+    "fault-injection",
+    Kind::OneOf(&["yes"]),
+    "no `/faults` routes",
+);
+
 /// A fault's state as reported by `GET /faults` on the admin listener.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct FaultState {
@@ -259,6 +269,41 @@ pub struct FaultState {
     pub fired: u64,
     /// Transfers inside its hold right now.
     pub holding: u32,
+}
+
+/// The `ledger-svc` a case's steps started: put there by the step that starts it, used
+/// by the steps after it on any session (each takes a clone of the handle, so a request
+/// held at a fault point keeps no other step from it), taken out again by a step that
+/// stops it or, at the latest, dropped when the case ends (the handle's drop kills it).
+#[derive(Default)]
+pub struct ServiceSlot(tokio::sync::Mutex<Option<Arc<Service>>>);
+
+impl ServiceSlot {
+    /// The slot itself, held while the guard lives (a starting step checks and fills it).
+    pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, Option<Arc<Service>>> {
+        self.0.lock().await
+    }
+
+    /// The running service, if a step started one.
+    pub async fn current(&self) -> Option<Arc<Service>> {
+        self.0.lock().await.clone()
+    }
+
+    /// Takes the service out of the slot for `op` (a step that stops or kills it),
+    /// once `held`, the step's own handle, is let go.
+    ///
+    /// Errors: no service running; a request of another step still holds it.
+    pub async fn take(&self, held: Arc<Service>, op: &str) -> Result<Service, String> {
+        drop(held);
+        let taken = self.0.lock().await.take().ok_or("no service running")?;
+        Arc::try_unwrap(taken).map_err(|_| format!("{op}: a request still holds the service"))
+    }
+
+    /// Lets go of the service when the case ends or is cancelled: it is killed once no
+    /// step task holds it any more (the handle's drop).
+    pub fn end(&self) {
+        case_kit::drop_if_free(&self.0);
+    }
 }
 
 /// A running `ledger-svc`.
@@ -589,6 +634,20 @@ impl Service {
             .into_iter()
             .find(|state| state.point == point.to_string())
             .ok_or_else(|| anyhow!("GET /faults does not list {point}"))
+    }
+
+    /// Requests held at fault point `point` now (`GET /faults`: the points' `holding`),
+    /// or at every point for `None`.
+    ///
+    /// Errors: transport errors.
+    pub async fn holding(&self, point: Option<&str>) -> Result<u64, reqwest::Error> {
+        let reply = self.send(self.http.get(self.admin_url("/faults"))).await?;
+        let states = reply.body["faults"].as_array().cloned().unwrap_or_default();
+        Ok(states
+            .iter()
+            .filter(|s| point.is_none_or(|p| s["point"] == p))
+            .filter_map(|s| s["holding"].as_u64())
+            .sum())
     }
 
     /// The state of the fault at `point` once it holds at least one transfer, looking

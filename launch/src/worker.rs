@@ -115,6 +115,15 @@ impl WorkerEnd {
             WorkerEnd::Exited(_) => None,
         }
     }
+
+    /// How it ended as a step prints it: `signal=9 shell_status=137` (`signal=none`
+    /// when it exited on its own).
+    pub fn words(self) -> String {
+        let signal = self
+            .signal()
+            .map_or_else(|| "none".into(), |s| s.to_string());
+        format!("signal={signal} shell_status={}", self.shell_status())
+    }
 }
 
 impl std::fmt::Display for WorkerEnd {
@@ -374,5 +383,87 @@ impl Drop for CrashWorker {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+/// The crash-workers one case keeps paused (last launched, first killed), and the
+/// backends of those it launched, for the case's database: what a family's `worker` and `kill-worker` steps
+/// share. Dropping it kills and reaps every worker it still keeps.
+#[derive(Debug)]
+pub struct PausedWorkers {
+    /// The case's database, for the workers ([`PausedWorkers::database_url`]).
+    database_url: String,
+    /// Each paused worker and its backend (`None`: kept by [`PausedWorkers::keep`]).
+    paused: tokio::sync::Mutex<Vec<(CrashWorker, Option<i32>)>>,
+    backends: std::sync::Mutex<Vec<i32>>,
+}
+
+impl PausedWorkers {
+    /// No worker yet, for the case's database at `database_url`.
+    pub fn new(database_url: String) -> PausedWorkers {
+        PausedWorkers {
+            database_url,
+            paused: tokio::sync::Mutex::default(),
+            backends: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The case's database, which the workers' arguments name.
+    pub fn database_url(&self) -> &str {
+        &self.database_url
+    }
+
+    /// Launches `crash-worker` with `args` ([`CrashWorker::launch`]), waits until it
+    /// says it is paused, and keeps it and its backend (one of the case's sessions from
+    /// then on, [`PausedWorkers::backends`]). Returns its paused line.
+    ///
+    /// Errors: it cannot be launched, does not pause, or names no backend.
+    pub async fn launch<I, S>(&self, args: I) -> anyhow::Result<Paused>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut worker = CrashWorker::launch(args)?;
+        let paused = worker.wait_paused().await?;
+        let backend = paused.backend_pid()?;
+        self.backends
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(backend);
+        self.paused.lock().await.push((worker, Some(backend)));
+        Ok(paused)
+    }
+
+    /// Keeps a worker launched and seen paused elsewhere, for the next
+    /// [`PausedWorkers::kill_last`] and for the case's end; its backend is not counted.
+    pub async fn keep(&self, worker: CrashWorker) {
+        self.paused.lock().await.push((worker, None));
+    }
+
+    /// Sends the last paused worker a real SIGKILL ([`CrashWorker::kill`]): how it
+    /// ended, and its backend when [`PausedWorkers::launch`] started it.
+    ///
+    /// Errors: `no paused worker`; the kill fails.
+    pub async fn kill_last(&self) -> anyhow::Result<(WorkerEnd, Option<i32>)> {
+        let last = self.paused.lock().await.pop();
+        let Some((mut worker, backend)) = last else {
+            anyhow::bail!("no paused worker");
+        };
+        Ok((worker.kill().await?, backend))
+    }
+
+    /// Kills and reaps every paused worker now (their handles' drop), when the case
+    /// ends or is cancelled; a worker another task is still launching is left to that
+    /// task's own drop.
+    pub fn end(&self) {
+        case_kit::drop_if_free(&self.paused);
+    }
+
+    /// The backends of the workers launched so far.
+    pub fn backends(&self) -> Vec<i32> {
+        self.backends
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }

@@ -38,6 +38,34 @@ pub use super::model::Reconciled;
 /// Every other clean database of a family, each with its [`Reconciled`].
 pub type ReconciledOthers = Result<Vec<(String, Reconciled)>, String>;
 
+/// A connection being opened ([`SpecEngine::connect`], [`SpecEngine::expectations`]).
+pub type SessionFuture<'a> = BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>>;
+
+/// The two declarations every family's engine makes, [`SpecEngine::system`] and
+/// [`SpecEngine::verbs`], written once inside its `impl SpecEngine`:
+///
+/// ```ignore
+/// impl SpecEngine for SqliteEngine {
+///     case_kit::spec_declares!(SYSTEM, crate::verbs::ALL);
+///     …
+/// }
+/// ```
+///
+/// `$system` is what every file's `system:` says; `$verbs` the family's verb sets (a
+/// slice of `&'static Verbs`).
+#[macro_export]
+macro_rules! spec_declares {
+    ($system:expr, $verbs:expr) => {
+        fn system(&self) -> &str {
+            $system
+        }
+
+        fn verbs(&self) -> Vec<&'static $crate::spec::verbs::Verbs> {
+            $verbs.to_vec()
+        }
+    };
+}
+
 /// What a connection is opened for: the permutation whose database it is on, the
 /// layout its rows print in, and, for a spec session, its index and the permutation's
 /// notice log.
@@ -198,21 +226,14 @@ pub trait SpecEngine: Send + Sync {
     /// Opens a connection as `opening` says.
     ///
     /// Errors: the database cannot be opened.
-    fn connect<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-        opening: Opening,
-    ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>>;
+    fn connect<'a>(&'a self, ctx: &'a Ctx, opening: Opening) -> SessionFuture<'a>;
 
     /// The connection the expectations run on. Default: one to the case's own
     /// database; an engine may let it see more (the SQLite engine attaches the case's
     /// other files).
     ///
     /// Errors: as [`SpecEngine::connect`].
-    fn expectations<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-    ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>> {
+    fn expectations<'a>(&'a self, ctx: &'a Ctx) -> SessionFuture<'a> {
         self.connect(ctx, Opening::plain(1, Layout::Ours))
     }
 

@@ -8,6 +8,7 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use tokio_postgres::Client;
 
+use crate::Racer;
 use crate::ctx::Ctx;
 
 /// A library operation as a step: an operation name and its `key=value` arguments.
@@ -153,6 +154,10 @@ pub struct Race {
 /// or why it could not run.
 pub type Reconciled = Result<(bool, String), String>;
 
+/// An operation's answer to come ([`Calls::run`]): the outcome as printed, or an error
+/// as printed after `ERROR `.
+pub type CallFuture<'a> = BoxFuture<'a, Result<String, String>>;
+
 /// One expectation of a spec: what must hold once its steps have run (read and checked
 /// by the `expect` module, which documents each key).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -294,23 +299,15 @@ pub trait Calls: Send + Sync {
 
     /// Runs `call` on `client`. `Ok` is the outcome as printed (`outcome=OK balance=20`);
     /// `Err` an error as printed after `ERROR ` (its SQLSTATE first when it has one).
-    fn run<'a>(
-        &'a self,
-        client: &'a mut Client,
-        call: &'a Call,
-    ) -> BoxFuture<'a, Result<String, String>>;
+    fn run<'a>(&'a self, client: &'a mut Client, call: &'a Call) -> CallFuture<'a>;
 
-    /// Runs `call` as one racer of a `race call:` ([`Race`]): `barrier` is shared by all
-    /// racers, for an operation that meets the others between two of its statements (a
-    /// naive read-then-write that is to be forced, not hoped for). Default: [`Calls::run`],
-    /// the barrier unused (the race's own release already sent the racers together).
-    fn run_racing<'a>(
-        &'a self,
-        client: &'a mut Client,
-        call: &'a Call,
-        _barrier: &'a tokio::sync::Barrier,
-    ) -> BoxFuture<'a, Result<String, String>> {
-        self.run(client, call)
+    /// Runs `call` as `racer` of a `race call:` ([`Race`]), on its connection: its
+    /// barrier is shared by all racers, for an operation that meets the others between
+    /// two of its statements (a naive read-then-write that is to be forced, not hoped
+    /// for). Default: [`Calls::run`], the barrier unused (the race's own release already
+    /// sent the racers together).
+    fn run_racing<'a>(&'a self, racer: &'a mut Racer, call: &'a Call) -> CallFuture<'a> {
+        self.run(&mut racer.client, call)
     }
 
     /// These operations as the case's choices run them ([`Ctx::choice`]), when that

@@ -11,7 +11,9 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use tokio_postgres::Client;
 
-use super::engine::{EngineSession, Opening, Reconciled, ReconciledOthers, SpecEngine};
+use super::engine::{
+    EngineSession, Opening, Reconciled, ReconciledOthers, SessionFuture, SpecEngine,
+};
 use super::model::{Call, Calls, Layout};
 use super::result::{connect_noticed, run_sql};
 use crate::ctx::Ctx;
@@ -87,11 +89,7 @@ impl SpecEngine for PgEngine {
         .boxed()
     }
 
-    fn connect<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-        opening: Opening,
-    ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>> {
+    fn connect<'a>(&'a self, ctx: &'a Ctx, opening: Opening) -> SessionFuture<'a> {
         async move {
             let name = database(ctx, opening.permutation);
             let client = match opening.session {

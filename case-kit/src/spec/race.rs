@@ -233,11 +233,7 @@ async fn contend(
         let (action, calls) = (for_racer(&action, racer.index), calls_for_racers.clone());
         async move {
             match &action {
-                Action::Call(call) => {
-                    calls
-                        .run_racing(&mut racer.client, call, &racer.barrier)
-                        .await
-                }
+                Action::Call(call) => calls.run_racing(&mut racer, call).await,
                 Action::Sql(sql) => {
                     let outcome = run_sql(&racer.client, sql, Layout::Ours).await;
                     if is_error(&outcome) {

@@ -54,6 +54,31 @@ pub fn cases_in(
     cases_on(prefix, dir, shown_dir, &[engine])
 }
 
+/// A family's case files in its crate's `specs/` folder, written once: defines
+/// `pub const SPEC_DIR` (that folder, absolute) and `pub fn cases()` (the files read now,
+/// [`cases_on`] the engines given, in order).
+///
+/// ```ignore
+/// case_kit::spec_files!("S", "cases/inventory/specs", [Arc::new(SqliteEngine)]);
+/// ```
+///
+/// `$shown` is the folder as printed (relative to the workspace).
+#[macro_export]
+macro_rules! spec_files {
+    ($prefix:expr, $shown:expr, [$($engine:expr),+ $(,)?]) => {
+        /// Where the family's case files are.
+        pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
+
+        /// The family's case files, read now (no registration, no rebuild), each on the
+        /// engine its `system:` names.
+        pub fn cases() -> Vec<$crate::Case> {
+            let engines: &[std::sync::Arc<dyn $crate::spec::SpecEngine>] = &[$($engine),+];
+            let dir = std::path::Path::new(SPEC_DIR);
+            $crate::spec::cases_on($prefix, dir, $shown, engines)
+        }
+    };
+}
+
 /// As [`cases_in`] for a family with several engines (P: an SQLite file and a
 /// PostgreSQL cluster, each on a forgetful disk): each file runs on the engine whose
 /// [`SpecEngine::system`] its `system:` names; a file that names none is a case that

@@ -100,6 +100,17 @@ pub const fn may(name: &'static str, kind: Kind, absent: &'static str) -> Arg {
     }
 }
 
+/// A family's `reconcile`: its reconciliation, taking no argument; `doc` says what it
+/// prints. One declaration of the verb's name and arguments for every family that
+/// offers one without arguments.
+pub const fn reconcile(doc: &'static str) -> Verb {
+    Verb {
+        name: "reconcile",
+        args: &[],
+        doc,
+    }
+}
+
 /// One verb: what a file writes after `call NAME:`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Verb {

@@ -8,8 +8,9 @@
 //! with `pub fn case() -> Case` and one line in `register_cases!` below; then
 //! `./run.sh --accept FNN` writes `evidence/snapshots/F/FNN.snap` for review.
 
-use case_kit::{Engine, Family, PgTemplate};
+use case_kit::Family;
 use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
 
 pub mod fixtures;
 pub mod network;
@@ -33,24 +34,21 @@ case_kit::register_cases! {
 /// The template database every F case database is cloned from.
 pub const TEMPLATE_DATABASE: &str = "frozen_template";
 
+/// The family's title.
+const TITLE: &str = "frozen balances for exchange orders (SPEC §8)";
+
 /// The family.
 pub fn family() -> Family {
-    Family {
-        prefix: "F",
-        title: "frozen balances for exchange orders (SPEC §8)",
-        engine: Engine::Postgres(PgTemplate {
-            template: TEMPLATE_DATABASE,
-            install: |client| install(client).boxed(),
-        }),
-        // The hand-written cases, then the spec files of `specs/` (`F5`, …).
-        cases: cases().into_iter().chain(spec_calls::cases()).collect(),
-        extras: Vec::new(),
-        verbs: verbs::ALL.to_vec(),
-    }
+    // The hand-written cases, then the spec files of `specs/` (`F5`, …).
+    let cases = cases().into_iter().chain(spec_calls::cases()).collect();
+    Family::on_postgres("F", TITLE, TEMPLATE_DATABASE, install, cases, &verbs::ALL)
 }
 
 /// The spot tables and the seeded tenant (sys-deposit, sys-fee, alice, bob).
-async fn install(client: &tokio_postgres::Client) -> anyhow::Result<()> {
-    frozen_balances::schema::install_and_seed(client).await?;
-    Ok(())
+fn install(client: &tokio_postgres::Client) -> BoxFuture<'_, anyhow::Result<()>> {
+    async move {
+        frozen_balances::schema::install_and_seed(client).await?;
+        Ok(())
+    }
+    .boxed()
 }

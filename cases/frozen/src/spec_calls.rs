@@ -17,17 +17,17 @@
 //! the library's error text (`invalid request: …`, `business id reused for a different
 //! payload …`).
 
-use std::path::Path;
 use std::sync::Arc;
 
-use case_kit::Ctx;
 use case_kit::spec::verbs::Verbs;
-use case_kit::spec::{self, Call, Calls};
+use case_kit::spec::{self, Call, CallFuture, Calls};
+use case_kit::{Ctx, Racer};
 use frozen_balances::amount::format_units;
 use frozen_balances::withdraw::{self, WithdrawRequest};
 use frozen_balances::{Asset, Findings, FrozenError, Hooks, NoHooks};
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, TryFutureExt};
+use launch::worker::PausedWorkers;
 use tokio_postgres::Client;
 
 use super::spec_events::{self, Answer, Args, Done, EventEngine, Line, Request};
@@ -37,11 +37,8 @@ use super::spec_network::Network;
 use super::spec_races::Races;
 use super::spec_settle::Deadlocks;
 use super::spec_spot::{self, Spot};
-use super::spec_workers::{self, Workers};
+use super::spec_workers;
 use super::verbs;
-
-/// Where the F family's spec files are (read when the family is built).
-pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
 
 /// The frozen-balance events as spec operations (see the module documentation).
 #[derive(Debug, Clone, Copy, Default)]
@@ -243,18 +240,14 @@ impl Calls for FrozenCalls {
         Some(Arc::new(CaseCalls {
             deadlocks: Deadlocks::new(url.clone()),
             locks: Locks::new(url.clone()),
-            workers: Workers::new(url.clone()),
+            workers: PausedWorkers::new(url.clone()),
             races: Races::new(url.clone()),
             network: Network::new(url.clone(), log, store),
             spot: Spot::new(url, ctx.log_file("ledger-svc").ok()?),
         }))
     }
 
-    fn run<'a>(
-        &'a self,
-        client: &'a mut Client,
-        call: &'a Call,
-    ) -> BoxFuture<'a, Result<String, String>> {
+    fn run<'a>(&'a self, client: &'a mut Client, call: &'a Call) -> CallFuture<'a> {
         async move {
             self.check(call)?;
             if needs_the_case(call) {
@@ -303,7 +296,7 @@ impl Calls for FrozenCalls {
 struct CaseCalls {
     deadlocks: Deadlocks,
     locks: Locks,
-    workers: Workers,
+    workers: PausedWorkers,
     races: Races,
     network: Network,
     spot: Spot,
@@ -318,11 +311,7 @@ impl Calls for CaseCalls {
         FrozenCalls.check(call)
     }
 
-    fn run<'a>(
-        &'a self,
-        client: &'a mut Client,
-        call: &'a Call,
-    ) -> BoxFuture<'a, Result<String, String>> {
+    fn run<'a>(&'a self, client: &'a mut Client, call: &'a Call) -> CallFuture<'a> {
         let op = call.op.as_str();
         if let Err(error) = self.check(call) {
             return async move { Err(error) }.boxed();
@@ -330,7 +319,7 @@ impl Calls for CaseCalls {
         if is_a_race(call) {
             self.races.run(client, call).boxed()
         } else if verbs::WORKERS.has(op) || verbs::FAULTS.has(op) {
-            self.workers.run(client, call).boxed()
+            spec_workers::run(&self.workers, client, call).boxed()
         } else if verbs::NETWORK.has(op) {
             self.network.run(client, call).boxed()
         } else if verbs::SPOT.has(op) {
@@ -346,17 +335,13 @@ impl Calls for CaseCalls {
 
     /// A `fill … meet=registered` racer meets the others at that hook point
     /// ([`Deadlocks::fill_meeting`]); any other racer runs as a step does.
-    fn run_racing<'a>(
-        &'a self,
-        client: &'a mut Client,
-        call: &'a Call,
-        barrier: &'a tokio::sync::Barrier,
-    ) -> BoxFuture<'a, Result<String, String>> {
+    fn run_racing<'a>(&'a self, racer: &'a mut Racer, call: &'a Call) -> CallFuture<'a> {
         if call.op != "fill" || call.arg("meet").is_none() {
-            return self.run(client, call);
+            return self.run(&mut racer.client, call);
         }
         async move {
             self.check(call)?;
+            let (client, barrier) = (&mut racer.client, &racer.barrier);
             self.deadlocks.fill_meeting(client, call, barrier).await
         }
         .boxed()
@@ -400,11 +385,9 @@ impl Calls for CaseCalls {
     }
 }
 
-/// The F family's spec cases from [`SPEC_DIR`]: `f<NN>_<what>.spec` as `F<NN>`,
-/// `sN_<what>.spec` as `F-SN`.
-pub fn cases() -> Vec<case_kit::Case> {
-    spec::cases_in("F", Path::new(SPEC_DIR), "cases/frozen/specs", engine())
-}
+// The F family's spec cases (`SPEC_DIR`, `cases()`): `f<NN>_<what>.spec` as `F<NN>`,
+// `sN_<what>.spec` as `F-SN`.
+case_kit::spec_files!("F", "cases/frozen/specs", [engine()]);
 
 /// The F family's engine: its calls on PostgreSQL, in databases cloned from
 /// [`super::TEMPLATE_DATABASE`].

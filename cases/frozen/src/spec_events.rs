@@ -16,8 +16,8 @@ use case_kit::spec::Call;
 use frozen_balances::amount::{format_units, parse_amount, parse_price, parse_quantity};
 use frozen_balances::{
     Asset, CancelRequest, CancelResult, DEFAULT_TENANT, DepositRequest, DepositResult, EventKind,
-    FillRequest, FillResult, Findings, Hooks, Market, NoHooks, OrderStatus, PlaceRequest,
-    PlaceResult,
+    FillRequest, FillResult, Findings, HookPoint, Hooks, Market, NoHooks, OrderStatus,
+    PlaceRequest, PlaceResult,
 };
 use futures_util::future::BoxFuture;
 
@@ -153,6 +153,23 @@ pub fn event_kind(op: &str) -> Option<EventKind> {
         "cancel" => EventKind::Cancel,
         _ => return None,
     })
+}
+
+/// The event a `hold=POINT` call is to hold, and where: its kind and hook point, for a
+/// session that holds none yet (`holding`: whether it does). Both engines hold it the
+/// same way, on a connection of its own with a gate at that point.
+///
+/// Errors: the session already holds an event; the call is no event; no such hook point.
+pub fn to_hold(call: &Call, holding: bool) -> Result<(EventKind, HookPoint), String> {
+    if holding {
+        return Err("this session already holds an event: release it first".into());
+    }
+    let kind = event_kind(&call.op).ok_or_else(|| format!("{} is no event", call.op))?;
+    let point = Args(call)
+        .text("hold")?
+        .parse()
+        .map_err(|e| format!("{e}"))?;
+    Ok((kind, point))
 }
 
 /// The hooks of an event of `kind`: `fail=POINT` (InnoDB) or `fail-at=POINT`

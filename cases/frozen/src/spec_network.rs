@@ -81,12 +81,8 @@ impl Network {
 
     /// Kills the stand-in now (its handle's drop), when the case ends or is cancelled.
     pub fn end(&self) {
-        if let Ok(mut paused) = self.paused.try_lock() {
-            paused.take();
-        }
-        if let Ok(mut standin) = self.standin.try_lock() {
-            standin.take();
-        }
+        case_kit::drop_if_free(&self.paused);
+        case_kit::drop_if_free(&self.standin);
     }
 
     /// Runs a network operation (see the module documentation).
@@ -102,13 +98,7 @@ impl Network {
                 .take()
                 .ok_or("no paused executor")?;
             let end = worker.kill().await.map_err(text)?;
-            let signal = end
-                .signal()
-                .map_or_else(|| "none".into(), |s| s.to_string());
-            return Ok(format!(
-                "signal={signal} shell_status={}",
-                end.shell_status()
-            ));
+            return Ok(end.words());
         }
         if call.op == "network" {
             let mut standin = self.standin.lock().await;

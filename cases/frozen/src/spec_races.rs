@@ -22,12 +22,12 @@ use case_kit::AbortOnDrop;
 use case_kit::spec::Call;
 use frozen_balances::amount::format_units;
 use frozen_balances::{
-    Asset, CancelResult, FillResult, FrozenError, HookPoint, Market, NoHooks, Outcome, Side,
+    Asset, CancelResult, FillResult, FrozenError, Market, NoHooks, Outcome, Side,
 };
 use tokio_postgres::Client;
 
 use super::fixtures::{Gate, T, cancel, deposit, fill, fill_request, order, placed};
-use super::spec_events::{self, Args};
+use super::spec_events;
 use super::spot::balance_line;
 
 /// An event paused at a hook point on a connection of its own, until released.
@@ -84,9 +84,7 @@ impl Races {
 
     /// Drops every held event now (its connection closes, its transaction rolls back).
     pub fn end(&self) {
-        if let Ok(mut held) = self.held.try_lock() {
-            held.clear();
-        }
+        case_kit::drop_if_free(&self.held);
     }
 
     /// Runs `release`, `fill-cancel-rounds` or an event with `hold=` on the session
@@ -107,15 +105,8 @@ impl Races {
     /// with its error if it ended before reaching it.
     async fn hold(&self, client: &Client, call: &Call) -> Result<String, String> {
         let session = backend(client).await?;
-        if self.held.lock().await.contains_key(&session) {
-            return Err("this session already holds an event: release it first".into());
-        }
-        let kind =
-            spec_events::event_kind(&call.op).ok_or_else(|| format!("{} is no event", call.op))?;
-        let point: HookPoint = Args(call)
-            .text("hold")?
-            .parse()
-            .map_err(|e| format!("{e}"))?;
+        let holding = self.held.lock().await.contains_key(&session);
+        let (kind, point) = spec_events::to_hold(call, holding)?;
         let gate = Arc::new(Gate::new(kind, point));
         let (mut conn, pid) = connect(&self.database_url).await?;
         self.backends

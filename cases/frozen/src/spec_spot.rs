@@ -41,7 +41,8 @@ use std::time::{Duration, Instant};
 
 use case_kit::spec::Call;
 use frozen_balances::DEFAULT_TENANT;
-use launch::service::{CLIENT_TIMEOUT_MS, Reply, Service, ServiceOptions};
+use launch::lock_waits::LockMonitor;
+use launch::service::{CLIENT_TIMEOUT_MS, Reply, Service, ServiceOptions, ServiceSlot};
 use reqwest::header::CONTENT_TYPE;
 use serde_json::json;
 use tokio_postgres::Client;
@@ -142,10 +143,9 @@ impl Drop for Sent<'_> {
 pub struct Spot {
     database_url: String,
     log: PathBuf,
-    service: tokio::sync::Mutex<Option<Arc<Service>>>,
-    /// A connection of its own to the case's database, opened on first use, to see the
-    /// service's backends wait for a lock ([`Spot::waiting`]).
-    monitor: tokio::sync::Mutex<Option<Client>>,
+    service: ServiceSlot,
+    /// Sees the service's backends wait for a lock ([`Spot::waiting`]).
+    monitor: LockMonitor,
     in_flight: InFlight,
 }
 
@@ -153,10 +153,10 @@ impl Spot {
     /// No service yet; `log` is its log once started.
     pub fn new(database_url: String, log: PathBuf) -> Spot {
         Spot {
+            monitor: LockMonitor::new(database_url.clone()),
             database_url,
             log,
-            service: tokio::sync::Mutex::new(None),
-            monitor: tokio::sync::Mutex::new(None),
+            service: ServiceSlot::default(),
             in_flight: InFlight::default(),
         }
     }
@@ -164,9 +164,7 @@ impl Spot {
     /// Lets go of the service when the case ends or is cancelled: it is killed once no
     /// step task holds it any more (the handle's drop).
     pub fn end(&self) {
-        if let Ok(mut service) = self.service.try_lock() {
-            service.take();
-        }
+        self.service.end();
     }
 
     /// The pool `spot-service` asks for: `pool=N`, or [`POOL_SIZE`].
@@ -191,7 +189,7 @@ impl Spot {
         if !requests.contains(&call.op.as_str()) {
             return false;
         }
-        let Some(service) = self.service.lock().await.clone() else {
+        let Some(service) = self.service.current().await else {
             return false;
         };
         let in_flight = {
@@ -202,30 +200,7 @@ impl Spot {
             }
             keys.len() as u64
         };
-        let held = holding(&service, None).await.unwrap_or(0);
-        let waiting = self.service_lock_waits().await.unwrap_or(0);
-        in_flight > 0 && held + waiting >= in_flight
-    }
-
-    /// Backends of the service waiting for a lock now, seen on the monitor connection.
-    async fn service_lock_waits(&self) -> Result<u64, tokio_postgres::Error> {
-        let mut monitor = self.monitor.lock().await;
-        if monitor.is_none() {
-            let (client, connection) =
-                tokio_postgres::connect(&self.database_url, tokio_postgres::NoTls).await?;
-            tokio::spawn(connection);
-            *monitor = Some(client);
-        }
-        let client = monitor.as_ref().expect("connected");
-        let row = client
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                 AND application_name = 'ledger-svc' \
-                 AND cardinality(pg_blocking_pids(pid)) > 0",
-                &[],
-            )
-            .await?;
-        Ok(row.get::<_, i64>(0) as u64)
+        self.monitor.all_waiting(&service, in_flight).await
     }
 
     /// Runs a spot-route operation (see the module documentation).
@@ -245,18 +220,10 @@ impl Spot {
         }
         // Out of the slot, so a request held at a fault point does not keep `waiting`
         // (or a release on another session) from it.
-        let service = self.service.lock().await.clone();
+        let service = self.service.current().await;
         let service = service.ok_or("no service yet (a `spot-service` step first)")?;
         if call.op == "stop-service" {
-            drop(service);
-            let taken = self
-                .service
-                .lock()
-                .await
-                .take()
-                .ok_or("no service running")?;
-            let service = Arc::try_unwrap(taken)
-                .map_err(|_| "stop-service: a request still holds the service".to_string())?;
+            let service = self.service.take(service, &call.op).await?;
             let status = service.stop().await.map_err(text)?;
             return Ok(match status.code() {
                 Some(code) => format!("exit={code}"),
@@ -421,21 +388,6 @@ async fn give_up_when_held(service: &Service, call: &Call) -> Result<String, Str
     }
 }
 
-/// Requests held at fault point `point` now (`GET /faults`), or at every point for
-/// `None`.
-///
-/// Errors: transport errors.
-async fn holding(service: &Service, point: Option<&str>) -> Result<u64, String> {
-    let faults = service.send(service.http().get(service.admin_url("/faults")));
-    let reply = faults.await.map_err(|e| format!("transport: {e}"))?;
-    let states = reply.body["faults"].as_array().cloned().unwrap_or_default();
-    Ok(states
-        .iter()
-        .filter(|s| point.is_none_or(|p| s["point"] == p))
-        .filter_map(|s| s["holding"].as_u64())
-        .sum())
-}
-
 /// `arm-fault` and `release-fault` (see the module documentation). A release returns
 /// once the point holds nothing (looked at every [`POLL_MS`], at most [`HELD_WAIT_MS`]),
 /// so a request it let go is no longer counted as held ([`Spot::waiting`]).
@@ -445,7 +397,9 @@ async fn fault(service: &Service, call: &Call) -> Result<String, String> {
         let released = service.release_fault(point).await;
         let released = released.map_err(|e| format!("{e:#}"))?;
         let until = Instant::now() + Duration::from_millis(HELD_WAIT_MS);
-        while holding(service, Some(point)).await? > 0 && Instant::now() < until {
+        let holding = |point| service.holding(Some(point));
+        let text = |e: reqwest::Error| format!("transport: {e}");
+        while holding(point).await.map_err(text)? > 0 && Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
         }
         return Ok(format!("released={released}"));

@@ -13,12 +13,11 @@
 //!
 //! A worker still alive when the case ends is killed and reaped by its handle's drop.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use case_kit::spec::Call;
 use frozen_balances::HookPoint;
-use launch::worker::CrashWorker;
+use launch::worker::PausedWorkers;
 use tokio_postgres::Client;
 
 /// Longest wait for a killed worker's backend to leave `pg_stat_activity`, ms (a hang
@@ -26,14 +25,6 @@ use tokio_postgres::Client;
 pub const BACKEND_EXIT_LIMIT_MS: u64 = 10_000;
 /// Polling interval of that wait, milliseconds.
 pub const POLL_MS: u64 = 5;
-
-/// The crash-workers one spec case started, and their backends.
-#[derive(Debug)]
-pub struct Workers {
-    database_url: String,
-    paused: tokio::sync::Mutex<Vec<(CrashWorker, i32)>>,
-    backends: Mutex<Vec<i32>>,
-}
 
 /// Whether `point` names one of the library's hook points (a worker's `stop=`, a
 /// placement's `fail-at=`): what the verb declarations cannot say.
@@ -83,59 +74,20 @@ async fn backend_gone(client: &Client, pid: i32) -> Result<bool, String> {
     }
 }
 
-impl Workers {
-    /// No worker yet, for the case's database at `database_url`.
-    pub fn new(database_url: String) -> Workers {
-        Workers {
-            database_url,
-            paused: tokio::sync::Mutex::new(Vec::new()),
-            backends: Mutex::new(Vec::new()),
-        }
+/// Runs a worker operation (see the module documentation) of the case's `workers` on
+/// the session `client`.
+///
+/// Errors: the worker cannot be launched or does not pause; no worker to kill.
+pub async fn run(workers: &PausedWorkers, client: &Client, call: &Call) -> Result<String, String> {
+    let text = |e: anyhow::Error| format!("{e:#}");
+    if call.op == "kill-worker" {
+        let (end, backend) = workers.kill_last().await.map_err(text)?;
+        let pid = backend.expect("launched by `worker`, its backend known");
+        let gone = backend_gone(client, pid).await?;
+        return Ok(format!("{} backend_gone={gone}", end.words()));
     }
-
-    /// Kills and reaps every paused worker now (their handles' drop).
-    pub fn end(&self) {
-        if let Ok(mut paused) = self.paused.try_lock() {
-            paused.clear();
-        }
-    }
-
-    /// The backends of the workers started so far.
-    pub fn backends(&self) -> Vec<i32> {
-        self.backends
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Runs a worker operation (see the module documentation) on the session `client`.
-    ///
-    /// Errors: the worker cannot be launched or does not pause; no worker to kill.
-    pub async fn run(&self, client: &Client, call: &Call) -> Result<String, String> {
-        if call.op == "kill-worker" {
-            let (mut worker, pid) = self.paused.lock().await.pop().ok_or("no paused worker")?;
-            let end = worker.kill().await.map_err(|e| format!("{e:#}"))?;
-            let signal = end
-                .signal()
-                .map_or_else(|| "none".into(), |s| s.to_string());
-            let gone = backend_gone(client, pid).await?;
-            return Ok(format!(
-                "signal={signal} shell_status={} backend_gone={gone}",
-                end.shell_status()
-            ));
-        }
-        let args = worker_args(call, &self.database_url)?;
-        let mut worker = CrashWorker::launch(args).map_err(|e| format!("{e:#}"))?;
-        let paused = worker.wait_paused().await.map_err(|e| format!("{e:#}"))?;
-        let pid = paused.backend_pid().map_err(|e| format!("{e:#}"))?;
-        self.backends
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(pid);
-        self.paused.lock().await.push((worker, pid));
-        Ok(format!(
-            "paused at {}",
-            call.arg("stop").unwrap_or_default()
-        ))
-    }
+    let args = worker_args(call, workers.database_url())?;
+    workers.launch(args).await.map_err(text)?;
+    let stop = call.arg("stop").unwrap_or_default();
+    Ok(format!("paused at {stop}"))
 }

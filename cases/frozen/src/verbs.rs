@@ -9,6 +9,7 @@
 
 use case_kit::spec::Call;
 use case_kit::spec::verbs::{self, Arg, Kind, Verb, Verbs, may, needs};
+use launch::service::FAULT_INJECTION;
 
 const WORD: Kind = Kind::Word;
 const INT: Kind = Kind::Integer;
@@ -345,14 +346,7 @@ pub const SPOT: Verbs = Verbs {
     verbs: &[
         Verb {
             name: "spot-service",
-            args: &[
-                may(
-                    "fault-injection",
-                    Kind::OneOf(&["yes"]),
-                    "no `/faults` routes",
-                ),
-                may("pool", INT, "2"),
-            ],
+            args: &[FAULT_INJECTION, may("pool", INT, "2")],
             doc: "starts `ledger-svc` on the case's database with the spot clients and a pool of `pool` connections: `ready`; killed when the case ends if no step stopped it. A request of the steps in flight counts as waiting (`<waiting ...>`) while every one in flight is held at a fault point or has a backend of the service waiting for a lock (F3)",
         },
         Verb {

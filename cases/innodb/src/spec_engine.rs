@@ -34,9 +34,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use case_kit::AbortOnDrop;
-use case_kit::spec::verbs::Verbs;
-use case_kit::spec::{self, Call, EngineSession, Reconciled, SpecEngine};
-use case_kit::{Case, Ctx};
+use case_kit::Ctx;
+use case_kit::spec::{self, Call, EngineSession, Reconciled, SessionFuture, SpecEngine};
 use cases_frozen::spec_events::{self, Answer, Args, Done, EventEngine, Line, Request};
 use cases_frozen::verbs::POSTGRES_ONLY;
 use frozen_balances::{Asset, Findings, HookPoint, Hooks};
@@ -50,20 +49,14 @@ use mysql_async::{Conn, Row, Value};
 use crate::fixtures::{Db, Gate};
 use crate::verbs;
 
-/// Where the family's case files are.
-pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
 /// What every file's `system:` says: the product's tables on InnoDB.
 pub const SYSTEM: &str = "frozen_balances_innodb";
 
-/// The family's case files, read now (no registration, no rebuild).
-pub fn cases() -> Vec<Case> {
-    spec::cases_in(
-        crate::PREFIX,
-        Path::new(SPEC_DIR),
-        "cases/innodb/specs",
-        Arc::new(MariaDbEngine::default()),
-    )
-}
+case_kit::spec_files!(
+    crate::PREFIX,
+    "cases/innodb/specs",
+    [Arc::new(MariaDbEngine::default())]
+);
 
 /// The run's scratch MariaDB as an engine: a database per case and permutation.
 #[derive(Default)]
@@ -81,13 +74,7 @@ impl MariaDbEngine {
 }
 
 impl SpecEngine for MariaDbEngine {
-    fn system(&self) -> &str {
-        SYSTEM
-    }
-
-    fn verbs(&self) -> Vec<&'static Verbs> {
-        verbs::ALL.to_vec()
-    }
+    case_kit::spec_declares!(SYSTEM, verbs::ALL);
 
     /// The declarations ([`super::verbs`]), then what they cannot say: an event takes
     /// no argument only PostgreSQL's take, is either aborted or held, and at a hook
@@ -114,11 +101,7 @@ impl SpecEngine for MariaDbEngine {
             .retain(|name| name != &own && !name.starts_with(&format!("{own}_p")));
     }
 
-    fn connect<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-        opening: spec::Opening,
-    ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>> {
+    fn connect<'a>(&'a self, ctx: &'a Ctx, opening: spec::Opening) -> SessionFuture<'a> {
         let permutation = opening.permutation;
         let name = database(ctx, permutation);
         async move {
@@ -182,15 +165,7 @@ impl Session {
     /// that point; returns once the event is paused there (`held at balances-updated`),
     /// or with its error if it ended before reaching it.
     async fn hold(&mut self, call: &Call) -> Result<String, String> {
-        if self.held.is_some() {
-            return Err("this session already holds an event: release it first".into());
-        }
-        let kind =
-            spec_events::event_kind(&call.op).ok_or_else(|| format!("{} is no event", call.op))?;
-        let point: HookPoint = Args(call)
-            .text("hold")?
-            .parse()
-            .map_err(|e| format!("{e}"))?;
+        let (kind, point) = spec_events::to_hold(call, self.held.is_some())?;
         let gate = Arc::new(Gate::new(kind, point));
         let mut conn = self.db.connect().await.map_err(|e| format!("{e:#}"))?;
         let (held, call) = (gate.clone(), call.clone());

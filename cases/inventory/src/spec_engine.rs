@@ -39,29 +39,20 @@ use inventory_store::rusqlite::types::ValueRef;
 use inventory_store::rusqlite::{self, Batch, Connection};
 use inventory_store::{ChangePoint, Schema, Store, reconcile};
 
-use case_kit::spec::verbs::Verbs;
-use case_kit::spec::{self, Call, EngineSession, Reconciled, ReconciledOthers, SpecEngine};
-use case_kit::{Case, Ctx};
+use case_kit::Ctx;
+use case_kit::spec::{
+    self, Call, EngineSession, Reconciled, ReconciledOthers, SessionFuture, SpecEngine,
+};
 use launch::worker::CrashWorker;
 
 use super::outcome_text;
 
-/// Where the family's case files are.
-pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
 /// What every file's `system:` says: the store's schema, which a new file gets.
 pub const SYSTEM: &str = "inventory_store";
 /// Longest a worker may take for each line it prints and to exit.
 const WORKER_WAIT_MS: u64 = 30_000;
 
-/// The family's case files, read now (no registration, no rebuild).
-pub fn cases() -> Vec<Case> {
-    spec::cases_in(
-        "S",
-        Path::new(SPEC_DIR),
-        "cases/inventory/specs",
-        Arc::new(SqliteEngine),
-    )
-}
+case_kit::spec_files!("S", "cases/inventory/specs", [Arc::new(SqliteEngine)]);
 
 /// An inventory file per case as the spec runner's engine.
 pub struct SqliteEngine;
@@ -73,13 +64,7 @@ pub fn sibling(own: &Path, name: &str) -> PathBuf {
 }
 
 impl SpecEngine for SqliteEngine {
-    fn system(&self) -> &str {
-        SYSTEM
-    }
-
-    fn verbs(&self) -> Vec<&'static Verbs> {
-        crate::verbs::ALL.to_vec()
-    }
+    case_kit::spec_declares!(SYSTEM, crate::verbs::ALL);
 
     /// The declarations ([`crate::verbs`]), then a worker's hook point.
     fn check(&self, call: &Call) -> Result<(), String> {
@@ -95,11 +80,7 @@ impl SpecEngine for SqliteEngine {
         ctx.record("sqlite_version", serde_json::Value::from(version));
     }
 
-    fn connect<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-        opening: spec::Opening,
-    ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>> {
+    fn connect<'a>(&'a self, ctx: &'a Ctx, opening: spec::Opening) -> SessionFuture<'a> {
         let permutation = opening.permutation;
         let own = ctx.sqlite_path();
         let path = match permutation {
@@ -116,10 +97,7 @@ impl SpecEngine for SqliteEngine {
         async move { Ok(Box::new(session) as Box<dyn EngineSession>) }.boxed()
     }
 
-    fn expectations<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-    ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>> {
+    fn expectations<'a>(&'a self, ctx: &'a Ctx) -> SessionFuture<'a> {
         let own = ctx.sqlite_path();
         let attached = attach_siblings(&own);
         async move {
@@ -331,13 +309,7 @@ impl FileSession {
     async fn kill_worker(&mut self) -> Result<String, String> {
         let mut worker = self.worker.take().ok_or("no worker to kill")?;
         let end = worker.kill().await.map_err(|e| format!("{e:#}"))?;
-        let signal = end
-            .signal()
-            .map_or_else(|| "none".into(), |s| s.to_string());
-        Ok(format!(
-            "signal={signal} shell_status={}",
-            end.shell_status()
-        ))
+        Ok(end.words())
     }
 }
 
@@ -363,10 +335,7 @@ async fn run_to_end(worker: &mut CrashWorker) -> Result<String, String> {
 
 impl EngineSession for FileSession {
     fn sql<'a>(&'a mut self, sql: &'a str) -> BoxFuture<'a, Vec<String>> {
-        let outcome = match self.store() {
-            Ok(store) => run_sql(store.connection(), sql),
-            Err(error) => vec![format!("ERROR (cannot open): {error}")],
-        };
+        let outcome = sql_step(self.store().map(Store::connection), sql, "cannot open");
         async move { outcome }.boxed()
     }
 
@@ -407,6 +376,16 @@ impl EngineSession for FileSession {
     fn reconcile(&mut self) -> BoxFuture<'_, Reconciled> {
         let outcome = self.store().and_then(|store| summary(store.connection()));
         async move { outcome }.boxed()
+    }
+}
+
+/// A session's SQL step on its SQLite connection (`opened`): [`run_sql`], or when the
+/// connection cannot be had, one line saying so (`ERROR (cannot open): why`, `failed`
+/// naming what could not be done).
+pub fn sql_step(opened: Result<&Connection, String>, sql: &str, failed: &str) -> Vec<String> {
+    match opened {
+        Ok(connection) => run_sql(connection, sql),
+        Err(error) => vec![format!("ERROR ({failed}): {error}")],
     }
 }
 

@@ -8,18 +8,16 @@ use case_kit::spec::verbs::{self, Kind, Verb, Verbs, many, may, needs};
 const WORD: Kind = Kind::Word;
 const INT: Kind = Kind::Integer;
 
+/// `reconcile`: the store's reconciliation of the file.
+pub const RECONCILE: Verb = verbs::reconcile(
+    "the store's reconciliation of the file: `findings=0`, or `findings=1 item=2 stored=45 recomputed=40 (…)`",
+);
+
 /// `add-item`: an item and its opening figure, through the store.
 pub const ADD_ITEM: Verb = Verb {
     name: "add-item",
     args: &[needs("item", INT), needs("units", INT)],
     doc: "the item and its opening figure through the store, one transaction: `units=100`",
-};
-
-/// `reconcile`: the store's reconciliation of the file.
-pub const RECONCILE: Verb = Verb {
-    name: "reconcile",
-    args: &[],
-    doc: "the store's reconciliation of the file: `findings=0`, or `findings=1 item=2 stored=45 recomputed=40 (…)`",
 };
 
 /// The inventory's operations on the case's file.

@@ -8,8 +8,9 @@
 //! locking strategy, say) records each transfer with [`points_ledger::record_transfer`] so
 //! that L11 still finds its database clean.
 
-use case_kit::{Engine, Family, PgTemplate};
+use case_kit::Family;
 use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
 
 pub mod canary;
 pub mod http;
@@ -42,25 +43,25 @@ case_kit::register_cases! {
 /// The template database every L case database is cloned from.
 pub const TEMPLATE_DATABASE: &str = "ledger_template";
 
+/// The family's title.
+const TITLE: &str = "points ledger on PostgreSQL (SPEC §1–§7)";
+
 /// The family: its cases, and the off-by-default template `L0` and `CANARY`.
 pub fn family() -> Family {
+    // The hand-written cases, then the spec files of `specs/` (`L-S1`, …).
+    let cases = cases().into_iter().chain(spec_calls::cases()).collect();
     Family {
-        prefix: "L",
-        title: "points ledger on PostgreSQL (SPEC §1–§7)",
-        engine: Engine::Postgres(PgTemplate {
-            template: TEMPLATE_DATABASE,
-            install: |client| install(client).boxed(),
-        }),
-        // The hand-written cases, then the spec files of `specs/` (`L-S1`, …).
-        cases: cases().into_iter().chain(spec_calls::cases()).collect(),
         extras: vec![l00_template::case(), canary::case()],
-        verbs: verbs::ALL.to_vec(),
+        ..Family::on_postgres("L", TITLE, TEMPLATE_DATABASE, install, cases, &verbs::ALL)
     }
 }
 
 /// The ledger's schema and seeded accounts (SPEC §2, §6).
-async fn install(client: &tokio_postgres::Client) -> anyhow::Result<()> {
-    points_ledger::schema::install(client).await?;
-    points_ledger::schema::seed(client).await?;
-    Ok(())
+fn install(client: &tokio_postgres::Client) -> BoxFuture<'_, anyhow::Result<()>> {
+    async move {
+        points_ledger::schema::install(client).await?;
+        points_ledger::schema::seed(client).await?;
+        Ok(())
+    }
+    .boxed()
 }

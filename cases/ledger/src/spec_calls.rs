@@ -25,26 +25,23 @@
 //! `outcome=OK balance=20` (`replayed=true` added for a replay); an error as its SQLSTATE
 //! and the server's message, or the ledger's own error text.
 
-use std::path::Path;
 use std::sync::Arc;
 
-use case_kit::Ctx;
 use case_kit::spec::verbs::Verbs;
-use case_kit::spec::{self, Call, Calls};
+use case_kit::spec::{self, Call, CallFuture, Calls};
+use case_kit::{Ctx, Racer};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
+use launch::worker::PausedWorkers;
 use points_ledger::{NoHooks, TransferMode, TransferRequest, transfer_in};
 
 use super::spec_service::Services;
-use super::spec_workers::{self, Workers};
+use super::spec_workers;
 use super::verbs;
 use tokio_postgres::Client;
 
 /// The client id of a call that names none.
 pub use super::spec_workers::DEFAULT_CLIENT;
-
-/// Where the L family's spec files are (read when the family is built).
-pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
 
 /// The ledger's operations, in a transfer mode (a spec case runs them in its mode,
 /// [`super::modes::mode`], through [`Calls::for_case`]).
@@ -54,7 +51,7 @@ pub struct LedgerCalls {
     pub mode: TransferMode,
     /// The crash-workers of the case (`worker`, `kill-worker`; [`super::spec_workers`]);
     /// `None` until [`Calls::for_case`] gives the case's database.
-    pub workers: Option<Arc<Workers>>,
+    pub workers: Option<Arc<PausedWorkers>>,
     /// The case's `ledger-svc` (`service`, `post-debit`, …; [`super::spec_service`]);
     /// `None` until [`Calls::for_case`].
     pub services: Option<Arc<Services>>,
@@ -114,7 +111,7 @@ impl Calls for LedgerCalls {
     fn for_case(&self, ctx: &Ctx) -> Option<Arc<dyn Calls>> {
         let mode = super::modes::mode(ctx);
         let url = ctx.database_url().ok();
-        let workers = url.clone().map(|url| Arc::new(Workers::new(url)));
+        let workers = url.clone().map(|url| Arc::new(PausedWorkers::new(url)));
         let log = ctx.log_file("ledger-svc").ok();
         let services = url
             .zip(log)
@@ -180,16 +177,11 @@ impl Calls for LedgerCalls {
         .boxed()
     }
 
-    fn run_racing<'a>(
-        &'a self,
-        client: &'a mut Client,
-        call: &'a Call,
-        barrier: &'a tokio::sync::Barrier,
-    ) -> BoxFuture<'a, Result<String, String>> {
+    fn run_racing<'a>(&'a self, racer: &'a mut Racer, call: &'a Call) -> CallFuture<'a> {
         if call.op != "naive-debit" {
-            return self.run(client, call);
+            return self.run(&mut racer.client, call);
         }
-        super::spec_naive::run(client, call, Some(barrier)).boxed()
+        super::spec_naive::run(&mut racer.client, call, Some(racer.barrier.as_ref())).boxed()
     }
 
     fn reconcile<'a>(
@@ -205,11 +197,7 @@ impl Calls for LedgerCalls {
         .boxed()
     }
 
-    fn run<'a>(
-        &'a self,
-        client: &'a mut Client,
-        call: &'a Call,
-    ) -> BoxFuture<'a, Result<String, String>> {
+    fn run<'a>(&'a self, client: &'a mut Client, call: &'a Call) -> CallFuture<'a> {
         async move {
             if call.op == "naive-debit" {
                 return super::spec_naive::run(client, call, None).await;
@@ -239,7 +227,7 @@ impl Calls for LedgerCalls {
             }
             if verbs::PROCESSES.has(&call.op) || call.op == "kill-worker" {
                 let workers = self.workers.as_ref().ok_or("no database for a worker")?;
-                return workers.run(call).await;
+                return spec_workers::run(workers, call).await;
             }
             let request = request(call)?;
             match transfer_in(self.mode, client, &request, &NoHooks).await {
@@ -354,10 +342,8 @@ async fn reconcile_orders(client: &Client, call: &Call) -> Result<String, String
     }
 }
 
-/// The L family's spec cases, `L-S1`, `L-S2`, … from [`SPEC_DIR`].
-pub fn cases() -> Vec<case_kit::Case> {
-    spec::cases_in("L", Path::new(SPEC_DIR), "cases/ledger/specs", engine())
-}
+// The L family's spec cases (`SPEC_DIR`, `cases()`): `L-S1`, `L-S2`, ….
+case_kit::spec_files!("L", "cases/ledger/specs", [engine()]);
 
 /// The L family's engine: its calls on PostgreSQL, in databases cloned from
 /// [`super::TEMPLATE_DATABASE`].

@@ -68,12 +68,8 @@ impl Proxies {
 
     /// Drops the proxies and the keyless endpoint when the case ends or is cancelled.
     pub fn end(&self) {
-        if let Ok(mut proxies) = self.proxies.try_lock() {
-            proxies.clear();
-        }
-        if let Ok(mut keyless) = self.keyless.try_lock() {
-            keyless.take();
-        }
+        case_kit::drop_if_free(&self.proxies);
+        case_kit::drop_if_free(&self.keyless);
     }
 
     /// Runs an operation of this module (see the module documentation); `services` is

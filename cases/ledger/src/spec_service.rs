@@ -43,7 +43,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use case_kit::spec::Call;
-use launch::service::{Auth, CLIENT_TIMEOUT_MS, Reply, Service, ServiceOptions};
+use launch::lock_waits::LockMonitor;
+use launch::service::{Auth, CLIENT_TIMEOUT_MS, Reply, Service, ServiceOptions, ServiceSlot};
 use points_ledger::TransferMode;
 
 use reqwest::header::{CONTENT_TYPE, WWW_AUTHENTICATE};
@@ -68,10 +69,10 @@ pub struct Services {
     database_url: String,
     log_path: PathBuf,
     mode: TransferMode,
-    service: tokio::sync::Mutex<Option<Arc<Service>>>,
-    /// A connection of its own to the case's database, opened on first use, to see the
-    /// service's backends wait for a lock ([`Services::waiting`]).
-    monitor: tokio::sync::Mutex<Option<tokio_postgres::Client>>,
+    service: ServiceSlot,
+    /// A connection of its own to the case's database, to see the service's backends
+    /// wait for a lock ([`Services::waiting`]) and name transactions.
+    monitor: LockMonitor,
     /// HTTP requests sent by steps and not yet answered.
     in_flight: AtomicUsize,
 }
@@ -149,11 +150,11 @@ impl Services {
     /// No service yet, for the case's database; its log goes to `log_path`.
     pub fn new(database_url: String, log_path: PathBuf, mode: TransferMode) -> Services {
         Services {
+            monitor: LockMonitor::new(database_url.clone()),
             database_url,
             log_path,
             mode,
-            service: tokio::sync::Mutex::new(None),
-            monitor: tokio::sync::Mutex::new(None),
+            service: ServiceSlot::default(),
             in_flight: AtomicUsize::new(0),
         }
     }
@@ -161,15 +162,13 @@ impl Services {
     /// The running service, if a step started one (the proxies of
     /// [`super::spec_proxy`] put themselves in front of it and send through its client).
     pub async fn current(&self) -> Option<Arc<Service>> {
-        self.service.lock().await.clone()
+        self.service.current().await
     }
 
     /// Lets go of the service when the case ends or is cancelled: it is killed once no
     /// step task holds it any more (the handle's drop).
     pub fn end(&self) {
-        if let Ok(mut slot) = self.service.try_lock() {
-            slot.take();
-        }
+        self.service.end();
     }
 
     /// Whether a `post-debit` or `post-grant` in flight waits: every request the steps
@@ -184,20 +183,11 @@ impl Services {
         if !["post-debit", "post-grant"].contains(&call.op.as_str()) {
             return false;
         }
-        let Some(service) = self.service.lock().await.clone() else {
+        let Some(service) = self.service.current().await else {
             return false;
         };
         let in_flight = self.in_flight.load(Ordering::SeqCst) as u64;
-        let faults = service.send(service.http().get(service.admin_url("/faults")));
-        let held: u64 = match faults.await {
-            Ok(reply) => {
-                let states = reply.body["faults"].as_array().cloned().unwrap_or_default();
-                states.iter().filter_map(|s| s["holding"].as_u64()).sum()
-            }
-            Err(_) => 0,
-        };
-        let waiting = self.service_lock_waits().await.unwrap_or(0);
-        in_flight > 0 && held + waiting >= in_flight
+        self.monitor.all_waiting(&service, in_flight).await
     }
 
     /// `release-fault point=P when-waiting=N`: waits until N backends of the service wait
@@ -227,32 +217,12 @@ impl Services {
         let deadline =
             std::time::Instant::now() + std::time::Duration::from_millis(WAITERS_WAIT_MS);
         loop {
-            let waiting = self.service_lock_waits().await?;
+            let waiting = self.monitor.service_lock_waits().await?;
             if waiting >= wanted || std::time::Instant::now() >= deadline {
                 return Ok(waiting);
             }
             tokio::time::sleep(std::time::Duration::from_millis(POLL_MS)).await;
         }
-    }
-
-    async fn service_lock_waits(&self) -> Result<u64, tokio_postgres::Error> {
-        let mut monitor = self.monitor.lock().await;
-        if monitor.is_none() {
-            let (client, connection) =
-                tokio_postgres::connect(&self.database_url, tokio_postgres::NoTls).await?;
-            tokio::spawn(connection);
-            *monitor = Some(client);
-        }
-        let client = monitor.as_ref().expect("connected");
-        let row = client
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                 AND application_name = 'ledger-svc' \
-                 AND cardinality(pg_blocking_pids(pid)) > 0",
-                &[],
-            )
-            .await?;
-        Ok(row.get::<_, i64>(0) as u64)
     }
 
     /// Runs a service operation (see the module documentation).
@@ -270,7 +240,7 @@ impl Services {
         }
         // Out of the slot, so a request held at a hook point does not keep `waiting`
         // (or a release on another session) from it.
-        let service = self.service.lock().await.clone();
+        let service = self.service.current().await;
         let service = service.ok_or("no service running (call: service)")?;
         if ["stop-service", "kill-service"].contains(&call.op.as_str()) {
             return self.stop_or_kill(call, service).await;
@@ -408,10 +378,10 @@ impl Services {
         let Some(txn_id) = txn_id else {
             return Ok("none".into());
         };
-        let _ = self.service_lock_waits().await?;
-        let monitor = self.monitor.lock().await;
-        let client = monitor.as_ref().expect("connected by service_lock_waits");
-        let rows = client
+        let rows = self
+            .monitor
+            .connection()
+            .await?
             .query(
                 "SELECT client_id || '/' || idem_key FROM ledger_txn WHERE txn_id = $1",
                 &[&txn_id],
@@ -426,15 +396,7 @@ impl Services {
     ///
     /// Errors: a request of another session still holds the service.
     async fn stop_or_kill(&self, call: &Call, service: Arc<Service>) -> Result<String, String> {
-        drop(service);
-        let taken = self
-            .service
-            .lock()
-            .await
-            .take()
-            .ok_or("no service running")?;
-        let service = Arc::try_unwrap(taken)
-            .map_err(|_| format!("{}: a request still holds the service", call.op))?;
+        let service = self.service.take(service, &call.op).await?;
         let text = |e: anyhow::Error| format!("{e:#}");
         if call.op == "stop-service" {
             let status = service.stop().await.map_err(text)?;

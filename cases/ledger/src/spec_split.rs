@@ -23,12 +23,12 @@
 use std::time::Duration;
 
 use case_kit::spec::Call;
-use launch::worker::CrashWorker;
+use launch::worker::{CrashWorker, PausedWorkers};
 use points_ledger::HookPoint;
 use tokio_postgres::{Client, NoTls};
 
 use super::queries;
-use super::spec_workers::{DEFAULT_CLIENT, Workers};
+use super::spec_workers::DEFAULT_CLIENT;
 use super::worker::WorkerSpec;
 
 /// Longest wait for a worker that runs to its end; it only stops a hang.
@@ -70,11 +70,11 @@ fn urls(case_url: &str) -> (String, String) {
 /// handed to `workers`, where `kill-worker` finds it.
 ///
 /// Errors: a database or the worker could not be used, the worker did not pause or end.
-pub async fn run(workers: &Workers, call: &Call) -> Result<String, String> {
+pub async fn run(workers: &PausedWorkers, call: &Call) -> Result<String, String> {
     let text = |e: anyhow::Error| format!("{e:#}");
-    let (split_url, keys_url) = urls(&workers.database_url);
+    let (split_url, keys_url) = urls(workers.database_url());
     if call.op == "split-databases" {
-        return make_databases(&workers.database_url, call).await;
+        return make_databases(workers.database_url(), call).await;
     }
     let arg = |name: &str| call.arg(name).unwrap_or_default();
     let amount: i64 = arg("amount").parse().map_err(|_| "amount=N".to_string())?;
@@ -96,7 +96,7 @@ pub async fn run(workers: &Workers, call: &Call) -> Result<String, String> {
         args.push("--stop-between-commits".into());
         worker = CrashWorker::launch(args).map_err(text)?;
         worker.wait_paused().await.map_err(text)?;
-        workers.keep_paused(worker).await;
+        workers.keep(worker).await;
         "paused between the commits".to_string()
     } else {
         let limit = Duration::from_millis(WORKER_FINISH_LIMIT_MS);

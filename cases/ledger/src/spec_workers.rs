@@ -11,25 +11,14 @@
 //!
 //! A worker still alive when the case ends is killed and reaped by its handle's drop.
 
-use std::sync::Mutex;
-
 use case_kit::spec::Call;
-use launch::worker::CrashWorker;
+use launch::worker::PausedWorkers;
 use points_ledger::HookPoint;
 
 use super::worker::WorkerSpec;
 
 /// The client id of a call that names none (a worker's, a debit's or a grant's).
 pub const DEFAULT_CLIENT: &str = "spec";
-
-/// The crash-workers one spec case started, and their backends.
-#[derive(Debug)]
-pub struct Workers {
-    /// The case's database, for the workers.
-    pub database_url: String,
-    paused: tokio::sync::Mutex<Vec<CrashWorker>>,
-    backends: Mutex<Vec<i32>>,
-}
 
 fn hook(name: &str) -> Result<HookPoint, String> {
     HookPoint::ALL
@@ -71,63 +60,16 @@ fn worker_spec(call: &Call, database_url: &str) -> Result<WorkerSpec, String> {
     })
 }
 
-impl Workers {
-    /// No worker yet, for the case's database at `database_url`.
-    pub fn new(database_url: String) -> Workers {
-        Workers {
-            database_url,
-            paused: tokio::sync::Mutex::new(Vec::new()),
-            backends: Mutex::new(Vec::new()),
-        }
+/// Runs a worker operation (see the module documentation) of the case's `workers`.
+///
+/// Errors: the worker cannot be launched or does not pause; no worker to kill.
+pub async fn run(workers: &PausedWorkers, call: &Call) -> Result<String, String> {
+    let text = |e: anyhow::Error| format!("{e:#}");
+    if call.op == "kill-worker" {
+        let (end, _) = workers.kill_last().await.map_err(text)?;
+        return Ok(end.words());
     }
-
-    /// Kills and reaps every paused worker now (their handles' drop), when the case
-    /// ends or is cancelled; a worker another task is still launching is left to that
-    /// task's own drop.
-    pub fn end(&self) {
-        if let Ok(mut paused) = self.paused.try_lock() {
-            paused.clear();
-        }
-    }
-
-    /// Keeps a worker another module launched and saw paused (L22's split-registry
-    /// worker, [`super::spec_split`]) for the next `kill-worker`, and for the case's end.
-    pub async fn keep_paused(&self, worker: CrashWorker) {
-        self.paused.lock().await.push(worker);
-    }
-
-    /// The backends of the workers started so far.
-    pub fn backends(&self) -> Vec<i32> {
-        self.backends
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Runs a worker operation (see the module documentation).
-    ///
-    /// Errors: the worker cannot be launched or does not pause; no worker to kill.
-    pub async fn run(&self, call: &Call) -> Result<String, String> {
-        if call.op == "kill-worker" {
-            let mut worker = self.paused.lock().await.pop().ok_or("no paused worker")?;
-            let end = worker.kill().await.map_err(|e| format!("{e:#}"))?;
-            let signal = end
-                .signal()
-                .map_or_else(|| "none".into(), |s| s.to_string());
-            return Ok(format!(
-                "signal={signal} shell_status={}",
-                end.shell_status()
-            ));
-        }
-        let spec = worker_spec(call, &self.database_url)?;
-        let mut worker = CrashWorker::launch(spec.args()).map_err(|e| format!("{e:#}"))?;
-        let paused = worker.wait_paused().await.map_err(|e| format!("{e:#}"))?;
-        let backend = paused.backend_pid().map_err(|e| format!("{e:#}"))?;
-        self.backends
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(backend);
-        self.paused.lock().await.push(worker);
-        Ok(format!("paused at {}", spec.stop_at.as_str()))
-    }
+    let spec = worker_spec(call, workers.database_url())?;
+    workers.launch(spec.args()).await.map_err(text)?;
+    Ok(format!("paused at {}", spec.stop_at.as_str()))
 }

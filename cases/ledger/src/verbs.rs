@@ -6,10 +6,18 @@
 //! from these tables (`cargo test -p harness --test verbs`).
 
 use case_kit::spec::verbs::{self, ANY, Arg, Kind, Verb, Verbs, may, needs};
+use launch::service::FAULT_INJECTION;
 
 const WORD: Kind = Kind::Word;
 const INT: Kind = Kind::Integer;
 const CLIENT: &str = "client `spec`";
+/// Whether the `service` verb starts the service with bearer tokens, whatever the run
+/// says (`launch::service::run_auth`).
+const AUTH: Arg = may(
+    "auth",
+    Kind::OneOf(&["on", "off"]),
+    "as `./run.sh --auth` says",
+);
 
 /// A transfer's arguments: the account, the amount in points, the idempotency key and
 /// the caller.
@@ -35,11 +43,9 @@ pub const GRANT: Verb = Verb {
 };
 
 /// `reconcile`: the ledger's reconciliation.
-pub const RECONCILE: Verb = Verb {
-    name: "reconcile",
-    args: &[],
-    doc: "the ledger's reconciliation of the session's database, its summary (`balance_mismatches=0 … global_sum=0`)",
-};
+pub const RECONCILE: Verb = verbs::reconcile(
+    "the ledger's reconciliation of the session's database, its summary (`balance_mismatches=0 … global_sum=0`)",
+);
 
 /// The ledger's own operations: transfers, reconciliations, repair, the naive designs.
 pub const LEDGER: Verbs = Verbs {
@@ -147,17 +153,9 @@ pub const SERVICE: Verbs = Verbs {
             name: "service",
             args: &[
                 may("clients", WORD, "no client tokens but the default"),
-                may(
-                    "fault-injection",
-                    Kind::OneOf(&["yes"]),
-                    "no `/faults` routes",
-                ),
+                FAULT_INJECTION,
                 may("args", WORD, "no further flags (`--flag,value`)"),
-                may(
-                    "auth",
-                    Kind::OneOf(&["on", "off"]),
-                    "as `./run.sh --auth` says",
-                ),
+                AUTH,
                 may("pool", INT, "a pool of 16"),
             ],
             doc: "starts `ledger-svc` on the case's database in the case's transfer mode: `ready` once `/readyz` answers; used by later steps of any session, killed when the case ends if no step stopped it",

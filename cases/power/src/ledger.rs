@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use case_kit::Ctx;
+use cases_ledger::queries::txns_for_key;
 use launch::power::{PowerCluster, PowerCut};
 use launch::service::{Auth, Service, ServiceOptions};
 use tokio::sync::Notify;
@@ -237,26 +238,13 @@ pub async fn cut_under_load(
     ))
 }
 
-/// Transactions recorded for `key` of [`CLIENT_ID`].
-///
-/// Errors: SQL errors.
-pub async fn txns_for(client: &Client, key: &str) -> anyhow::Result<i64> {
-    Ok(client
-        .query_one(
-            "SELECT count(*) FROM ledger_txn WHERE client_id = $1 AND idem_key = $2",
-            &[&CLIENT_ID, &key],
-        )
-        .await?
-        .get(0))
-}
-
 /// The acknowledged keys with no transaction after recovery, in key order.
 ///
 /// Errors: SQL errors.
 pub async fn lost_keys(client: &Client, load: &Load) -> anyhow::Result<Vec<String>> {
     let mut lost = Vec::new();
     for key in &load.acknowledged {
-        if txns_for(client, key).await? == 0 {
+        if txns_for_key(client, CLIENT_ID, key).await? == 0 {
             lost.push(key.clone());
         }
     }
@@ -323,7 +311,7 @@ pub async fn resolve_unknown(
             .send(request)
             .await
             .map_or_else(|error| error.to_string(), |reply| reply.status.to_string());
-        if status != "201" || txns_for(client, key).await? != 1 {
+        if status != "201" || txns_for_key(client, CLIENT_ID, key).await? != 1 {
             wrong.push(format!("{key}: {status}"));
         }
     }

@@ -30,8 +30,7 @@ use futures_util::future::BoxFuture;
 use tokio_postgres::Client;
 
 use case_kit::Ctx;
-use case_kit::spec::verbs::Verbs;
-use case_kit::spec::{self, Call, EngineSession, Layout, Reconciled, SpecEngine};
+use case_kit::spec::{self, Call, EngineSession, Layout, Reconciled, SessionFuture, SpecEngine};
 use forgetful_fs::Tear;
 use launch::power::{PowerCluster, PowerCut};
 
@@ -58,13 +57,7 @@ pub struct Disk {
 }
 
 impl SpecEngine for PowerPgEngine {
-    fn system(&self) -> &str {
-        SYSTEM
-    }
-
-    fn verbs(&self) -> Vec<&'static Verbs> {
-        crate::verbs::CLUSTER.to_vec()
-    }
+    case_kit::spec_declares!(SYSTEM, crate::verbs::CLUSTER);
 
     fn describe(&self, ctx: &mut Ctx) {
         // A disk left by an earlier run of the case (one that ended before its
@@ -91,11 +84,7 @@ impl SpecEngine for PowerPgEngine {
         disks.insert(ctx.case_id().to_string(), Arc::new(Disk { state }));
     }
 
-    fn connect<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-        opening: spec::Opening,
-    ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>> {
+    fn connect<'a>(&'a self, ctx: &'a Ctx, opening: spec::Opening) -> SessionFuture<'a> {
         let disk = (self.disks.lock().expect("not poisoned"))
             .get(ctx.case_id())
             .cloned();
@@ -110,10 +99,7 @@ impl SpecEngine for PowerPgEngine {
         .boxed()
     }
 
-    fn expectations<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-    ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>> {
+    fn expectations<'a>(&'a self, ctx: &'a Ctx) -> SessionFuture<'a> {
         // The last connection: it holds the disk alone, which goes when it ends.
         let disk = (self.disks.lock().expect("not poisoned")).remove(ctx.case_id());
         async move {

@@ -20,22 +20,18 @@
 //! SQL steps and the expectations run on a plain connection to the backing file (no
 //! pragma that writes), opened when first used, refused while the disk is mounted.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
-use case_kit::spec::verbs::Verbs;
-use case_kit::spec::{self, Call, EngineSession, Reconciled, SpecEngine};
-use case_kit::{Case, Ctx};
+use case_kit::spec::{self, Call, EngineSession, Reconciled, SessionFuture, SpecEngine};
+use case_kit::{Ctx, PerCase};
 use launch::power::PowerDisk;
 use launch::worker::CrashWorker;
 
-/// Where the family's case files are.
-pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
 /// What every file's `system:` says: the inventory store's schema.
 pub const SYSTEM: &str = "inventory_store";
 /// The case's file on its disk.
@@ -43,32 +39,26 @@ const FILE: &str = "inventory.db";
 /// Longest wait for one line of the worker, milliseconds (a hang bound only).
 const WORKER_LINE_MS: u64 = 30_000;
 
-/// The family's case files, read now (no registration, no rebuild), each on the
-/// engine its `system:` names: this one ([`SYSTEM`]) or a cluster on the disk
-/// ([`crate::spec_cluster::SYSTEM`]).
-pub fn cases() -> Vec<Case> {
-    let engines: [Arc<dyn SpecEngine>; 2] = [
+// The family's case files, each on the engine its `system:` names: this one
+// ([`SYSTEM`]) or a cluster on the disk ([`crate::spec_cluster::SYSTEM`]).
+case_kit::spec_files!(
+    "P",
+    "cases/power/specs",
+    [
         Arc::new(PowerSqliteEngine::default()),
         Arc::new(crate::spec_cluster::PowerPgEngine::default()),
-    ];
-    spec::cases_on("P", Path::new(SPEC_DIR), "cases/power/specs", &engines)
-}
+    ]
+);
 
 /// An inventory file on a forgetful disk per case.
 #[derive(Default)]
 pub struct PowerSqliteEngine {
     /// Each running case's work folder (`Ctx::work_dir`, made empty when it starts).
-    work: Mutex<HashMap<String, PathBuf>>,
+    work: PerCase<PathBuf>,
 }
 
 impl SpecEngine for PowerSqliteEngine {
-    fn system(&self) -> &str {
-        SYSTEM
-    }
-
-    fn verbs(&self) -> Vec<&'static Verbs> {
-        crate::verbs::SQLITE.to_vec()
-    }
+    case_kit::spec_declares!(SYSTEM, crate::verbs::SQLITE);
 
     fn check(&self, call: &Call) -> Result<(), String> {
         if call.op == "power-cut" && call.args.iter().any(|(name, _)| name.starts_with("tear")) {
@@ -81,23 +71,13 @@ impl SpecEngine for PowerSqliteEngine {
         let version = inventory_store::sqlite_version();
         ctx.record("sqlite_version", serde_json::Value::from(version));
         if let Ok(work) = ctx.work_dir() {
-            let mut folders = self.work.lock().expect("not poisoned");
-            folders.insert(ctx.case_id().to_string(), work);
+            self.work.insert(ctx, work);
         }
     }
 
-    fn connect<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-        opening: spec::Opening,
-    ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>> {
+    fn connect<'a>(&'a self, ctx: &'a Ctx, opening: spec::Opening) -> SessionFuture<'a> {
         let permutation = opening.permutation;
-        let work = self
-            .work
-            .lock()
-            .expect("not poisoned")
-            .get(ctx.case_id())
-            .cloned();
+        let work = self.work.get(ctx);
         async move {
             let work = work.ok_or_else(|| anyhow::anyhow!("the case has no work folder"))?;
             anyhow::ensure!(
@@ -244,10 +224,7 @@ fn summary(connection: &inventory_store::rusqlite::Connection) -> Reconciled {
 
 impl EngineSession for DiskSession {
     fn sql<'a>(&'a mut self, sql: &'a str) -> BoxFuture<'a, Vec<String>> {
-        let outcome = match self.plain() {
-            Ok(connection) => cases_inventory::spec_engine::run_sql(connection, sql),
-            Err(error) => vec![format!("ERROR (cannot run): {error}")],
-        };
+        let outcome = cases_inventory::spec_engine::sql_step(self.plain(), sql, "cannot run");
         async move { outcome }.boxed()
     }
 

@@ -212,13 +212,7 @@ pub async fn balance(db: &tokio_postgres::Client, account: &str) -> anyhow::Resu
 ///
 /// Errors: SQL errors.
 pub async fn txns_for_key(db: &tokio_postgres::Client, key: &str) -> anyhow::Result<i64> {
-    Ok(db
-        .query_one(
-            "SELECT count(*) FROM ledger_txn WHERE client_id = $1 AND idem_key = $2",
-            &[&CLIENT, &key],
-        )
-        .await?
-        .get(0))
+    cases_ledger::queries::txns_for_key(db, CLIENT, key).await
 }
 
 /// L7 through the pooler: the response lost after the commit (fault `pause` at

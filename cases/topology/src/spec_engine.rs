@@ -28,10 +28,9 @@
 //! | `new-pair replication=synchronous\|asynchronous` | the pair, its services, groups and book ended, a new pair started, the session on its primary: `synchronous standby streaming` |
 //! | `pair-service`, `send-group`, `syncrep-waits`, `answers`, `committed`, `wait-held`, `sigkill-service`, `retry`, `book`, `grant-group`, `arm-fault` | the clients on the pair ([`crate::spec_groups`], `crate::verbs::GROUPS`) |
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -43,37 +42,30 @@ use points_ledger::{TransferMode, debit_in, grant_in};
 use scratch_pg::{Cluster, Replication};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
-use case_kit::spec::verbs::Verbs;
-use case_kit::spec::{self, Call, EngineSession, Reconciled, SpecEngine};
-use case_kit::{Case, Ctx};
+use case_kit::spec::{self, Call, EngineSession, Reconciled, SessionFuture, SpecEngine};
+use case_kit::{Ctx, PerCase};
 use cases_ledger::spec_workers::DEFAULT_CLIENT;
 
 use crate::pair::{self, LEDGER_DATABASE};
 use crate::spec_groups::{Groups, Reach};
 
-/// Where the family's case files are.
-pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
 /// What every file's `system:` says: the ledger on a primary and its standby.
 pub const SYSTEM: &str = "ledger_pair";
 /// Longest wait for the standby to report its replay paused, milliseconds (a hang
 /// bound only).
 const PAUSE_WAIT_MS: u64 = 30_000;
 
-/// The family's case files, read now (no registration, no rebuild).
-pub fn cases() -> Vec<Case> {
-    spec::cases_in(
-        "R",
-        Path::new(SPEC_DIR),
-        "cases/topology/specs",
-        Arc::new(PairEngine::default()),
-    )
-}
+case_kit::spec_files!(
+    "R",
+    "cases/topology/specs",
+    [Arc::new(PairEngine::default())]
+);
 
 /// A primary and its standby per case.
 #[derive(Default)]
 pub struct PairEngine {
     /// Each running case's pair, from its first connection to its expectations.
-    pairs: Mutex<HashMap<String, Arc<Nodes>>>,
+    pairs: PerCase<Arc<Nodes>>,
 }
 
 /// The case's two nodes. A killed node stays here (stopped) until it starts again or the
@@ -141,40 +133,22 @@ impl NodesState {
 }
 
 impl SpecEngine for PairEngine {
-    fn system(&self) -> &str {
-        SYSTEM
-    }
-
-    fn verbs(&self) -> Vec<&'static Verbs> {
-        crate::verbs::ALL.to_vec()
-    }
+    case_kit::spec_declares!(SYSTEM, crate::verbs::ALL);
 
     fn describe(&self, ctx: &mut Ctx) {
         // A pair left by an earlier run of the case (one that ended before its
         // expectations) stops now.
-        self.pairs
-            .lock()
-            .expect("not poisoned")
-            .remove(ctx.case_id());
+        self.pairs.remove(ctx);
     }
 
-    fn connect<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-        opening: spec::Opening,
-    ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>> {
+    fn connect<'a>(&'a self, ctx: &'a Ctx, opening: spec::Opening) -> SessionFuture<'a> {
         let permutation = opening.permutation;
         async move {
             anyhow::ensure!(
                 permutation == 1,
                 "one permutation only: the pair is the case's"
             );
-            let known = self
-                .pairs
-                .lock()
-                .expect("not poisoned")
-                .get(ctx.case_id())
-                .cloned();
+            let known = self.pairs.get(ctx);
             let pair = match known {
                 Some(pair) => pair,
                 None => {
@@ -189,8 +163,7 @@ impl SpecEngine for PairEngine {
                         groups: tokio::sync::Mutex::default(),
                         place: Place::of(ctx)?,
                     });
-                    let mut pairs = self.pairs.lock().expect("not poisoned");
-                    pairs.insert(ctx.case_id().to_string(), pair.clone());
+                    self.pairs.insert(ctx, pair.clone());
                     pair
                 }
             };
@@ -200,17 +173,10 @@ impl SpecEngine for PairEngine {
         .boxed()
     }
 
-    fn expectations<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-    ) -> BoxFuture<'a, anyhow::Result<Box<dyn EngineSession>>> {
+    fn expectations<'a>(&'a self, ctx: &'a Ctx) -> SessionFuture<'a> {
         async move {
             // The last connection: it holds the pair alone, which stops when it ends.
-            let pair = self
-                .pairs
-                .lock()
-                .expect("not poisoned")
-                .remove(ctx.case_id());
+            let pair = self.pairs.remove(ctx);
             let pair = pair.ok_or_else(|| anyhow::anyhow!("the case's pair is not running"))?;
             let session = NodeSession::open(pair, cases_ledger::modes::mode(ctx)).await?;
             Ok(Box::new(session) as Box<dyn EngineSession>)
