@@ -171,6 +171,8 @@ pub fn parse(text: &str) -> Result<Spec, ParseError> {
     let mut seen = std::collections::BTreeSet::new();
     let mut clean = None;
     let mut in_session = false;
+    // The line of each `permutation:`, in order, for an error naming an unknown step.
+    let mut permutation_lines = Vec::new();
     for (line, indent, item) in items {
         if let Some(name) = item.strip_prefix("session ") {
             if indent != 0 {
@@ -199,10 +201,13 @@ pub fn parse(text: &str) -> Result<Spec, ParseError> {
             let session = spec.sessions.last_mut().expect("a session is open");
             session_item(session, &mut seen, line, key, value)?;
         } else {
+            if key == "permutation" {
+                permutation_lines.push(line);
+            }
             top_item(&mut spec, &mut clean, line, key, value)?;
         }
     }
-    finish(spec, clean, &seen)
+    finish(spec, clean, &seen, &permutation_lines)
 }
 
 /// The meaningful lines of a spec as `(line number, indent, text)`: blank lines and `#`
@@ -420,13 +425,15 @@ fn counted(line: usize, value: &str) -> Result<(usize, &str), ParseError> {
 }
 
 /// The whole-spec checks once every line is read: the required keys, a step in every
-/// session, permutations naming known steps.
+/// session, permutations naming known steps (`permutation_lines`: the line of each
+/// permutation, in order, named by the error; 0 where unknown).
 ///
 /// Errors: the first of those that fails.
 fn finish(
     mut spec: Spec,
     clean: Option<bool>,
     seen: &std::collections::BTreeSet<String>,
+    permutation_lines: &[usize],
 ) -> Result<Spec, ParseError> {
     for (key, value) in [
         ("title", &spec.title),
@@ -460,10 +467,16 @@ fn finish(
             "every spec has a session (or a race), every session a step",
         ));
     }
-    for entry in spec.permutations.iter().flatten() {
-        if !seen.contains(&entry.name) {
-            let name = &entry.name;
-            return Err(error(0, format!("permutation names unknown step {name:?}")));
+    for (index, permutation) in spec.permutations.iter().enumerate() {
+        for entry in permutation {
+            if !seen.contains(&entry.name) {
+                let name = &entry.name;
+                let line = permutation_lines.get(index).copied().unwrap_or(0);
+                return Err(error(
+                    line,
+                    format!("permutation names unknown step {name:?}"),
+                ));
+            }
         }
     }
     Ok(spec)
@@ -615,7 +628,7 @@ pub fn parse_about(text: &str, mut spec: Spec) -> Result<Spec, ParseError> {
         .flat_map(|s| &s.steps)
         .map(|s| s.name.clone())
         .collect();
-    finish(spec, clean, &seen)
+    finish(spec, clean, &seen, &[])
 }
 
 #[cfg(test)]
@@ -718,6 +731,13 @@ permutation: a1 b1 a2
                 "{error} lacks {expected:?}"
             );
         }
+        // A permutation naming an unknown step is named by its own line.
+        let text = SPEC.replace("permutation: a1 b1 a2", "permutation: a1 zz");
+        let line = 1 + text
+            .lines()
+            .position(|l| l.starts_with("permutation: a1 zz"))
+            .unwrap();
+        assert_eq!(parse(&text).expect_err("unknown step").line, line);
     }
 
     #[test]
