@@ -164,7 +164,8 @@ fn is_name(name: &str) -> bool {
 ///
 /// Errors: the first problem found, with its line: an unknown key, a missing `title`,
 /// `claim`, `fails`, `system` or `clean`, a step outside a session, a duplicate step
-/// name, a permutation naming an unknown step, more than [`MAX_SPEC_LINES`] lines.
+/// name, a permutation or a `shows:` naming an unknown step, more than
+/// [`MAX_SPEC_LINES`] lines.
 pub fn parse(text: &str) -> Result<Spec, ParseError> {
     let items = meaningful_lines(text)?;
     let mut spec = Spec::default();
@@ -425,8 +426,8 @@ fn counted(line: usize, value: &str) -> Result<(usize, &str), ParseError> {
 }
 
 /// The whole-spec checks once every line is read: the required keys, a step in every
-/// session, permutations naming known steps (`permutation_lines`: the line of each
-/// permutation, in order, named by the error; 0 where unknown).
+/// session, `shows:` and permutations naming known steps (`permutation_lines`: the line
+/// of each permutation, in order, named by the error; 0 where unknown).
 ///
 /// Errors: the first of those that fails.
 fn finish(
@@ -466,6 +467,13 @@ fn finish(
             0,
             "every spec has a session (or a race), every session a step",
         ));
+    }
+    for expect in &spec.expectations {
+        if let Expect::Shows { step, .. } = expect
+            && !seen.contains(step)
+        {
+            return Err(error(0, format!("`shows:` names unknown step {step:?}")));
+        }
     }
     for (index, permutation) in spec.permutations.iter().enumerate() {
         for entry in permutation {
@@ -707,6 +715,10 @@ permutation: a1 b1 a2
                 "unknown step",
             ),
             (SPEC.replace("step a2", "step a1"), "defined twice"),
+            (
+                SPEC.replace("clean: no\n", "clean: no\nshows: zz balance=1\n"),
+                "`shows:` names unknown step",
+            ),
             (SPEC.replace("clean: no\n", ""), "clean"),
             (SPEC.replace("title: two debits\n", ""), "title"),
             (SPEC.replace("system: t", "sytem: t"), "unknown key"),
