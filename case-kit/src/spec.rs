@@ -164,13 +164,16 @@ fn is_name(name: &str) -> bool {
 ///
 /// Errors: the first problem found, with its line: an unknown key, a missing `title`,
 /// `claim`, `fails`, `system` or `clean`, a step outside a session, a duplicate step
-/// name, a permutation naming an unknown step, more than [`MAX_SPEC_LINES`] lines.
+/// name, a permutation or a `shows:` naming an unknown step, more than
+/// [`MAX_SPEC_LINES`] lines.
 pub fn parse(text: &str) -> Result<Spec, ParseError> {
     let items = meaningful_lines(text)?;
     let mut spec = Spec::default();
     let mut seen = std::collections::BTreeSet::new();
     let mut clean = None;
     let mut in_session = false;
+    // The line of each `permutation:`, in order, for an error naming an unknown step.
+    let mut permutation_lines = Vec::new();
     for (line, indent, item) in items {
         if let Some(name) = item.strip_prefix("session ") {
             if indent != 0 {
@@ -199,10 +202,13 @@ pub fn parse(text: &str) -> Result<Spec, ParseError> {
             let session = spec.sessions.last_mut().expect("a session is open");
             session_item(session, &mut seen, line, key, value)?;
         } else {
+            if key == "permutation" {
+                permutation_lines.push(line);
+            }
             top_item(&mut spec, &mut clean, line, key, value)?;
         }
     }
-    finish(spec, clean, &seen)
+    finish(spec, clean, &seen, &permutation_lines)
 }
 
 /// The meaningful lines of a spec as `(line number, indent, text)`: blank lines and `#`
@@ -420,13 +426,15 @@ fn counted(line: usize, value: &str) -> Result<(usize, &str), ParseError> {
 }
 
 /// The whole-spec checks once every line is read: the required keys, a step in every
-/// session, permutations naming known steps.
+/// session, `shows:` and permutations naming known steps (`permutation_lines`: the line
+/// of each permutation, in order, named by the error; 0 where unknown).
 ///
 /// Errors: the first of those that fails.
 fn finish(
     mut spec: Spec,
     clean: Option<bool>,
     seen: &std::collections::BTreeSet<String>,
+    permutation_lines: &[usize],
 ) -> Result<Spec, ParseError> {
     for (key, value) in [
         ("title", &spec.title),
@@ -460,10 +468,23 @@ fn finish(
             "every spec has a session (or a race), every session a step",
         ));
     }
-    for entry in spec.permutations.iter().flatten() {
-        if !seen.contains(&entry.name) {
-            let name = &entry.name;
-            return Err(error(0, format!("permutation names unknown step {name:?}")));
+    for expect in &spec.expectations {
+        if let Expect::Shows { step, .. } = expect
+            && !seen.contains(step)
+        {
+            return Err(error(0, format!("`shows:` names unknown step {step:?}")));
+        }
+    }
+    for (index, permutation) in spec.permutations.iter().enumerate() {
+        for entry in permutation {
+            if !seen.contains(&entry.name) {
+                let name = &entry.name;
+                let line = permutation_lines.get(index).copied().unwrap_or(0);
+                return Err(error(
+                    line,
+                    format!("permutation names unknown step {name:?}"),
+                ));
+            }
         }
     }
     Ok(spec)
@@ -615,7 +636,7 @@ pub fn parse_about(text: &str, mut spec: Spec) -> Result<Spec, ParseError> {
         .flat_map(|s| &s.steps)
         .map(|s| s.name.clone())
         .collect();
-    finish(spec, clean, &seen)
+    finish(spec, clean, &seen, &[])
 }
 
 #[cfg(test)]
@@ -694,6 +715,10 @@ permutation: a1 b1 a2
                 "unknown step",
             ),
             (SPEC.replace("step a2", "step a1"), "defined twice"),
+            (
+                SPEC.replace("clean: no\n", "clean: no\nshows: zz balance=1\n"),
+                "`shows:` names unknown step",
+            ),
             (SPEC.replace("clean: no\n", ""), "clean"),
             (SPEC.replace("title: two debits\n", ""), "title"),
             (SPEC.replace("system: t", "sytem: t"), "unknown key"),
@@ -718,6 +743,13 @@ permutation: a1 b1 a2
                 "{error} lacks {expected:?}"
             );
         }
+        // A permutation naming an unknown step is named by its own line.
+        let text = SPEC.replace("permutation: a1 b1 a2", "permutation: a1 zz");
+        let line = 1 + text
+            .lines()
+            .position(|l| l.starts_with("permutation: a1 zz"))
+            .unwrap();
+        assert_eq!(parse(&text).expect_err("unknown step").line, line);
     }
 
     #[test]

@@ -270,7 +270,10 @@ pub struct ParseError {
 
 impl std::fmt::Display for ParseError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "line {}: {}", self.line, self.message)
+        match self.line {
+            0 => write!(f, "{}", self.message),
+            line => write!(f, "line {line}: {}", self.message),
+        }
     }
 }
 
