@@ -256,7 +256,10 @@ $fn$;
 /// The batch transfer's server-side function `ledger_transfer_batch` ([`crate::batch`],
 /// which calls it), installed by [`install`] (`CREATE OR REPLACE`). It takes one request
 /// per array position (all arrays of one length; each `(client_id, idem_key)` at most
-/// once, else SQLSTATE `LD004`) and returns one row per request: `ord` (1-based position),
+/// once, else SQLSTATE `LD004`, raised after the registration of step 2, so such a call
+/// may first wait behind another transaction's key, or fail on its `lock_timeout` or on a
+/// NULL first; [`crate::batch`] never sends one: it moves a repeated key to a later
+/// transaction) and returns one row per request: `ord` (1-based position),
 /// `status` (`executed`, `stored`, `orphan`, `frozen`, `vanished`, `no_credit`,
 /// `out_of_range`), and per status the `account_id` (frozen, out of range), the stored
 /// `request_hash`, `outcome`, `txn_id` and `balance_after` (stored, executed).
