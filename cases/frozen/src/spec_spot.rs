@@ -70,7 +70,7 @@ const SHOWN: [&str; 12] = [
 
 /// Longest wait for the service to be seen holding a request at a fault point, ms (a
 /// hang bound: `give-up-when-held` then reports `holding=0`), and for a released point
-/// to hold nothing any more (`release-fault`).
+/// to hold nothing any more (`release-fault` then fails).
 pub const HELD_WAIT_MS: u64 = 10_000;
 /// How often `release-fault` looks whether the point still holds a request, ms.
 const POLL_MS: u64 = 5;
@@ -389,8 +389,11 @@ async fn give_up_when_held(service: &Service, call: &Call) -> Result<String, Str
 }
 
 /// `arm-fault` and `release-fault` (see the module documentation). A release returns
-/// once the point holds nothing (looked at every [`POLL_MS`], at most [`HELD_WAIT_MS`]),
-/// so a request it let go is no longer counted as held ([`Spot::waiting`]).
+/// once the point holds nothing (looked at every [`POLL_MS`]), so a request it let go is
+/// no longer counted as held ([`Spot::waiting`]).
+///
+/// Errors: transport; the point still holds a request [`HELD_WAIT_MS`] after the release
+/// (a hang bound: the step fails rather than go on as if released).
 async fn fault(service: &Service, call: &Call) -> Result<String, String> {
     let point = call.arg("point").unwrap_or_default();
     if call.op == "release-fault" {
@@ -399,7 +402,12 @@ async fn fault(service: &Service, call: &Call) -> Result<String, String> {
         let until = Instant::now() + Duration::from_millis(HELD_WAIT_MS);
         let holding = |point| service.holding(Some(point));
         let text = |e: reqwest::Error| format!("transport: {e}");
-        while holding(point).await.map_err(text)? > 0 && Instant::now() < until {
+        while holding(point).await.map_err(text)? > 0 {
+            if Instant::now() >= until {
+                return Err(format!(
+                    "{point} still holds a request {HELD_WAIT_MS} ms after its release"
+                ));
+            }
             tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
         }
         return Ok(format!("released={released}"));

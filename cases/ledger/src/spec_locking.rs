@@ -575,14 +575,13 @@ async fn with_retry(
     }
 }
 
+/// An account's row locked as an UPDATE of it would lock it (`$1`: the account id).
+const LOCK_ROW_SQL: &str = "SELECT 1 FROM account WHERE account_id = $1 FOR UPDATE";
+
 /// Locks and releases `account`'s row: returns once no other transaction holds it.
 async fn wait_for_row(client: &mut Client, account: &str) -> Result<(), tokio_postgres::Error> {
     let tx = client.transaction().await?;
-    tx.query_one(
-        "SELECT 1 FROM account WHERE account_id = $1 FOR UPDATE",
-        &[&account],
-    )
-    .await?;
+    tx.query_one(LOCK_ROW_SQL, &[&account]).await?;
     tx.commit().await
 }
 
@@ -597,14 +596,13 @@ async fn request_order_transfer(
     req: &TransferRequest,
     barrier: Option<&Barrier>,
 ) -> Result<Outcome, LedgerError> {
-    const LOCK_SQL: &str = "SELECT 1 FROM account WHERE account_id = $1 FOR UPDATE";
     let started = client
         .build_transaction()
         .isolation_level(IsolationLevel::ReadCommitted)
         .start()
         .await;
     let first = match &started {
-        Ok(tx) => tx.query_one(LOCK_SQL, &[&req.from]).await.map(|_| ()),
+        Ok(tx) => tx.query_one(LOCK_ROW_SQL, &[&req.from]).await.map(|_| ()),
         Err(_) => Ok(()),
     };
     if let Some(barrier) = barrier {
@@ -612,7 +610,7 @@ async fn request_order_transfer(
     }
     let tx = started?;
     first?;
-    tx.query_one(LOCK_SQL, &[&req.to]).await?;
+    tx.query_one(LOCK_ROW_SQL, &[&req.to]).await?;
     let debited = tx
         .query_opt(
             "UPDATE account SET balance = balance - $2 \
