@@ -403,18 +403,33 @@ impl Ctx {
             passed,
             expected: Some(expected.to_string()),
             actual: Some(actual.to_string()),
+            compared: Default::default(),
         }));
         passed
     }
 
     /// Records a condition with a short description of what was seen. Returns `passed`.
     pub fn check(&mut self, name: impl Into<String>, passed: bool, seen: impl Display) -> bool {
+        self.check_compared(name, passed, seen, crate::report::Compared::default())
+    }
+
+    /// [`Ctx::check`] with what the check compared (rows, values), kept for the run
+    /// record and its page; the transcript line is the same as [`Ctx::check`]'s.
+    /// Returns `passed`.
+    pub fn check_compared(
+        &mut self,
+        name: impl Into<String>,
+        passed: bool,
+        seen: impl Display,
+        compared: crate::report::Compared,
+    ) -> bool {
         let seen = seen.to_string();
         self.lines.push(Line::Check(Check {
             name: name.into(),
             passed,
             expected: None,
             actual: (!seen.is_empty()).then_some(seen),
+            compared,
         }));
         passed
     }
