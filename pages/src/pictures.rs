@@ -398,7 +398,7 @@ mod tests {
             let bar = format!(r#"data-kind="{}" "#, kind.name());
             let at = page
                 .find(&format!(r#"<rect class="bar" {bar}"#))
-                .expect(kind.name());
+                .unwrap_or_else(|| panic!("no {} bar", kind.name()));
             assert!(
                 page[at..].contains(&format!(r#"fill="{}""#, kind.colour())),
                 "{page}"
