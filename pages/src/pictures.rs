@@ -289,7 +289,7 @@ fn swimlanes(lanes: &[(String, Vec<String>)], permutation: &Permutation) -> Mark
                     }
                     text x=(x(slot.sent) + 6) y=(y + 15) { title { (slot.step) } (short(&slot.step, 13)) }
                     @if let Some(at) = below {
-                        text x=(x(at) + 4) y=(y + LANE_PX + 10) { title { (outcome) } (short(outcome, 15)) }
+                        text x=(x(at) + 4) y=(y + LANE_PX + 10) { title { (outcome) } (short(outcome, 13)) }
                     }
                 }
             }
