@@ -5,9 +5,11 @@
 //! (the call itself failed before the service or database answered: a connection
 //! lost, a panic). Read from the outcome's own words, in this order: an `outcome=`
 //! word (`OK` is ok, `UNKNOWN` unknown, any other refused); a status (`status=503` or a
-//! leading `503`: 2xx ok, 5xx unknown, other refused); the word `UNKNOWN` or `timed
-//! out` (unknown); a text starting with `ERROR` (refused: the engine's error for a
-//! statement it did not apply); a failed call otherwise (error); else ok.
+//! leading `503`: 2xx ok, 5xx unknown, other refused); a text starting with `UNKNOWN`
+//! or `timed out` (unknown; the word further on, as in a process's log of its state
+//! changes, `STEP w-1401 UNKNOWN -> CONFIRMED`, says nothing of this outcome); a text
+//! starting with `ERROR` (refused: the engine's error for a statement it did not
+//! apply); a failed call otherwise (error); else ok.
 
 use maud::{Markup, html};
 
@@ -134,7 +136,7 @@ pub fn classify(words: &str, failed_call: bool) -> Kind {
             _ => Kind::Refused,
         };
     }
-    if tokens.contains(&"UNKNOWN") || upper.contains("TIMED OUT") {
+    if tokens.first() == Some(&"UNKNOWN") || upper.starts_with("TIMED OUT") {
         Kind::Unknown
     } else if upper.starts_with("ERROR") {
         Kind::Refused
@@ -203,6 +205,14 @@ mod tests {
         assert_eq!(kind("ERROR 23514: check", true), Kind::Refused);
         assert_eq!(kind("connection reset by peer", true), Kind::Error);
         assert_eq!(kind("balance=20", false), Kind::Ok);
+        assert_eq!(kind("UNKNOWN answer lost", false), Kind::Unknown);
+        assert_eq!(
+            kind(
+                "exited with status 0 | STEP w-1401 UNKNOWN -> CONFIRMED | IDLE",
+                false
+            ),
+            Kind::Ok
+        );
         assert_eq!(kind("", false), Kind::Ok);
     }
 }
