@@ -49,7 +49,10 @@ async fn a_rows_check_records_its_expected_and_actual_rows() {
     assert_eq!(record["actual_rows"], serde_json::json!(["units=120"]));
 
     let record = units_check(&run(Some(("= units=120", "= units=121"))).await);
-    assert_eq!(record["passed"], false, "the changed expectation fails: {record}");
+    assert_eq!(
+        record["passed"], false,
+        "the changed expectation fails: {record}"
+    );
     assert_eq!(record["expected_rows"], serde_json::json!(["units=121"]));
     assert_eq!(record["actual_rows"], serde_json::json!(["units=120"]));
 }
