@@ -360,7 +360,7 @@ fn one_result_of_each_kind_in_a_real_browser() {
         r#"Ok("outcome=OK balance=93")"#,
         r#"Ok("outcome=INSUFFICIENT balance=2")"#,
         r#"Ok("status=503 outcome=UNKNOWN")"#,
-        r#"Err("connection reset by peer")"#,
+        r#"Err("the racer panicked")"#,
     ]
     .iter()
     .enumerate()

@@ -2,12 +2,14 @@
 //! convention: ok, fail, info): `ok` (it took effect, or the query answered), `refused`
 //! (a definite no: the service or the database refused it, nothing was applied),
 //! `unknown` (no answer to rely on: it may or may not have taken effect) and `error`
-//! (the call itself failed before the service or database answered: a connection
-//! lost, a panic). Read from the outcome's own words, in this order: an `outcome=`
+//! (the call itself failed, a panic or a call that could not be made: no outcome to
+//! read). Read from the outcome's own words, in this order: an `outcome=`
 //! word (`OK` is ok, `UNKNOWN` unknown, any other refused); a status (`status=503` or a
 //! leading `503`: 2xx ok, 5xx unknown, other refused); a text starting with `UNKNOWN`
 //! or `timed out` (unknown; the word further on, as in a process's log of its state
-//! changes, `STEP w-1401 UNKNOWN -> CONFIRMED`, says nothing of this outcome); a text
+//! changes, `STEP w-1401 UNKNOWN -> CONFIRMED`, says nothing of this outcome); an error
+//! or failed call saying the connection went away (`connection lost`, `… closed`,
+//! `… reset`, `terminating connection`: unknown, it may have been applied); a text
 //! starting with `ERROR` (refused: the engine's error for a statement it did not
 //! apply); a failed call otherwise (error); else ok.
 
@@ -22,7 +24,7 @@ pub enum Kind {
     Refused,
     /// No answer to rely on: it may or may not have taken effect.
     Unknown,
-    /// The call itself failed before anything answered.
+    /// The call itself failed (a panic, a call that could not be made): no outcome.
     Error,
 }
 
@@ -66,7 +68,7 @@ impl Kind {
             Kind::Ok => "took effect or answered",
             Kind::Refused => "a definite no: not applied",
             Kind::Unknown => "no answer to rely on: may or may not have taken effect",
-            Kind::Error => "the call failed before an answer",
+            Kind::Error => "the call itself failed: no outcome to read",
         }
     }
 }
@@ -136,9 +138,11 @@ pub fn classify(words: &str, failed_call: bool) -> Kind {
             _ => Kind::Refused,
         };
     }
-    if tokens.first() == Some(&"UNKNOWN") || upper.starts_with("TIMED OUT") {
+    let error = upper.starts_with("ERROR");
+    let gone = (error || failed_call) && CONNECTION_GONE.iter().any(|w| upper.contains(w));
+    if tokens.first() == Some(&"UNKNOWN") || upper.starts_with("TIMED OUT") || gone {
         Kind::Unknown
-    } else if upper.starts_with("ERROR") {
+    } else if error {
         Kind::Refused
     } else if failed_call {
         Kind::Error
@@ -146,6 +150,16 @@ pub fn classify(words: &str, failed_call: bool) -> Kind {
         Kind::Ok
     }
 }
+
+/// An error's words that say the connection went away before an answer: the statement
+/// may or may not have been applied (a server killed mid-commit).
+const CONNECTION_GONE: [&str; 5] = [
+    "CONNECTION LOST",
+    "CONNECTION CLOSED",
+    "CONNECTION RESET",
+    "TERMINATING CONNECTION",
+    "SERVER CLOSED THE CONNECTION",
+];
 
 /// The legend of a picture: each kind's swatch, name and meaning (with how many of the
 /// picture's items are of it when `counts` is given), and `extra` items after them.
@@ -203,7 +217,12 @@ mod tests {
             Kind::Refused
         );
         assert_eq!(kind("ERROR 23514: check", true), Kind::Refused);
-        assert_eq!(kind("connection reset by peer", true), Kind::Error);
+        assert_eq!(kind("connection reset by peer", true), Kind::Unknown);
+        assert_eq!(
+            kind("ERROR MariaDB client: connection lost", false),
+            Kind::Unknown
+        );
+        assert_eq!(kind("racer panicked", true), Kind::Error);
         assert_eq!(kind("balance=20", false), Kind::Ok);
         assert_eq!(kind("UNKNOWN answer lost", false), Kind::Unknown);
         assert_eq!(

@@ -391,7 +391,7 @@ mod tests {
             { "start_us": 0, "end_us": 10, "outcome": "Ok(\"outcome=INSUFFICIENT balance=2\")" },
             { "start_us": 0, "end_us": 20, "outcome": "Ok(\"outcome=OK balance=9\")" },
             { "start_us": 0, "end_us": 30, "outcome": "Ok(\"503 UNKNOWN\")" },
-            { "start_us": 0, "end_us": 40, "outcome": "Err(\"connection reset\")" },
+            { "start_us": 0, "end_us": 40, "outcome": "Err(\"the racer panicked\")" },
         ]});
         let page = race_bars(1, &race).into_string();
         for kind in kinds::ALL {
