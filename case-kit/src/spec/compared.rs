@@ -2,8 +2,8 @@
 //! page: a check prints its first column (`?column?=t`), which says that the comparison
 //! held but not what was compared. From a query `SELECT L1 = R1 AND L2 >= R2 … FROM …`
 //! this makes `SELECT L1 AS compared_1, R1 AS compared_2, … FROM …` (the first column's
-//! top-level comparisons, both sides, a literal side left out since its value is its
-//! text), run after the check on the same connection; each value is then named by its
+//! top-level comparisons, joined by `AND` or `OR`, each maybe after `NOT`: both sides,
+//! a literal side left out since its value is its text), run after the check on the same connection; each value is then named by its
 //! expression (`available=5095100000`). A query whose first column has no top-level
 //! comparison (`NOT EXISTS (…)`, `bool_and(…)`), or that holds several statements,
 //! gets none: its page shows what it printed.
@@ -32,7 +32,11 @@ pub fn value_query(sql: &str) -> Option<(String, Vec<String>)> {
         None => first,
     };
     let mut expressions = Vec::new();
-    for term in split_keyword(first, "AND") {
+    let terms = split_keyword(first, "AND")
+        .into_iter()
+        .flat_map(|term| split_keyword(term, "OR"));
+    for term in terms {
+        let term = strip_keyword(term.trim_start(), "NOT").unwrap_or(term);
         let Some((at, operator)) = OPERATORS
             .iter()
             .filter_map(|op| top_level(term, op).map(|at| (at, *op)))
@@ -188,6 +192,13 @@ mod tests {
         assert_eq!(query, "SELECT @@GLOBAL.tx_isolation AS compared_1");
         let (_, names) = value_query("SELECT count(*) >= 2 FROM t").unwrap();
         assert_eq!(names, ["count(*)"]);
+        let (_, names) = value_query(
+            "SELECT count(*) < 10 OR (SELECT c FROM p) <> 'ok' AS exposed, count(*) FROM t",
+        )
+        .unwrap();
+        assert_eq!(names, ["count(*)", "(SELECT c FROM p)"]);
+        let (_, names) = value_query("SELECT NOT a = 1 FROM t").unwrap();
+        assert_eq!(names, ["a"]);
     }
 
     #[test]
