@@ -266,6 +266,7 @@ fn a_failing_run_in_a_real_browser() {
     );
 
     pictures_tell_the_truth(&seen.text);
+    compared_in_the_record(&record);
 
     let shot = screenshot(binary, &page);
     println!("screenshot of a failing run: {}", shot.display());
@@ -325,6 +326,41 @@ fn pictures_tell_the_truth(page: &str) {
         ),
         "S1's rows: check with both sides: {}",
         snippet(&s1, "expected-rows")
+    );
+}
+
+/// The scratch run's `results.json`: S1's `rows:` check on the units holds its expected
+/// and actual rows, L3's `check:` on the balance the value it compared.
+fn compared_in_the_record(record: &Path) {
+    let text = std::fs::read_to_string(record.join("results.json")).unwrap();
+    let results: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let check = |id: &str, prefix: &str| -> serde_json::Value {
+        let cases = results["cases"].as_array().unwrap();
+        let case = cases.iter().find(|c| c["id"] == id).expect(id);
+        let checks = case["checks"].as_array().unwrap();
+        let found = checks
+            .iter()
+            .find(|c| c["name"].as_str().unwrap().starts_with(prefix));
+        found
+            .unwrap_or_else(|| panic!("{id}: no check {prefix}"))
+            .clone()
+    };
+    let rows = check("S1", "rows of SELECT units FROM stock");
+    assert_eq!(
+        rows["expected_rows"],
+        serde_json::json!(["units=120"]),
+        "{rows}"
+    );
+    assert_eq!(
+        rows["actual_rows"],
+        serde_json::json!(["units=120"]),
+        "{rows}"
+    );
+    let balance = check("L3", "SELECT balance = 2 FROM account");
+    assert_eq!(
+        balance["values"],
+        serde_json::json!(["balance=2"]),
+        "{balance}"
     );
 }
 
