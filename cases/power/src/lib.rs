@@ -31,6 +31,7 @@ pub mod spec_cluster;
 mod spec_disk;
 pub mod spec_engine;
 mod spec_ledger;
+pub mod spec_mariadb;
 pub mod verbs;
 
 // One line per case, in id order (the negative controls P2, P3, P6 and P7 are files).
@@ -41,13 +42,17 @@ case_kit::register_cases! {
 
 /// The family: P1–P8, each on its own mount.
 pub fn family() -> Family {
+    let on_mariadb = spec_mariadb::case_ids();
     Family {
         prefix: "P",
         title: "power cuts on a disk that forgets what was never synced (forgetful-fs)",
         engine: Engine::None,
         cases: all_cases()
             .into_iter()
-            .map(|case| case.requires(launch::power::unavailable))
+            .map(|case| match on_mariadb.contains(&case.id) {
+                true => case.requires(spec_mariadb::unavailable),
+                false => case.requires(launch::power::unavailable),
+            })
             .collect(),
         extras: Vec::new(),
         verbs: verbs::ALL.to_vec(),

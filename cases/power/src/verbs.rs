@@ -106,11 +106,71 @@ pub const FAULTS: Verbs = Verbs {
     verbs: &[verbs::POWER_CUT],
 };
 
+/// A MariaDB of the case's own on the forgetful disk (`spec_mariadb.rs`), beside the
+/// frozen balances' events ([`cases_frozen::verbs::EVENTS`]).
+pub const MARIADB_ON_DISK: Verbs = Verbs {
+    title: "a MariaDB (InnoDB) on a forgetful disk (`spec_mariadb.rs`)",
+    verbs: &[
+        Verb {
+            name: "server",
+            args: &[needs("database", Kind::Word), MARIADB_SET],
+            doc: "mounts the case's disk, `mariadb-install-db` and `mariadbd` with the data directory and redo log on it (`innodb_flush_method=fsync`, then each `set=NAME:VALUE`), the frozen balances' tables in the database the sessions and the expectations use, and what the server runs with: `mariadb on the forgetful disk: innodb_flush_method=fsync innodb_flush_log_at_trx_commit=1 innodb_doublewrite=1; database placed`",
+        },
+        Verb {
+            name: "write-back",
+            args: &[],
+            doc: "writes every unsynced write back to the disk (the kernel's periodic write-back, `sync(1)`), so a cut drops only what follows: `written back: the disk holds every write so far`",
+        },
+        Verb {
+            name: "placements",
+            args: &[
+                needs("count", Kind::Integer),
+                needs("account", Kind::Word),
+                needs("side", Kind::OneOf(&["BUY", "SELL"])),
+                needs("qty", Kind::Word),
+                needs("price", Kind::Word),
+                needs("key", Kind::Word),
+                may("market", Kind::Word, "`BTC-USDT`"),
+                may(
+                    "hold",
+                    Kind::Word,
+                    "none: every placement runs to its answer",
+                ),
+            ],
+            doc: "N placements at once, each on a connection of its own (`{i}` in `key=` is its index): `acknowledged=20 refused=0`; with `hold=POINT` the first to reach the hook point is held there inside its transaction and the others wait for its row lock, seen in `INNODB_TRX`; the call returns with all N in flight, until the cut: `in_flight=4 held_at=balances-updated lock_waits=3`",
+        },
+        Verb {
+            name: "kill-server",
+            args: &[],
+            doc: "SIGKILL of `mariadbd` alone (the disk keeps what was written), a start with InnoDB's crash recovery: `killed signal=9; recovery ok`",
+        },
+    ],
+};
+
+/// `set=NAME:VALUE`, repeated: a server option of the case's MariaDB.
+const MARIADB_SET: Arg = Arg {
+    name: "set",
+    kind: Kind::Word,
+    absent: Some(
+        "the durable defaults (`innodb_flush_method=fsync`, `innodb_flush_log_at_trx_commit=1`, `innodb_doublewrite=ON`)",
+    ),
+    repeats: true,
+};
+
 /// Every set family P composes.
-pub const ALL: [&Verbs; 3] = [&STORE_ON_DISK, &CLUSTER_ON_DISK, &FAULTS];
+pub const ALL: [&Verbs; 5] = [
+    &STORE_ON_DISK,
+    &CLUSTER_ON_DISK,
+    &MARIADB_ON_DISK,
+    &cases_frozen::verbs::EVENTS,
+    &FAULTS,
+];
 
 /// The sets of the SQLite engine (`spec_engine.rs`).
 pub const SQLITE: [&Verbs; 2] = [&STORE_ON_DISK, &FAULTS];
 
 /// The sets of the cluster engine (`spec_cluster.rs`).
 pub const CLUSTER: [&Verbs; 2] = [&CLUSTER_ON_DISK, &FAULTS];
+
+/// The sets of the MariaDB engine (`spec_mariadb.rs`).
+pub const MARIADB: [&Verbs; 3] = [&MARIADB_ON_DISK, &cases_frozen::verbs::EVENTS, &FAULTS];
