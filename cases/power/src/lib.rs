@@ -27,6 +27,7 @@ use case_kit::{Engine, Family};
 
 pub mod durability;
 pub mod ledger;
+pub mod lost_syncs;
 pub mod spec_cluster;
 mod spec_disk;
 pub mod spec_engine;
@@ -49,9 +50,10 @@ pub fn family() -> Family {
         engine: Engine::None,
         cases: all_cases()
             .into_iter()
-            .map(|case| match on_mariadb.contains(&case.id) {
-                true => case.requires(spec_mariadb::unavailable),
-                false => case.requires(launch::power::unavailable),
+            .map(|case| match on_mariadb.get(&case.id) {
+                Some(true) => case.requires(spec_mariadb::unavailable_with_strace),
+                Some(false) => case.requires(spec_mariadb::unavailable),
+                None => case.requires(launch::power::unavailable),
             })
             .collect(),
         extras: Vec::new(),

@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
 
 use case_kit::spec::{self, Call, EngineSession, Reconciled, SessionFuture, SpecEngine};
 use case_kit::{AbortOnDrop, Ctx};
@@ -38,8 +39,11 @@ use cases_frozen::spec_events;
 use cases_innodb::fixtures::Db;
 use cases_innodb::spec_engine::{OnInnoDb, reconciled, run_sql, shown};
 use frozen_balances::{EventKind, NoHooks};
+use forgetful_fs::Tear;
 use launch::power::PowerDisk;
 use scratch_mariadb::{Server, ServerOptions};
+
+use crate::lost_syncs::LostSyncs;
 
 /// What a file on this engine says as its `system:`.
 pub const SYSTEM: &str = "mariadb_on_forgetful_disk";
@@ -57,6 +61,9 @@ pub const DEFAULTS: [(&str, &str); 4] = [
 
 /// The redo log, relative to the mount point.
 const REDO_LOG: &str = "data/ib_logfile0";
+/// Longest wait of `flush-pages` for InnoDB to have written every dirty page,
+/// milliseconds (a hang bound only).
+const FLUSH_WAIT_MS: u64 = 30_000;
 
 /// Why the engine's cases cannot run here: the power cut's (root, `/dev/fuse`) or
 /// MariaDB's binaries, neither cached nor fetchable (`scratch_mariadb::binaries`).
@@ -71,17 +78,29 @@ pub fn unavailable() -> Option<String> {
         .map(|error| format!("MariaDB unavailable: {error}"))
 }
 
-/// The ids of the family's files on this engine (their `system:` says [`SYSTEM`]),
-/// which need MariaDB besides the disk ([`unavailable`]).
-pub fn case_ids() -> Vec<String> {
+/// Why the cases that lose syncs (`lose-syncs`) cannot run here: [`unavailable`], or
+/// no `strace` ([`crate::lost_syncs::unavailable`]).
+pub fn unavailable_with_strace() -> Option<String> {
+    unavailable().or_else(crate::lost_syncs::unavailable)
+}
+
+/// The family's files on this engine (their `system:` says [`SYSTEM`]), which need
+/// MariaDB besides the disk ([`unavailable`]), by id, each with whether it loses syncs
+/// (a `lose-syncs` call: it needs strace too).
+pub fn case_ids() -> HashMap<String, bool> {
     let dir = Path::new(crate::spec_engine::SPEC_DIR);
     let files = std::fs::read_dir(dir).into_iter().flatten().flatten();
-    let ours = files.filter(|file| {
+    let mut ids = HashMap::new();
+    for file in files {
         let text = std::fs::read_to_string(file.path()).unwrap_or_default();
-        text.lines().any(|line| line.trim() == format!("system: {SYSTEM}"))
-    });
-    ours.filter_map(|file| spec::spec_id("P", &file.file_name().to_string_lossy()))
-        .collect()
+        if !text.lines().any(|line| line.trim() == format!("system: {SYSTEM}")) {
+            continue;
+        }
+        if let Some(id) = spec::spec_id("P", &file.file_name().to_string_lossy()) {
+            ids.insert(id, text.contains("lose-syncs"));
+        }
+    }
+    ids
 }
 
 /// A MariaDB on a forgetful disk per case.
@@ -111,6 +130,8 @@ struct MariaState {
     in_flight: Vec<AbortOnDrop<Result<String, String>>>,
     /// Their gate, released never (the cut ends them).
     gate: Option<Arc<Gate>>,
+    /// strace losing a table's and the redo log's syncs, from `lose-syncs` to the cut.
+    lost_syncs: Option<LostSyncs>,
     /// The server, from `server` on.
     server: Option<Server>,
     /// The mounted disk, from `server` on.
@@ -141,9 +162,6 @@ impl SpecEngine for PowerMariaEngine {
         if event && (call.arg("hold").is_some() || call.arg("fail").is_some()) {
             return Err("an event on this engine takes no hold= or fail=".into());
         }
-        if call.op == "power-cut" && call.args.iter().any(|(n, _)| n.starts_with("tear")) {
-            return Err("a tear needs a cluster's relation: this engine tears nothing".into());
-        }
         match call.arg("hold") {
             Some(point) => (point.parse::<frozen_balances::HookPoint>())
                 .map(|_| ())
@@ -167,6 +185,7 @@ impl SpecEngine for PowerMariaEngine {
             generation: 0,
             in_flight: Vec::new(),
             gate: None,
+            lost_syncs: None,
             server: None,
             disk: None,
         };
@@ -289,31 +308,117 @@ impl MariaSession {
         ))
     }
 
-    /// `power-cut`: SIGKILL of `mariadbd`, the unsynced data dropped, a start with
-    /// crash recovery.
-    async fn power_cut(&mut self) -> Result<String, String> {
+    /// `power-cut [tear=T] [tear-bytes=N]`: SIGKILL of `mariadbd`, the unsynced data
+    /// dropped (T's last unsynced write torn), a start with crash recovery.
+    async fn power_cut(&mut self, call: &Call) -> Result<String, String> {
         self.conn = None;
         let mut state = self.disk.state.lock().await;
         let state = &mut *state;
+        let tear = match call.arg("tear") {
+            Some(table) => Some(tear(&state.database, table, call)?),
+            None => None,
+        };
         let server = state.server.as_mut().ok_or("no server running")?;
         let disk = state.disk.as_ref().ok_or("no disk mounted")?;
         tokio::task::block_in_place(|| server.kill());
         state.in_flight.clear();
         state.gate = None;
+        state.lost_syncs = None;
         let redo = disk.unsynced_file(Path::new(REDO_LOG));
-        let dropped = disk.cut(None);
+        let dropped = disk.cut(tear.as_ref());
+        let log_before = std::fs::metadata(server.log_path()).map_or(0, |m| m.len());
         let recovery = tokio::task::block_in_place(|| server.restart());
         state.generation += 1;
         let recovery = recovery.map_err(|e| e.to_string());
-        Ok(format!(
-            "power cut: SIGKILL of mariadbd; dropped files_n={} bytes_n={} writes_n={} name_operations_n={} redo_unsynced_bytes_n={}; recovery {}",
+        let mut lines = vec![format!(
+            "power cut: SIGKILL of mariadbd; dropped files_n={} bytes_n={} writes_n={} name_operations_n={} redo_unsynced_bytes_n={}{}; recovery {}",
             dropped.files,
             dropped.bytes,
             dropped.write_operations,
             dropped.name_operations,
             redo.map_or(0, |redo| redo.bytes),
+            match dropped.torn_bytes_kept {
+                0 => String::new(),
+                kept => format!("; torn write kept {kept} bytes"),
+            },
             recovery_words(&recovery, state.recovery_log.as_deref())
+        )];
+        if let Some(table) = call.arg("tear") {
+            let log = std::fs::read(server.log_path()).unwrap_or_default();
+            let since = log.get(log_before as usize..).unwrap_or_default();
+            let since = String::from_utf8_lossy(since);
+            let torn = dropped.torn_bytes_kept;
+            lines.push(torn_page(&recovery, torn, table, &since));
+        }
+        Ok(lines.join("\n"))
+    }
+
+    /// `lose-syncs table=T`: strace attached to `mariadbd`, losing every sync of T's
+    /// file and of the redo log from now to the cut.
+    async fn lose_syncs(&mut self, call: &Call) -> Result<String, String> {
+        let table = call.arg("table").unwrap_or_default();
+        let mut state = self.disk.state.lock().await;
+        let server = state.server()?;
+        let pid = server.pid().ok_or("the server is not running")?;
+        let data = server.data_dir();
+        let files = [
+            data.join(&state.database).join(format!("{table}.ibd")),
+            data.join("ib_logfile0"),
+        ];
+        let log = state.work.join("strace.log");
+        let attached = tokio::task::block_in_place(|| LostSyncs::attach(pid, &files, &log));
+        state.lost_syncs = Some(attached.map_err(|e| format!("{e:#}"))?);
+        Ok(format!(
+            "syncs lost from now: fsync and fdatasync of {}/{table}.ibd and ib_logfile0 succeed without reaching the disk (strace attached to every thread of mariadbd)",
+            state.database
         ))
+    }
+
+    /// `flush-pages [table=T]`: InnoDB writes every dirty page
+    /// (`innodb_max_dirty_pages_pct=0` until `Innodb_buffer_pool_pages_dirty` is 0, and
+    /// with `table=` until the disk holds T's file written and unsynced), then the
+    /// setting goes back to its default.
+    async fn flush_pages(&mut self, call: &Call) -> Result<String, String> {
+        let state = self.disk.state.lock().await;
+        let disk = state.disk.as_ref().ok_or("no disk mounted")?;
+        let mut conn = state.connect().await?;
+        let file = (call.arg("table"))
+            .map(|table| PathBuf::from(format!("data/{}/{table}.ibd", state.database)));
+        let sql = |e: mysql_async::Error| e.to_string();
+        conn.query_drop("SET GLOBAL innodb_max_dirty_pages_pct = 0")
+            .await
+            .map_err(sql)?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(FLUSH_WAIT_MS);
+        let dirty = loop {
+            let row: Option<(String, u64)> = (conn.query_first(
+                "SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'",
+            ))
+            .await
+            .map_err(sql)?;
+            let dirty = row.map_or(u64::MAX, |(_, n)| n);
+            let held = file.as_ref().is_none_or(|f| disk.unsynced_file(f).is_some());
+            if (dirty == 0 && held) || std::time::Instant::now() > deadline {
+                break dirty;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        conn.query_drop("SET GLOBAL innodb_max_dirty_pages_pct = DEFAULT")
+            .await
+            .map_err(sql)?;
+        let mut words = vec![format!("dirty_pages={dirty}")];
+        if let Some(file) = &file {
+            let held = disk.unsynced_file(file);
+            let last = held.and_then(|held| held.last_write);
+            words.push(format!(
+                "last_unsynced_write={} unsynced_bytes={}",
+                last.map_or("none".to_string(), |(at, bytes)| format!("{at}+{bytes}")),
+                held.map_or(0, |held| held.bytes)
+            ));
+        }
+        if let Some(lost) = &state.lost_syncs {
+            words.push(format!("lost_syncs_n={}", lost.lost()));
+        }
+        Ok(words.join(" "))
     }
 
     /// `placements count=N … key=K [hold=POINT]`.
@@ -407,6 +512,44 @@ async fn answered(tasks: Vec<AbortOnDrop<Result<String, String>>>) -> Result<Str
     Ok(format!("acknowledged={acknowledged} refused={refused}"))
 }
 
+/// The tear of table `table`'s file at the cut (its last unsynced write kept up to
+/// `tear-bytes=`, 512 by default).
+fn tear(database: &str, table: &str, call: &Call) -> Result<Tear, String> {
+    let bytes = call.arg("tear-bytes").map(str::parse).transpose();
+    let bytes = bytes.map_err(|_| "tear-bytes= takes an integer")?;
+    Ok(Tear {
+        file: PathBuf::from(format!("data/{database}/{table}.ibd")),
+        boundary_bytes: bytes.unwrap_or(crate::spec_cluster::TEAR_BYTES),
+    })
+}
+
+/// What recovery made of a torn page of `table`, from the server's log since the
+/// restart: `recovery=ok torn_bytes=512 doublewrite_restored=acct:3` (InnoDB's
+/// "Recovered page [page id: space=N, page number=3] to './d/acct.ibd' from the
+/// doublewrite buffer") or `recovery=failed torn_bytes=512 corrupted_page=acct:3`
+/// ("Unable to apply log to corrupted page 3 in file ./d/acct.ibd").
+fn torn_page(recovery: &Result<(), String>, torn: u64, table: &str, log: &str) -> String {
+    let file = format!("/{table}.ibd");
+    let mut words = vec![format!(
+        "recovery={} torn_bytes={torn}",
+        if recovery.is_ok() { "ok" } else { "failed" }
+    )];
+    for line in log.lines().filter(|line| line.contains(&file)) {
+        if let Some(rest) = line.split("page number=").nth(1)
+            && line.contains("from the doublewrite buffer")
+            && line.contains("Recovered page")
+        {
+            let page = rest.split(']').next().unwrap_or_default();
+            words.push(format!("doublewrite_restored={table}:{page}"));
+        }
+        if let Some(rest) = line.split("Unable to apply log to corrupted page ").nth(1) {
+            let page = rest.split(' ').next().unwrap_or_default();
+            words.push(format!("corrupted_page={table}:{page}"));
+        }
+    }
+    words.join(" ")
+}
+
 /// `ok`, or `FAILED` and where the server's log went (written to `log`).
 fn recovery_words(recovery: &Result<(), String>, log: Option<&Path>) -> String {
     let Err(error) = recovery else {
@@ -437,7 +580,9 @@ impl EngineSession for MariaSession {
                 "write-back" => self.write_back().await,
                 "placements" => self.placements(call).await,
                 "kill-server" => self.kill_server().await,
-                "power-cut" => self.power_cut().await,
+                "power-cut" => self.power_cut(call).await,
+                "lose-syncs" => self.lose_syncs(call).await,
+                "flush-pages" => self.flush_pages(call).await,
                 "reconcile" => Ok(self.reconcile().await?.1),
                 _ => {
                     let conn = self.conn().await?;

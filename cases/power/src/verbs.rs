@@ -144,6 +144,20 @@ pub const MARIADB_ON_DISK: Verbs = Verbs {
             args: &[],
             doc: "SIGKILL of `mariadbd` alone (the disk keeps what was written), a start with InnoDB's crash recovery: `killed signal=9; recovery ok`",
         },
+        Verb {
+            name: "flush-pages",
+            args: &[may(
+                "table",
+                Kind::Word,
+                "none: the wait ends with no dirty page",
+            )],
+            doc: "InnoDB writes every dirty page (`innodb_max_dirty_pages_pct=0` until `Innodb_buffer_pool_pages_dirty` is 0 and, with `table=T`, the disk holds T's file written and unsynced; then back to its default): `dirty_pages=0 last_unsynced_write=49152+16384 unsynced_bytes=16384 lost_syncs_n=[n]`",
+        },
+        Verb {
+            name: "lose-syncs",
+            args: &[needs("table", Kind::Word)],
+            doc: "strace attached to every thread of `mariadbd` makes each `fsync` and `fdatasync` of T's file and of the redo log succeed without being made, from now to the cut (`cases/power/src/lost_syncs.rs`): the state of a power cut during T's next page write; a `power-cut tear=T` then tears that write (`recovery=ok torn_bytes=512 doublewrite_restored=acct:3`, or `recovery=failed torn_bytes=512 corrupted_page=acct:3`)",
+        },
     ],
 };
 
