@@ -375,9 +375,10 @@ impl MariaSession {
     }
 
     /// `flush-pages [table=T]`: InnoDB writes every dirty page
-    /// (`innodb_max_dirty_pages_pct=0` until `Innodb_buffer_pool_pages_dirty` is 0, and
-    /// with `table=` until the disk holds T's file written and unsynced), then the
-    /// setting goes back to its default.
+    /// (`innodb_max_dirty_pages_pct=0`, then back to its default) until
+    /// `Innodb_buffer_pool_pages_dirty` is 0 and, with `table=`, the disk holds T's file
+    /// written and unsynced, or without it purge has emptied the history list
+    /// (`trx_rseg_history_len` is 0: nothing is left to change pages later).
     async fn flush_pages(&mut self, call: &Call) -> Result<String, String> {
         let state = self.disk.state.lock().await;
         let disk = state.disk.as_ref().ok_or("no disk mounted")?;
@@ -385,35 +386,35 @@ impl MariaSession {
         let file = (call.arg("table"))
             .map(|table| PathBuf::from(format!("data/{}/{table}.ibd", state.database)));
         let sql = |e: mysql_async::Error| e.to_string();
-        conn.query_drop("SET GLOBAL innodb_max_dirty_pages_pct = 0")
-            .await
-            .map_err(sql)?;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(FLUSH_WAIT_MS);
-        let dirty = loop {
-            let row: Option<(String, u64)> = (conn.query_first(
-                "SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'",
-            ))
-            .await
-            .map_err(sql)?;
-            let dirty = row.map_or(u64::MAX, |(_, n)| n);
-            let held = file.as_ref().is_none_or(|f| disk.unsynced_file(f).is_some());
-            if (dirty == 0 && held) || std::time::Instant::now() > deadline {
-                break dirty;
+        let set = "SET GLOBAL innodb_max_dirty_pages_pct = 0";
+        conn.query_drop(set).await.map_err(sql)?;
+        let bound = std::time::Duration::from_millis(FLUSH_WAIT_MS);
+        let deadline = std::time::Instant::now() + bound;
+        let (dirty, history) = loop {
+            let (dirty, history) = dirty_and_history(&mut conn).await.map_err(sql)?;
+            let done = match &file {
+                Some(file) => dirty == 0 && disk.unsynced_file(file).is_some(),
+                None => dirty == 0 && history == 0,
+            };
+            if done || std::time::Instant::now() > deadline {
+                break (dirty, history);
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         };
-        conn.query_drop("SET GLOBAL innodb_max_dirty_pages_pct = DEFAULT")
-            .await
-            .map_err(sql)?;
+        let reset = "SET GLOBAL innodb_max_dirty_pages_pct = DEFAULT";
+        conn.query_drop(reset).await.map_err(sql)?;
         let mut words = vec![format!("dirty_pages={dirty}")];
-        if let Some(file) = &file {
-            let held = disk.unsynced_file(file);
-            let last = held.and_then(|held| held.last_write);
-            words.push(format!(
-                "last_unsynced_write={} unsynced_bytes={}",
-                last.map_or("none".to_string(), |(at, bytes)| format!("{at}+{bytes}")),
-                held.map_or(0, |held| held.bytes)
-            ));
+        match &file {
+            None => words.push(format!("history_len={history}")),
+            Some(file) => {
+                let held = disk.unsynced_file(file);
+                let last = held.and_then(|held| held.last_write);
+                words.push(format!(
+                    "last_unsynced_write={} unsynced_bytes={}",
+                    last.map_or("none".to_string(), |(at, bytes)| format!("{at}+{bytes}")),
+                    held.map_or(0, |held| held.bytes)
+                ));
+            }
         }
         if let Some(lost) = &state.lost_syncs {
             words.push(format!("lost_syncs_n={}", lost.lost()));
@@ -462,6 +463,20 @@ impl MariaSession {
             _ => answered(tasks).await,
         }
     }
+}
+
+/// The buffer pool's dirty pages and the history list's length (undo logs purge has
+/// yet to remove).
+async fn dirty_and_history(conn: &mut Conn) -> Result<(u64, u64), mysql_async::Error> {
+    let dirty: Option<(String, u64)> = (conn.query_first(
+        "SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'",
+    ))
+    .await?;
+    let history: Option<u64> = (conn.query_first(
+        "SELECT COUNT FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'",
+    ))
+    .await?;
+    Ok((dirty.map_or(u64::MAX, |(_, n)| n), history.unwrap_or(u64::MAX)))
 }
 
 /// The `place` call of placement `index` of `call`: its arguments but `count=` and
