@@ -107,8 +107,10 @@ impl Server {
                 .map_err(MariaError::io("chown the server folder"))?;
         }
         if self.data_dir != self.dir.join("data") {
-            fs::create_dir_all(&self.data_dir)
-                .map_err(MariaError::io(format!("creating {}", self.data_dir.display())))?;
+            fs::create_dir_all(&self.data_dir).map_err(MariaError::io(format!(
+                "creating {}",
+                self.data_dir.display()
+            )))?;
             if let Some(Credentials { uid, gid }) = self.credentials {
                 std::os::unix::fs::chown(&self.data_dir, Some(uid), Some(gid))
                     .map_err(MariaError::io("chown the data directory"))?;
@@ -169,7 +171,11 @@ impl Server {
             .arg(format!("--log-error={}", self.log_path().display()))
             // Room for sixteen racers and their observers in every concurrent case.
             .arg("--max-connections=500")
-            .args(self.settings.iter().map(|(name, value)| format!("--{name}={value}")))
+            .args(
+                self.settings
+                    .iter()
+                    .map(|(name, value)| format!("--{name}={value}")),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

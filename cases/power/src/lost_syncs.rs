@@ -34,7 +34,9 @@ pub fn unavailable() -> Option<String> {
         return None;
     }
     if let Some(reason) = launch::power::unavailable() {
-        return Some(format!("strace is not installed, and installing it needs root: {reason}"));
+        return Some(format!(
+            "strace is not installed, and installing it needs root: {reason}"
+        ));
     }
     let install = || {
         Command::new("apt-get")
@@ -111,7 +113,9 @@ impl LostSyncs {
     /// The syncs lost so far (lines of strace's log marked `INJECTED`).
     pub fn lost(&self) -> usize {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        text.lines().filter(|line| line.contains("INJECTED")).count()
+        text.lines()
+            .filter(|line| line.contains("INJECTED"))
+            .count()
     }
 }
 

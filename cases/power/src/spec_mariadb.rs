@@ -38,8 +38,8 @@ use cases_frozen::fixtures::Gate;
 use cases_frozen::spec_events;
 use cases_innodb::fixtures::Db;
 use cases_innodb::spec_engine::{OnInnoDb, reconciled, run_sql, shown};
-use frozen_balances::{EventKind, NoHooks};
 use forgetful_fs::Tear;
+use frozen_balances::{EventKind, NoHooks};
 use launch::power::PowerDisk;
 use scratch_mariadb::{Server, ServerOptions};
 
@@ -93,7 +93,10 @@ pub fn case_ids() -> HashMap<String, bool> {
     let mut ids = HashMap::new();
     for file in files {
         let text = std::fs::read_to_string(file.path()).unwrap_or_default();
-        if !text.lines().any(|line| line.trim() == format!("system: {SYSTEM}")) {
+        if !text
+            .lines()
+            .any(|line| line.trim() == format!("system: {SYSTEM}"))
+        {
             continue;
         }
         if let Some(id) = spec::spec_id("P", &file.file_name().to_string_lossy()) {
@@ -155,12 +158,16 @@ impl SpecEngine for PowerMariaEngine {
     case_kit::spec_declares!(SYSTEM, crate::verbs::MARIADB);
 
     /// The declarations, then what they cannot say: an event is neither held nor
-    /// aborted here (`placements … hold=` holds), and a hold names a hook point.
+    /// aborted here, so nothing is released (`placements … hold=` holds, the cut ends
+    /// them), and a hold names a hook point.
     fn check(&self, call: &Call) -> Result<(), String> {
         spec::verbs::check(&self.verbs(), &call.op, &call.args)?;
         let event = spec_events::event_kind(&call.op).is_some();
         if event && (call.arg("hold").is_some() || call.arg("fail").is_some()) {
             return Err("an event on this engine takes no hold= or fail=".into());
+        }
+        if call.op == "release" {
+            return Err("release: no event is held on this engine".into());
         }
         match call.arg("hold") {
             Some(point) => (point.parse::<frozen_balances::HookPoint>())
@@ -284,7 +291,10 @@ impl MariaSession {
     /// `write-back`: every unsynced write written back.
     async fn write_back(&mut self) -> Result<String, String> {
         let state = self.disk.state.lock().await;
-        let disk = state.disk.as_ref().ok_or("no disk: a `server` step mounts one")?;
+        let disk = state
+            .disk
+            .as_ref()
+            .ok_or("no disk: a `server` step mounts one")?;
         disk.sync_all().map_err(|e| format!("{e:#}"))?;
         Ok("written back: the disk holds every write so far".into())
     }
@@ -468,15 +478,16 @@ impl MariaSession {
 /// The buffer pool's dirty pages and the history list's length (undo logs purge has
 /// yet to remove).
 async fn dirty_and_history(conn: &mut Conn) -> Result<(u64, u64), mysql_async::Error> {
-    let dirty: Option<(String, u64)> = (conn.query_first(
-        "SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'",
-    ))
-    .await?;
+    let dirty: Option<(String, u64)> =
+        (conn.query_first("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")).await?;
     let history: Option<u64> = (conn.query_first(
         "SELECT COUNT FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'",
     ))
     .await?;
-    Ok((dirty.map_or(u64::MAX, |(_, n)| n), history.unwrap_or(u64::MAX)))
+    Ok((
+        dirty.map_or(u64::MAX, |(_, n)| n),
+        history.unwrap_or(u64::MAX),
+    ))
 }
 
 /// The `place` call of placement `index` of `call`: its arguments but `count=` and

@@ -149,9 +149,9 @@ pub const MARIADB_ON_DISK: Verbs = Verbs {
             args: &[may(
                 "table",
                 Kind::Word,
-                "none: the wait ends with no dirty page",
+                "none: the wait ends with no dirty page and an empty history list",
             )],
-            doc: "InnoDB writes every dirty page (`innodb_max_dirty_pages_pct=0` until `Innodb_buffer_pool_pages_dirty` is 0 and, with `table=T`, the disk holds T's file written and unsynced; then back to its default): `dirty_pages=0 last_unsynced_write=49152+16384 unsynced_bytes=16384 lost_syncs_n=[n]`",
+            doc: "InnoDB writes every dirty page (`innodb_max_dirty_pages_pct=0`, then back to its default) until `Innodb_buffer_pool_pages_dirty` is 0 and, with `table=T`, the disk holds T's file written and unsynced (`dirty_pages=0 last_unsynced_write=49152+16384 unsynced_bytes=16384 lost_syncs_n=[n]`), or without it purge has emptied the history list, so nothing is left to change a page later (`dirty_pages=0 history_len=0`)",
         },
         Verb {
             name: "lose-syncs",
