@@ -106,6 +106,15 @@ impl Server {
             std::os::unix::fs::chown(&self.dir, Some(uid), Some(gid))
                 .map_err(MariaError::io("chown the server folder"))?;
         }
+        // The server's own temporary folder: a temporary table of the bootstrap in the
+        // shared /tmp was once removed under it by someone else (install-db failed with
+        // "Error on delete of '/tmp/#sql-temptable-…'").
+        let tmp = self.dir.join("tmp");
+        fs::create_dir_all(&tmp).map_err(MariaError::io(format!("creating {}", tmp.display())))?;
+        if let Some(Credentials { uid, gid }) = self.credentials {
+            std::os::unix::fs::chown(&tmp, Some(uid), Some(gid))
+                .map_err(MariaError::io("chown the server's temporary folder"))?;
+        }
         if self.data_dir != self.dir.join("data") {
             fs::create_dir_all(&self.data_dir).map_err(MariaError::io(format!(
                 "creating {}",
@@ -126,6 +135,7 @@ impl Server {
             .arg(format!("--basedir={}", self.binaries.usr.display()))
             .arg(format!("--datadir={}", self.data_dir().display()))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .arg(format!("--tmpdir={}", self.dir.join("tmp").display()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -171,6 +181,7 @@ impl Server {
             .arg(format!("--log-error={}", self.log_path().display()))
             // Room for sixteen racers and their observers in every concurrent case.
             .arg("--max-connections=500")
+            .arg(format!("--tmpdir={}", self.dir.join("tmp").display()))
             .args(
                 self.settings
                     .iter()
