@@ -20,7 +20,9 @@
 //! | `write-back` | `written back: the disk holds every write so far` |
 //! | `placements count=N account=A side=S qty=Q price=P key=K [hold=POINT]` | N placements at once, each on a connection of its own (`{i}` in `key=` is its index): `acknowledged=N refused=0`; with `hold=`, the first to reach POINT is held there inside its transaction and the others wait for its lock on the balance row, seen in `INNODB_TRX`, and the call returns leaving all N in flight: `in_flight=4 held_at=balances-updated lock_waits=3` |
 //! | `kill-server` | SIGKILL of `mariadbd` alone (the disk keeps everything written), a start with crash recovery: `killed signal=9; recovery ok` |
-//! | `power-cut` | SIGKILL of `mariadbd`, the disk's unsynced data dropped, a start with crash recovery: `power cut: SIGKILL of mariadbd; dropped files_n=… bytes_n=… writes_n=… name_operations_n=… redo_unsynced_bytes_n=…; recovery ok`, or `recovery FAILED` and where the server's log went |
+//! | `flush-pages [table=T]` | InnoDB writes its dirty pages until none is left and, with `table=`, the disk holds T's file written and unsynced (`dirty_pages=0 last_unsynced_write=49152+16384 unsynced_bytes=16384 lost_syncs_n=…`), or without it purge has emptied the history list (`dirty_pages=0 history_len=0`) |
+//! | `lose-syncs table=T` | strace loses every sync of T's file and of the redo log from now to the cut ([`crate::lost_syncs`]): `syncs lost from now: …` |
+//! | `power-cut [tear=T] [tear-bytes=N]` | SIGKILL of `mariadbd`, the disk's unsynced data dropped (T's last unsynced write torn, 512 bytes kept by default), a start with crash recovery: `power cut: SIGKILL of mariadbd; dropped files_n=… bytes_n=… writes_n=… name_operations_n=… redo_unsynced_bytes_n=…; recovery ok`, or `recovery FAILED` and where the server's log went; with `tear=`, what recovery made of the page from the server's log: `recovery=ok torn_bytes=512 doublewrite_restored=acct:3` or `recovery=failed torn_bytes=512 corrupted_page=acct:3` |
 //! | the events (`deposit`, `place`, `balance`, `reconcile`) | as in family I, on the session's connection |
 
 use std::collections::HashMap;
@@ -621,5 +623,51 @@ impl EngineSession for MariaSession {
 
     fn reconcile(&mut self) -> BoxFuture<'_, Reconciled> {
         async move { reconciled(self.conn().await?).await }.boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_torn_page_is_read_from_the_servers_log() {
+        // Lines as MariaDB 10.11.14 wrote them in P12's and P11's runs.
+        let restored = "2026-12-05 11:10:59 0 [Note] InnoDB: Recovered page [page id: \
+                        space=5, page number=3] to './torn/acct.ibd' from the doublewrite buffer.";
+        let said = torn_page(&Ok(()), 512, "acct", restored);
+        assert_eq!(
+            said,
+            "recovery=ok torn_bytes=512 doublewrite_restored=acct:3"
+        );
+        let corrupted = "2026-12-05 11:11:10 0 [ERROR] InnoDB: Unable to apply log to \
+                         corrupted page 3 in file ./torn/acct.ibd";
+        let failed = Err("did not start".to_string());
+        let said = torn_page(&failed, 512, "acct", corrupted);
+        assert_eq!(said, "recovery=failed torn_bytes=512 corrupted_page=acct:3");
+        // Another table's page is not this one's.
+        let said = torn_page(&failed, 512, "ballast", corrupted);
+        assert_eq!(said, "recovery=failed torn_bytes=512");
+    }
+
+    #[test]
+    fn each_placement_gets_its_key_and_no_count_or_hold() {
+        let call = Call {
+            op: "placements".into(),
+            args: [
+                ("count", "4"),
+                ("account", "alice"),
+                ("key", "p-{i}"),
+                ("hold", "registered"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        };
+        let one = one_placement(&call, 2);
+        assert_eq!(one.op, "place");
+        assert_eq!(one.arg("key"), Some("p-2"));
+        assert_eq!(one.arg("count"), None);
+        assert_eq!(one.arg("hold"), None);
     }
 }
