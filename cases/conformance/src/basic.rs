@@ -1,9 +1,9 @@
 //! C1 (the normal path and its replay), C2 (the same key with another amount) and C7
 //! (malformed requests): one request at a time, straight to the target.
 
+use crate::case::{CaseDef, Needs, Run};
 use crate::http::{self, Debit};
 use crate::outcome::CaseOutcome;
-use crate::suite::{CaseDef, Needs, Run};
 
 /// C1.
 pub const C1: CaseDef = CaseDef {

@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::case::{CaseDef, Needs, Run};
 use crate::http::{self, Answer, Debit};
 use crate::outcome::CaseOutcome;
-use crate::suite::{CaseDef, Needs, Run};
 
 /// C6.
 pub const C6: CaseDef = CaseDef {
@@ -49,18 +49,18 @@ pub async fn resolve(run: &Run, base: &str, request: &Debit<'_>) -> Result<Answe
     ))
 }
 
+/// C6's account.
+const ACCOUNT: &str = "acct-0006";
+
 /// C6: see [`C6`].
-// Long: the case's story in order (acknowledge, hold, kill, restart, retry twice), each
-// step's checks beside it.
 pub async fn c6(run: &Run, out: &mut CaseOutcome) -> Result<(), String> {
-    let account = "acct-0006";
-    let start = run.target.ensure_balance(account, 100).await?;
+    let start = run.target.ensure_balance(ACCOUNT, 100).await?;
     let proxy = run.proxy().await?;
     let keys: Vec<String> = (0..7).map(|i| run.key(&format!("c6-{i}"))).collect();
     let mut first: BTreeMap<usize, Answer> = BTreeMap::new();
     for (i, key) in keys.iter().enumerate().take(3) {
         let answer =
-            http::debit(&run.http, &proxy.url(""), &Debit::new(account, key, AMOUNT)).await?;
+            http::debit(&run.http, &proxy.url(""), &Debit::new(ACCOUNT, key, AMOUNT)).await?;
         out.equal(
             &format!("debit {i} acknowledged before the kill"),
             201,
@@ -68,64 +68,13 @@ pub async fn c6(run: &Run, out: &mut CaseOutcome) -> Result<(), String> {
         );
         first.insert(i, answer);
     }
-    proxy.hold_next_requests(4);
-    let tasks: Vec<_> = keys[3..]
-        .iter()
-        .map(|key| {
-            let (http, base, key) = (run.http.clone(), proxy.url(""), key.clone());
-            tokio::spawn(async move {
-                http::debit(&http, &base, &Debit::new(account, &key, AMOUNT)).await
-            })
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_millis(crate::HOLD_WAIT_MS);
-    while proxy.held() < 4 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    out.equal(
-        "requests held at the proxy, then released",
-        4,
-        proxy.release_held(),
-    );
-    // In flight: written in full to the target's socket, no answer seen yet (bounded).
-    let deadline = Instant::now() + Duration::from_millis(crate::HOLD_WAIT_MS);
-    while proxy.stats().forwarded < 7 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    out.equal(
-        "requests forwarded to the target when the kill is sent",
-        7,
-        proxy.stats().forwarded,
-    );
-    let killed = run.target.kill().await;
-    out.check(
-        "the target was killed and stopped accepting",
-        killed.is_ok(),
-        killed.clone().unwrap_or_else(|e| e),
-    );
-    for (i, task) in tasks.into_iter().enumerate() {
-        match task.await.map_err(|e| e.to_string()).and_then(|r| r) {
-            Ok(answer) if answer.status == 201 => {
-                first.insert(i + 3, answer);
-            }
-            Ok(answer) => out.note(format!(
-                "in-flight debit {} answered {}",
-                i + 3,
-                answer.short()
-            )),
-            Err(reason) => out.note(format!(
-                "in-flight debit {}: {}",
-                i + 3,
-                http::clip(&reason)
-            )),
-        }
-    }
+    kill_in_flight(run, &proxy, &keys[3..], &mut first, out).await;
     let acknowledged = first.len() as i64;
     out.note(format!(
         "acknowledged before the restart: {acknowledged} of 7"
     ));
     run.target.start().await?;
-    let restarted = http::balance(&run.http, run.url(), account).await?;
+    let restarted = http::balance(&run.http, run.url(), ACCOUNT).await?;
     out.check(
         "after the restart every acknowledged debit is in the balance",
         restarted <= start - AMOUNT * acknowledged,
@@ -139,16 +88,106 @@ pub async fn c6(run: &Run, out: &mut CaseOutcome) -> Result<(), String> {
         restarted >= start - AMOUNT * 7,
         format!("balance={restarted}"),
     );
+    let executed = retry_each(run, &keys, &first, out).await;
+    let after = http::balance(&run.http, run.url(), ACCOUNT).await?;
+    out.equal(
+        "balance = start - 6 per key resolved 201",
+        start - AMOUNT * executed,
+        after,
+    );
+    let mut replays = 0;
+    for key in &keys {
+        let again = resolve(run, run.url(), &Debit::new(ACCOUNT, key, AMOUNT)).await;
+        replays += usize::from(again.is_ok_and(|a| a.replayed));
+    }
+    out.equal("second retries answered as replays", keys.len(), replays);
+    let last = http::balance(&run.http, run.url(), ACCOUNT).await?;
+    out.equal("balance unchanged by the second retries", after, last);
+    Ok(())
+}
+
+/// Holds the debits of `keys` at the proxy until all are there, releases them, waits
+/// until the proxy has written each to the target, and kills the target. The ones
+/// answered 201 anyway join `first` (by index, after the 3 acknowledged before).
+async fn kill_in_flight(
+    run: &Run,
+    proxy: &launch::proxy::Proxy,
+    keys: &[String],
+    first: &mut BTreeMap<usize, Answer>,
+    out: &mut CaseOutcome,
+) {
+    let n = keys.len() as u64;
+    proxy.hold_next_requests(n as u32);
+    let tasks: Vec<_> = keys
+        .iter()
+        .map(|key| {
+            let (http, base, key) = (run.http.clone(), proxy.url(""), key.clone());
+            tokio::spawn(async move {
+                http::debit(&http, &base, &Debit::new(ACCOUNT, &key, AMOUNT)).await
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_millis(crate::HOLD_WAIT_MS);
+    while proxy.held() < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    out.equal(
+        "requests held at the proxy, then released",
+        n,
+        proxy.release_held(),
+    );
+    // In flight: written in full to the target's socket (bounded wait).
+    let before = first.len() as u64;
+    let deadline = Instant::now() + Duration::from_millis(crate::HOLD_WAIT_MS);
+    while proxy.stats().forwarded < before + n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    out.equal(
+        "requests forwarded to the target when the kill is sent",
+        before + n,
+        proxy.stats().forwarded,
+    );
+    let killed = run.target.kill().await;
+    out.check(
+        "the target was killed and stopped accepting",
+        killed.is_ok(),
+        killed.clone().unwrap_or_else(|e| e),
+    );
+    for (i, task) in tasks.into_iter().enumerate() {
+        let index = before as usize + i;
+        match task.await.map_err(|e| e.to_string()).and_then(|r| r) {
+            Ok(answer) if answer.status == 201 => {
+                first.insert(index, answer);
+            }
+            Ok(answer) => out.note(format!(
+                "in-flight debit {index} answered {}",
+                answer.short()
+            )),
+            Err(reason) => out.note(format!("in-flight debit {index}: {}", http::clip(&reason))),
+        }
+    }
+}
+
+/// Retries each key until it resolves; checks each resolves to 201 or 409 and that an
+/// acknowledged one replays its txn_id. Returns how many resolved 201.
+async fn retry_each(
+    run: &Run,
+    keys: &[String],
+    first: &BTreeMap<usize, Answer>,
+    out: &mut CaseOutcome,
+) -> i64 {
     let mut executed = 0;
     for (i, key) in keys.iter().enumerate() {
-        let answer = resolve(run, run.url(), &Debit::new(account, key, AMOUNT)).await;
-        let Ok(answer) = answer else {
-            out.check(
-                &format!("key {i} resolves after the restart"),
-                false,
-                answer.unwrap_err(),
-            );
-            continue;
+        let answer = match resolve(run, run.url(), &Debit::new(ACCOUNT, key, AMOUNT)).await {
+            Ok(answer) => answer,
+            Err(reason) => {
+                out.check(
+                    &format!("key {i} resolves after the restart"),
+                    false,
+                    reason,
+                );
+                continue;
+            }
         };
         out.check(
             &format!("key {i} resolves (201 or 409)"),
@@ -170,19 +209,5 @@ pub async fn c6(run: &Run, out: &mut CaseOutcome) -> Result<(), String> {
             );
         }
     }
-    let after = http::balance(&run.http, run.url(), account).await?;
-    out.equal(
-        "balance = start - 6 per key resolved 201",
-        start - AMOUNT * executed,
-        after,
-    );
-    let mut replays = 0;
-    for key in &keys {
-        let again = resolve(run, run.url(), &Debit::new(account, key, AMOUNT)).await;
-        replays += usize::from(again.is_ok_and(|a| a.replayed));
-    }
-    out.equal("second retries answered as replays", keys.len(), replays);
-    let last = http::balance(&run.http, run.url(), account).await?;
-    out.equal("balance unchanged by the second retries", after, last);
-    Ok(())
+    executed
 }

@@ -13,10 +13,12 @@
 //! - [`outcome`]: a case's checks and the run's evidence (transcript, `results.json`,
 //!   `junit.xml`, `index.html`).
 //! - [`basic`] (C1, C2, C7), [`races`] (C3–C5), [`kill`] (C6), [`random`] (C8): the cases.
+//! - [`case`]: what a case works with, and its entry in the catalogue.
 //! - [`suite`]: the catalogue and one run against one target.
 //! - [`selfcheck`]: `--self-check`, both bundled targets, the defect table.
 
 pub mod basic;
+pub mod case;
 pub mod http;
 pub mod kill;
 pub mod outcome;

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use launch::proxy::Proxy;
 
+use crate::case::{CaseDef, Needs, Run};
 use crate::http::{self, Debit, Reply};
 use crate::outcome::CaseOutcome;
-use crate::suite::{CaseDef, Needs, Run};
 
 /// C3.
 pub const C3: CaseDef = CaseDef {
