@@ -47,7 +47,7 @@ struct Args {
     /// without each defect; print the defect table.
     #[arg(long, conflicts_with = "target_url")]
     self_check: bool,
-    /// Where run records go (`<dir>/conformance/<time>-<pid>/`).
+    /// Where run records go (`<dir>/conformance/runs/<time>-<pid>/`, `<dir>/conformance/latest`).
     #[arg(long, default_value = "evidence")]
     evidence_dir: PathBuf,
     /// Unprivileged user for initdb and postgres when run as root (self-check).

@@ -80,10 +80,8 @@ fn workload(seed: u64, client: u32, run: &Run) -> Vec<(String, &'static str, i64
 pub async fn c8(run: &Run, out: &mut CaseOutcome) -> Result<(), String> {
     let mut start = BTreeMap::new();
     for account in ACCOUNTS {
-        start.insert(
-            account,
-            run.target.ensure_balance(account, START_AT_LEAST).await?,
-        );
+        let balance = run.target.ensure_balance(account, START_AT_LEAST).await?;
+        start.insert(account, balance);
     }
     let proxy = Arc::new(run.proxy().await?);
     let history = Arc::new(Mutex::new(Vec::<Attempt>::new()));
@@ -111,10 +109,8 @@ pub async fn c8(run: &Run, out: &mut CaseOutcome) -> Result<(), String> {
     for client in clients {
         client.await.map_err(|e| format!("client task: {e}"))?;
     }
-    out.note(format!(
-        "answers cut at the proxy: {}",
-        proxy.stats().cut_responses
-    ));
+    let cut = proxy.stats().cut_responses;
+    out.note(format!("answers cut at the proxy: {cut}"));
     if with_kills {
         out.equal("kills during the load", KILLS, kills);
     }

@@ -75,8 +75,8 @@ pub fn seed_from_clock() -> u64 {
         .unwrap_or(1)
 }
 
-/// `<dir>/conformance/<time>-<pid>/`, created, and `<dir>/conformance/latest` pointing
-/// at it.
+/// `<dir>/conformance/runs/<time>-<pid>/`, created, and `<dir>/conformance/latest`
+/// pointing at it (both ignored by git, as the harness's `evidence/runs/`).
 ///
 /// Errors: the folder cannot be made.
 pub fn run_folder(evidence_dir: &Path) -> anyhow::Result<PathBuf> {
@@ -84,11 +84,12 @@ pub fn run_folder(evidence_dir: &Path) -> anyhow::Result<PathBuf> {
         .to_string()
         .replace(':', "");
     let parent = evidence_dir.join("conformance");
-    let folder = parent.join(format!("{stamp}-{}", std::process::id()));
+    let name = format!("{stamp}-{}", std::process::id());
+    let folder = parent.join("runs").join(&name);
     std::fs::create_dir_all(&folder).with_context(|| format!("creating {}", folder.display()))?;
     let latest = parent.join("latest");
     let _ = std::fs::remove_file(&latest);
-    let _ = std::os::unix::fs::symlink(folder.file_name().unwrap_or_default(), &latest);
+    let _ = std::os::unix::fs::symlink(Path::new("runs").join(name), &latest);
     Ok(folder)
 }
 

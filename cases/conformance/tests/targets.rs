@@ -181,8 +181,11 @@ async fn ledger_svc_passes_every_case() {
         points_ledger::schema::install(&client).await.unwrap();
         points_ledger::schema::seed(&client).await.unwrap();
     }
+    // Started by the suite through its start command: every case, C6's kill included.
     let spec = selfcheck::ledger_target("statements", &cluster.url("conformance")).unwrap();
-    let outcomes = run_against(spec, &[], 5, scratch.path()).await.unwrap();
+    let outcomes = run_against(spec, &[], 5, &scratch.path().join("started"))
+        .await
+        .unwrap();
     assert!(
         outcomes
             .iter()
@@ -190,4 +193,34 @@ async fn ledger_svc_passes_every_case() {
         "{}",
         transcript(&outcomes)
     );
+    // Already running, known by its URLs only: C6 is not run (no kill, no start), the
+    // rest pass.
+    let service = launch::service::Service::launch(
+        &cluster.url("conformance"),
+        scratch.path().join("ledger-svc.log"),
+        launch::service::ServiceOptions {
+            auth: launch::service::Auth::Off,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let spec = TargetSpec {
+        label: "ledger-svc running".into(),
+        url: service.public_url(""),
+        admin_url: Some(service.admin_url("")),
+        ..TargetSpec::default()
+    };
+    let outcomes = run_against(spec, &[], 6, &scratch.path().join("running"))
+        .await
+        .unwrap();
+    let text = transcript(&outcomes);
+    for outcome in &outcomes {
+        if outcome.id == "C6" {
+            assert!(outcome.not_run.is_some(), "{text}");
+        } else {
+            assert!(outcome.failed() == 0 && outcome.passed() > 0, "{text}");
+        }
+    }
+    service.stop().await.unwrap();
 }
