@@ -22,7 +22,13 @@ case is meant to catch each):
   `read - amount` after it (a lost update; 50 ms of "other work" between);
 - `key-in-memory`: keys and their answers live only in a dict (gone after a restart);
 - `ack-before-commit`: the debit is answered 201 from a write-back cache and committed by
-  a flusher every 30 s (gone if the process dies first).
+  a flusher every 30 s (gone if the process dies first);
+- `ignores-payload`: a known key is replayed whatever amount the request names (no
+  fingerprint: the same key with another amount gets the first answer, not 422);
+- `key-race`: the key is looked up, then 50 ms later the debit runs without looking
+  again (two requests with one key at once both execute);
+- `lenient-input`: amounts are parsed leniently (`007`, `1e3`, `-5` taken as numbers, a
+  missing amount as 1), a missing key or client id is made up instead of refused.
 """
 
 import argparse
@@ -36,7 +42,8 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-DEFECTS = ("reexecute-on-retry", "check-then-write", "key-in-memory", "ack-before-commit")
+DEFECTS = ("reexecute-on-retry", "check-then-write", "key-in-memory", "ack-before-commit",
+           "ignores-payload", "key-race", "lenient-input")
 ACCOUNT_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 CLIENT_RE = re.compile(r"^[\x21-\x7e]{1,64}$")
 TOKEN_KEY_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~:/-]{1,255}$")
@@ -45,6 +52,7 @@ AMOUNT_RE = re.compile(r"^[1-9][0-9]{0,18}$")
 MAX_AMOUNT = 2**63 - 1
 MAX_BODY_BYTES = 4096
 CHECK_THEN_WRITE_GAP_S = 0.05
+KEY_RACE_GAP_S = 0.05
 FLUSH_INTERVAL_S = 30.0
 
 LOCK = threading.Lock()
@@ -114,11 +122,12 @@ class Store:
             self.next_pending_txn += 1
         return self.next_pending_txn
 
-    def debit(self, client, key, fingerprint, account, amount, stale):
-        """Runs under LOCK. Returns (status, body, replayed)."""
-        known = self.lookup(client, key)
+    def debit(self, client, key, fingerprint, account, amount, stale, looked_up=False):
+        """Runs under LOCK. Returns (status, body, replayed). `looked_up`: the key was
+        already looked up (and not found) before the lock (`key-race`)."""
+        known = None if looked_up else self.lookup(client, key)
         if known is not None:
-            if known[0] != fingerprint:
+            if known[0] != fingerprint and "ignores-payload" not in self.defects:
                 return 422, problem(422, "key-reused", "KEY_REUSED",
                                     "the key was first used with another payload"), False
             if "reexecute-on-retry" not in self.defects:
@@ -206,6 +215,15 @@ def parse_key(value):
     return value if TOKEN_KEY_RE.match(value) else None
 
 
+def parse_lenient(raw):
+    """`lenient-input`: the first number-looking thing in the body, 1 when none."""
+    match = re.search(r"amount\W*([-+0-9.eE]+)", raw.decode("latin-1"))
+    try:
+        return max(1, int(float(match.group(1)))) if match else 1
+    except ValueError:
+        return 1
+
+
 def parse_amount(content_type, raw):
     """The amount of a debit body, or None when it is malformed."""
     media = (content_type or "").split(";")[0].strip().lower()
@@ -279,10 +297,15 @@ class Handler(BaseHTTPRequestHandler):
         account = parts[2]
         if not ACCOUNT_RE.match(account):
             return self.bad("malformed account id")
+        lenient = "lenient-input" in self.store.defects
         clients = self.headers.get_all("X-Client-Id") or []
+        if lenient and not clients:
+            clients = ["anonymous"]
         if len(clients) != 1 or not CLIENT_RE.match(clients[0].strip()):
             return self.bad("X-Client-Id missing or malformed")
         keys = self.headers.get_all("Idempotency-Key") or []
+        if lenient:
+            keys = [(keys or [os.urandom(8).hex()])[0].replace(" ", "-")]
         key = parse_key(keys[0]) if len(keys) == 1 else None
         if key is None:
             return self.bad("Idempotency-Key missing or malformed")
@@ -292,7 +315,11 @@ class Handler(BaseHTTPRequestHandler):
             return self.bad("malformed Content-Length")
         if length > MAX_BODY_BYTES:
             return self.bad("body over 4096 bytes", 413, "body-too-large")
-        amount = parse_amount(self.headers.get("Content-Type"), self.rfile.read(length))
+        raw = self.rfile.read(length)
+        if lenient:
+            amount = parse_lenient(raw)
+        else:
+            amount = parse_amount(self.headers.get("Content-Type"), raw)
         if amount is None:
             return self.bad("the body is not amount=N with N a positive integer")
         self.debit(clients[0].strip(), key, account, amount)
@@ -300,13 +327,18 @@ class Handler(BaseHTTPRequestHandler):
     def debit(self, client, key, account, amount):
         store = self.store
         stale = None
+        looked_up = False
         if "check-then-write" in store.defects:
             with LOCK:
                 stale = store.balance(account)
             time.sleep(CHECK_THEN_WRITE_GAP_S)
+        if "key-race" in store.defects:
+            with LOCK:
+                looked_up = store.lookup(client, key) is None
+            time.sleep(KEY_RACE_GAP_S)
         with LOCK:
             status, body, replayed = store.debit(client, key, f"{account}:{amount}",
-                                                 account, amount, stale)
+                                                 account, amount, stale, looked_up)
         self.send(status, body, replayed)
 
 

@@ -24,9 +24,12 @@ pub const PYTHON_TARGET: &str = concat!(
 /// Each defect of the Python target and the case meant to catch it.
 pub const DEFECTS: &[(&str, &str)] = &[
     ("reexecute-on-retry", "C1"),
+    ("ignores-payload", "C2"),
+    ("key-race", "C3"),
     ("check-then-write", "C4"),
     ("key-in-memory", "C6"),
     ("ack-before-commit", "C6"),
+    ("lenient-input", "C7"),
 ];
 
 /// Among the deterministic cases C1–C7, which fail with each defect: its meant case and,
@@ -34,9 +37,12 @@ pub const DEFECTS: &[(&str, &str)] = &[
 /// target whatever made the client retry). C8, the randomized run, may catch any.
 pub const CAUGHT_AMONG_C1_TO_C7: &[(&str, &[&str])] = &[
     ("reexecute-on-retry", &["C1", "C2", "C3", "C5", "C6"]),
+    ("ignores-payload", &["C2"]),
+    ("key-race", &["C3"]),
     ("check-then-write", &["C4"]),
     ("key-in-memory", &["C6"]),
     ("ack-before-commit", &["C6"]),
+    ("lenient-input", &["C7"]),
 ];
 
 /// ledger-svc's transfer modes.
