@@ -397,4 +397,62 @@ mod tests {
             .is_err()
         );
     }
+
+    /// Held requests reach nobody until released, then all go; the counters say so.
+    #[tokio::test]
+    async fn held_requests_go_together_when_released() {
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream_address = upstream.local_addr().unwrap();
+        let seen = Arc::new(AtomicU64::new(0));
+        let seen_by_server = seen.clone();
+        let _server = AbortOnDrop::spawn(async move {
+            while let Ok((mut stream, _)) = upstream.accept().await {
+                let seen = seen_by_server.clone();
+                tokio::spawn(async move {
+                    let _ = read_message(&mut stream, Kind::Request).await;
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await;
+                });
+            }
+        });
+        let proxy = Proxy::start(ProxyOptions {
+            upstream: upstream_address,
+            upstream_retries: 0,
+        })
+        .await
+        .unwrap();
+        proxy.hold_next_requests(3);
+        let clients: Vec<_> = (0..3)
+            .map(|_| {
+                let address = proxy.address;
+                tokio::spawn(async move {
+                    let mut stream = TcpStream::connect(address).await.unwrap();
+                    stream
+                        .write_all(b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n")
+                        .await
+                        .unwrap();
+                    read_message(&mut stream, Kind::Response).await.unwrap()
+                })
+            })
+            .collect();
+        for _ in 0..2_000 {
+            if proxy.held() == 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(proxy.held(), 3);
+        assert_eq!(proxy.stats().forwarded, 0);
+        assert_eq!(seen.load(Ordering::SeqCst), 0);
+        assert_eq!(proxy.release_held(), 3);
+        for client in clients {
+            let answer = client.await.unwrap();
+            assert_eq!(status_of(&answer), Some(200));
+        }
+        assert_eq!(proxy.stats().forwarded, 3);
+        assert_eq!(seen.load(Ordering::SeqCst), 3);
+        assert_eq!(proxy.held(), 0);
+    }
 }
