@@ -15,8 +15,8 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(name = "conformance")]
 struct Args {
-    /// Where the debit contract is served: `http://HOST:PORT`.
-    #[arg(long, required_unless_present = "self_check")]
+    /// Where the debit contract is served: `http://HOST:PORT` (also `--target`).
+    #[arg(long, alias = "target", required_unless_present = "self_check")]
     target_url: Option<String>,
     /// ledger-svc's admin listener (`http://HOST:PORT`): balances are granted there.
     #[arg(long)]

@@ -93,10 +93,31 @@ pub fn run_folder(evidence_dir: &Path) -> anyhow::Result<PathBuf> {
     let name = format!("{stamp}-{}", std::process::id());
     let folder = parent.join("runs").join(&name);
     std::fs::create_dir_all(&folder).with_context(|| format!("creating {}", folder.display()))?;
+    prune(&parent.join("runs"), &name);
     let latest = parent.join("latest");
     let _ = std::fs::remove_file(&latest);
     let _ = std::os::unix::fs::symlink(Path::new("runs").join(name), &latest);
     Ok(folder)
+}
+
+/// Run records kept under `evidence/conformance/runs/` (the newest by name).
+pub const KEEP_RUNS: usize = 20;
+
+/// Removes the oldest run records under `runs` beyond [`KEEP_RUNS`], never `current`.
+fn prune(runs: &Path, current: &str) {
+    let Ok(entries) = std::fs::read_dir(runs) else {
+        return;
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name != current)
+        .collect();
+    names.sort();
+    let excess = (names.len() + 1).saturating_sub(KEEP_RUNS);
+    for name in names.into_iter().take(excess) {
+        let _ = std::fs::remove_dir_all(runs.join(name));
+    }
 }
 
 /// A free loopback port (bound and released).

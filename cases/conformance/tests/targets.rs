@@ -192,7 +192,7 @@ async fn broken_targets_fail_with_reasons_within_a_bound() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn ledger_svc_passes_every_case() {
+async fn ledger_svc_passes_every_case_in_each_mode() {
     let scratch = tempfile::tempdir().unwrap();
     let options = scratch_pg::ClusterOptions {
         max_connections: 100,
@@ -208,18 +208,21 @@ async fn ledger_svc_passes_every_case() {
         points_ledger::schema::install(&client).await.unwrap();
         points_ledger::schema::seed(&client).await.unwrap();
     }
-    // Started by the suite through its start command: every case, C6's kill included.
-    let spec = selfcheck::ledger_target("statements", &cluster.url("conformance")).unwrap();
-    let outcomes = run_against(spec, &[], 5, &scratch.path().join("started"))
-        .await
-        .unwrap();
-    assert!(
-        outcomes
-            .iter()
-            .all(|o| o.failed() == 0 && o.passed() > 0 && o.not_run.is_none()),
-        "{}",
-        transcript(&outcomes)
-    );
+    // Started by the suite through its start command, in each transfer mode: every
+    // case, C6's kill included.
+    for mode in selfcheck::MODES {
+        let spec = selfcheck::ledger_target(mode, &cluster.url("conformance")).unwrap();
+        let outcomes = run_against(spec, &[], 5, &scratch.path().join(mode))
+            .await
+            .unwrap();
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| o.failed() == 0 && o.passed() > 0 && o.not_run.is_none()),
+            "{mode}: {}",
+            transcript(&outcomes)
+        );
+    }
     // Already running, known by its URLs only: C6 is not run (no kill, no start), the
     // rest pass.
     let service = launch::service::Service::launch(
