@@ -36,6 +36,12 @@ if ! command -v cc >/dev/null 2>&1; then
     exit 2
 fi
 
+# conformance --self-check starts the Python target (systems/conformance-target-py).
+if [ "${1:-}" = conformance ] && [[ " $* " == *" --self-check "* ]] && ! command -v python3 >/dev/null 2>&1; then
+    echo "run.sh: python3 not found on PATH, needed by conformance --self-check for its second target (Debian/Ubuntu: apt-get install python3) — see README \"Requirements\"" >&2
+    exit 2
+fi
+
 # The folder scratch-pg caches PostgreSQL binaries in (pg/src/binaries.rs, default_cache_dir).
 pg_cache_dir() {
     if [ -n "${LEDGER_PG_CACHE:-}" ]; then
