@@ -111,8 +111,14 @@ async fn run(args: Args) -> anyhow::Result<i32> {
     };
     let outcomes = cases_conformance::suite::run_against(spec, &args.cases, seed, &folder).await?;
     let transcript = std::fs::read_to_string(folder.join("transcript.txt"))?;
-    print!("{transcript}");
-    println!("evidence: {}", folder.display());
+    // The SUMMARY line last, as every run prints it.
+    let (body, summary) = transcript
+        .trim_end()
+        .rsplit_once('\n')
+        .unwrap_or(("", transcript.trim_end()));
+    println!("{body}");
+    println!("evidence: {} (index.html, junit.xml)", folder.display());
+    println!("{summary}");
     Ok(i32::from(outcomes.iter().any(|o| o.failed() > 0)))
 }
 

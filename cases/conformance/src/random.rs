@@ -291,3 +291,78 @@ fn check(
     }
     found
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(txn: i64, balance: i64) -> Reply {
+        Ok(http::Answer {
+            status: 201,
+            replayed: false,
+            content_type: "application/json".into(),
+            body: format!(r#"{{"outcome":"OK","txn_id":{txn},"balance":{balance}}}"#),
+        })
+    }
+
+    fn attempt(key: &str, amount: i64, reply: Reply) -> Attempt {
+        Attempt {
+            key: key.into(),
+            account: "acct-0008",
+            amount,
+            reply,
+        }
+    }
+
+    fn found(attempts: &[Attempt], resolved: &[Attempt], last: i64) -> Vec<String> {
+        let start = BTreeMap::from([("acct-0008", 100)]);
+        let finals = BTreeMap::from([("acct-0008", last)]);
+        check(attempts, resolved, &start, &finals)
+    }
+
+    #[test]
+    fn a_clean_history_has_no_violation() {
+        let history = [
+            attempt("a", 10, ok(1, 90)),
+            attempt("a", 10, ok(1, 90)),
+            attempt("b", 5, Err("cut".into())),
+        ];
+        let resolved = [attempt("b", 5, ok(2, 85))];
+        assert!(found(&history, &resolved, 85).is_empty());
+    }
+
+    #[test]
+    fn each_violation_is_found() {
+        // Two txn_ids under one key.
+        let twice = [attempt("a", 10, ok(1, 90)), attempt("a", 10, ok(2, 80))];
+        assert!(
+            found(&twice, &[], 90)
+                .iter()
+                .any(|v| v.contains("2 transactions"))
+        );
+        // Answered under two payloads (the second should have been 422).
+        let two = [attempt("a", 10, ok(1, 90)), attempt("a", 11, ok(1, 90))];
+        assert!(
+            found(&two, &[], 90)
+                .iter()
+                .any(|v| v.contains("2 payloads"))
+        );
+        // Never resolved.
+        let open = [attempt("a", 10, Err("no answer".into()))];
+        assert!(
+            found(&open, &[], 100)
+                .iter()
+                .any(|v| v.contains("never resolved"))
+        );
+        // A balance the answers do not explain (a debit lost or done twice).
+        let one = [attempt("a", 10, ok(1, 90))];
+        assert!(found(&one, &[], 80).iter().any(|v| v.contains("acct-0008")));
+        // A negative balance in an answer.
+        let negative = [attempt("a", 10, ok(1, -5))];
+        assert!(
+            found(&negative, &[], 90)
+                .iter()
+                .any(|v| v.contains("negative"))
+        );
+    }
+}
