@@ -17,7 +17,8 @@ pub const C3: CaseDef = CaseDef {
     id: "C3",
     title: "the same key at once executes once",
     claim: "8 debits of 9 under one key, held at the proxy until all 8 are there and released \
-            together, are all answered 201 with one txn_id, and the balance drops by 9 once",
+            together, are all answered 201 with one txn_id (a 409 or 429 refusing a key still \
+            in flight is allowed, and retried), and the balance drops by 9 once",
     fails: "fewer than 8 are seen held; an answer other than 201; two txn_ids; the balance \
             moves by other than 9",
     needs: Needs::Url,
@@ -105,14 +106,27 @@ pub async fn c3(run: &Run, out: &mut CaseOutcome) -> Result<(), String> {
     let key = run.key("c3");
     let proxy = run.proxy().await?;
     let requests = (0..SAME_KEY_AT_ONCE).map(|_| (key.clone(), 9)).collect();
-    let replies = held_together(run, &proxy, account, requests, out).await;
+    let mut replies = held_together(run, &proxy, account, requests, out).await;
     let statuses: Vec<String> = replies.iter().map(shown).collect();
+    out.note(format!("answers: {}", statuses.join(", ")));
+    // The IETF draft lets a service refuse a request whose key is still in flight (409
+    // or 429, not INSUFFICIENT); such a request is retried once the race is over.
+    let mut in_progress = 0;
+    for reply in replies.iter_mut() {
+        if reply.as_ref().is_ok_and(is_in_progress) {
+            in_progress += 1;
+            *reply = crate::kill::resolve(run, run.url(), &Debit::new(account, &key, 9)).await;
+        }
+    }
+    out.note(format!(
+        "refused as in progress, then retried: {in_progress}"
+    ));
     out.check(
-        "every answer is 201",
+        "every answer is 201 (an in-progress refusal: its retry)",
         replies
             .iter()
             .all(|r| r.as_ref().is_ok_and(|a| a.status == 201)),
-        statuses.join(", "),
+        replies.iter().map(shown).collect::<Vec<_>>().join(", "),
     );
     let txns: BTreeSet<String> = replies
         .iter()
@@ -128,6 +142,12 @@ pub async fn c3(run: &Run, out: &mut CaseOutcome) -> Result<(), String> {
     let after = http::balance(&run.http, run.url(), account).await?;
     out.equal("balance = start - 9 (executed once)", start - 9, after);
     Ok(())
+}
+
+/// A refusal because the key's first request is still in flight: 409 or 429 whose
+/// outcome is not `INSUFFICIENT`.
+fn is_in_progress(answer: &http::Answer) -> bool {
+    matches!(answer.status, 409 | 429) && answer.json()["outcome"] != "INSUFFICIENT"
 }
 
 /// C4: see [`C4`].
