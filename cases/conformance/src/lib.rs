@@ -46,5 +46,8 @@ pub const HOLD_WAIT_MS: u64 = 10_000;
 /// Longest wait, after a kill, for the target to stop accepting connections,
 /// milliseconds.
 pub const KILL_WAIT_MS: u64 = 10_000;
+/// How a reason starts when a case cannot go on because the target was not given what it
+/// needs (a way to add points): the case is then listed as not run, not failed.
+pub const NOT_GIVEN: &str = "not given: ";
 /// `X-Client-Id` of every request the cases send.
 pub const CLIENT_ID: &str = "conformance";

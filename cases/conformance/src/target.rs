@@ -232,7 +232,8 @@ impl Target {
     /// balance read afterwards.
     ///
     /// Errors: the balance cannot be read; it is short and the target was given no way to
-    /// add points; the setup failed.
+    /// add points (the reason then starts with [`crate::NOT_GIVEN`]: the case is not
+    /// run); the setup failed.
     pub async fn ensure_balance(&self, account: &str, at_least: i64) -> Result<i64, String> {
         let now = match http::balance(&self.http, &self.spec.url, account).await {
             Ok(balance) => balance,
@@ -244,8 +245,9 @@ impl Target {
         }
         if !self.can_setup() {
             return Err(format!(
-                "{account} has {now} points, fewer than the {at_least} needed, and no \
-                 --setup-command or --admin-url was given"
+                "{}{account} has {now} points, fewer than the {at_least} needed, and no \
+                 --setup-command or --admin-url was given",
+                crate::NOT_GIVEN
             ));
         }
         self.grant(account, at_least - now).await?;

@@ -254,3 +254,29 @@ async fn ledger_svc_passes_every_case_in_each_mode() {
     }
     service.stop().await.unwrap();
 }
+
+/// Without a setup command (or admin URL) the accounts of a fresh target have no points:
+/// the cases are listed as not run with that reason, not failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cases_without_points_are_not_run() {
+    let scratch = tempfile::tempdir().unwrap();
+    let spec = TargetSpec {
+        setup_command: None,
+        ..selfcheck::python_target(None, &scratch.path().join("db")).unwrap()
+    };
+    let cases: Vec<String> = ["C1", "C4"].map(String::from).to_vec();
+    let outcomes = run_against(spec, &cases, 1, &scratch.path().join("run"))
+        .await
+        .unwrap();
+    let text = transcript(&outcomes);
+    for outcome in &outcomes {
+        assert_eq!(outcome.failed() + outcome.passed(), 0, "{text}");
+        assert!(
+            outcome
+                .not_run
+                .as_deref()
+                .is_some_and(|r| r.contains("--setup-command")),
+            "{text}"
+        );
+    }
+}
