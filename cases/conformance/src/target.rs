@@ -49,8 +49,10 @@ pub struct Target {
 }
 
 impl Target {
-    /// The target of `spec`, started and waited for when it has a start command; its
-    /// output goes to `log`. `run_id` makes the setup's keys unique.
+    /// The target of `spec`, started and waited for when it has a start command and does
+    /// not answer yet (one already running is used as it is; the start command then only
+    /// brings it back after a kill); its output goes to `log`. `run_id` makes the setup's
+    /// keys unique.
     ///
     /// Errors (as a reason): the URL has no host and port; the start failed or the
     /// target did not answer within [`crate::READY_TIMEOUT_MS`].
@@ -64,7 +66,7 @@ impl Target {
             run_id: run_id.to_owned(),
         };
         target.address()?;
-        if target.spec.start_command.is_some() {
+        if target.spec.start_command.is_some() && !target.answers().await {
             target.start().await?;
         }
         Ok(target)
@@ -131,6 +133,14 @@ impl Target {
             .map_err(|e| format!("starting {command:?}: {e}"))?;
         *self.child.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
         self.wait_ready().await
+    }
+
+    /// Whether a balance read answers now with a status below 500.
+    async fn answers(&self) -> bool {
+        let request = self
+            .http
+            .get(format!("{}/accounts/acct-0001", self.spec.url));
+        http::read(request).await.is_ok_and(|a| a.status < 500)
     }
 
     /// Polls a balance read until any answer below 500 arrives.
