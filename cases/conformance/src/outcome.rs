@@ -61,6 +61,7 @@ impl CaseOutcome {
             passed,
             expected: Some(expected),
             actual: Some(actual),
+            compared: Default::default(),
         }));
         passed
     }
@@ -72,6 +73,7 @@ impl CaseOutcome {
             passed,
             expected: None,
             actual: Some(seen.into()),
+            compared: Default::default(),
         }));
         passed
     }
