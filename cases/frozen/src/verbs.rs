@@ -181,6 +181,23 @@ pub const NAIVE: Verbs = Verbs {
             doc: "the placement with each statement in its own transaction (autocommit): `outcome=OK available=… frozen=…` (USDT), `outcome=FOUND` when its operation exists; with `fail=after-update` the injected error after the balance update (F6's control)",
         },
         Verb {
+            name: "unchecked-place",
+            args: &[
+                ACCOUNT,
+                SIDE_OF,
+                QTY,
+                PRICE,
+                KEY,
+                may(
+                    "batch",
+                    Kind::OneOf(&["yes"]),
+                    "the statements one by one in a transaction, the UPDATE's count dropped",
+                ),
+                TENANT,
+            ],
+            doc: "the placement in one transaction that never reads its conditional freeze's affected-row count, then records operation OK, movement and order; with `batch=yes` the four statements as one simple-query batch: `outcome=OK available=… frozen=…` (USDT) even when the freeze matched no row (F22's control)",
+        },
+        Verb {
             name: "naive-cancel",
             args: &[needs("order", WORD), KEY, needs("current", COINS), TENANT],
             doc: "a cancel that releases the remainder at `current`'s price and its fee reserve, recomputed, instead of the freeze's remainder: `outcome=OK released=4904.900000 status=CANCELLED …` (F18's control)",
