@@ -375,6 +375,11 @@ pub const SPOT: Verbs = Verbs {
                 needs("price", WORD),
                 KEY,
                 TENANT,
+                may(
+                    "market",
+                    WORD,
+                    "`BTC-USDT` (with `market=`, sent as typed: F23's ETH-USDT)",
+                ),
                 may("give-up-when-held", WORD, "the client waits for the answer"),
                 may("together", INT, "one request"),
             ],

@@ -84,6 +84,9 @@ pub enum ApiOutcome {
     NoOrder,
     /// Spot: a fill that does not fit its orders (422, not recorded).
     FillRejected,
+    /// Spot: the account holds no balance row of the asset a placement would freeze
+    /// (404, not recorded, no row created).
+    NoBalance,
     /// No known bearer token (401, `--auth-tokens` only); nothing recorded.
     Unauthenticated,
     /// The token's caller may not do this: another client's `X-Client-Id`, or the admin
@@ -105,6 +108,7 @@ impl ApiOutcome {
             ApiOutcome::OrderClosed => "ORDER_CLOSED",
             ApiOutcome::NoOrder => "NO_ORDER",
             ApiOutcome::FillRejected => "FILL_REJECTED",
+            ApiOutcome::NoBalance => "NO_BALANCE",
             ApiOutcome::Unauthenticated => "UNAUTHENTICATED",
             ApiOutcome::Forbidden => "FORBIDDEN",
         }

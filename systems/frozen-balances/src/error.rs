@@ -33,6 +33,17 @@ pub enum FrozenError {
     /// account). Rolled back, not recorded: a retry runs afresh.
     #[error("order {0} does not exist")]
     NoOrder(i64),
+    /// The account holds no balance row of the asset the event would freeze (a
+    /// placement on a market whose asset it lacks, a withdrawal of an asset it never
+    /// held). Rolled back before any row is created: not recorded, no balance row made
+    /// (HTTP 404 `NO_BALANCE`; docs/withdrawals.md, "Assets an account does not hold").
+    #[error("account {account_id} holds no {asset} balance")]
+    NoBalance {
+        /// Account.
+        account_id: String,
+        /// The asset it does not hold.
+        asset: crate::asset::Asset,
+    },
     /// A fill that does not fit its orders (sides, market, quantity above a remainder,
     /// price outside the limits). The matching engine's error; rolled back, not recorded.
     #[error("fill refused: {0}")]

@@ -47,7 +47,7 @@ use crate::decisions::{Deltas, Event, Outcome, Recorded, add_delta, check_id};
 use crate::error::FrozenError;
 use crate::events::{
     Registration, apply, begin, ensure_rows, finish, hook_in_tx, lock_and_check, register,
-    retry_on_deadlock, write_movements,
+    require_row, retry_on_deadlock, write_movements,
 };
 use crate::hooks::{EventKind, HookPoint, Hooks};
 use crate::schema::{SYS_DEPOSIT, is_system_account};
@@ -243,7 +243,9 @@ INSERT INTO withdrawal_outbox (tenant_id, withdrawal_id) VALUES ($1, $2)";
 /// path), `before-commit`, `after-commit`.
 ///
 /// Errors: [`FrozenError::Invalid`] before any database access;
-/// [`FrozenError::PayloadMismatch`]; [`FrozenError::HookAborted`]; [`FrozenError::Db`].
+/// [`FrozenError::PayloadMismatch`]; [`FrozenError::NoBalance`] (an asset the account
+/// holds no row of: rolled back, not recorded); [`FrozenError::HookAborted`];
+/// [`FrozenError::Db`].
 pub async fn request(
     client: &mut Client,
     req: &WithdrawRequest,
@@ -294,16 +296,17 @@ async fn request_once(
     finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
 }
 
-/// Inside `tx`: creates the account's balance row of the asset at 0 if missing, then
-/// freezes `req.amount` with the conditional UPDATE; the available left (minor units), or
-/// `None` when there was not enough (nothing changed).
+/// Inside `tx`: refuses an account with no balance row of the asset
+/// ([`crate::events::require_row`]: nothing created, not recorded), then freezes
+/// `req.amount` with the conditional UPDATE; the available left (minor units), or `None`
+/// when there was not enough (nothing changed).
 ///
-/// Errors: [`FrozenError::Db`].
+/// Errors: [`FrozenError::NoBalance`]; [`FrozenError::Db`].
 async fn freeze_amount(
     tx: &Transaction<'_>,
     req: &WithdrawRequest,
 ) -> Result<Option<i64>, FrozenError> {
-    ensure_rows(tx, &req.tenant_id, &[(&req.account_id, req.asset, false)]).await?;
+    require_row(tx, &req.tenant_id, &req.account_id, req.asset).await?;
     let asset = req.asset.as_str();
     let frozen = tx
         .query_typed_opt(
