@@ -276,6 +276,13 @@ impl Calls for FrozenCalls {
                 "naive-cancel" => naive_cancel(client, &args).await,
                 "naive-place" => naive_place(client, &args).await,
                 "unchecked-place" => unchecked_place(client, &args).await,
+                "reconcile-rules" => {
+                    let assume_current = call.arg("assume") == Some("current");
+                    frozen_balances::rules::reconcile_fills(client, assume_current)
+                        .await
+                        .map(|findings| findings.summary())
+                        .map_err(|e| format!("{e:#}"))
+                }
                 _ => spec_events::run(client, call, " |").await,
             }
         }

@@ -437,10 +437,25 @@ pub const RACES: Verbs = Verbs {
     }],
 };
 
+/// The rounding rule's version (F24; `frozen_balances::rules`).
+pub const RULES: Verbs = Verbs {
+    title: "the frozen balances' rounding rule (`frozen_balances::rules`)",
+    verbs: &[Verb {
+        name: "reconcile-rules",
+        args: &[may(
+            "assume",
+            Kind::OneOf(&["current"]),
+            "each fill with the version its movements record",
+        )],
+        doc: "every OK fill's fees recomputed with the rule version its movements record (with `assume=current`: with the rule in force now, as a design that records no version must): `fills=2 rule_mismatches=0`, then each mismatch (`| fill default/fill-2402 recorded v1: fees moved 1002 units, v1 computes 1000`) (F24)",
+    }],
+};
+
 /// Every set family F composes, in the order the reference lists them.
-pub const ALL: [&Verbs; 10] = [
+pub const ALL: [&Verbs; 11] = [
     &EVENTS,
     &WITHDRAWALS,
+    &RULES,
     &NAIVE,
     &WORKERS,
     &NETWORK,

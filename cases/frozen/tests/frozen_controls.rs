@@ -1,6 +1,6 @@
 //! The F-family negative controls can fail: each runs where its fault cannot happen and
 //! its `negative control exposes` check must report FAIL. The spec files F6, F7, F8, F9,
-//! F18, F19, F21 and F22 run with their fault taken out ([`SPEC_CONTROLS`]: no failure after the
+//! F18, F19, F21, F22 and F24 run with their fault taken out ([`SPEC_CONTROLS`]: no failure after the
 //! update, the retry under the lost business id, no pause of F8's first holders (so the
 //! second reads only once the first is done), the naive settlements of a pair one after
 //! the other, the current price equal to the limit, a single fill). As written (as
@@ -49,9 +49,10 @@ fn all_passed(ctx: &Ctx) -> bool {
 /// (the recomputation happens to give the freeze record's figure), F19's order filled by
 /// a single fill of 1.0 (no second fill to swallow), F21's naive placement without the
 /// script's refund on judy's row (no writer skips the lock), F22's unchecked placements
-/// on 12 000 USDT (their second freeze fits, so the ignored count hides nothing).
+/// on 12 000 USDT (their second freeze fits, so the ignored count hides nothing), F24
+/// without the change of rule (one version: recomputing with the current rule is right).
 type Edits = &'static [(&'static str, &'static str)];
-const SPEC_CONTROLS: [(&str, &str, Edits); 8] = [
+const SPEC_CONTROLS: [(&str, &str, Edits); 9] = [
     (
         "F6",
         "f06_failure_between_update_and_movement.spec",
@@ -109,6 +110,11 @@ const SPEC_CONTROLS: [(&str, &str, Edits); 8] = [
                 "account=nina asset=USDT amount=12000",
             ),
         ],
+    ),
+    (
+        "F24",
+        "f24_the_rounding_rules_version.spec",
+        &[("fill_v1 rule_v2 release_v1", "fill_v1 release_v1")],
     ),
 ];
 
