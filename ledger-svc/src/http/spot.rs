@@ -421,19 +421,9 @@ fn error_response(error: FrozenError) -> Handled {
         )
         .with("order_id", order_id)
         .into_response()),
-        FrozenError::NoBalance { account_id, asset } => Ok(Problem::new(
-            StatusCode::NOT_FOUND,
-            "no-balance",
-            "No balance of that asset",
-            format!(
-                "account {account_id} holds no {asset} balance; nothing was recorded",
-                asset = asset.as_str()
-            ),
-            ApiOutcome::NoBalance,
-        )
-        .with("account_id", account_id)
-        .with("asset", asset.as_str())
-        .into_response()),
+        error @ (FrozenError::NoBalance { .. } | FrozenError::Held { .. }) => {
+            Ok(balance_refusal(error).into_response())
+        }
         FrozenError::FillRejected(text) => Ok(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "fill-rejected",
@@ -456,6 +446,46 @@ fn error_response(error: FrozenError) -> Handled {
         error => {
             eprintln!("ledger-svc: spot event failed: {error}");
             Ok(Problem::internal().into_response())
+        }
+    }
+}
+
+/// The problem of a freeze refused for the account's balance row of an asset: none
+/// (404 `NO_BALANCE`, F23) or on hold (409 `ON_HOLD`, F25). Neither is recorded.
+fn balance_refusal(error: FrozenError) -> Problem {
+    match error {
+        FrozenError::NoBalance { account_id, asset } => Problem::new(
+            StatusCode::NOT_FOUND,
+            "no-balance",
+            "No balance of that asset",
+            format!(
+                "account {account_id} holds no {asset} balance; nothing was recorded",
+                asset = asset.as_str()
+            ),
+            ApiOutcome::NoBalance,
+        )
+        .with("account_id", account_id)
+        .with("asset", asset.as_str()),
+        FrozenError::Held {
+            account_id,
+            asset,
+            shortfall,
+        } => Problem::new(
+            StatusCode::CONFLICT,
+            "on-hold",
+            "Account on hold for that asset",
+            format!(
+                "account {account_id} owes {shortfall} units of {asset} from a reversed deposit; \
+                 nothing was recorded",
+                asset = asset.as_str()
+            ),
+            ApiOutcome::OnHold,
+        )
+        .with("account_id", account_id)
+        .with("asset", asset.as_str()),
+        other => {
+            eprintln!("ledger-svc: spot event failed: {other}");
+            Problem::internal()
         }
     }
 }

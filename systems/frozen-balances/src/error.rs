@@ -44,6 +44,20 @@ pub enum FrozenError {
         /// The asset it does not hold.
         asset: crate::asset::Asset,
     },
+    /// The account owes a shortfall of the asset (a deposit reversed after it was
+    /// partly spent, [`crate::reorg`]): its new freezes of that asset are refused until
+    /// it is settled. Rolled back, not recorded (HTTP 409 `ON_HOLD`).
+    #[error(
+        "account {account_id} is on hold for {asset}: a reversed deposit left {shortfall} units unpaid"
+    )]
+    Held {
+        /// Account.
+        account_id: String,
+        /// The asset held.
+        asset: crate::asset::Asset,
+        /// The outstanding shortfall, minor units.
+        shortfall: i64,
+    },
     /// A fill that does not fit its orders (sides, market, quantity above a remainder,
     /// price outside the limits). The matching engine's error; rolled back, not recorded.
     #[error("fill refused: {0}")]

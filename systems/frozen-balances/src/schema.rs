@@ -73,7 +73,7 @@ CREATE TABLE balance_operation (
     tenant_id    text        NOT NULL,
     business_id  text        NOT NULL,
     kind         text        NOT NULL
-        CONSTRAINT balance_operation_kind_check CHECK (kind IN ('PLACE', 'FILL', 'CANCEL', 'DEPOSIT', 'WITHDRAW', 'WITHDRAW_SETTLE')),
+        CONSTRAINT balance_operation_kind_check CHECK (kind IN ('PLACE', 'FILL', 'CANCEL', 'DEPOSIT', 'DEPOSIT_REVERSAL', 'WITHDRAW', 'WITHDRAW_SETTLE')),
     payload      text        NOT NULL,
     payload_hash text        NOT NULL,
     outcome      text        NOT NULL
@@ -136,7 +136,9 @@ CREATE INDEX spot_order_open_idx ON spot_order (tenant_id, account_id) WHERE sta
 /// - `withdrawal_outbox`: the pending event the request writes; `processed_at` is set by
 ///   the settlement.
 /// - `chain_deposit`: one row per network transaction reported, its highest
-///   confirmations seen and `SEEN | CREDITED | DROPPED`.
+///   confirmations seen and `SEEN | CREDITED | DROPPED | REVERSED` (dropped after its
+///   credit, [`crate::reorg`]), with the shortfall of a reversal (what the account had
+///   already spent, fronted by `sys-reorg`).
 pub const WITHDRAWAL_SCHEMA_SQL: &str = r#"
 CREATE TABLE withdrawal (
     tenant_id     text        NOT NULL,
@@ -186,7 +188,8 @@ CREATE TABLE chain_deposit (
     amount        bigint  NOT NULL CONSTRAINT chain_deposit_amount_check CHECK (amount > 0),
     confirmations integer NOT NULL CONSTRAINT chain_deposit_confirmations_check CHECK (confirmations >= 0),
     status        text    NOT NULL
-        CONSTRAINT chain_deposit_status_check CHECK (status IN ('SEEN', 'CREDITED', 'DROPPED')),
+        CONSTRAINT chain_deposit_status_check CHECK (status IN ('SEEN', 'CREDITED', 'DROPPED', 'REVERSED')),
+    shortfall     bigint  NOT NULL DEFAULT 0 CONSTRAINT chain_deposit_shortfall_check CHECK (shortfall >= 0),
     PRIMARY KEY (tenant_id, tx_id)
 );
 "#;

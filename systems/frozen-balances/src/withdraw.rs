@@ -820,8 +820,11 @@ pub enum ReportEffect {
     Dropped,
     /// Dropped earlier; this report changes nothing.
     AlreadyDropped,
-    /// A drop reported after the credit: outside the model (LIMITS.md); nothing changes.
-    DroppedAfterCredit,
+    /// A drop reported after the credit: the credit reversed now ([`crate::reorg`]).
+    Reversed,
+    /// Reversed earlier; this report (a drop, or the transaction reported again) changes
+    /// nothing: a reversed transaction is never credited again.
+    AlreadyReversed,
 }
 
 const UPSERT_CHAIN_SQL: &str = "\
@@ -836,7 +839,8 @@ const CHAIN_STATUS_SQL: &str =
 /// Applies one deposit report in one transaction: the `chain_deposit` row is created or
 /// locked first (so reports of one transaction are serialised), then credited from
 /// `sys-deposit` when `confirmations >= required` and it is neither credited nor dropped
-/// (business id `chain:<tx id>`, kind `DEPOSIT`, with its movements, as a deposit).
+/// (business id `chain:<tx id>`, kind `DEPOSIT`, with its movements, as a deposit); a
+/// drop reported after the credit reverses it ([`crate::reorg`]).
 ///
 /// Errors: [`FrozenError::Invalid`] (ids, amount, a system account, `required` 0, or a
 /// report whose account, asset or amount differ from the first report of the
@@ -904,23 +908,50 @@ async fn report_once(
             report.tx_id
         )));
     }
-    let effect = match (status.as_str(), report.dropped) {
-        ("CREDITED", true) => ReportEffect::DroppedAfterCredit,
+    let effect = apply_report(&tx, report, &status, required).await?;
+    tx.commit().await?;
+    Ok(effect)
+}
+
+/// What a report does to a deposit in `status`, inside the report's transaction (the
+/// `chain_deposit` row locked): credit at `required` confirmations, a drop before the
+/// credit, the reversal of a drop after it ([`crate::reorg`]), or nothing.
+///
+/// Errors: [`FrozenError::Db`]; [`FrozenError::InvariantViolated`] (delta overflow).
+async fn apply_report(
+    tx: &Transaction<'_>,
+    report: &DepositReport,
+    status: &str,
+    required: u32,
+) -> Result<ReportEffect, FrozenError> {
+    let t = &report.tenant_id;
+    Ok(match (status, report.dropped) {
+        ("CREDITED", true) => {
+            let credited = crate::reorg::Credited {
+                tenant_id: t,
+                tx_id: &report.tx_id,
+                account_id: &report.account_id,
+                asset: report.asset,
+                amount: report.amount,
+                business_id: format!("{CHAIN_DEPOSIT_PREFIX}{}#reversal", report.tx_id),
+            };
+            crate::reorg::reverse(tx, &credited).await?;
+            ReportEffect::Reversed
+        }
+        ("REVERSED", _) => ReportEffect::AlreadyReversed,
         ("CREDITED", false) => ReportEffect::AlreadyCredited,
         ("DROPPED", _) => ReportEffect::AlreadyDropped,
         (_, true) => {
-            tx_status(&tx, t, &report.tx_id, "DROPPED").await?;
+            tx_status(tx, t, &report.tx_id, "DROPPED").await?;
             ReportEffect::Dropped
         }
         (_, false) if report.confirmations < required => ReportEffect::Seen,
         (_, false) => {
-            credit(&tx, report).await?;
-            tx_status(&tx, t, &report.tx_id, "CREDITED").await?;
+            credit(tx, report).await?;
+            tx_status(tx, t, &report.tx_id, "CREDITED").await?;
             ReportEffect::Credited
         }
-    };
-    tx.commit().await?;
-    Ok(effect)
+    })
 }
 
 async fn tx_status(
