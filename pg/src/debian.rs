@@ -9,6 +9,9 @@ use std::process::Command;
 
 use crate::ClusterError;
 
+/// A step on the staging folder after the packages are unpacked.
+pub type Finish = dyn Fn(&Path) -> Result<(), ClusterError>;
+
 /// What to fetch into one cache folder.
 pub struct Fetch<'a> {
     /// The cache folder's name (`cache_dir/<folder>`).
@@ -20,7 +23,7 @@ pub struct Fetch<'a> {
     pub probe: &'a str,
     /// A further step on the staging folder before it is renamed into place (Patroni's
     /// virtual environment), or none.
-    pub finish: Option<&'a dyn Fn(&Path) -> Result<(), ClusterError>>,
+    pub finish: Option<&'a Finish>,
 }
 
 /// The folder `cache_dir/<fetch.folder>`, fetched there first when its probe is missing.
