@@ -230,8 +230,22 @@ fn pid_in(pid_file: &Path) -> Option<i32> {
         .ok()
 }
 
-/// The cache folder with the packages and Patroni's virtual environment, fetched first
-/// when missing.
+/// The cache folder with the packages and Patroni's virtual environment
+/// (`cache_dir/`[`CACHE_FOLDER`]), fetched first when missing.
+///
+/// Errors: [`ClusterError::Binaries`] (not cached and not root, `apt-get`, `dpkg`,
+/// `venv` or `pip` failed).
+pub fn fetch(cache_dir: &Path) -> Result<PathBuf, ClusterError> {
+    resolve(cache_dir).map(|installed| {
+        installed
+            .usr
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
+    })
+}
+
+/// [`fetch`]'s folder as the programs the cluster runs.
 ///
 /// Errors: [`ClusterError::Binaries`] (not cached and not root, `apt-get`, `dpkg`,
 /// `venv` or `pip` failed).
