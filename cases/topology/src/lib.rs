@@ -33,6 +33,8 @@ case_kit::register_cases! {
     pub r1_through_pooler,
     pub r5_old_primary_returns,
     pub r6_patroni_kill_leader,
+    pub r7_patroni_standby_stops,
+    pub r8_patroni_switchover,
 }
 
 /// The family. Its engine is PostgreSQL so that a run boots the scratch cluster whose

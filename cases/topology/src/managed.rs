@@ -64,6 +64,17 @@ pub struct Managed {
     book: BTreeMap<String, (String, BTreeSet<Option<i64>>)>,
 }
 
+/// What [`Managed::retry`] saw.
+pub struct Retried {
+    /// The final answers' counts ([`tally`]: `201 OK=8`, `201 OK replayed=8`).
+    pub finals: String,
+    /// How many keys were answered 201 at last (all of them).
+    pub acknowledged: usize,
+    /// How many answers before those were 503 `UNKNOWN` or no answer (a number that
+    /// depends on when each retry ran).
+    pub unknowns: usize,
+}
+
 /// A group sent and not yet answered.
 pub struct Sent {
     /// The group's keys, in account order.
@@ -255,6 +266,13 @@ impl Managed {
         Ok(tally(&answers))
     }
 
+    /// Enters a prober's answers (key, answer; the key's account is its position's,
+    /// [`account_of`]) in the book.
+    pub fn enter_probes(&mut self, probed: &[(String, Answer)]) {
+        let (keys, answers): (Vec<String>, Vec<Answer>) = probed.iter().cloned().unzip();
+        self.enter(&keys, &answers);
+    }
+
     fn enter(&mut self, keys: &[String], answers: &[Answer]) {
         for (n, (key, answer)) in keys.iter().zip(answers).enumerate() {
             let entry =
@@ -267,17 +285,11 @@ impl Managed {
 
     /// Every key of `keys` (on the account it was first sent for) retried through
     /// `service` until answered 201 (each at most
-    /// [`OBSERVE_LIMIT_MS`], a hang bound), each 201 entered in the book: the final
-    /// answers' counts ([`tally`]: `201 OK=8`) and how many answers before them were
-    /// 503 `UNKNOWN` or no answer (a number that depends on when each retry ran).
+    /// [`OBSERVE_LIMIT_MS`], a hang bound), each 201 entered in the book.
     ///
     /// Errors: a key answered anything but 201, 503 `UNKNOWN` or nothing, or not 201
     /// within the bound.
-    pub async fn retry(
-        &mut self,
-        service: &Service,
-        keys: &[String],
-    ) -> anyhow::Result<(String, usize)> {
+    pub async fn retry(&mut self, service: &Service, keys: &[String]) -> anyhow::Result<Retried> {
         let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
         let (mut finals, mut unknowns) = (Vec::new(), 0);
         for (n, key) in keys.iter().enumerate() {
@@ -314,7 +326,11 @@ impl Managed {
                 tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
             }
         }
-        Ok((tally(&finals), unknowns))
+        Ok(Retried {
+            finals: tally(&finals),
+            acknowledged: finals.len(),
+            unknowns,
+        })
     }
 
     /// The book as the table `client_book (idem_key, account_id, txn_id)` on node
@@ -382,6 +398,18 @@ impl Managed {
         Ok(())
     }
 
+    /// The pid of node `index`'s WAL receiver (`pg_stat_wal_receiver`).
+    ///
+    /// Errors: SQL errors; none runs.
+    pub async fn wal_receiver_pid(&self, index: usize) -> anyhow::Result<i32> {
+        let client = self.connect(index, "postgres").await?;
+        let row = client
+            .query_opt("SELECT pid FROM pg_stat_wal_receiver", &[])
+            .await?;
+        row.map(|row| row.get(0))
+            .ok_or_else(|| anyhow::anyhow!("no WAL receiver runs"))
+    }
+
     /// Keys acknowledged in the book.
     pub fn acknowledged(&self) -> usize {
         self.book
@@ -445,5 +473,28 @@ pub async fn syncrep_waits(client: &Client, want: usize) -> anyhow::Result<usize
             return Ok(n as usize);
         }
         tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+}
+
+/// Arms a pause at `point` of `service` for the next group: 8 requests, until released (60 s at most, a hang bound).
+///
+/// Errors: the service refused it.
+pub async fn hold(service: &launch::service::Service, point: &str) -> anyhow::Result<()> {
+    let spec = serde_json::json!({"action": "pause", "count": GROUP_SIZE, "hold_ms": 60_000});
+    service.arm_fault(point, spec).await
+}
+
+/// Waits until `service` holds the whole group at `point` (a hang bound of
+/// [`OBSERVE_LIMIT_MS`]); how many it holds.
+///
+/// Errors: the fault state unreadable.
+pub async fn held(service: &launch::service::Service, point: &str) -> anyhow::Result<u64> {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(OBSERVE_LIMIT_MS);
+    loop {
+        let holding = service.fault_state(point).await?.holding as u64;
+        if holding >= GROUP_SIZE as u64 || tokio::time::Instant::now() > deadline {
+            return Ok(holding);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -20,13 +20,12 @@
 //! Statements mode only: the debits held before their COMMIT need an open transaction
 //! at `before-commit`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cases_ledger::modes::StatementsOnly as _;
 use futures_util::FutureExt;
-use serde_json::json;
 
-use crate::managed::{self, GROUP_SIZE, Managed, OBSERVE_LIMIT_MS};
+use crate::managed::{self, GROUP_SIZE, Managed, OBSERVE_LIMIT_MS, hold, held};
 use case_kit::{Case, Ctx};
 
 /// The case's registration; set aside where the Patroni cluster cannot be had.
@@ -39,24 +38,6 @@ pub fn case() -> Case {
     .not_clean()
     .requires(managed::unavailable)
     .statements_only()
-}
-
-/// Holds `point` for the next group: 8 requests, until released (60 s at most, a hang bound).
-async fn hold(service: &launch::service::Service, point: &str) -> anyhow::Result<()> {
-    let spec = json!({"action": "pause", "count": GROUP_SIZE, "hold_ms": 60_000});
-    service.arm_fault(point, spec).await
-}
-
-/// Waits until `service` holds the whole group at `point`; how many it holds.
-async fn held(service: &launch::service::Service, point: &str) -> anyhow::Result<u64> {
-    let deadline = Instant::now() + Duration::from_millis(OBSERVE_LIMIT_MS);
-    loop {
-        let holding = service.fault_state(point).await?.holding as u64;
-        if holding >= GROUP_SIZE as u64 || Instant::now() > deadline {
-            return Ok(holding);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
@@ -97,22 +78,23 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         "201 OK=8".to_string(),
         m.answers(committed).await?,
     );
-    let (first, unknowns) = m.retry(&service, &open_keys[..1]).await?;
+    let first = m.retry(&service, &open_keys[..1]).await?;
     let first_ms = killed_at.elapsed().as_millis();
     ctx.note(format!(
-        "first 201 after the kill: first_success_ms={first_ms} ({first} after unknown_n={unknowns})"
+        "first 201 after the kill: first_success_ms={first_ms} ({} after unknown_n={})",
+        first.finals, first.unknowns
     ));
     let (leader, _) = m.blocking(|cluster| Ok(cluster.wait_leader(Some(0), OBSERVE_LIMIT_MS)?)).await?;
     ctx.check_eq("Patroni promoted the synchronous standby", "n2".to_string(), m.cluster().nodes()[leader].name.clone());
     ctx.check_eq(
         "every unknown debit resolves on its same-key retry",
         "201 OK=7".to_string(),
-        m.retry(&service, &open_keys[1..]).await?.0,
+        m.retry(&service, &open_keys[1..]).await?.finals,
     );
     ctx.check_eq(
         "the committed debits' retries replay",
         "201 OK replayed=8".to_string(),
-        m.retry(&service, &committed_keys).await?.0,
+        m.retry(&service, &committed_keys).await?.finals,
     );
     let after = m.send(&service, "after");
     ctx.check_eq("after the failover: answered", "201 OK=8".to_string(), m.answers(after).await?);
