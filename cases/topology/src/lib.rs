@@ -35,6 +35,7 @@ case_kit::register_cases! {
     pub r6_patroni_kill_leader,
     pub r7_patroni_standby_stops,
     pub r8_patroni_switchover,
+    pub r9_patroni_paused_leader,
 }
 
 /// The family. Its engine is PostgreSQL so that a run boots the scratch cluster whose

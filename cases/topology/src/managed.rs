@@ -410,6 +410,16 @@ impl Managed {
             .ok_or_else(|| anyhow::anyhow!("no WAL receiver runs"))
     }
 
+    /// The keys of `keys` acknowledged so far, each with the first id a 201 named.
+    pub fn acknowledged_ids(&self, keys: &[String]) -> Vec<(String, i64)> {
+        keys.iter()
+            .filter_map(|key| {
+                let (_, ids) = self.book.get(key)?;
+                Some((key.clone(), ids.iter().flatten().next().copied()?))
+            })
+            .collect()
+    }
+
     /// Keys acknowledged in the book.
     pub fn acknowledged(&self) -> usize {
         self.book
