@@ -709,6 +709,12 @@ impl PatroniCluster {
         let _ = fs::write(self.options.dir.join(MARKER), text);
     }
 
+    /// Node `index`'s Patroni log (`patroni.log` in its folder) as it is now: what the
+    /// manager decided (`pg_rewind`, a refused leader race) in its own words.
+    pub fn log_of(&self, index: usize) -> String {
+        fs::read_to_string(self.nodes[index].dir.join("patroni.log")).unwrap_or_default()
+    }
+
     /// The last lines of each node's Patroni log, for errors.
     pub fn log_tails(&self) -> String {
         let mut text = String::new();

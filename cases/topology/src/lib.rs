@@ -36,6 +36,8 @@ case_kit::register_cases! {
     pub r7_patroni_standby_stops,
     pub r8_patroni_switchover,
     pub r9_patroni_paused_leader,
+    pub r10_patroni_rewind,
+    pub r11_patroni_async_lag,
 }
 
 /// The family. Its engine is PostgreSQL so that a run boots the scratch cluster whose

@@ -410,6 +410,34 @@ impl Managed {
             .ok_or_else(|| anyhow::anyhow!("no WAL receiver runs"))
     }
 
+    /// Waits until node `standby` has received all node `leader` flushed when asked
+    /// (`pg_last_wal_receive_lsn()` against `pg_current_wal_flush_lsn()`; a hang bound
+    /// only), so that a lag seen afterwards is the case's own writes.
+    ///
+    /// Errors: SQL errors; not caught up within [`OBSERVE_LIMIT_MS`].
+    pub async fn caught_up(&self, leader: usize, standby: usize) -> anyhow::Result<()> {
+        let on_leader = self.connect(leader, "postgres").await?;
+        let flushed: String = (on_leader
+            .query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
+            .await?)
+            .get(0);
+        let on_standby = self.connect(standby, "postgres").await?;
+        let sql = "SELECT coalesce(pg_last_wal_receive_lsn() >= $1::text::pg_lsn, false)";
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(OBSERVE_LIMIT_MS);
+        while !on_standby
+            .query_one(sql, &[&flushed])
+            .await?
+            .get::<_, bool>(0)
+        {
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "the standby did not catch up"
+            );
+            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        }
+        Ok(())
+    }
+
     /// The keys of `keys` acknowledged so far, each with the first id a 201 named.
     pub fn acknowledged_ids(&self, keys: &[String]) -> Vec<(String, i64)> {
         keys.iter()
