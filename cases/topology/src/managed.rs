@@ -347,13 +347,13 @@ impl Managed {
         let client_id = self.client_id();
         let astray: i64 = client.query_one(ASTRAY_SQL, &[&client_id]).await?.get(0);
         ctx.check_eq(
-            &format!("{label}: every acknowledged debit is there once, under the id it was acknowledged with"),
+            format!("{label}: every acknowledged debit is there once, under the id it was acknowledged with"),
             0,
             astray,
         );
         let shared: i64 = client.query_one(SHARED_SQL, &[]).await?.get(0);
         ctx.check_eq(
-            &format!("{label}: no transaction id acknowledged to two keys"),
+            format!("{label}: no transaction id acknowledged to two keys"),
             0,
             shared,
         );
@@ -362,13 +362,13 @@ impl Managed {
             .await?
             .get(0);
         ctx.check_eq(
-            &format!("{label}: each account is its start less the debits acknowledged for it"),
+            format!("{label}: each account is its start less the debits acknowledged for it"),
             0,
             wrong,
         );
         let findings = points_ledger::reconcile(&mut client).await?;
         ctx.check(
-            &format!("{label}: the ledger reconciles clean"),
+            format!("{label}: the ledger reconciles clean"),
             findings.is_clean(),
             findings.summary(),
         );
