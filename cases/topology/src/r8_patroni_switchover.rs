@@ -95,14 +95,16 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         .collect();
     let unknown = probed.iter().filter(|(_, a)| a.said == "503 UNKNOWN").count();
     ctx.note(format!("the prober: probes_n={} unknown_n={unknown}", probed.len()));
-    ctx.check("the prober was answered", !probed.is_empty(), probed.len());
+    ctx.check("the prober was answered", !probed.is_empty(), format!("probes_n={}", probed.len()));
     ctx.check("every answer during the switchover is 201 or 503 UNKNOWN", others.is_empty(), others.join(", "));
     let probe_keys: Vec<String> = probed.iter().map(|(key, _)| key.clone()).collect();
     m.enter_probes(&probed);
     ctx.check_eq("every unknown debit resolves on its same-key retry", "201 OK=8".to_string(), m.retry(&service, &open_keys).await?.finals);
     ctx.check_eq("the committed debits' retries replay", "201 OK replayed=8".to_string(), m.retry(&service, &committed_keys).await?.finals);
     let probes = m.retry(&service, &probe_keys).await?;
-    ctx.check_eq("every probe is acknowledged once retried", probe_keys.len(), probes.acknowledged);
+    ctx.check("every probe is acknowledged once retried",
+        probes.acknowledged == probe_keys.len(),
+        format!("acknowledged_n={} of probes_n={}", probes.acknowledged, probe_keys.len()));
     let after = m.send(&service, "after");
     ctx.check_eq("after the switchover: answered", "201 OK=8".to_string(), m.answers(after).await?);
     m.verify(ctx, leader, "on the new leader").await
