@@ -346,6 +346,9 @@ impl PatroniCluster {
             cluster.add_node(n)?;
         }
         cluster.start_haproxy()?;
+        // HAProxy counts a server up until its checks say otherwise: wait until only the
+        // leader is, so no session of the caller's meets the standby.
+        cluster.wait_routed_to(0, START_TIMEOUT_MS)?;
         Ok(cluster)
     }
 
@@ -382,6 +385,57 @@ impl PatroniCluster {
     pub fn status(&self, index: usize) -> Option<serde_json::Value> {
         let (_, body) = rest_get(self.nodes[index].api_port, "/patroni")?;
         serde_json::from_str(&body).ok()
+    }
+
+    /// Each server of HAProxy's backend with its state (`UP`, `DOWN`, …), from
+    /// `show stat` on its stats socket.
+    pub fn routes(&self) -> Vec<(String, String)> {
+        use std::os::unix::net::UnixStream;
+        let socket = self.options.dir.join("haproxy/stats.sock");
+        let Ok(mut stream) = UnixStream::connect(socket) else {
+            return Vec::new();
+        };
+        let timeout = Some(Duration::from_millis(REST_TIMEOUT_MS));
+        let _ = stream.set_read_timeout(timeout);
+        let mut text = String::new();
+        if stream.write_all(b"show stat\n").is_err() || stream.read_to_string(&mut text).is_err() {
+            return Vec::new();
+        }
+        text.lines()
+            .filter(|line| {
+                line.starts_with("primary,")
+                    && !line.contains("FRONTEND")
+                    && !line.contains("BACKEND")
+            })
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split(',').collect();
+                Some((fields.get(1)?.to_string(), fields.get(17)?.to_string()))
+            })
+            .collect()
+    }
+
+    /// Waits until HAProxy routes to node `index` only (it `UP`, every other not).
+    ///
+    /// Errors: [`ClusterError::Start`] when it does not within `within_ms`.
+    pub fn wait_routed_to(&self, index: usize, within_ms: u64) -> Result<(), ClusterError> {
+        let deadline = Instant::now() + Duration::from_millis(within_ms);
+        loop {
+            let routes = self.routes();
+            let only = !routes.is_empty()
+                && routes.iter().all(|(name, state)| {
+                    (name == &self.nodes[index].name) == state.starts_with("UP")
+                });
+            if only {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(ClusterError::Start(format!(
+                    "HAProxy does not route to {} only within {within_ms} ms: {routes:?}",
+                    self.nodes[index].name
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(POLL_MS));
+        }
     }
 
     /// The node whose `GET /primary` answers 200, if one does.
@@ -603,7 +657,7 @@ impl PatroniCluster {
         fs::create_dir_all(&dir).map_err(ClusterError::io("creating HAProxy's folder"))?;
         own(&dir, self.credentials)?;
         self.haproxy_port = free_port()?;
-        let config = haproxy_config(self.haproxy_port, &self.nodes);
+        let config = haproxy_config(self.haproxy_port, &self.nodes, &dir.join("stats.sock"));
         write_owned(&dir.join("haproxy.cfg"), &config, self.credentials)?;
         let mut command = Command::new(self.installed.usr.join("sbin/haproxy"));
         command.arg("-db").arg("-f").arg(dir.join("haproxy.cfg"));
@@ -755,13 +809,15 @@ impl Drop for PatroniCluster {
 
 /// HAProxy in front of the nodes as Patroni's documentation deploys it: TCP, each node
 /// checked with `GET /primary` on its REST port every 500 ms, only the one answering
-/// 200 in the backend, and the sessions to a node marked down shut.
-fn haproxy_config(port: u16, nodes: &[Node]) -> String {
+/// 200 in the backend, and the sessions to a node marked down shut; a stats socket
+/// (`stats`) for [`PatroniCluster::routes`].
+fn haproxy_config(port: u16, nodes: &[Node], stats: &Path) -> String {
     let mut text = format!(
-        "global\n    maxconn 200\n\
+        "global\n    maxconn 200\n    stats socket {stats}\n\
          defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 30m\n    timeout server 30m\n    timeout check 1s\n\
          listen primary\n    bind 127.0.0.1:{port}\n    option httpchk GET /primary\n    http-check expect status 200\n\
-         \x20   default-server inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions\n"
+         \x20   default-server inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions\n",
+        stats = stats.display()
     );
     for node in nodes {
         text.push_str(&format!(
