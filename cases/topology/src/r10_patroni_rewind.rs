@@ -15,8 +15,10 @@
 //! debit n2 does not or one of its divergent ones, or an acknowledged debit is missing,
 //! doubled, under another id or shared on n2.
 //!
-//! Rust, not a file: see [`crate::managed`].
+//! Rust, not a file: see [`crate::managed`]. Statements mode only: the 8 COMMITs are
+//! seen waiting one session each (the batch mode commits a group in one).
 
+use cases_ledger::modes::StatementsOnly as _;
 use futures_util::FutureExt;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -39,6 +41,7 @@ pub fn case() -> Case {
     )
     .not_clean()
     .requires(managed::unavailable)
+    .statements_only()
 }
 
 async fn pairs(m: &Managed, index: usize) -> anyhow::Result<Vec<String>> {

@@ -21,8 +21,10 @@
 //! what it claims), Patroni promotes no node, or an acknowledged debit is missing,
 //! doubled, under another id or shared with another key on the new leader.
 //!
-//! Rust, not a file: see [`crate::managed`].
+//! Rust, not a file: see [`crate::managed`]. Statements mode only: the 8 COMMITs are
+//! seen waiting one session each (the batch mode commits a group in one).
 
+use cases_ledger::modes::StatementsOnly as _;
 use futures_util::FutureExt;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -43,6 +45,7 @@ pub fn case() -> Case {
     )
     .not_clean()
     .requires(managed::unavailable)
+    .statements_only()
 }
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
