@@ -72,26 +72,45 @@ impl Seen {
 }
 
 async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
-    let (within, beyond) = tokio::join!(lagging(ctx, WITHIN_BYTES), lagging(ctx, BEYOND_BYTES));
+    let (within, beyond) = tokio::join!(
+        lagging(ctx, WITHIN_BYTES, true),
+        lagging(ctx, BEYOND_BYTES, true)
+    );
     let (mut within, mut beyond) = (within?, beyond?);
     let (lost, acknowledged) = promoted_within(&mut within.0).await?;
     within.1.report(ctx);
-    ctx.exposes(
-        ANOMALY,
-        acknowledged >= 1 && lost.len() == acknowledged,
-        format!("acknowledged={acknowledged} lost={} [{}]", lost.len(), lost.join(" ")),
-    );
+    expose(ctx, &lost, acknowledged);
     let refused = refused_beyond(&mut beyond.0).await?;
     beyond.1.report(ctx);
     refused.report(ctx);
     beyond.0.m.verify(ctx, 0, "beyond the bound: on n1").await
 }
 
+/// The control alone, within the bound, with n2's receiver stopped or not (`false`: its
+/// test; n2 caught up before the kill, nothing is lost and the `exposes:` fails).
+///
+/// Errors: the cluster did not start or fail over; SQL errors; transport errors.
+pub async fn control(ctx: &mut Ctx, receiver_stopped: bool) -> anyhow::Result<()> {
+    let (mut within, seen) = lagging(ctx, WITHIN_BYTES, receiver_stopped).await?;
+    let (lost, acknowledged) = promoted_within(&mut within).await?;
+    seen.report(ctx);
+    expose(ctx, &lost, acknowledged);
+    Ok(())
+}
+
+fn expose(ctx: &mut Ctx, lost: &[String], acknowledged: usize) {
+    ctx.exposes(
+        ANOMALY,
+        acknowledged >= 1 && lost.len() == acknowledged,
+        format!("acknowledged={acknowledged} lost={} [{}]", lost.len(), lost.join(" ")),
+    );
+}
+
 /// An asynchronous cluster with `maximum_lag_on_failover` = `bound`, its standby's
 /// receiver stopped and groups of debits acknowledged after the stop until Patroni's
 /// `GET /cluster` shows the standby's lag above 0 (above `bound` when that is below
 /// [`WITHIN_BYTES`]).
-async fn lagging(ctx: &Ctx, bound: u64) -> anyhow::Result<(Lagging, Seen)> {
+async fn lagging(ctx: &Ctx, bound: u64, stop: bool) -> anyhow::Result<(Lagging, Seen)> {
     let label = if bound == WITHIN_BYTES { "within the bound" } else { "beyond the bound" };
     let m = Managed::start(ctx, false, Some(bound)).await?;
     let url = m.haproxy_url();
@@ -100,6 +119,15 @@ async fn lagging(ctx: &Ctx, bound: u64) -> anyhow::Result<(Lagging, Seen)> {
     let mut seen = Seen::default();
     run.m.caught_up(0, 1).await?;
     run.receiver = run.m.wal_receiver_pid(1).await?;
+    if !stop {
+        // The control's test: one group, and n2 caught up before the kill.
+        let sent = run.m.send(&run.service, "after-stop-0");
+        run.keys.extend(sent.keys.clone());
+        let answered = run.m.answers(sent).await?;
+        seen.fact(&format!("{label}: group 0, receiver running: answered"), answered == "201 OK=8", answered);
+        run.m.caught_up(0, 1).await?;
+        return Ok((run, seen));
+    }
     kill(Pid::from_raw(run.receiver), Signal::SIGSTOP)?;
     let want = if bound == WITHIN_BYTES { 1 } else { bound + 1 };
     let mut lag = 0;
