@@ -103,7 +103,23 @@ async fn p10_with_commits_synced_exposes_nothing() {
         eprintln!("not run: {reason}");
         return;
     }
-    file_control_can_fail("P10", name, guard).await;
+    let failed = failed_checks("P10", name, spec_file(name, None)).await;
+    assert!(
+        failed.is_empty(),
+        "as committed every check passes: {failed:?}"
+    );
+    // With every commit synced, InnoDB's sync count moves during the placements too:
+    // the file's `shows:` that no sync ran between the write-back and the cut (what
+    // makes the loss all ten, not some) fails with the exposes:, and nothing else.
+    let failed = failed_checks("P10", name, spec_file(name, Some(guard))).await;
+    let expected = ["step syncs_after shows", "negative control exposes"];
+    assert!(
+        failed.len() == 2
+            && expected
+                .iter()
+                .all(|e| failed.iter().any(|f| f.contains(e))),
+        "with commits synced only the exposes and the no-sync shows fail: {failed:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
