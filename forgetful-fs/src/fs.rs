@@ -389,15 +389,8 @@ impl Filesystem for ForgetfulFs {
         }
     }
 
-    fn fsyncdir(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        _fh: u64,
-        _data: bool,
-        reply: ReplyEmpty,
-    ) {
-        match self.lock().sync(None) {
+    fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _data: bool, reply: ReplyEmpty) {
+        match self.lock().sync_dir(ino) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(errno(&error)),
         }

@@ -7,18 +7,25 @@
 //! disk stays; what was only written is gone, or with a [`Tear`] the last write of one
 //! file reaches the disk up to a sector boundary.
 //!
+//! That is the `drop` model. A mount may take another ([`Persistence`]): `reorder`
+//! (each unsynced 4 KiB block independently kept or lost at the cut, from the cut's
+//! seed), `garble` (as `reorder`, and a lost block over old data may come back torn or
+//! as garbage, test6.c's characteristics), and strict names (a name operation durable
+//! only after an `fsync` of its directory) beside the journal-like default.
+//!
 //! Mounting needs root (`/dev/fuse`): the daemon runs as a thread of the caller, the
 //! mount uses the `mount(2)` system call (fuser without libfuse), and files are created
 //! in the name of the user who asks (PostgreSQL as `nobody` works through it). The
 //! kernel caches no attribute and no name (time-to-live 0) and drops a file's cached
 //! pages on each open, so after a cut every new reader sees what the cut left.
 //!
-//! What it does not model: the drive's own volatile cache, reordering between synced
-//! writes, metadata other than names (modes, owners and times are applied at once),
+//! What it does not model: the drive's own volatile cache (a synced write is on the
+//! disk), reordering of synced writes, metadata other than names (modes, owners and times are applied at once),
 //! hard links, symbolic links, `fallocate` (the kernel falls back to writing zeros).
 
 mod cache;
 mod fs;
+mod model;
 mod mounts;
 mod report;
 mod state;
@@ -27,6 +34,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+pub use model::{Model, Names, Persistence};
 pub use mounts::{is_mounted, unmount_under};
 pub use report::{DropReport, Tear, UnsyncedFile};
 
@@ -48,10 +56,23 @@ impl Mounted {
     ///
     /// Errors: not root, no `/dev/fuse`, or the mount fails.
     pub fn mount(backing: &Path, trash: &Path, mountpoint: &Path) -> io::Result<Mounted> {
+        Mounted::mount_with(backing, trash, mountpoint, Persistence::default())
+    }
+
+    /// As [`Mounted::mount`], cut as `persistence` says (the model, when names become
+    /// durable, the seed of the first cut).
+    ///
+    /// Errors: as [`Mounted::mount`].
+    pub fn mount_with(
+        backing: &Path,
+        trash: &Path,
+        mountpoint: &Path,
+        persistence: Persistence,
+    ) -> io::Result<Mounted> {
         let backing = std::path::absolute(backing)?;
         let trash = std::path::absolute(trash)?;
         let mountpoint = std::path::absolute(mountpoint)?;
-        let state = Arc::new(Mutex::new(State::new(backing, trash)));
+        let state = Arc::new(Mutex::new(State::new(backing, trash, persistence)));
         let options = [
             fuser::MountOption::FSName("forgetful".into()),
             fuser::MountOption::AllowOther,
@@ -94,9 +115,10 @@ impl Mounted {
         self.lock().sync_all()
     }
 
-    /// The power cut: forgets every file's unsynced data and undoes the names not yet
-    /// committed (tearing the last write of `tear`'s file, if given), and reports what
-    /// was dropped. Stop every process using the mount first (SIGKILL): a process
+    /// The power cut: forgets every file's unsynced data (or, under `reorder` and
+    /// `garble`, writes back, tears or garbles each block as the cut's seed says) and
+    /// undoes the names not yet committed (tearing the last write of `tear`'s file, if
+    /// given), and reports what was dropped, with the model and the cut's seed. Stop every process using the mount first (SIGKILL): a process
     /// still running would go on from memory the disk no longer matches.
     pub fn cut_power(&self, tear: Option<&Tear>) -> DropReport {
         self.lock().cut(tear)
