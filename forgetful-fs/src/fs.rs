@@ -25,6 +25,8 @@ const TTL: Duration = Duration::ZERO;
 pub struct ForgetfulFs {
     /// Shared with the control ([`crate::Mounted`]).
     pub state: Arc<Mutex<State>>,
+    /// The sync gate, shared with the control.
+    pub gate: Arc<crate::gate::Gate>,
 }
 
 fn errno(error: &io::Error) -> i32 {
@@ -369,6 +371,9 @@ impl Filesystem for ForgetfulFs {
     }
 
     fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _data: bool, reply: ReplyEmpty) {
+        if !self.gate.pass() {
+            return reply.error(libc::EIO);
+        }
         match self.lock().sync(Some(ino)) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(errno(&error)),

@@ -25,6 +25,7 @@
 
 mod cache;
 mod fs;
+mod gate;
 mod model;
 mod mounts;
 mod report;
@@ -44,6 +45,7 @@ use crate::state::State;
 /// holding a file there does not keep it mounted) and leaves the backing folder.
 pub struct Mounted {
     state: Arc<Mutex<State>>,
+    gate: Arc<gate::Gate>,
     session: Option<fuser::BackgroundSession>,
     mountpoint: PathBuf,
 }
@@ -79,12 +81,15 @@ impl Mounted {
             fuser::MountOption::DefaultPermissions,
             fuser::MountOption::RW,
         ];
+        let gate = Arc::new(gate::Gate::default());
         let filesystem = fs::ForgetfulFs {
             state: state.clone(),
+            gate: gate.clone(),
         };
         let session = fuser::spawn_mount2(filesystem, &mountpoint, &options)?;
         Ok(Mounted {
             state,
+            gate,
             session: Some(session),
             mountpoint,
         })
@@ -121,7 +126,29 @@ impl Mounted {
     /// given), and reports what was dropped, with the model and the cut's seed. Stop every process using the mount first (SIGKILL): a process
     /// still running would go on from memory the disk no longer matches.
     pub fn cut_power(&self, tear: Option<&Tear>) -> DropReport {
-        self.lock().cut(tear)
+        let mut report = self.lock().cut(tear);
+        report.syncs_held = self.gate.held();
+        self.gate.cut();
+        report
+    }
+
+    /// Holds every `fsync`, `fdatasync` and directory `fsync` from now on, before it
+    /// reaches the disk, until [`Mounted::release_syncs`] or a cut (a sync held across a
+    /// cut fails with EIO and syncs nothing): lets a case cut while a commit is certainly
+    /// between its write and its sync. The daemon serves one request at a time, so every
+    /// other request of the mount waits behind a held sync.
+    pub fn hold_syncs(&self) {
+        self.gate.hold();
+    }
+
+    /// Lets the held syncs go on.
+    pub fn release_syncs(&self) {
+        self.gate.release();
+    }
+
+    /// Syncs held at the gate now.
+    pub fn syncs_held(&self) -> u64 {
+        self.gate.held()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -133,6 +160,7 @@ impl Mounted {
 
 impl Drop for Mounted {
     fn drop(&mut self) {
+        self.gate.release();
         let _ = mounts::detach(&self.mountpoint);
         drop(self.session.take());
     }

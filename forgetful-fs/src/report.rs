@@ -56,6 +56,9 @@ pub struct DropReport {
     pub blocks_torn: u64,
     /// Under `garble`: blocks with sectors of garbage.
     pub blocks_garbled: u64,
+    /// Syncs held at the gate when the power went (`Mounted::hold_syncs`): each failed,
+    /// its data left to the cut.
+    pub syncs_held: u64,
 }
 
 impl DropReport {

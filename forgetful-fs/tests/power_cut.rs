@@ -273,3 +273,25 @@ fn a_file_renamed_inside_a_new_folder_opens_again() {
         .unwrap();
     assert_eq!(std::fs::read_dir(mnt.join("wal")).unwrap().count(), 1);
 }
+
+#[test]
+fn a_sync_held_at_the_gate_when_the_power_goes_syncs_nothing() {
+    let work = tempfile::tempdir().unwrap();
+    let Some(mount) = mounted(work.path()) else {
+        return;
+    };
+    let mnt = mount.path().to_path_buf();
+    let file = std::fs::File::create(mnt.join("f")).unwrap();
+    file.write_all_at(b"old", 0).unwrap();
+    file.sync_all().unwrap();
+    file.write_all_at(b"new", 0).unwrap();
+    mount.hold_syncs();
+    let syncing = std::thread::spawn(move || file.sync_all());
+    while mount.syncs_held() == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let report = mount.cut_power(None);
+    assert_eq!((report.syncs_held, report.bytes), (1, 3), "{report}");
+    assert!(syncing.join().unwrap().is_err(), "the held sync fails");
+    assert_eq!(std::fs::read(work.path().join("disk/f")).unwrap(), b"old");
+}

@@ -201,8 +201,12 @@ impl DiskSession {
         let dropped = disk.cut(None);
         drop(disk);
         Ok(format!(
-            "power cut: SIGKILL of {killed}; dropped files_n={} bytes_n={} writes_n={} name_operations_n={}",
-            dropped.files, dropped.bytes, dropped.write_operations, dropped.name_operations
+            "power cut: SIGKILL of {killed}; dropped files_n={} bytes_n={} writes_n={} name_operations_n={}; {}",
+            dropped.files,
+            dropped.bytes,
+            dropped.write_operations,
+            dropped.name_operations,
+            dropped.model_words()
         ))
     }
 }
