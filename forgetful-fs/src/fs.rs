@@ -68,6 +68,12 @@ impl ForgetfulFs {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Whether the power already went ([`crate::Mounted::freeze`]): every change is
+    /// refused (EIO) until the cut.
+    fn frozen(&self) -> bool {
+        self.lock().frozen
+    }
+
     /// The attributes of `inode` as readers see them (size from unsynced data).
     fn attr(&self, inode: u64) -> io::Result<FileAttr> {
         let mut state = self.lock();
@@ -228,6 +234,9 @@ impl Filesystem for ForgetfulFs {
         _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
         match self.do_setattr(ino, mode, (uid, gid), size) {
             Ok(attr) => reply.attr(&TTL, &attr),
             Err(error) => reply.error(errno(&error)),
@@ -243,6 +252,9 @@ impl Filesystem for ForgetfulFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
         let path = self.lock().child_path(parent, name);
         let made = path.and_then(|path| {
             fs::create_dir(&path)?;
@@ -256,6 +268,9 @@ impl Filesystem for ForgetfulFs {
     }
 
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
         let mut state = self.lock();
         match state
             .child_path(parent, name)
@@ -267,6 +282,9 @@ impl Filesystem for ForgetfulFs {
     }
 
     fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
         let mut state = self.lock();
         let removed = state.child_path(parent, name).and_then(|path| {
             if fs::read_dir(&path)?.next().is_some() {
@@ -290,6 +308,9 @@ impl Filesystem for ForgetfulFs {
         flags: u32,
         reply: ReplyEmpty,
     ) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
         if flags != 0 {
             return reply.error(libc::EINVAL);
         }
@@ -346,6 +367,9 @@ impl Filesystem for ForgetfulFs {
         _lock_owner: Option<u64>,
         reply: ReplyWrite,
     ) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
         match self.do_write(ino, offset as u64, data) {
             Ok(()) => reply.written(data.len() as u32),
             Err(error) => reply.error(errno(&error)),
@@ -371,6 +395,9 @@ impl Filesystem for ForgetfulFs {
     }
 
     fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _data: bool, reply: ReplyEmpty) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
         if !self.gate.pass() {
             return reply.error(libc::EIO);
         }
@@ -395,6 +422,9 @@ impl Filesystem for ForgetfulFs {
     }
 
     fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _data: bool, reply: ReplyEmpty) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
         match self.lock().sync_dir(ino) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(errno(&error)),
@@ -435,6 +465,9 @@ impl Filesystem for ForgetfulFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
         let path = self.lock().child_path(parent, name);
         let made = path.and_then(|path| self.do_create(req, &path, mode, flags));
         match made {

@@ -126,8 +126,9 @@ impl Mounted {
     /// given), and reports what was dropped, with the model and the cut's seed. Stop every process using the mount first (SIGKILL): a process
     /// still running would go on from memory the disk no longer matches.
     pub fn cut_power(&self, tear: Option<&Tear>) -> DropReport {
+        let held = self.gate.held();
         let mut report = self.lock().cut(tear);
-        report.syncs_held = self.gate.held();
+        report.syncs_held = report.syncs_held.max(held);
         self.gate.cut();
         report
     }
@@ -139,6 +140,20 @@ impl Mounted {
     /// other request of the mount waits behind a held sync.
     pub fn hold_syncs(&self) {
         self.gate.hold();
+    }
+
+    /// The moment the power goes, before the processes using the mount are stopped:
+    /// from now until [`Mounted::cut_power`] every write, truncation, name operation
+    /// and sync is refused (EIO) and changes nothing, and the syncs held at the gate
+    /// fail. A case freezes, then SIGKILLs (a process stuck in a held sync could not
+    /// die before its request is answered), then cuts.
+    pub fn freeze(&self) {
+        let held = self.gate.held();
+        let mut state = self.lock();
+        state.frozen = true;
+        state.syncs_held = state.syncs_held.max(held);
+        drop(state);
+        self.gate.cut();
     }
 
     /// Lets the held syncs go on.

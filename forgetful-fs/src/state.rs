@@ -83,6 +83,10 @@ pub struct State {
     persistence: Persistence,
     /// Cuts so far (the next cut's seed is [`Persistence::cut_seed`] of it).
     cuts: u64,
+    /// The power already went (`Mounted::freeze`): every change is refused until the cut.
+    pub frozen: bool,
+    /// Syncs held at the gate when the mount was frozen.
+    pub syncs_held: u64,
 }
 
 impl State {
@@ -100,6 +104,8 @@ impl State {
             journal: Vec::new(),
             persistence,
             cuts: 0,
+            frozen: false,
+            syncs_held: 0,
         };
         let root = state.backing.clone();
         state.inode_of(&root);
@@ -323,6 +329,7 @@ impl State {
         let mut report = self.unsynced();
         report.persistence = self.persistence;
         report.seed = self.persistence.cut_seed(self.cuts);
+        report.syncs_held = std::mem::take(&mut self.syncs_held);
         self.cuts += 1;
         let torn_path = tear.map(|tear| self.backing.join(&tear.file));
         for node in self.nodes.values_mut() {
@@ -348,6 +355,7 @@ impl State {
         }
         self.undo_journal(&mut report);
         self.forget_nodes();
+        self.frozen = false;
         report
     }
 

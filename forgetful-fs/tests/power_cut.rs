@@ -290,8 +290,15 @@ fn a_sync_held_at_the_gate_when_the_power_goes_syncs_nothing() {
     while mount.syncs_held() == 0 {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+    mount.freeze();
+    assert!(syncing.join().unwrap().is_err(), "the held sync fails");
+    let refused = std::fs::OpenOptions::new().write(true).open(mnt.join("f"));
+    assert!(
+        refused.unwrap().write_all_at(b"after", 0).is_err(),
+        "frozen"
+    );
     let report = mount.cut_power(None);
     assert_eq!((report.syncs_held, report.bytes), (1, 3), "{report}");
-    assert!(syncing.join().unwrap().is_err(), "the held sync fails");
     assert_eq!(std::fs::read(work.path().join("disk/f")).unwrap(), b"old");
+    std::fs::write(mnt.join("g"), b"after the cut").unwrap();
 }

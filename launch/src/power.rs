@@ -104,6 +104,12 @@ impl PowerDisk {
         self.mount.hold_syncs()
     }
 
+    /// The moment the power goes (`Mounted::freeze`): every change refused until the
+    /// cut, the held syncs failed; SIGKILL the disk's processes after it, then cut.
+    pub fn freeze(&self) {
+        self.mount.freeze()
+    }
+
     /// Syncs held now (`Mounted::syncs_held`).
     pub fn syncs_held(&self) -> u64 {
         self.mount.syncs_held()
