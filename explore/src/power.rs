@@ -24,6 +24,7 @@ pub fn persistence(seed: u64) -> Persistence {
         model: Model::Reorder,
         names: Names::Strict,
         seed: seed ^ 0x7063_7574,
+        force_garble: false,
     }
 }
 

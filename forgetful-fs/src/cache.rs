@@ -170,6 +170,16 @@ pub struct BlockCounts {
 }
 
 impl Dirty {
+    /// Whether a cut with `chooser` would tear or garble at least one block over what a
+    /// backing file of `disk_len` bytes holds (a dry run of [`Dirty::cut_with`]).
+    pub fn would_garble(&self, disk_len: u64, chooser: &Chooser) -> bool {
+        self.pages.keys().any(|index| {
+            let start = index * PAGE_BYTES;
+            let overwrote = start < self.len && start < disk_len.min(self.base_len);
+            overwrote && matches!(chooser.fate(*index, true), Fate::Torn | Fate::Garbage)
+        })
+    }
+
     /// At a power cut under a model: the pending truncation reaches the disk or not,
     /// then each dirty block is written whole, left out, torn or garbled as `chooser`
     /// says ([`Chooser::fate`]). The file's size on the disk grows only as far as kept

@@ -5,6 +5,12 @@
 //! sync is held every other request of the mount waits behind it.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Longest a sync is held, milliseconds: a hang bound only (a case freezes and cuts
+/// long before); past it the sync goes on, so a case that failed between holding and
+/// cutting cannot leave its processes stuck in the mount.
+pub const HOLD_LIMIT_MS: u64 = 60_000;
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -54,8 +60,9 @@ impl Gate {
         self.changed.notify_all();
     }
 
-    /// Called by a sync before it syncs: waits while the gate holds; `false` when a cut
-    /// came meanwhile (the sync must fail and do nothing).
+    /// Called by a sync before it syncs: waits while the gate holds (at most
+    /// [`HOLD_LIMIT_MS`]); `false` when a cut came meanwhile (the sync must fail and do
+    /// nothing).
     pub fn pass(&self) -> bool {
         let mut inner = self.lock();
         if !inner.holding {
@@ -63,11 +70,17 @@ impl Gate {
         }
         let cuts = inner.cuts;
         inner.held += 1;
+        let deadline = Instant::now() + Duration::from_millis(HOLD_LIMIT_MS);
         while inner.holding && inner.cuts == cuts {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
             inner = self
                 .changed
-                .wait(inner)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+                .wait_timeout(inner, left)
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
         }
         inner.held -= 1;
         inner.cuts == cuts

@@ -49,6 +49,12 @@ pub struct Persistence {
     pub names: Names,
     /// The seed of the first cut; cut `k` (from 0) uses [`Persistence::cut_seed`].
     pub seed: u64,
+    /// Under [`Model::Garble`]: the cut takes the first seed of its sequence (its own,
+    /// then [`mix`]es of it) under which at least one unsynced block over old data is
+    /// torn or garbled, when one of the first 256 does: for a case that studies what a
+    /// garbled block does to an engine, so that every cut has one (forced, not hoped
+    /// for). The report's seed is the one taken.
+    pub force_garble: bool,
 }
 
 impl Persistence {
@@ -80,7 +86,12 @@ impl Persistence {
             "strict" => Names::Strict,
             other => return Err(format!("no names {other:?} (journal, strict)")),
         };
-        Ok(Persistence { model, names, seed })
+        Ok(Persistence {
+            model,
+            names,
+            seed,
+            force_garble: false,
+        })
     }
 }
 

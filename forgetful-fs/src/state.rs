@@ -329,6 +329,9 @@ impl State {
         let mut report = self.unsynced();
         report.persistence = self.persistence;
         report.seed = self.persistence.cut_seed(self.cuts);
+        if self.persistence.force_garble && self.persistence.model == Model::Garble {
+            report.seed = self.garbling_seed(report.seed);
+        }
         report.syncs_held = std::mem::take(&mut self.syncs_held);
         self.cuts += 1;
         let torn_path = tear.map(|tear| self.backing.join(&tear.file));
@@ -357,6 +360,32 @@ impl State {
         self.forget_nodes();
         self.frozen = false;
         report
+    }
+
+    /// The first seed of `seed`'s sequence under which some dirty block over old data
+    /// is torn or garbled (`seed` itself when none of the first 256 does).
+    fn garbling_seed(&self, seed: u64) -> u64 {
+        let garbles = |candidate: u64| {
+            self.nodes.values().any(|node| {
+                let (Some(dirty), Some(file)) = (&node.dirty, &node.file) else {
+                    return false;
+                };
+                let disk_len = file.metadata().map_or(0, |meta| meta.len());
+                let relative = node.path.strip_prefix(&self.backing).unwrap_or(&node.path);
+                let chooser = Chooser::new(Model::Garble, candidate, relative);
+                dirty.would_garble(disk_len, &chooser)
+            })
+        };
+        (0..256u64)
+            .map(|k| {
+                if k == 0 {
+                    seed
+                } else {
+                    crate::model::mix(seed ^ crate::model::mix(k))
+                }
+            })
+            .find(|candidate| garbles(*candidate))
+            .unwrap_or(seed)
     }
 
     /// Undoes the uncommitted name operations, newest first (a directory whose creation

@@ -27,6 +27,7 @@ use case_kit::{Engine, Family};
 
 pub mod durability;
 pub mod ledger;
+pub mod models;
 pub mod spec_cluster;
 mod spec_disk;
 pub mod spec_engine;
@@ -37,6 +38,12 @@ pub mod verbs;
 case_kit::register_cases! {
     p01_acknowledged_debits_survive,
     p08_withdrawal_broadcast_then_cut,
+    p13_postgres_reorder_strict,
+    pub p14_postgres_fsync_off_reorder,
+    p15_sqlite_wal_full_reorder_strict,
+    pub p16_sqlite_sync_off_reorder,
+    p17_sqlite_wal_full_garble,
+    p18_postgres_garble,
 }
 
 /// The family: P1–P8, each on its own mount.
