@@ -3,8 +3,10 @@
 //! folder, runs its system on it (a PostgreSQL cluster, an SQLite file), cuts the power
 //! (SIGKILL of every process of the system, the unsynced data dropped) and checks what
 //! recovery kept. Each fault is paired: a configuration that must keep every
-//! acknowledged change (P1, P4, P5, P8) and a negative control that must lose or
-//! damage something (P2, P3, P6, P7).
+//! acknowledged change (P1, P4, P5, P8, P13, P15) and a negative control that must lose
+//! or damage something (P2, P3, P6, P7, P14, P16). P1–P8 cut under the `drop` model;
+//! P13–P18 ([`models`]) run a seeded set of cuts under `reorder` (P13–P16) and `garble`
+//! (P17, P18) with strict names (docs/power-cut.md, "Models").
 //!
 //! Mounting needs root and `/dev/fuse`: elsewhere the family is listed as not run, with
 //! the reason (`launch::power::unavailable`).
@@ -34,7 +36,8 @@ pub mod spec_engine;
 mod spec_ledger;
 pub mod verbs;
 
-// One line per case, in id order (the negative controls P2, P3, P6 and P7 are files).
+// One line per case, in id order (the negative controls P2, P3, P6 and P7 are files;
+// P14 and P16 are public for their control tests).
 case_kit::register_cases! {
     p01_acknowledged_debits_survive,
     p08_withdrawal_broadcast_then_cut,
@@ -46,7 +49,7 @@ case_kit::register_cases! {
     p18_postgres_garble,
 }
 
-/// The family: P1–P8, each on its own mount.
+/// The family: P1–P8 and P13–P18, each cut on a mount of its own.
 pub fn family() -> Family {
     Family {
         prefix: "P",

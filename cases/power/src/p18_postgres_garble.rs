@@ -6,7 +6,7 @@
 //! page that holds the latest acknowledged commits (PostgreSQL writes the partly filled
 //! page again at every flush), and pages written since the checkpoint are unsynced.
 //! PostgreSQL's documentation assumes a device that may tear a page at sector
-//! boundaries but writes each 512-byte sector whole or not at all (docs 28.1,
+//! boundaries but writes each 512-byte sector whole or not at all (docs, "Reliability
 //! "Reliability": full-page writes guard against a write that fails "meaning some of
 //! the 512-byte sectors were written while others were not"); every WAL record carries
 //! a CRC, so garbage ends replay where it starts. The counts of what each cut lost or
