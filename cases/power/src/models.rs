@@ -508,6 +508,31 @@ pub fn garble_preconditions(ctx: &mut Ctx, outcomes: &[CutOutcome]) {
     );
 }
 
+/// The sector-atomic device each engine documents: a cut whose blocks were torn at
+/// sectors but none garbled (each 512-byte sector new or old) loses nothing
+/// acknowledged and leaves no damage. Cuts with garbage are counted, not claimed.
+pub fn torn_only_claim(ctx: &mut Ctx, outcomes: &[CutOutcome]) {
+    let torn_only = |o: &&CutOutcome| o.dropped.blocks_garbled == 0;
+    let broken = outcomes
+        .iter()
+        .filter(torn_only)
+        .filter(|o| o.lost > 0 || !o.damage.is_empty())
+        .count();
+    let garbage = outcomes.len() - outcomes.iter().filter(torn_only).count();
+    ctx.note(format!(
+        "cuts with garbage in a sector cuts_garbage_n={garbage}, of them losing or damaged cuts_garbage_losing_n={}",
+        outcomes
+            .iter()
+            .filter(|o| o.dropped.blocks_garbled > 0 && (o.lost > 0 || !o.damage.is_empty()))
+            .count()
+    ));
+    ctx.check(
+        "no cut whose blocks were only torn at sectors (no garbage) lost or damaged anything",
+        broken == 0,
+        format!("torn_only_cuts_losing_or_damaged={broken}"),
+    );
+}
+
 /// The claim of a negative control over its cuts: at least one cut lost something
 /// acknowledged or left damage (counted). The cuts that did are noted with their seeds.
 pub fn control_claims(ctx: &mut Ctx, outcomes: &[CutOutcome], anomaly: &str) {

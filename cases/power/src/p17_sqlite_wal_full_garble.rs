@@ -10,15 +10,18 @@
 //! nothing outside the bytes written, even at a power loss; SQLite docs, "Powersafe
 //! Overwrite"), so it does not pad the WAL to a sector. Every frame carries a checksum,
 //! so garbage ends the log where it starts: the file stays consistent
-//! (`integrity_check` ok, the units agree) in every cut, and the acknowledged changes
-//! lost are counted, not claimed either way (each cut in the run record).
-//! Fails if: a cut held no sync or garbled nothing (it would study nothing), or a cut
-//! leaves the file damaged.
+//! (`integrity_check` ok, the units agree) in every cut; a cut whose blocks were only
+//! torn at sectors (each sector new or old: the sector-atomic device) loses nothing;
+//! the acknowledged changes lost in cuts with garbage are counted, not claimed either
+//! way (each cut in the run record).
+//! Fails if: a cut held no sync or garbled nothing (it would study nothing), a cut
+//! leaves the file damaged, or a cut with torn sectors and no garbage loses anything.
 //!
 //! ```text
 //! per cut   as P15 under garble+strict (seed forced to garble a block over old data)
-//! checks    held ≥ 1 and garbled ≥ 1 per cut; integrity_check ok, reconcile clean
-//! counted   acknowledged changes lost per cut (the device broke SQLite's assumption)
+//! checks    held ≥ 1 and garbled ≥ 1 per cut; integrity_check ok, reconcile clean;
+//!           torn-only cuts lose nothing
+//! counted   acknowledged changes lost in cuts with garbage (SQLite's assumption broken)
 //! ```
 //!
 //! Rust, not a file: P15's loop (`models.rs`).
@@ -47,6 +50,7 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     };
     let outcomes = models::run_cuts(ctx, system, Model::Garble, Names::Strict).await?;
     models::garble_preconditions(ctx, &outcomes);
+    models::torn_only_claim(ctx, &outcomes);
     let damaged = outcomes.iter().filter(|o| !o.damage.is_empty()).count();
     ctx.check(
         "no cut leaves the file damaged (integrity_check ok, units agree)",

@@ -9,16 +9,17 @@
 //! boundaries but writes each 512-byte sector whole or not at all (docs, "Reliability
 //! "Reliability": full-page writes guard against a write that fails "meaning some of
 //! the 512-byte sectors were written while others were not"); every WAL record carries
-//! a CRC, so garbage ends replay where it starts. The counts of what each cut lost or
-//! found damaged are the finding (each cut in the run record); the claim is only that
-//! recovery never starts a cluster that amcheck or the reconciliation then finds
-//! damaged without saying so: a cut either recovers clean or its damage is named.
-//! Fails if: a cut held no sync or garbled nothing (it would study nothing).
+//! a CRC, so garbage ends replay where it starts. Claimed: a cut whose blocks were only
+//! torn at sectors (the device PostgreSQL documents) loses nothing acknowledged and
+//! leaves no damage. Counted, not claimed either way: what the cuts with garbage lost
+//! or damaged (each cut in the run record).
+//! Fails if: a cut held no sync or garbled nothing (it would study nothing), or a cut
+//! with torn sectors and no garbage loses or damages anything.
 //!
 //! ```text
 //! per cut   as P13 under garble+strict (seed forced to garble a block over old data)
-//! checks    held ≥ 1 and garbled ≥ 1 per cut
-//! counted   acknowledged debits lost, recovery failures, amcheck/reconcile findings
+//! checks    held ≥ 1 and garbled ≥ 1 per cut; torn-only cuts lose and damage nothing
+//! counted   in cuts with garbage: debits lost, recovery failures, amcheck findings
 //! ```
 //!
 //! Rust, not a file: P13's loop (`models.rs`).
@@ -45,5 +46,6 @@ async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let system = System::Postgres { fsync: true };
     let outcomes = models::run_cuts(ctx, system, Model::Garble, Names::Strict).await?;
     models::garble_preconditions(ctx, &outcomes);
+    models::torn_only_claim(ctx, &outcomes);
     Ok(())
 }
