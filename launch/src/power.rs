@@ -123,7 +123,7 @@ impl PowerDisk {
 pub struct Cuts(pub u32);
 
 impl Cuts {
-    /// Cuts per case in a default run (issue 50: at least 5, CI stays under 20 minutes).
+    /// Cuts per case in a default run (at least 5, so that the CI run stays under 20 minutes).
     pub const DEFAULT: u32 = 5;
     /// The choice's name in the run record.
     pub const RECORD_NAME: &'static str = "power_cuts";

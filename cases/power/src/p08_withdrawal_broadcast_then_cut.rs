@@ -1,7 +1,7 @@
 //! P8 — frozen balances: a kill between a withdrawal's broadcast and its record (with a
 //! power cut that drops nothing the case depends on); the network's same-id
 //! deduplication keeps one transfer.
-//! What it is (issue 50): at the hook point the executor has written nothing since the
+//! What it is: at the hook point the executor has written nothing since the
 //! request was committed and synced, so the cut here is a process kill in effect; what
 //! makes the second broadcast safe is the network's deduplication by withdrawal id, not
 //! anything the database kept. It stays in P under its id (renumbering would break the
