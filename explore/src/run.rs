@@ -96,7 +96,7 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     let folder = run_folder(&args.evidence_dir)?;
     println!("evidence: {}", folder.display());
 
-    let (cluster, facts, disk) = start_cluster(&args).await?;
+    let (cluster, facts, disk) = start_cluster(&args, seed).await?;
     let pg_log = cluster.log_path().to_path_buf();
     let config = cluster.config(DATABASE);
     let database_url = cluster.url(DATABASE);
@@ -207,11 +207,13 @@ fn announce(seed: u64, args: &Args) {
 /// Starts the scratch cluster (100 connections; with `--power-cut` its data directory on
 /// a forgetful disk) and prints its settings, then creates the run's database with the
 /// ledger's schema and seeded accounts (with `--power-cut` checkpointed and written
-/// back). Returns the cluster, the server's facts and the disk.
+/// back; the disk cut under `reorder` with strict names, its cuts' seeds from the run's
+/// `seed`). Returns the cluster, the server's facts and the disk.
 ///
 /// Errors: the disk or the cluster did not start, or a statement failed.
 async fn start_cluster(
     args: &Args,
+    seed: u64,
 ) -> anyhow::Result<(Cluster, scratch_pg::ServerFacts, Option<PowerDisk>)> {
     let mut options = ClusterOptions {
         pg_bin: args.pg_bin.clone(),
@@ -220,7 +222,7 @@ async fn start_cluster(
     };
     options.max_connections = 100;
     let disk = if args.power_cut {
-        let (disk, data_dir) = crate::power::mount()?;
+        let (disk, data_dir) = crate::power::mount(seed)?;
         options.dir = Some(crate::power::work_dir().join("pg"));
         options.data_dir = Some(data_dir);
         Some(disk)

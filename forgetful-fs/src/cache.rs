@@ -8,6 +8,8 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
+use crate::model::{Chooser, Fate, SECTOR_BYTES};
+
 /// Size of a cached page in bytes (the page size of Linux on x86-64).
 pub const PAGE_BYTES: u64 = 4096;
 
@@ -21,6 +23,9 @@ pub struct Dirty {
     /// The smallest size the file was truncated to since the last sync (the backing
     /// file's size when it was not): backing bytes at or past it read as zeros.
     low_water: u64,
+    /// The backing file's size when this data began: a block below it overwrites
+    /// what the disk held (only such a block can be torn or garbled at a cut).
+    base_len: u64,
     /// Write (and truncate) operations since the last sync.
     pub operations: u64,
     /// Bytes passed to `write` since the last sync.
@@ -36,6 +41,7 @@ impl Dirty {
             pages: BTreeMap::new(),
             len: backing_len,
             low_water: backing_len,
+            base_len: backing_len,
             operations: 0,
             bytes: 0,
             last_write: None,
@@ -150,6 +156,86 @@ impl Dirty {
     }
 }
 
+/// What a cut under a model did to one file's unsynced blocks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlockCounts {
+    /// Blocks written to the disk whole.
+    pub kept: u64,
+    /// Blocks not written.
+    pub lost: u64,
+    /// Blocks written in part: some sectors new, the others old.
+    pub torn: u64,
+    /// Blocks with sectors of garbage.
+    pub garbled: u64,
+}
+
+impl Dirty {
+    /// Whether a cut with `chooser` would tear or garble at least one block over what a
+    /// backing file of `disk_len` bytes holds (a dry run of [`Dirty::cut_with`]).
+    pub fn would_garble(&self, disk_len: u64, chooser: &Chooser) -> bool {
+        self.pages.keys().any(|index| {
+            let start = index * PAGE_BYTES;
+            let overwrote = start < self.len && start < disk_len.min(self.base_len);
+            overwrote && matches!(chooser.fate(*index, true), Fate::Torn | Fate::Garbage)
+        })
+    }
+
+    /// At a power cut under a model: the pending truncation reaches the disk or not,
+    /// then each dirty block is written whole, left out, torn or garbled as `chooser`
+    /// says ([`Chooser::fate`]). The file's size on the disk grows only as far as kept
+    /// blocks reach (never past the size readers saw).
+    ///
+    /// Errors: writing the backing file.
+    pub fn cut_with(&self, backing: &File, chooser: &Chooser) -> io::Result<BlockCounts> {
+        let mut counts = BlockCounts::default();
+        let mut disk_len = backing.metadata()?.len();
+        if self.low_water < disk_len && chooser.truncation_kept() {
+            backing.set_len(self.low_water)?;
+            disk_len = self.low_water;
+        }
+        for (index, page) in &self.pages {
+            let start = index * PAGE_BYTES;
+            if start >= self.len {
+                continue;
+            }
+            let keep = (self.len - start).min(PAGE_BYTES) as usize;
+            let overwrote = start < disk_len.min(self.base_len);
+            let fate = chooser.fate(*index, overwrote);
+            match fate {
+                Fate::Kept => {
+                    backing.write_all_at(&page[..keep], start)?;
+                    counts.kept += 1;
+                }
+                Fate::Lost => counts.lost += 1,
+                Fate::Torn | Fate::Garbage => {
+                    // Sectors past the disk's end stay out: a torn block changes only
+                    // what the disk held.
+                    let within = keep.min((disk_len - start) as usize);
+                    for sector in 0..within.div_ceil(SECTOR_BYTES) {
+                        if !chooser.sector_new(*index, sector as u64) {
+                            continue;
+                        }
+                        let from = sector * SECTOR_BYTES;
+                        let to = (from + SECTOR_BYTES).min(within);
+                        let bytes = if fate == Fate::Torn {
+                            page[from..to].to_vec()
+                        } else {
+                            chooser.garbage(*index, sector as u64)[..to - from].to_vec()
+                        };
+                        backing.write_all_at(&bytes, start + from as u64)?;
+                    }
+                    if fate == Fate::Torn {
+                        counts.torn += 1;
+                    } else {
+                        counts.garbled += 1;
+                    }
+                }
+            }
+        }
+        Ok(counts)
+    }
+}
+
 fn read_fully(file: &File, buffer: &mut [u8], offset: u64) -> io::Result<()> {
     let mut done = 0;
     while done < buffer.len() {
@@ -206,6 +292,44 @@ mod tests {
         let after = std::fs::read(temp.path()).unwrap();
         assert_eq!(after.len(), 8192);
         assert_eq!(after[100], 0);
+    }
+
+    #[test]
+    fn reorder_keeps_some_blocks_and_not_others_the_same_way_each_time() {
+        use crate::model::Model;
+        let mut outcomes = Vec::new();
+        for _ in 0..2 {
+            let (temp, file) = backing(&[b'o'; 16 * 4096]);
+            let mut dirty = Dirty::new(16 * 4096);
+            for index in 0..16 {
+                dirty.write(&file, index * 4096, &[b'n'; 4096]).unwrap();
+            }
+            let chooser = Chooser::new(Model::Reorder, 11, std::path::Path::new("f"));
+            let counts = dirty.cut_with(&file, &chooser).unwrap();
+            assert_eq!(counts.kept + counts.lost, 16);
+            assert!(counts.kept >= 1 && counts.lost >= 1, "{counts:?}");
+            let after = std::fs::read(temp.path()).unwrap();
+            let firsts: Vec<u8> = after.iter().step_by(4096).copied().collect();
+            outcomes.push(firsts);
+        }
+        assert_eq!(outcomes[0], outcomes[1]);
+    }
+
+    #[test]
+    fn garble_leaves_sectors_that_are_neither_old_nor_new() {
+        use crate::model::Model;
+        let (temp, file) = backing(&[b'o'; 64 * 4096]);
+        let mut dirty = Dirty::new(64 * 4096);
+        dirty.write(&file, 0, &[b'n'; 64 * 4096]).unwrap();
+        let chooser = Chooser::new(Model::Garble, 5, std::path::Path::new("f"));
+        let counts = dirty.cut_with(&file, &chooser).unwrap();
+        assert!(counts.torn >= 1 && counts.garbled >= 1, "{counts:?}");
+        let after = std::fs::read(temp.path()).unwrap();
+        assert_eq!(after.len(), 64 * 4096);
+        let strange = after
+            .chunks(512)
+            .filter(|s| s.iter().any(|b| *b != b'o' && *b != b'n'));
+        assert!(strange.count() >= 1);
     }
 
     #[test]

@@ -25,6 +25,8 @@ const TTL: Duration = Duration::ZERO;
 pub struct ForgetfulFs {
     /// Shared with the control ([`crate::Mounted`]).
     pub state: Arc<Mutex<State>>,
+    /// The sync gate, shared with the control.
+    pub gate: Arc<crate::gate::Gate>,
 }
 
 fn errno(error: &io::Error) -> i32 {
@@ -64,6 +66,12 @@ impl ForgetfulFs {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether the power already went ([`crate::Mounted::freeze`]): every change is
+    /// refused (EIO) until the cut.
+    fn frozen(&self) -> bool {
+        self.lock().frozen
     }
 
     /// The attributes of `inode` as readers see them (size from unsynced data).
@@ -226,6 +234,9 @@ impl Filesystem for ForgetfulFs {
         _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
         match self.do_setattr(ino, mode, (uid, gid), size) {
             Ok(attr) => reply.attr(&TTL, &attr),
             Err(error) => reply.error(errno(&error)),
@@ -241,6 +252,9 @@ impl Filesystem for ForgetfulFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
         let path = self.lock().child_path(parent, name);
         let made = path.and_then(|path| {
             fs::create_dir(&path)?;
@@ -254,6 +268,9 @@ impl Filesystem for ForgetfulFs {
     }
 
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
         let mut state = self.lock();
         match state
             .child_path(parent, name)
@@ -265,6 +282,9 @@ impl Filesystem for ForgetfulFs {
     }
 
     fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
         let mut state = self.lock();
         let removed = state.child_path(parent, name).and_then(|path| {
             if fs::read_dir(&path)?.next().is_some() {
@@ -288,6 +308,9 @@ impl Filesystem for ForgetfulFs {
         flags: u32,
         reply: ReplyEmpty,
     ) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
         if flags != 0 {
             return reply.error(libc::EINVAL);
         }
@@ -344,6 +367,9 @@ impl Filesystem for ForgetfulFs {
         _lock_owner: Option<u64>,
         reply: ReplyWrite,
     ) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
         match self.do_write(ino, offset as u64, data) {
             Ok(()) => reply.written(data.len() as u32),
             Err(error) => reply.error(errno(&error)),
@@ -369,6 +395,12 @@ impl Filesystem for ForgetfulFs {
     }
 
     fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _data: bool, reply: ReplyEmpty) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
+        if !self.gate.pass() {
+            return reply.error(libc::EIO);
+        }
         match self.lock().sync(Some(ino)) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(errno(&error)),
@@ -389,15 +421,11 @@ impl Filesystem for ForgetfulFs {
         }
     }
 
-    fn fsyncdir(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        _fh: u64,
-        _data: bool,
-        reply: ReplyEmpty,
-    ) {
-        match self.lock().sync(None) {
+    fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _data: bool, reply: ReplyEmpty) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
+        match self.lock().sync_dir(ino) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(errno(&error)),
         }
@@ -437,6 +465,9 @@ impl Filesystem for ForgetfulFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        if self.frozen() {
+            return reply.error(libc::EIO);
+        }
         let path = self.lock().child_path(parent, name);
         let made = path.and_then(|path| self.do_create(req, &path, mode, flags));
         match made {

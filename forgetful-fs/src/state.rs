@@ -1,9 +1,11 @@
 //! The file system's memory: which inode is which backing path, each file's unsynced
 //! data ([`Dirty`]), and the journal of name operations (create, mkdir, unlink, rmdir,
 //! rename) not yet made durable. Names are changed in the backing folder at once; the
-//! journal says how to undo each. Any `fsync`, `fdatasync` or directory `fsync` commits
-//! the whole journal, as a journalling file system's commit does (ext4 with
-//! `data=ordered`); a power cut undoes the uncommitted part in reverse order.
+//! journal says how to undo each. Under [`Names::Journal`] any `fsync`, `fdatasync` or
+//! directory `fsync` commits the whole journal, as a journalling file system's commit
+//! does (ext4 with `data=ordered`); under [`Names::Strict`] an entry is committed only
+//! by an `fsync` of its directory (both, for a rename). A power cut writes back what
+//! the mount's [`Model`] keeps and undoes the uncommitted names in reverse order.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -11,6 +13,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::cache::Dirty;
+use crate::model::{Chooser, Model, Names, Persistence};
 use crate::report::{DropReport, Tear, UnsyncedFile};
 
 /// The root directory's inode number (FUSE's).
@@ -25,6 +28,33 @@ enum Undo {
     Removed { path: PathBuf, trash: PathBuf },
     /// `from` was renamed to `to`: rename it back.
     Renamed { from: PathBuf, to: PathBuf },
+}
+
+/// A journal entry: the undo, and the directories whose `fsync` commits it under
+/// [`Names::Strict`] (the entry is committed once none is left).
+#[derive(Debug)]
+struct Entry {
+    undo: Undo,
+    dirs: Vec<PathBuf>,
+}
+
+impl Entry {
+    fn new(undo: Undo) -> Entry {
+        let parent = |path: &PathBuf| path.parent().map(Path::to_path_buf);
+        let mut dirs: Vec<PathBuf> = match &undo {
+            Undo::Created(path) | Undo::Removed { path, .. } => parent(path).into_iter().collect(),
+            Undo::Renamed { from, to } => parent(from).into_iter().chain(parent(to)).collect(),
+        };
+        dirs.dedup();
+        Entry { undo, dirs }
+    }
+
+    /// Commits it: what was removed is gone for good.
+    fn commit(self) {
+        if let Undo::Removed { trash, .. } = self.undo {
+            let _ = std::fs::remove_dir_all(&trash).or_else(|_| std::fs::remove_file(&trash));
+        }
+    }
 }
 
 /// A file or directory the kernel knows by inode number.
@@ -49,13 +79,21 @@ pub struct State {
     by_path: HashMap<PathBuf, u64>,
     next_inode: u64,
     next_trash: u64,
-    journal: Vec<Undo>,
+    journal: Vec<Entry>,
+    persistence: Persistence,
+    /// Cuts so far (the next cut's seed is [`Persistence::cut_seed`] of it).
+    cuts: u64,
+    /// The power already went (`Mounted::freeze`): every change is refused until the cut.
+    pub frozen: bool,
+    /// Syncs held at the gate when the mount was frozen.
+    pub syncs_held: u64,
 }
 
 impl State {
     /// A state over `backing` (the "disk"), with `trash` (same file system, outside
-    /// `backing`) holding what was removed and is not yet durable.
-    pub fn new(backing: PathBuf, trash: PathBuf) -> State {
+    /// `backing`) holding what was removed and is not yet durable, cut as
+    /// `persistence` says.
+    pub fn new(backing: PathBuf, trash: PathBuf, persistence: Persistence) -> State {
         let mut state = State {
             backing,
             trash,
@@ -64,6 +102,10 @@ impl State {
             next_inode: ROOT_INODE,
             next_trash: 0,
             journal: Vec::new(),
+            persistence,
+            cuts: 0,
+            frozen: false,
+            syncs_held: 0,
         };
         let root = state.backing.clone();
         state.inode_of(&root);
@@ -119,7 +161,7 @@ impl State {
 
     /// Records that `path` was just created in the backing folder.
     pub fn created(&mut self, path: PathBuf) {
-        self.journal.push(Undo::Created(path));
+        self.journal.push(Entry::new(Undo::Created(path)));
     }
 
     /// Moves what is at `path` to the trash (an unlink, rmdir, or a rename's victim),
@@ -132,10 +174,10 @@ impl State {
         self.next_trash += 1;
         std::fs::rename(path, &trash)?;
         self.move_nodes(path, &trash);
-        self.journal.push(Undo::Removed {
+        self.journal.push(Entry::new(Undo::Removed {
             path: path.to_path_buf(),
             trash,
-        });
+        }));
         Ok(())
     }
 
@@ -149,10 +191,10 @@ impl State {
         }
         std::fs::rename(from, to)?;
         self.move_nodes(from, to);
-        self.journal.push(Undo::Renamed {
+        self.journal.push(Entry::new(Undo::Renamed {
             from: from.to_path_buf(),
             to: to.to_path_buf(),
-        });
+        }));
         Ok(())
     }
 
@@ -181,8 +223,9 @@ impl State {
         }
     }
 
-    /// An `fsync` of `inode` (or, with `None`, of a directory): writes the file's
-    /// unsynced data to the backing file and commits the name journal.
+    /// An `fsync` of the file `inode` (or, with `None`, of nothing but the journal):
+    /// writes the file's unsynced data to the backing file and, under
+    /// [`Names::Journal`], commits the name journal.
     ///
     /// Errors: writing the backing file.
     pub fn sync(&mut self, inode: Option<u64>) -> io::Result<()> {
@@ -195,11 +238,32 @@ impl State {
                 return Err(error);
             }
         }
-        for undo in self.journal.drain(..) {
-            if let Undo::Removed { trash, .. } = undo {
-                let _ = std::fs::remove_dir_all(&trash).or_else(|_| std::fs::remove_file(&trash));
+        if inode.is_none() || self.persistence.names == Names::Journal {
+            self.journal.drain(..).for_each(Entry::commit);
+        }
+        Ok(())
+    }
+
+    /// An `fsync` of the directory `inode`: under [`Names::Journal`] commits the whole
+    /// journal; under [`Names::Strict`] only the entries whose every directory has now
+    /// been synced.
+    ///
+    /// Errors: ESTALE (an unknown inode).
+    pub fn sync_dir(&mut self, inode: u64) -> io::Result<()> {
+        if self.persistence.names == Names::Journal {
+            return self.sync(None);
+        }
+        let dir = self.node(inode)?.path.clone();
+        let mut pending = Vec::new();
+        for mut entry in self.journal.drain(..) {
+            entry.dirs.retain(|pending_dir| pending_dir != &dir);
+            if entry.dirs.is_empty() {
+                entry.commit();
+            } else {
+                pending.push(entry);
             }
         }
+        self.journal = pending;
         Ok(())
     }
 
@@ -257,11 +321,19 @@ impl State {
         })
     }
 
-    /// The power cut: every file's unsynced data is forgotten (the last write of the
-    /// file `tear` names is torn instead), the uncommitted name operations are undone
-    /// newest first, and every inode is forgotten (the kernel looks names up again).
+    /// The power cut: every file's unsynced data is forgotten, or under a model kept,
+    /// torn or garbled block by block from the cut's seed (the last write of the file
+    /// `tear` names is torn first), the uncommitted name operations are undone newest
+    /// first, and every inode is forgotten (the kernel looks names up again).
     pub fn cut(&mut self, tear: Option<&Tear>) -> DropReport {
         let mut report = self.unsynced();
+        report.persistence = self.persistence;
+        report.seed = self.persistence.cut_seed(self.cuts);
+        if self.persistence.force_garble && self.persistence.model == Model::Garble {
+            report.seed = self.garbling_seed(report.seed);
+        }
+        report.syncs_held = std::mem::take(&mut self.syncs_held);
+        self.cuts += 1;
         let torn_path = tear.map(|tear| self.backing.join(&tear.file));
         for node in self.nodes.values_mut() {
             let (Some(dirty), Some(file)) = (&node.dirty, &node.file) else {
@@ -275,19 +347,67 @@ impl State {
                     Err(error) => report.errors.push(format!("tear: {error}")),
                 }
             }
+            if self.persistence.model != Model::Drop {
+                let relative = node.path.strip_prefix(&self.backing).unwrap_or(&node.path);
+                let chooser = Chooser::new(self.persistence.model, report.seed, relative);
+                match dirty.cut_with(file, &chooser) {
+                    Ok(counts) => report.add_blocks(counts),
+                    Err(error) => report.errors.push(format!("write back: {error}")),
+                }
+            }
         }
-        for undo in self.journal.drain(..).rev() {
-            let undone = match &undo {
+        self.undo_journal(&mut report);
+        self.forget_nodes();
+        self.frozen = false;
+        report
+    }
+
+    /// The first seed of `seed`'s sequence under which some dirty block over old data
+    /// is torn or garbled (`seed` itself when none of the first 256 does).
+    fn garbling_seed(&self, seed: u64) -> u64 {
+        let garbles = |candidate: u64| {
+            self.nodes.values().any(|node| {
+                let (Some(dirty), Some(file)) = (&node.dirty, &node.file) else {
+                    return false;
+                };
+                let disk_len = file.metadata().map_or(0, |meta| meta.len());
+                let relative = node.path.strip_prefix(&self.backing).unwrap_or(&node.path);
+                let chooser = Chooser::new(Model::Garble, candidate, relative);
+                dirty.would_garble(disk_len, &chooser)
+            })
+        };
+        (0..256u64)
+            .map(|k| {
+                if k == 0 {
+                    seed
+                } else {
+                    crate::model::mix(seed ^ crate::model::mix(k))
+                }
+            })
+            .find(|candidate| garbles(*candidate))
+            .unwrap_or(seed)
+    }
+
+    /// Undoes the uncommitted name operations, newest first (a directory whose creation
+    /// is undone goes with what is in it: its entry in its parent never reached the disk).
+    fn undo_journal(&mut self, report: &mut DropReport) {
+        for entry in self.journal.drain(..).rev() {
+            let undone = match &entry.undo {
                 Undo::Created(path) => {
-                    std::fs::remove_file(path).or_else(|_| std::fs::remove_dir(path))
+                    std::fs::remove_file(path).or_else(|_| std::fs::remove_dir_all(path))
                 }
                 Undo::Removed { path, trash } => std::fs::rename(trash, path),
                 Undo::Renamed { from, to } => std::fs::rename(to, from),
             };
             if let Err(error) = undone {
-                report.errors.push(format!("undo {undo:?}: {error}"));
+                report
+                    .errors
+                    .push(format!("undo {:?}: {error}", entry.undo));
             }
         }
+    }
+
+    fn forget_nodes(&mut self) {
         self.nodes.clear();
         self.by_path.clear();
         let root = self.backing.clone();
@@ -301,6 +421,5 @@ impl State {
                 opens: 0,
             },
         );
-        report
     }
 }

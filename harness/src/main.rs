@@ -116,6 +116,11 @@ struct Args {
     /// their hashes on disk; `launch::service`), except where a case fixes the mode.
     #[arg(long, env = launch::service::AUTH_ENV, value_parser = clap::builder::BoolishValueParser::new())]
     auth: bool,
+    /// Seeded power cuts per case of the persistence models (P13 on; each cut's seed
+    /// follows from the run's, so `--seed` replays them).
+    #[arg(long, value_name = "N", env = "LEDGER_POWER_CUTS", default_value_t = launch::power::Cuts::DEFAULT,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    cuts: u32,
     /// Run the selection N times, each a full run with its own seed (unless --seed),
     /// cluster and record; report the runs that failed (exit 1 if any did).
     #[arg(long, value_name = "N",
@@ -559,7 +564,11 @@ async fn prepare_env(
         logs_dir: std::env::current_dir()?.join(folder.logs_dir()),
         files_dir: run_dir.join("files"),
         choices: case_kit::Choices::default()
-            .with(points_ledger::TransferMode::RECORD_NAME, args.transfer_mode),
+            .with(points_ledger::TransferMode::RECORD_NAME, args.transfer_mode)
+            .with(
+                launch::power::Cuts::RECORD_NAME,
+                launch::power::Cuts(args.cuts),
+            ),
     };
     Ok(Arc::new(
         Env::prepare_on(server, &selection.families(), options)

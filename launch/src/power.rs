@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use forgetful_fs::{DropReport, Mounted, Tear, UnsyncedFile};
+use forgetful_fs::{DropReport, Mounted, Persistence, Tear, UnsyncedFile};
 use scratch_pg::{Cluster, ClusterOptions};
 
 /// Why a power cut cannot be simulated here, or `None` when it can: root is needed to
@@ -32,10 +32,18 @@ pub struct PowerDisk {
 }
 
 impl PowerDisk {
-    /// Mounts it in `work` (an existing folder of the case's own).
+    /// Mounts it in `work` (an existing folder of the case's own) under the `drop` model
+    /// with journal-like names (`forgetful_fs::Persistence::default`).
     ///
     /// Errors: not root, no `/dev/fuse`, or the mount fails.
     pub fn mount(work: &Path) -> anyhow::Result<PowerDisk> {
+        PowerDisk::mount_with(work, Persistence::default())
+    }
+
+    /// As [`PowerDisk::mount`], cut as `persistence` says (docs/power-cut.md, "Models").
+    ///
+    /// Errors: as [`PowerDisk::mount`].
+    pub fn mount_with(work: &Path, persistence: Persistence) -> anyhow::Result<PowerDisk> {
         if let Some(reason) = unavailable() {
             anyhow::bail!("{reason}");
         }
@@ -45,7 +53,8 @@ impl PowerDisk {
             std::fs::create_dir_all(&folder)?;
             std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o755))?;
         }
-        let mount = Mounted::mount(&work.join("disk"), &work.join("trash"), &work.join("mnt"))
+        let (disk, trash, mnt) = (work.join("disk"), work.join("trash"), work.join("mnt"));
+        let mount = Mounted::mount_with(&disk, &trash, &mnt, persistence)
             .with_context(|| format!("mounting the forgetful file system in {}", work.display()))?;
         Ok(PowerDisk {
             mount,
@@ -88,6 +97,42 @@ impl PowerDisk {
     pub fn cut(&self, tear: Option<&Tear>) -> DropReport {
         self.mount.cut_power(tear)
     }
+
+    /// Holds every sync from now on until the cut (`Mounted::hold_syncs`): a commit
+    /// under way stays between its write and its sync.
+    pub fn hold_syncs(&self) {
+        self.mount.hold_syncs()
+    }
+
+    /// The moment the power goes (`Mounted::freeze`): every change refused until the
+    /// cut, the held syncs failed; SIGKILL the disk's processes after it, then cut.
+    pub fn freeze(&self) {
+        self.mount.freeze()
+    }
+
+    /// Syncs held now (`Mounted::syncs_held`).
+    pub fn syncs_held(&self) -> u64 {
+        self.mount.syncs_held()
+    }
+}
+
+/// How many seeded cuts each power-cut case of the models runs (`./run.sh --cuts N`,
+/// [`Cuts::DEFAULT`] when not given): a run choice (`case_kit::Choices`), recorded per
+/// case as `power_cuts`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cuts(pub u32);
+
+impl Cuts {
+    /// Cuts per case in a default run (at least 5, so that the CI run stays under 20 minutes).
+    pub const DEFAULT: u32 = 5;
+    /// The choice's name in the run record.
+    pub const RECORD_NAME: &'static str = "power_cuts";
+}
+
+impl std::fmt::Display for Cuts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
 }
 
 /// What one power cut did.
@@ -103,11 +148,13 @@ pub struct PowerCut {
 
 impl PowerCut {
     /// The transcript's line: `power cut: SIGKILL of every postgres process; dropped
-    /// files_n=… bytes_n=… writes_n=… name_operations_n=…; recovery ok` (the figures vary
-    /// and are redacted as `[n]`; the run record keeps them).
+    /// files_n=… bytes_n=… writes_n=… name_operations_n=…; model=drop names=journal;
+    /// recovery ok` (the figures vary and are redacted as `[n]`, the seed as `[seed]`;
+    /// the run record keeps them; under `reorder` or `garble` the model's words add the
+    /// cut's seed and its blocks, `forgetful_fs::DropReport::model_words`).
     pub fn line(&self) -> String {
         format!(
-            "power cut: SIGKILL of every postgres process; dropped files_n={} bytes_n={} writes_n={} name_operations_n={}{}; recovery {}",
+            "power cut: SIGKILL of every postgres process; dropped files_n={} bytes_n={} writes_n={} name_operations_n={}{}; {}; recovery {}",
             self.dropped.files,
             self.dropped.bytes,
             self.dropped.write_operations,
@@ -117,6 +164,7 @@ impl PowerCut {
             } else {
                 String::new()
             },
+            self.dropped.model_words(),
             if self.recovery.is_ok() {
                 "ok"
             } else {
@@ -135,6 +183,13 @@ impl PowerCut {
             "dropped_name_operations": self.dropped.name_operations,
             "torn_bytes_kept": self.dropped.torn_bytes_kept,
             "undo_errors": self.dropped.errors,
+            "model": self.dropped.persistence.model.to_string(),
+            "names": self.dropped.persistence.names.to_string(),
+            "seed": self.dropped.seed,
+            "blocks_kept": self.dropped.blocks_kept,
+            "blocks_lost": self.dropped.blocks_lost,
+            "blocks_torn": self.dropped.blocks_torn,
+            "blocks_garbled": self.dropped.blocks_garbled,
             "recovered": self.recovery.is_ok(),
         })
     }
@@ -161,7 +216,19 @@ impl PowerCluster {
         settings: &[(&str, &str)],
         initdb_args: &[&str],
     ) -> anyhow::Result<PowerCluster> {
-        let disk = PowerDisk::mount(work)?;
+        PowerCluster::start_with(work, settings, initdb_args, Persistence::default()).await
+    }
+
+    /// As [`PowerCluster::start`] on a disk cut as `persistence` says.
+    ///
+    /// Errors: as [`PowerCluster::start`].
+    pub async fn start_with(
+        work: &Path,
+        settings: &[(&str, &str)],
+        initdb_args: &[&str],
+        persistence: Persistence,
+    ) -> anyhow::Result<PowerCluster> {
+        let disk = PowerDisk::mount_with(work, persistence)?;
         let options = ClusterOptions {
             dir: Some(work.join("pg")),
             data_dir: Some(disk.path().join("pgdata")),

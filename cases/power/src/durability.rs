@@ -3,22 +3,40 @@
 
 use case_kit::Ctx;
 
-use crate::ledger::{self, Load};
+use crate::ledger::{self, Load, RunningLoad};
 
-/// P1's body: the load and the cut on a cluster with `fsync=on`, then P1's claims:
-/// recovery succeeds, nothing acknowledged lost, none twice, each unknown debit
-/// resolved once by a same-key retry, the ledger reconciled, amcheck clean.
+/// The account whose row P1 holds before the cut, so that its debits are in flight.
+const HELD_ACCOUNT: u32 = 1;
+
+/// P1's body: the load on a cluster with `fsync=on`; once enough debits were answered,
+/// one account's row is held until debits are seen waiting on it and the disk is seen
+/// holding unsynced bytes, and the power is cut there; then P1's claims: debits were in
+/// flight and bytes unsynced at the cut (both ≥ 1), recovery succeeds, nothing
+/// acknowledged lost, none twice, each unknown debit resolved once by a same-key
+/// retry, the ledger reconciled, amcheck clean.
 ///
 /// Errors: the cluster, the service or SQL fail outside the checked steps.
 pub async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let mut power = ledger::ledger_cluster(ctx, &[("fsync", "on")], &[]).await?;
+    let held = points_ledger::test_account(HELD_ACCOUNT);
     ctx.note(format!(
-        "cluster on the forgetful disk: fsync=on synchronous_commit=on; {} clients debit through ledger-svc; the power is cut once {} debits were answered 201",
+        "cluster on the forgetful disk: fsync=on synchronous_commit=on; {} clients debit through ledger-svc; once {} debits were answered 201, {held}'s row is held until its debits are seen waiting and the disk holds unsynced bytes; the power is cut there",
         ledger::CLIENTS,
         ledger::ACKNOWLEDGED_BEFORE_CUT
     ));
     let service = ledger::service(ctx, &power, "ledger-svc").await?;
-    let (load, cut) = ledger::load_then_cut(&mut power, service, None).await?;
+    let running = RunningLoad::start(&service, ledger::CLIENTS);
+    running
+        .wait_acknowledged(ledger::ACKNOWLEDGED_BEFORE_CUT)
+        .await;
+    let holder = ledger::hold_account(&power, &held).await?;
+    let waiting = ledger::debits_seen_waiting(&power, 1).await?;
+    let unsynced = ledger::unsynced_seen(&power).await;
+    ctx.note(format!(
+        "before the cut: debits seen waiting on {held}'s row waiting_n={waiting}, unsynced bytes seen unsynced_n={unsynced}"
+    ));
+    let (load, cut) = ledger::cut_under_load(&mut power, service, running, None).await?;
+    drop(holder);
     ctx.note(cut.line());
     ctx.record("power_cut", cut.record());
     ctx.note(format!(
@@ -27,6 +45,16 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         load.unknown.len(),
         load.refused.len()
     ));
+    ctx.check(
+        "debits were in flight at the cut: seen waiting on the held row (≥ 1), left unanswered (≥ 1)",
+        waiting >= 1 && !load.unknown.is_empty(),
+        format!("waiting_n={waiting} unknown_n={}", load.unknown.len()),
+    );
+    ctx.check(
+        "the cut dropped unsynced bytes (≥ 1)",
+        cut.dropped.bytes >= 1,
+        format!("bytes_n={}", cut.dropped.bytes),
+    );
     if let Err(error) = &cut.recovery {
         ctx.record("recovery_error", serde_json::Value::from(error.clone()));
         ctx.check("crash recovery succeeds", false, error);

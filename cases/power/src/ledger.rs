@@ -238,6 +238,66 @@ pub async fn cut_under_load(
     ))
 }
 
+/// Longest wait to see debits waiting on the held row, or unsynced bytes on the disk,
+/// milliseconds (a hang bound only: what decides is what is seen).
+pub const SEEN_LIMIT_MS: u64 = 10_000;
+/// Interval of those polls, milliseconds.
+const POLL_MS: u64 = 10;
+
+/// Holds `account`'s row (`SELECT … FOR UPDATE` in an open transaction) on a connection
+/// of its own, so that every debit of it waits at its balance update; the lock lasts
+/// until the connection ends (the cut ends it).
+///
+/// Errors: connecting or the SQL fails.
+pub async fn hold_account(power: &PowerCluster, account: &str) -> anyhow::Result<Client> {
+    let holder = power.cluster.connect(DATABASE).await?;
+    holder.batch_execute("BEGIN").await?;
+    holder
+        .execute(
+            "SELECT 1 FROM account WHERE account_id = $1 FOR UPDATE",
+            &[&account],
+        )
+        .await?;
+    Ok(holder)
+}
+
+/// Sessions of the ledger database seen waiting on a lock (`pg_stat_activity`,
+/// `wait_event_type = 'Lock'`): polls until at least `want` are, within
+/// [`SEEN_LIMIT_MS`]; returns the count seen last (fewer than `want` when the bound
+/// passed).
+///
+/// Errors: SQL errors.
+pub async fn debits_seen_waiting(power: &PowerCluster, want: usize) -> anyhow::Result<usize> {
+    let observer = power.cluster.connect(DATABASE).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(SEEN_LIMIT_MS);
+    loop {
+        let row = observer
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
+                &[&DATABASE],
+            )
+            .await?;
+        let seen = row.get::<_, i64>(0) as usize;
+        if seen >= want || tokio::time::Instant::now() >= deadline {
+            return Ok(seen);
+        }
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+}
+
+/// Bytes the disk holds unsynced: polls until at least 1, within [`SEEN_LIMIT_MS`];
+/// returns the count seen last (0 when the bound passed).
+pub async fn unsynced_seen(power: &PowerCluster) -> u64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(SEEN_LIMIT_MS);
+    loop {
+        let bytes = power.disk.unsynced().bytes;
+        if bytes >= 1 || tokio::time::Instant::now() >= deadline {
+            return bytes;
+        }
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+}
+
 /// The acknowledged keys with no transaction after recovery, in key order.
 ///
 /// Errors: SQL errors.

@@ -3,8 +3,11 @@
 //! folder, runs its system on it (a PostgreSQL cluster, an SQLite file, a MariaDB), cuts the power
 //! (SIGKILL of every process of the system, the unsynced data dropped) and checks what
 //! recovery kept. Each fault is paired: a configuration that must keep every
-//! acknowledged change (P1, P4, P5, P8, P9, P12) and a negative control that must lose
-//! or damage something (P2, P3, P6, P7, P10, P11).
+//! acknowledged change (P1, P4, P5, P8, P9, P12, P13, P15) and a negative control that
+//! must lose or damage something (P2, P3, P6, P7, P10, P11, P14, P16). P1–P12 cut under
+//! the `drop` model (P9–P12 on InnoDB); P13–P18 ([`models`]) run a seeded set of cuts
+//! under `reorder` (P13–P16) and `garble` (P17, P18) with strict names
+//! (docs/power-cut.md, "Models").
 //!
 //! Mounting needs root and `/dev/fuse`: elsewhere the family is listed as not run, with
 //! the reason (`launch::power::unavailable`).
@@ -32,6 +35,7 @@ use case_kit::{Engine, Family};
 pub mod durability;
 pub mod ledger;
 pub mod lost_syncs;
+pub mod models;
 pub mod spec_cluster;
 mod spec_disk;
 pub mod spec_engine;
@@ -39,13 +43,20 @@ mod spec_ledger;
 pub mod spec_mariadb;
 pub mod verbs;
 
-// One line per case, in id order (the negative controls P2, P3, P6 and P7 are files).
+// One line per case, in id order (the negative controls P2, P3, P6 and P7 are files;
+// P14 and P16 are public for their control tests).
 case_kit::register_cases! {
     p01_acknowledged_debits_survive,
     p08_withdrawal_broadcast_then_cut,
+    p13_postgres_reorder_strict,
+    pub p14_postgres_fsync_off_reorder,
+    p15_sqlite_wal_full_reorder_strict,
+    pub p16_sqlite_sync_off_reorder,
+    p17_sqlite_wal_full_garble,
+    p18_postgres_garble,
 }
 
-/// The family: P1–P12, each on its own mount.
+/// The family: P1–P18, each cut on a mount of its own.
 pub fn family() -> Family {
     let on_mariadb = spec_mariadb::case_ids();
     Family {

@@ -1,4 +1,12 @@
-//! P8 — frozen balances: a power cut after the withdrawal's broadcast, before its record.
+//! P8 — frozen balances: a kill between a withdrawal's broadcast and its record (with a
+//! power cut that drops nothing the case depends on); the network's same-id
+//! deduplication keeps one transfer.
+//! What it is: at the hook point the executor has written nothing since the
+//! request was committed and synced, so the cut here is a process kill in effect; what
+//! makes the second broadcast safe is the network's deduplication by withdrawal id, not
+//! anything the database kept. It stays in P under its id (renumbering would break the
+//! evidence and the catalogue, and F14 already owns the executor's crash after an
+//! unknown answer); no claim of the power-cut table rests on it.
 //! Claim: bob deposits 2 BTC and asks to withdraw 1 BTC (acknowledged: `REQUESTED`, the
 //! amount frozen) on a cluster whose data directory is on the forgetful disk; the
 //! `withdrawal-executor` broadcasts w-801 to the network stand-in, hears it accepted,
@@ -41,7 +49,7 @@ use launch::worker::CrashWorker;
 pub fn case() -> Case {
     Case::new(
         "P8",
-        "withdrawal: a power cut after the broadcast and before its record sends no second transfer",
+        "withdrawal: a kill between the broadcast and its record sends no second transfer (the network's same-id deduplication)",
         |ctx| run(ctx).boxed(),
     )
     .not_clean()

@@ -15,7 +15,7 @@
 //! | `cluster database=D [checksums=yes] [set=NAME:VALUE …]` | `cluster on the forgetful disk: initdb --data-checksums; full_page_writes=off shared_buffers=256kB …; database torn` |
 //! | `write-back` | `written back: the disk holds every write so far` |
 //! | `evict table=T through=B` | `last_unsynced_write=0+8192 unsynced_bytes=8192 dirty_buffers=0 passes_n=1` |
-//! | `power-cut [tear=T] [tear-bytes=N]` | the cut's line (`power cut: SIGKILL of every postgres process; dropped …; torn write kept 512 bytes; recovery ok`), then `recovery=ok torn_bytes=512`, or `recovery=failed torn_bytes=512 invalid_page=acct:0 checksum_mismatch=yes` and where the server's log went; after a `debit-load` (its service killed with the cluster, its clients stopped), `before the cut: acknowledged_n=… unknown_n=… refused=0` |
+//! | `power-cut [tear=T] [tear-bytes=N]` | the cut's line (`power cut: SIGKILL of every postgres process; dropped …; torn write kept 512 bytes; model=drop names=journal; recovery ok`), then `recovery=ok torn_bytes=512`, or `recovery=failed torn_bytes=512 invalid_page=acct:0 checksum_mismatch=yes` and where the server's log went; after a `debit-load` (its service killed with the cluster, its clients stopped), `before the cut: acknowledged_n=… unknown_n=… refused=0` |
 //! | `reconcile` | the ledger's reconciliation of the session's database: `balance_mismatches=0 … global_sum=0` |
 //!
 //! The ledger's other calls (`install-ledger`, `debit-load`, `record-outcomes`,

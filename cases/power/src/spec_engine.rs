@@ -14,7 +14,7 @@
 //! |---|---|
 //! | `add-item item=N units=N` | `units=N`: the item and its opening figure, through the store (`Store::open`: WAL, `synchronous=FULL`, the checked schema), the connection closed at once, so the file is written back before the disk is mounted |
 //! | `worker changes=N event=E item=N delta=N [journal-mode=M] [synchronous=S]` | mounts the disk, then a crash-worker in SQLite mode on the file through the mount applies N changes (`{i:02}` in `event=` is the change's index) with those pragmas and holds its connection open (`--hold-at-end`: no close, no checkpoint): `acknowledged=10 journal_mode=wal synchronous=full holding=yes` |
-//! | `power-cut` | SIGKILL of the worker, the disk drops what was never synced and is unmounted: `power cut: SIGKILL of the worker holding its connection; dropped files_n=… bytes_n=… writes_n=… name_operations_n=…` |
+//! | `power-cut` | SIGKILL of the worker, the disk drops what was never synced and is unmounted: `power cut: SIGKILL of the worker holding its connection; dropped files_n=… bytes_n=… writes_n=… name_operations_n=…; model=drop names=journal` |
 //! | `reconcile` | the store's reconciliation of the file: `findings=0` |
 //!
 //! SQL steps and the expectations run on a plain connection to the backing file (no
@@ -203,8 +203,12 @@ impl DiskSession {
         let dropped = disk.cut(None);
         drop(disk);
         Ok(format!(
-            "power cut: SIGKILL of {killed}; dropped files_n={} bytes_n={} writes_n={} name_operations_n={}",
-            dropped.files, dropped.bytes, dropped.write_operations, dropped.name_operations
+            "power cut: SIGKILL of {killed}; dropped files_n={} bytes_n={} writes_n={} name_operations_n={}; {}",
+            dropped.files,
+            dropped.bytes,
+            dropped.write_operations,
+            dropped.name_operations,
+            dropped.model_words()
         ))
     }
 }

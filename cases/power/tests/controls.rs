@@ -145,3 +145,46 @@ fn every_power_file_loads_with_the_familys_operations() {
         );
     }
 }
+
+/// Runs a Rust control's body through `body` on a fresh context of case `id` with its
+/// fault made impossible; its `negative control exposes: anomaly` check must FAIL.
+async fn rust_control_can_fail<F>(id: &'static str, anomaly: &str, body: F)
+where
+    F: for<'c> FnOnce(
+        &'c mut case_kit::Ctx,
+    ) -> futures_util::future::BoxFuture<'c, anyhow::Result<()>>,
+{
+    if let Some(reason) = launch::power::unavailable() {
+        eprintln!("not run: {reason}");
+        return;
+    }
+    let family = cases_power::family();
+    let env = Env::for_tests(SEED, &[&family])
+        .await
+        .expect("an environment without a shared PostgreSQL");
+    let name = format!("{}_guarded", id.to_lowercase());
+    let mut ctx = env.test_ctx(&family, id, &name).await.expect("a context");
+    body(&mut ctx).await.expect("the cuts run");
+    eprint!("{}", ctx.transcript());
+    let exposed = ctx.exposed(Some(anomaly)).expect("an exposes check");
+    assert!(
+        !exposed,
+        "{id} exposes {anomaly:?} with its fault made impossible"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p14_with_fsync_on_exposes_nothing() {
+    // P13's setting: every commit's WAL is synced before it is acknowledged, and the
+    // checkpoint's pages and pg_control are synced before the checkpoint ends.
+    use cases_power::p14_postgres_fsync_off_reorder::{ANOMALY, run};
+    rust_control_can_fail("P14", ANOMALY, |ctx| Box::pin(run(ctx, true))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p16_with_synchronous_extra_exposes_nothing() {
+    // EXTRA syncs the journal, the database and the journal's directory at each commit
+    // (SQLite docs, "PRAGMA synchronous"): nothing acknowledged is left to the cut.
+    use cases_power::p16_sqlite_sync_off_reorder::{ANOMALY, run};
+    rust_control_can_fail("P16", ANOMALY, |ctx| Box::pin(run(ctx, "extra"))).await;
+}
