@@ -46,8 +46,8 @@ const EXIT_CHECK_FAILED: i32 = 1;
 const EXIT_HARNESS_ERROR: i32 = 2;
 
 /// Runs the case families (L: points ledger; more in `./run.sh --list`) and writes the
-/// evidence. `harness cite --check` checks the texts' citations instead
-/// (docs/citing.md; `harness cite --help`).
+/// evidence. `./run.sh cite --check` checks the texts' citations instead
+/// (docs/citing.md; `./run.sh cite --help`).
 #[derive(Debug, clap::Parser)]
 #[command(name = "harness", version, after_help = SUBCOMMANDS)]
 struct Args {
