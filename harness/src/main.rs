@@ -195,10 +195,7 @@ fn main() {
         }));
     }
     let (selection, snapshot_mode) = prepare_selection(&families, &args, &matches);
-    if let Err(message) = evidence::check_writable(&args.evidence_dir) {
-        usage_error(&message);
-    }
-    evidence::set_keep_runs(args.keep_runs);
+    check_evidence_dir(&args);
     if let Some(times) = args.repeat {
         if args.accept {
             usage_error("--repeat with --accept would accept N times; accept once, then repeat");
@@ -206,6 +203,26 @@ fn main() {
         repeat::run(times);
     }
     std::process::exit(run_on_runtime(&args, &selection, snapshot_mode));
+}
+
+/// Before anything starts: exits with [`EXIT_HARNESS_ERROR`] naming the evidence folder
+/// when the run's record cannot be written there ([`evidence::check_writable`]), says
+/// when it holds no snapshots to compare with (a new `--evidence-dir`), and sets how many
+/// records are kept (`--keep-runs`).
+fn check_evidence_dir(args: &Args) {
+    if let Err(message) = evidence::check_writable(&args.evidence_dir) {
+        usage_error(&message);
+    }
+    evidence::set_keep_runs(args.keep_runs);
+    let snapshots = args.evidence_dir.join("snapshots");
+    if !args.accept && !snapshots.is_dir() {
+        eprintln!(
+            "harness: no snapshots in {}: each transcript is compared with nothing and fails \
+             (--evidence-dir DIR reads them from DIR/snapshots: copy evidence/snapshots there, \
+             or write them with --accept)",
+            snapshots.display()
+        );
+    }
 }
 
 /// Prints `harness: <message>` to standard error and exits with [`EXIT_HARNESS_ERROR`].
