@@ -527,6 +527,7 @@ fn a_bad_case_file_is_a_usage_error_naming_its_line() {
         "unknown verb \"grnat\"; did you mean \"grant\"?".to_string(),
         "this family's verbs: debit, grant, ".to_string(),
         format!("{shown}/s2_argument.spec: line {race_line}: call debit "),
+        "amout=7 key=k-03-{i} client".to_string(),
         "debit takes no amout=; did you mean amount=?".to_string(),
         format!("{shown}/s3_syntax.spec: line 5: unknown key \"bogus\""),
         "3 selected case files cannot be run; nothing was started".to_string(),

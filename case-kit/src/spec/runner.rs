@@ -198,13 +198,27 @@ fn runnable(spec: &Spec, engine: &dyn SpecEngine) -> Result<(), String> {
     }
     for action in actions(spec) {
         if let Action::Call(call) = action {
-            engine.check(&call).map_err(|e| match call.line {
-                0 => format!("call {}: {e}", call.display()),
-                line => format!("line {line}: call {}: {e}", call.display()),
+            engine.check(&call).map_err(|e| {
+                let shown = as_written(spec, &call);
+                match call.line {
+                    0 => format!("call {shown}: {e}"),
+                    line => format!("line {line}: call {shown}: {e}"),
+                }
             })?;
         }
     }
     Ok(())
+}
+
+/// `call` as the file wrote it: a race's call with its `{i…}` (checked as its first racer
+/// runs it, [`actions`]), any other call as it is.
+fn as_written(spec: &Spec, call: &super::model::Call) -> String {
+    match spec.race.as_ref().map(|race| &race.action) {
+        Some(Action::Call(raced)) if raced.line == call.line && raced.op == call.op => {
+            raced.display()
+        }
+        _ => call.display(),
+    }
 }
 
 fn broken_case(id: String, reason: String) -> Case {
