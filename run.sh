@@ -130,7 +130,7 @@ fi
 # Cargo's own progress is shown on a terminal, and for a first (cold) build anywhere, so
 # that a four-minute build is never silent; a warm build off a terminal (CI, tests) stays
 # quiet. run.sh itself says "building" only for a first build, and "rebuilt" only when
-# cargo wrote a new harness binary (its mtime changed): nothing when nothing was built.
+# cargo wrote a new binary (the newest mtime changed): nothing when nothing was built.
 quiet=(--quiet)
 if [ -t 2 ] || [ ! -x "target/$profile_dir/harness" ]; then
     quiet=()
