@@ -186,6 +186,10 @@ fn main() {
         return;
     }
     if args.matrix {
+        // Refused once here, not by each major's run.
+        if let Ok(selection) = Selection::parse(&families, &args.cases) {
+            refuse_problems(&selection);
+        }
         std::process::exit(matrix::run(&matrix::MatrixArgs {
             cases: args.cases.clone(),
             seed: args.seed,
@@ -225,6 +229,22 @@ fn check_evidence_dir(args: &Args) {
     }
 }
 
+/// Exits with [`EXIT_HARNESS_ERROR`] when a selected case cannot run at all (a case file
+/// that does not parse or calls what its family lacks: [`Selection::problems`]), naming
+/// each with its file and line, before any server starts.
+fn refuse_problems(selection: &Selection<'_>) {
+    let problems = selection.problems();
+    if !problems.is_empty() {
+        usage_error(&format!(
+            "{} selected case file{} cannot be run; nothing was started (fix the line named, \
+             or move the file out of its specs/ folder):\n  {}",
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" },
+            problems.join("\n  ")
+        ));
+    }
+}
+
 /// Prints `harness: <message>` to standard error and exits with [`EXIT_HARNESS_ERROR`].
 fn usage_error(message: &str) -> ! {
     eprintln!("harness: {message}");
@@ -248,16 +268,7 @@ fn prepare_selection<'a>(
         Ok(prepared) => prepared,
         Err(message) => usage_error(&message),
     };
-    let problems = selection.problems();
-    if !problems.is_empty() {
-        usage_error(&format!(
-            "{} selected case file{} cannot be run; nothing was started (fix the line named, \
-             or move the file out of its specs/ folder):\n  {}",
-            problems.len(),
-            if problems.len() == 1 { "" } else { "s" },
-            problems.join("\n  ")
-        ));
-    }
+    refuse_problems(&selection);
     if args.database_url.is_some() {
         selection.set_aside_server_restarts();
     }
