@@ -663,6 +663,17 @@ fn run_sh_help_names_itself_and_passes_every_option() {
     )
     .unwrap();
     let evidence = scratch.evidence();
+    // Old records of each kind: the harness's, the bench's, the matrix's; a folder of
+    // another name is never touched.
+    for name in [
+        "2020-01-01T000000Z-999999999",
+        "bench-2020-01-01T000100Z-999999999",
+        "matrix-2020-01-01T000200Z-999999999",
+        "2020-01-01T000300Z-999999999",
+        "my-notes",
+    ] {
+        std::fs::create_dir_all(evidence.join("runs").join(name)).unwrap();
+    }
     let run = run_sh(&[
         "--evidence-dir",
         evidence.to_str().unwrap(),
@@ -683,6 +694,21 @@ fn run_sh_help_names_itself_and_passes_every_option() {
         "no record in {}",
         evidence.display()
     );
+    // --keep-runs 3: this run and the two newest old ones are left, and the notes.
+    let mut left: Vec<String> = std::fs::read_dir(evidence.join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left.len(), 4, "{left:?}");
+    for kept in [
+        "2020-01-01T000300Z-999999999",
+        "matrix-2020-01-01T000200Z-999999999",
+        "my-notes",
+    ] {
+        assert!(left.contains(&kept.to_string()), "{kept} pruned: {left:?}");
+    }
 }
 
 /// `./run.sh bench` (a short one, from the dev build) writes its record under
