@@ -1,5 +1,7 @@
 //! The harness binary end to end, in a scratch evidence folder: exit statuses, the
-//! re-run command, snapshot diffs, and what each snapshot mode writes. Each run boots its
+//! re-run command, snapshot diffs, and what each snapshot mode writes; what is refused
+//! before anything starts; and `./run.sh` itself (its help, options passed through, a
+//! short bench leaving the tree clean). Each run boots its
 //! own scratch cluster (about a second).
 
 use std::path::{Path, PathBuf};
@@ -633,7 +635,7 @@ fn the_list_says_what_each_family_starts_in_natural_order() {
 /// nothing about building) when the harness binary is fresh, and every option it lists
 /// is one run.sh passes through: `--evidence-dir` (which run.sh once also set itself,
 /// so that giving it failed with "cannot be used multiple times") runs S1 into the folder
-/// named.
+/// named, and `--keep-runs 3` prunes that folder's old records of every kind to three.
 #[test]
 fn run_sh_help_names_itself_and_passes_every_option() {
     let help = run_sh(&["--help"]);
