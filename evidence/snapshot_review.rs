@@ -180,6 +180,7 @@ fn report_of(family: &str, id: &str, body: &str) -> CaseReport {
             passed,
             expected: None,
             actual: None,
+            compared: Default::default(),
         }));
     }
     report

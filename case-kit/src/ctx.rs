@@ -20,7 +20,7 @@ use crate::resource::Resource;
 use crate::rng::seeded_rng;
 
 /// How many characters of a racer's result `{:?}` the evidence page shows.
-pub const RACE_OUTCOME_CHARS: usize = 120;
+pub const RACE_OUTCOME_CHARS: usize = 400;
 
 /// Restarts the run's scratch cluster in immediate mode (no checkpoint; WAL recovery on
 /// start): made by [`Ctx::server_restart`] for a case that declared
@@ -302,7 +302,7 @@ impl Ctx {
     ///
     /// For the run's evidence page each participant's start and end (microseconds after
     /// the race was called, read off the clock only to draw it, never to decide a check)
-    /// and its result (`{:?}`, cut to `RACE_OUTCOME_CHARS`, 120 characters) go to the case's
+    /// and its result (`{:?}`, cut to `RACE_OUTCOME_CHARS`, 400 characters) go to the case's
     /// `details["races"]`.
     pub async fn race<T, F, Fut>(&self, participants: usize, body: F) -> anyhow::Result<Vec<T>>
     where
@@ -403,18 +403,33 @@ impl Ctx {
             passed,
             expected: Some(expected.to_string()),
             actual: Some(actual.to_string()),
+            compared: Default::default(),
         }));
         passed
     }
 
     /// Records a condition with a short description of what was seen. Returns `passed`.
     pub fn check(&mut self, name: impl Into<String>, passed: bool, seen: impl Display) -> bool {
+        self.check_compared(name, passed, seen, crate::report::Compared::default())
+    }
+
+    /// [`Ctx::check`] with what the check compared (rows, values), kept for the run
+    /// record and its page; the transcript line is the same as [`Ctx::check`]'s.
+    /// Returns `passed`.
+    pub fn check_compared(
+        &mut self,
+        name: impl Into<String>,
+        passed: bool,
+        seen: impl Display,
+        compared: crate::report::Compared,
+    ) -> bool {
         let seen = seen.to_string();
         self.lines.push(Line::Check(Check {
             name: name.into(),
             passed,
             expected: None,
             actual: (!seen.is_empty()).then_some(seen),
+            compared,
         }));
         passed
     }

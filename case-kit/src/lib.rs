@@ -54,7 +54,7 @@ pub use options::Choices;
 pub use per_case::PerCase;
 pub use race::{AbortOnDrop, Racer, connect_with, drop_if_free, race};
 pub use rand_chacha::ChaCha8Rng;
-pub use report::{CaseReport, Check, Line};
+pub use report::{CaseReport, Check, Compared, Line};
 pub use resource::Resource;
 pub use rng::seeded_rng;
 pub use runner::{CASE_TIMEOUT_MS, run_case};

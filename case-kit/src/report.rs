@@ -17,6 +17,30 @@ pub struct Check {
     pub expected: Option<String>,
     /// Actual value, when the check compares values.
     pub actual: Option<String>,
+    /// What the check compared, for the run record (`results.json`) and its page only:
+    /// the transcript line ([`Line::render`]) never prints it, so snapshots do not
+    /// depend on it.
+    #[serde(flatten)]
+    pub compared: Compared,
+}
+
+/// What a check compared beyond its `expected`/`actual` (each part written to
+/// `results.json` only when present): a `rows:` check's expected and actual rows, and
+/// a `check:` query's compared values (`available=5095100000`, the value of each side
+/// of each comparison of its first column, read by a second query after the check).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Compared {
+    /// The rows the check expected, each as the runner prints it (`rows=15`,
+    /// `(0 rows)` for none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_rows: Option<Vec<String>>,
+    /// The rows the query returned, printed the same way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actual_rows: Option<Vec<String>>,
+    /// Each compared expression with its value, `expression=value`, in the order the
+    /// query names them (empty when the check compares no values it can name).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
 }
 
 impl Check {
@@ -27,6 +51,7 @@ impl Check {
             passed: false,
             expected: None,
             actual: Some(seen.into()),
+            compared: Compared::default(),
         }
     }
 }

@@ -228,6 +228,7 @@ impl Snapshots {
                 passed,
                 expected: None,
                 actual: (!seen.is_empty()).then_some(seen),
+                compared: Default::default(),
             })
         };
         match verdict {
@@ -584,6 +585,7 @@ mod tests {
             passed,
             expected: None,
             actual: None,
+            compared: Default::default(),
         }));
         report
     }

@@ -102,6 +102,7 @@
 
 use std::path::Path;
 
+mod compared;
 mod engine;
 mod expect;
 mod layout;

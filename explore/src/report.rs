@@ -107,19 +107,22 @@ pub fn violations_text(report: &Report, raw: &[String]) -> String {
     text
 }
 
-/// Colour of an outcome, and of each fault kind's window.
+/// Colour of an outcome: the run page's colours of its kinds (`evidence_pages::kinds`,
+/// docs/pages.md), so one colour means one kind on every page: ok green `#3d8b2f`, fail
+/// (a definite no: refused) red `#c0392b`, info (unknown) amber `#d68910`.
 fn outcome_colour(rank: u8) -> RGBColor {
     match rank {
-        1 => RGBColor(60, 160, 80),   // ok
-        2 => RGBColor(150, 150, 150), // fail
-        _ => RGBColor(220, 60, 40),   // info
+        1 => RGBColor(0x3d, 0x8b, 0x2f), // ok
+        2 => RGBColor(0xc0, 0x39, 0x2b), // fail: refused
+        _ => RGBColor(0xd6, 0x89, 0x10), // info: unknown
     }
 }
 
+/// Colour of each fault kind's window, none of them an outcome kind's hue.
 fn fault_colour(kind: FaultKind) -> RGBColor {
     match kind {
-        FaultKind::KillService => RGBColor(230, 120, 0),
-        FaultKind::CrashPostgres => RGBColor(130, 60, 200),
+        FaultKind::KillService => RGBColor(0, 140, 140),
+        FaultKind::CrashPostgres => RGBColor(120, 80, 40),
         FaultKind::Pause => RGBColor(0, 130, 200),
         FaultKind::Withhold => RGBColor(200, 0, 120),
         FaultKind::PowerCut => RGBColor(60, 60, 60),
@@ -242,7 +245,7 @@ fn chart<'a, 'b>(
     let top = clients as f64 + 0.5;
     let mut chart = ChartBuilder::on(root)
         .caption(
-            "Operations per client (green ok, grey fail, red info) and nemesis windows",
+            "Operations per client (green ok, red fail: refused, amber info: unknown) and nemesis windows",
             ("sans-serif", 18),
         )
         .margin(12)

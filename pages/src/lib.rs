@@ -11,6 +11,7 @@
 
 pub mod bench;
 pub mod explore;
+pub mod kinds;
 pub mod matrix;
 pub mod pictures;
 pub mod run;

@@ -3,11 +3,10 @@
 //! permutations as swimlanes, one lane per session, with its `<waiting ...>` spans
 //! (read from the transcript; `details["spec_sessions"]` names each step's session).
 
-use std::collections::BTreeMap;
-
 use maud::{Markup, html};
 use serde_json::Value;
 
+use crate::kinds::{self, Kind};
 use crate::text;
 
 /// Pixels per lane (a race's session or a spec's session).
@@ -40,10 +39,20 @@ pub fn for_case(case: &Value, transcript: &str) -> Markup {
 }
 
 /// A race's sessions as horizontal bars from start to end (the clock read only to draw),
-/// each labelled with its result.
+/// each coloured by its result's kind ([`Kind`], the same colours on every page) and
+/// labelled with its result's own words (cut to `LABEL_CHARS` with the whole text on
+/// hover); a legend with each kind's count, and every session's result in full below.
 fn race_bars(number: usize, race: &Value) -> Markup {
     let empty = Vec::new();
     let sessions = race["sessions"].as_array().unwrap_or(&empty);
+    let results: Vec<(String, Kind)> = sessions
+        .iter()
+        .map(|s| {
+            let (words, failed) = kinds::words(&text(&s["outcome"]));
+            let kind = kinds::classify(&words, failed);
+            (words, kind)
+        })
+        .collect();
     let first = sessions
         .iter()
         .filter_map(|s| s["start_us"].as_u64())
@@ -59,46 +68,59 @@ fn race_bars(number: usize, race: &Value) -> Markup {
     let height = LANE_PX * sessions.len() as u32 + 24;
     let scale =
         |us: u64| LABEL_PX as f64 + (us.saturating_sub(first) as f64 / end as f64) * PLOT_PX as f64;
-    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    let counts: Vec<(Kind, usize)> = results.iter().map(|(_, k)| (*k, 1)).collect();
     html! {
         figure.race {
-            figcaption { "Race " (number) ": " (sessions.len()) " sessions released by a barrier; each bar runs from its start to its result (clock read only to draw; " (end / 1000) " ms from the first start to the last result)" }
-            svg xmlns="http://www.w3.org/2000/svg" width=(LABEL_PX + PLOT_PX + 260) height=(height) role="img" {
-                @for (i, session) in sessions.iter().enumerate() {
+            figcaption { "Race " (number) ": " (sessions.len()) " sessions released by a barrier; each bar runs from its start to its result, coloured by the result's kind (clock read only to draw; " (end / 1000) " ms from the first start to the last result)" }
+            svg xmlns="http://www.w3.org/2000/svg" width=(LABEL_PX + PLOT_PX + LABEL_CHARS as u32 * 6 + 12) height=(height) role="img" {
+                @for (i, (session, (words, kind))) in sessions.iter().zip(&results).enumerate() {
                     @let y = 4 + LANE_PX * i as u32;
-                    @let outcome = text(&session["outcome"]);
-                    @let next = kinds.len();
-                    @let colour = PALETTE[*kinds.entry(outcome_kind(&outcome)).or_insert(next) % PALETTE.len()];
                     @let x0 = scale(session["start_us"].as_u64().unwrap_or(0));
                     @let x1 = scale(session["end_us"].as_u64().unwrap_or(0)).max(x0 + 2.0);
                     text x="4" y=(y + 14) { "session " (i) }
-                    rect x=(format!("{x0:.1}")) y=(y) width=(format!("{:.1}", x1 - x0)) height=(LANE_PX - 6) fill=(colour) {
-                        title { (outcome) }
+                    rect.bar data-kind=(kind.name()) x=(format!("{x0:.1}")) y=(y) width=(format!("{:.1}", x1 - x0)) height=(LANE_PX - 6) fill=(kind.colour()) {
+                        title { (kind.name()) ": " (words) }
                     }
-                    text x=(format!("{:.1}", x1 + 4.0)) y=(y + 14) { (short(&outcome, 40)) }
+                    text x=(format!("{:.1}", x1 + 4.0)) y=(y + 14) {
+                        title { (words) }
+                        (short(words, LABEL_CHARS))
+                    }
                 }
             }
+            (kinds::legend(Some(&counts), html! {}))
+            (results_in_full(&results))
         }
     }
 }
 
-/// Colours of the outcome kinds, in order of appearance.
-const PALETTE: [&str; 6] = [
-    "#4c9a2a", "#c0392b", "#2e6fb7", "#d68910", "#7d3c98", "#5d6d7e",
-];
+/// Characters of a result shown beside its bar or under its box (the whole text is
+/// on hover and in the table below the picture).
+const LABEL_CHARS: usize = 60;
 
-/// The kind of a result, for its colour: its text with every run of digits as `#`
-/// (`Ok(Ok)` and `Ok(Insufficient)` differ, two balances do not).
-fn outcome_kind(outcome: &str) -> String {
-    let mut kind = String::new();
-    for c in outcome.chars() {
-        if !c.is_ascii_digit() {
-            kind.push(c);
-        } else if !kind.ends_with('#') {
-            kind.push('#');
+/// Each distinct result of a race in full, with its kind and the sessions that had it.
+fn results_in_full(results: &[(String, Kind)]) -> Markup {
+    let mut distinct: Vec<(&str, Kind, Vec<usize>)> = Vec::new();
+    for (i, (words, kind)) in results.iter().enumerate() {
+        match distinct.iter_mut().find(|(w, _, _)| w == words) {
+            Some((_, _, sessions)) => sessions.push(i),
+            None => distinct.push((words, *kind, vec![i])),
         }
     }
-    kind
+    html! {
+        details.results {
+            summary { "each result in full (" (distinct.len()) " distinct)" }
+            table.results {
+                tr { th { "kind" } th { "result" } th { "sessions" } }
+                @for (words, kind, sessions) in &distinct {
+                    tr data-kind=(kind.name()) {
+                        td { span.swatch style={ "background:" (kind.colour()) } {} (kind.name()) }
+                        td { code { (words) } }
+                        td { (sessions.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")) }
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn short(text: &str, chars: usize) -> String {
@@ -130,53 +152,54 @@ struct Permutation {
     slots: Vec<Slot>,
 }
 
-/// The permutations of a spec case's transcript (`note permutation …`, `note   step X:
-/// … <waiting ...>`, `note   step X: <... completed>`, results indented below).
+/// The permutations of a spec case's transcript, in either format the runner prints:
+/// ours (`note permutation …`, or `note then: …` for the steps after a race; `note
+/// step X: … <waiting ...>`, `note   step X: <... completed>`, results indented below)
+/// and an upstream isolation spec's (`note starting permutation: …`, `note step X: …`,
+/// results on the `note` lines that follow, unindented).
 fn permutations(transcript: &str) -> Vec<Permutation> {
     let mut found: Vec<Permutation> = Vec::new();
+    let mut upstream = false;
     let mut clock = 0;
     let mut last: Option<usize> = None;
     for line in transcript.lines() {
         let Some(note) = line.trim_start().strip_prefix("note ") else {
+            last = None;
             continue;
         };
-        if let Some(label) = note.strip_prefix("permutation ") {
+        let label = if let Some(label) = note.strip_prefix("permutation ") {
+            Some((format!("permutation {label}"), false))
+        } else if let Some(order) = note.strip_prefix("then: ") {
+            Some((format!("after the race: {order}"), false))
+        } else {
+            note.strip_prefix("starting permutation: ")
+                .map(|order| (format!("permutation: {order}"), true))
+        };
+        if let Some((label, format)) = label {
             found.push(Permutation {
-                label: format!("permutation {label}"),
+                label,
                 slots: Vec::new(),
             });
-            clock = 0;
-            last = None;
+            (upstream, clock, last) = (format, 0, None);
             continue;
         }
         let Some(permutation) = found.last_mut() else {
             continue;
         };
-        if let Some(rest) = note.strip_prefix("  step ") {
-            let (step, what) = rest.split_once(": ").unwrap_or((rest, ""));
-            if what.starts_with("<... completed>") {
-                let index = permutation.slots.iter().rposition(|s| s.step == step);
-                if let Some(index) = index {
-                    permutation.slots[index].done = clock;
-                }
-                last = index;
-            } else {
-                let waits = what.ends_with("<waiting ...>");
-                permutation.slots.push(Slot {
-                    step: step.to_string(),
-                    sent: clock,
-                    done: if waits { usize::MAX } else { clock },
-                    outcome: Vec::new(),
-                });
-                last = (!waits).then(|| permutation.slots.len() - 1);
-            }
+        let step = if upstream {
+            note.strip_prefix("step ")
+        } else {
+            note.strip_prefix("  step ")
+        };
+        if let Some(rest) = step {
+            last = permutation.step(rest, clock);
             clock += 1;
-        } else if let Some(result) = note.strip_prefix("    ")
-            && let Some(index) = last
+        } else if let Some(index) = last
+            && (upstream || note.starts_with("    "))
         {
             permutation.slots[index]
                 .outcome
-                .push(result.trim().to_string());
+                .push(note.trim().to_string());
         } else {
             last = None;
         }
@@ -184,8 +207,35 @@ fn permutations(transcript: &str) -> Vec<Permutation> {
     found
 }
 
+impl Permutation {
+    /// Reads a step line (`X: …`, `X: … <waiting ...>` or `X: <... completed>`) at
+    /// `clock`; returns the slot that prints the lines below it, if any.
+    fn step(&mut self, rest: &str, clock: usize) -> Option<usize> {
+        let (step, what) = rest
+            .split_once(": ")
+            .unwrap_or((rest.trim_end_matches(':'), ""));
+        if what.starts_with("<... completed>") {
+            let index = self.slots.iter().rposition(|s| s.step == step);
+            if let Some(index) = index {
+                self.slots[index].done = clock;
+            }
+            return index;
+        }
+        let waits = what.ends_with("<waiting ...>");
+        self.slots.push(Slot {
+            step: step.to_string(),
+            sent: clock,
+            done: if waits { usize::MAX } else { clock },
+            outcome: Vec::new(),
+        });
+        (!waits).then(|| self.slots.len() - 1)
+    }
+}
+
 /// A permutation as swimlanes: a box per step in its session's lane at the slot it was
-/// sent, a hatched span while it waited, its result as the box's tooltip and text.
+/// sent, coloured by its result's kind ([`Kind`]), a hatched span while it waited, its
+/// result under the box (cut, whole on hover); a legend, and every step's result in
+/// full below.
 fn swimlanes(lanes: &[(String, Vec<String>)], permutation: &Permutation) -> Markup {
     let slots = permutation
         .slots
@@ -202,31 +252,67 @@ fn swimlanes(lanes: &[(String, Vec<String>)], permutation: &Permutation) -> Mark
     };
     let height = (LANE_PX + 14) * lanes.len() as u32 + 8;
     let x = |slot: usize| LABEL_PX + SLOT_PX * slot as u32;
+    let results: Vec<(String, Kind)> = permutation
+        .slots
+        .iter()
+        .map(|slot| {
+            let outcome = slot.outcome.join("; ");
+            let kind = kinds::classify(&outcome, false);
+            (outcome, kind)
+        })
+        .collect();
+    let counts: Vec<(Kind, usize)> = results.iter().map(|(_, k)| (*k, 1)).collect();
     html! {
         figure.spec {
             figcaption { (permutation.label) }
             svg xmlns="http://www.w3.org/2000/svg" width=(x(slots) + 8) height=(height) role="img" {
+                defs {
+                    pattern id="waiting-hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)" {
+                        rect width="6" height="6" fill="#eaecee" {}
+                        line x1="0" y1="0" x2="0" y2="6" stroke="#85929e" stroke-width="2" {}
+                    }
+                }
                 @for (i, (name, _)) in lanes.iter().enumerate() {
                     text x="4" y=(6 + (LANE_PX + 14) * i as u32 + 15) { "session " (name) }
                 }
-                @for slot in &permutation.slots {
+                @for (slot, (outcome, kind)) in permutation.slots.iter().zip(&results) {
                     @let y = 6 + (LANE_PX + 14) * lane_of(&slot.step) as u32;
-                    @let outcome = slot.outcome.join("; ");
+                    @let below = if slot.done == slot.sent { Some(slot.sent) } else if slot.done == usize::MAX { None } else { Some(slot.done) };
                     @if slot.done != slot.sent {
                         @let until = if slot.done == usize::MAX { slots } else { slot.done };
-                        rect.waiting x=(x(slot.sent) + SLOT_PX / 2) y=(y + 4) width=(SLOT_PX * (until - slot.sent) as u32) height=(LANE_PX - 8) fill="#f5cba7" stroke="#d68910" stroke-dasharray="4 2" {
+                        rect.waiting x=(x(slot.sent) + SLOT_PX / 2) y=(y + 4) width=(SLOT_PX * (until - slot.sent) as u32) height=(LANE_PX - 8) fill="url(#waiting-hatch)" stroke="#85929e" stroke-dasharray="4 2" {
                             title { (slot.step) " <waiting ...>" }
                         }
-                        @if slot.done != usize::MAX {
-                            text x=(x(slot.done) + 4) y=(y + LANE_PX + 10) { (short(&outcome, 16)) }
-                        }
                     }
-                    rect.step x=(x(slot.sent) + 2) y=(y) width=(SLOT_PX - 4) height=(LANE_PX) rx="3" fill="#d6eaf8" stroke="#2e6fb7" {
-                        title { (slot.step) ": " (outcome) }
+                    rect.step data-kind=(kind.name()) x=(x(slot.sent) + 2) y=(y) width=(SLOT_PX - 4) height=(LANE_PX) rx="3" fill=(kind.tint()) stroke=(kind.colour()) stroke-width="2" {
+                        title { (slot.step) " (" (kind.name()) "): " (outcome) }
                     }
-                    text x=(x(slot.sent) + 6) y=(y + 15) { (short(&slot.step, 13)) }
-                    @if slot.done == slot.sent {
-                        text x=(x(slot.sent) + 4) y=(y + LANE_PX + 10) { (short(&outcome, 16)) }
+                    text x=(x(slot.sent) + 6) y=(y + 15) { title { (slot.step) } (short(&slot.step, 13)) }
+                    @if let Some(at) = below {
+                        text x=(x(at) + 4) y=(y + LANE_PX + 10) { title { (outcome) } (short(outcome, 13)) }
+                    }
+                }
+            }
+            (kinds::legend(Some(&counts), html! {
+                span.key { span.swatch.waiting {} b { "waiting" } " — sent, blocked until its " code { "<... completed>" } }
+            }))
+            (steps_in_full(permutation, &results))
+        }
+    }
+}
+
+/// Each step of a permutation with its result in full and its kind.
+fn steps_in_full(permutation: &Permutation, results: &[(String, Kind)]) -> Markup {
+    html! {
+        details.results {
+            summary { "each step's result in full" }
+            table.results {
+                tr { th { "step" } th { "kind" } th { "result" } }
+                @for (slot, (outcome, kind)) in permutation.slots.iter().zip(results) {
+                    tr data-kind=(kind.name()) {
+                        td { code { (slot.step) } @if slot.done != slot.sent { " (waited)" } }
+                        td { span.swatch style={ "background:" (kind.colour()) } {} (kind.name()) }
+                        td { code { (outcome) } }
                     }
                 }
             }
@@ -263,5 +349,63 @@ mod tests {
         assert_eq!(slots[1].outcome, vec!["(0 rows)".to_string()]);
         assert_eq!(slots[0].outcome, vec!["balance=20".to_string()]);
         assert!(slots[3].outcome.is_empty());
+    }
+
+    #[test]
+    fn an_upstream_transcript_and_the_steps_after_a_race_are_read_too() {
+        let transcript = "\
+  note Parsed test spec with 2 sessions
+  note starting permutation: s1as s2ae s1c
+  note step s1as: LOCK TABLE a1; <waiting ...>
+  note step s2ae: LOCK TABLE a1 IN ACCESS EXCLUSIVE MODE;
+  note ERROR:  deadlock detected
+  note step s1as: <... completed>
+  note step s1c: COMMIT;
+  ok   permutation 1 of 1 ran every step, none left waiting
+  note then: rest
+  note   step rest: post-debit account=acct-0001
+  note     status=201 outcome=OK balance=0
+";
+        let found = permutations(transcript);
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[0].label, "permutation: s1as s2ae s1c");
+        let slots = &found[0].slots;
+        assert_eq!((slots[0].sent, slots[0].done), (0, 2));
+        assert_eq!(
+            slots[1].outcome,
+            vec!["ERROR:  deadlock detected".to_string()]
+        );
+        assert!(slots[2].outcome.is_empty());
+        assert_eq!(found[1].label, "after the race: rest");
+        assert_eq!(
+            found[1].slots[0].outcome,
+            vec!["status=201 outcome=OK balance=0".to_string()]
+        );
+    }
+
+    /// One colour per kind whatever the order: a race whose first result is refused
+    /// colours it as refused, and every picture carries the legend.
+    #[test]
+    fn a_result_is_coloured_by_its_kind_not_its_order() {
+        let race = serde_json::json!({ "sessions": [
+            { "start_us": 0, "end_us": 10, "outcome": "Ok(\"outcome=INSUFFICIENT balance=2\")" },
+            { "start_us": 0, "end_us": 20, "outcome": "Ok(\"outcome=OK balance=9\")" },
+            { "start_us": 0, "end_us": 30, "outcome": "Ok(\"503 UNKNOWN\")" },
+            { "start_us": 0, "end_us": 40, "outcome": "Err(\"the racer panicked\")" },
+        ]});
+        let page = race_bars(1, &race).into_string();
+        for kind in kinds::ALL {
+            let bar = format!(r#"data-kind="{}" "#, kind.name());
+            let at = page
+                .find(&format!(r#"<rect class="bar" {bar}"#))
+                .unwrap_or_else(|| panic!("no {} bar", kind.name()));
+            assert!(
+                page[at..].contains(&format!(r#"fill="{}""#, kind.colour())),
+                "{page}"
+            );
+        }
+        assert!(page.contains(r#"<div class="legend">"#), "{page}");
+        assert!(page.contains(">outcome=INSUFFICIENT balance=2<"), "{page}");
+        assert!(!page.contains("Ok("), "debug text on the page: {page}");
     }
 }

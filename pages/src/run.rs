@@ -212,15 +212,7 @@ fn case_section(dir: &Path, case: &Value, headers: &BTreeMap<String, Header>) ->
             @if !header.fails.is_empty() { p { b { "Fails if: " } (header.fails) } }
             table.checks {
                 tr { th { "" } th { "check" } th { "expected" } th { "actual" } }
-                @for check in checks {
-                    @let passed = check["passed"].as_bool().unwrap_or(false);
-                    tr.check.(if passed { "ok" } else { "fail" }) {
-                        td.(if passed { "ok" } else { "fail" }) { (if passed { "ok" } else { "FAIL" }) }
-                        td { (text(&check["name"])) }
-                        td { (text(&check["expected"])) }
-                        td { (text(&check["actual"])) }
-                    }
-                }
+                @for check in checks { (check_row(check)) }
             }
             (pictures::for_case(case, &transcript))
             @if let Some(diff) = &diff {
@@ -230,6 +222,58 @@ fn case_section(dir: &Path, case: &Value, headers: &BTreeMap<String, Header>) ->
             details open[class == "fail"] {
                 summary { "transcript (" (transcript.lines().count()) " lines)" }
                 pre.transcript { (transcript) }
+            }
+        }
+    }
+}
+
+/// One check as a table row: ok/FAIL, its name, and what it compared: its expected
+/// and actual values, a `rows:` check's expected and actual rows (each row that
+/// differs marked), or a query's compared values (`available=5095100000`) in place of
+/// the first column it printed (`?column?=t`), which says only that it held.
+fn check_row(check: &Value) -> Markup {
+    let passed = check["passed"].as_bool().unwrap_or(false);
+    let class = if passed { "ok" } else { "fail" };
+    let list = |key: &str| -> Option<Vec<String>> {
+        check[key]
+            .as_array()
+            .map(|rows| rows.iter().map(text).collect())
+    };
+    let (expected_rows, actual_rows) = (list("expected_rows"), list("actual_rows"));
+    let values = list("values").filter(|v| !v.is_empty());
+    html! {
+        tr.check.(class) {
+            td.(class) { (if passed { "ok" } else { "FAIL" }) }
+            td { (text(&check["name"])) }
+            @match (&expected_rows, &actual_rows) {
+                (Some(expected), Some(actual)) => {
+                    td.compared.expected-rows { (rows_list(expected, actual)) }
+                    td.compared.actual-rows { (rows_list(actual, expected)) }
+                }
+                _ => {
+                    td { (text(&check["expected"])) }
+                    @if let Some(values) = &values {
+                        td.compared.values {
+                            ul { @for value in values { li { code { (value) } } } }
+                            span.muted { "printed: " (text(&check["actual"])) }
+                        }
+                    } @else {
+                        td { (text(&check["actual"])) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `rows` as a list, each row not at the same place in `other` marked `differs`.
+fn rows_list(rows: &[String], other: &[String]) -> Markup {
+    html! {
+        ul {
+            @if rows.is_empty() { li.muted { "no rows" } }
+            @for (i, row) in rows.iter().enumerate() {
+                @let differs = other.get(i) != Some(row);
+                li.(if differs { "differs" } else { "same" }) { code { (row) } }
             }
         }
     }
@@ -270,5 +314,30 @@ mod tests {
             page.contains(r#"<span class="del">-a &lt;img&gt;"#),
             "{page}"
         );
+    }
+
+    /// A `rows:` check shows its expected and actual rows, the differing one marked; a
+    /// query's compared values replace the `?column?=t` it printed.
+    #[test]
+    fn a_check_shows_what_it_compared() {
+        let rows = serde_json::json!({ "name": "rows of SELECT n", "passed": false,
+            "expected": null, "actual": null,
+            "expected_rows": ["n=15"], "actual_rows": ["n=14"] });
+        let page = check_row(&rows).into_string();
+        assert!(
+            page.contains(
+                r#"<td class="compared expected-rows"><ul><li class="differs"><code>n=15</code>"#
+            ),
+            "{page}"
+        );
+        assert!(
+            page.contains(r#"<li class="differs"><code>n=14</code>"#),
+            "{page}"
+        );
+        let values = serde_json::json!({ "name": "SELECT available = 5 FROM balance",
+            "passed": true, "expected": null, "actual": "?column?=t",
+            "values": ["available=5"] });
+        let page = check_row(&values).into_string();
+        assert!(page.contains("<li><code>available=5</code></li>"), "{page}");
     }
 }

@@ -26,6 +26,7 @@
 use super::engine::{EngineSession, SpecEngine};
 use super::model::{Expect, ParseError, error};
 use crate::ctx::Ctx;
+use crate::report::Compared;
 
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -173,11 +174,18 @@ pub async fn run(
             Expect::True(sql) => {
                 let outcome = db.sql(sql).await;
                 let passed = outcome.len() == 1 && first_is_true(&outcome[0]);
-                ctx.check(one_line(sql), passed, outcome.join(" "));
+                let compared = compared_values(db, sql).await;
+                ctx.check_compared(one_line(sql), passed, outcome.join(" "), compared);
             }
             Expect::Rows { sql, rows } => {
                 let outcome = db.sql(sql).await;
-                ctx.check(format!("rows of {}", one_line(sql)), &outcome == rows, "");
+                let compared = Compared {
+                    expected_rows: Some(rows.clone()),
+                    actual_rows: Some(outcome.clone()),
+                    values: Vec::new(),
+                };
+                let name = format!("rows of {}", one_line(sql));
+                ctx.check_compared(name, &outcome == rows, "", compared);
                 for row in &outcome {
                     ctx.note(format!("  {row}"));
                 }
@@ -194,9 +202,24 @@ pub async fn run(
                 let outcome = db.sql(sql).await;
                 let first = outcome.first().cloned().unwrap_or_default();
                 let happened = outcome.len() == 1 && first_is_true(&first);
-                ctx.exposes(anomaly, happened, first);
+                let compared = compared_values(db, sql).await;
+                let name = format!("negative control exposes: {anomaly}");
+                ctx.check_compared(name, happened, first, compared);
             }
         }
+    }
+}
+
+/// The values the query `sql` compared ([`super::compared`]), read by a second query
+/// on `db` after it: for the run record and page only, never the transcript.
+async fn compared_values(db: &mut dyn EngineSession, sql: &str) -> Compared {
+    let values = match super::compared::value_query(sql) {
+        Some((query, names)) => super::compared::values(&names, &db.sql(&query).await),
+        None => Vec::new(),
+    };
+    Compared {
+        values,
+        ..Compared::default()
     }
 }
 
