@@ -11,6 +11,10 @@
 # `./run.sh matrix [ids]` runs the cases once per PostgreSQL major (15-18) and writes
 # evidence/matrix.md and matrix.json; `--pg N` picks one major, `--database-url URL` an
 # existing server.
+# `./run.sh conformance --target-url URL [...]` runs family C, the black-box suite of the
+# debit contract, against a running service; `./run.sh conformance --self-check` runs it
+# against ledger-svc (each transfer mode) and the Python target with each defect
+# (docs/conformance.md).
 # `./run.sh cite --check [PATH...]` checks the citations of the texts against the committed
 # snapshots, sources and LIMITS.md (docs/citing.md): no server, only the harness binary built.
 # Before building it checks the requirements (README "Requirements") and names what to
@@ -33,6 +37,12 @@ if [[ "$cargo_version" =~ ^cargo\ 1\.([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -lt 9
 fi
 if ! command -v cc >/dev/null 2>&1; then
     echo "run.sh: no C compiler (cc) on PATH, needed to build the bundled SQLite; install gcc (Debian/Ubuntu: apt-get install gcc) — see README \"Requirements\"" >&2
+    exit 2
+fi
+
+# conformance --self-check starts the Python target (systems/conformance-target-py).
+if [ "${1:-}" = conformance ] && [[ " $* " == *" --self-check "* ]] && ! command -v python3 >/dev/null 2>&1; then
+    echo "run.sh: python3 not found on PATH, needed by conformance --self-check for its second target (Debian/Ubuntu: apt-get install python3) — see README \"Requirements\"" >&2
     exit 2
 fi
 
@@ -74,6 +84,13 @@ pg_majors() {
 postgres_must_be_fetched() {
     [ -n "${PG_BIN:-}" ] && return 1
     [ "${1:-}" = cite ] && return 1
+    # conformance starts PostgreSQL only for --self-check (ledger-svc's databases).
+    if [ "${1:-}" = conformance ]; then
+        case " $* " in
+            *" --self-check "*) ;;
+            *) return 1 ;;
+        esac
+    fi
     local mode=harness words=0 sqlite_only=yes
     case "${1:-}" in
         bench|explore|matrix) mode="$1"; shift ;;
@@ -177,10 +194,9 @@ fi
 for arg in "$@"; do
     case "$arg" in
         -h|--help|--list|--verbs|-V|--version)
-            if [ "${1:-}" != bench ] && [ "${1:-}" != explore ] && [ "${1:-}" != matrix ]; then
-                fresh harness || build -p harness --bin harness
-                exec "target/$profile_dir/harness" "$@"
-            fi
+            case "${1:-}" in bench|explore|matrix|conformance) continue ;; esac
+            fresh harness || build -p harness --bin harness
+            exec "target/$profile_dir/harness" "$@"
             ;;
     esac
 done
@@ -194,6 +210,10 @@ fi
 if [ "${1:-}" = "explore" ]; then
     shift
     exec "target/$profile_dir/explore" "$@"
+fi
+if [ "${1:-}" = "conformance" ]; then
+    shift
+    exec "target/$profile_dir/conformance" "$@"
 fi
 if [ "${1:-}" = "matrix" ]; then
     shift

@@ -139,6 +139,7 @@ Subcommands of ./run.sh (each has its own --help):
   ./run.sh explore [OPTIONS]   random workloads, a nemesis and a history checker (docs/explore.md)
   ./run.sh bench [OPTIONS]     debit throughput; its record goes to evidence/runs/ (docs/bench.md)
   ./run.sh cite --check        the texts' citations against the committed evidence (docs/citing.md)
+  ./run.sh conformance [OPTIONS]  family C, black-box, against your own debit service (docs/conformance.md)
 
 Environment: LEDGER_BUILD_PROFILE=dev runs the unoptimised build; PG_BIN names PostgreSQL's
 binaries; LEDGER_SPEC_DIR_<FAMILY> reads a family's case files from another folder.

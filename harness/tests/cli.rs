@@ -431,11 +431,11 @@ fn readme_commands_and_links_resolve() {
         .filter(|l| l.trim_start().starts_with("./run.sh"))
     {
         let command = line.split('#').next().unwrap();
-        // bench and explore are other binaries, with their own --help.
+        // bench, explore and conformance are other binaries, with their own --help.
         if command
             .split_whitespace()
             .nth(1)
-            .is_some_and(|w| w == "bench" || w == "explore")
+            .is_some_and(|w| w == "bench" || w == "explore" || w == "conformance")
         {
             continue;
         }
@@ -650,6 +650,7 @@ fn run_sh_help_names_itself_and_passes_every_option() {
         "./run.sh explore",
         "./run.sh bench",
         "./run.sh cite",
+        "./run.sh conformance",
     ] {
         assert!(text.contains(sub), "{sub} not in:\n{text}");
     }

@@ -7,7 +7,11 @@
 //! - **retry on its own**: when the upstream connection drops before a complete answer,
 //!   or the answer is 502, the proxy sends the same request bytes again on a new upstream
 //!   connection, up to [`ProxyOptions::upstream_retries`] times, as load balancers and
-//!   proxies do for requests they consider safe to repeat; the client never learns of it.
+//!   proxies do for requests they consider safe to repeat; the client never learns of it;
+//! - **hold**: the next N requests read in full are kept at the proxy, not sent upstream,
+//!   until [`Proxy::release_held`] lets them all go at once ([`Proxy::hold_next_requests`],
+//!   [`Proxy::held`] counts those waiting): a race a black box can force (`./run.sh
+//!   conformance`, docs/conformance.md).
 //!
 //! One request per client connection (the proxy answers with `Connection: close`
 //! semantics: it closes after the answer). Bodies are read by `Content-Length`, or to the
@@ -29,6 +33,9 @@ use case_kit::AbortOnDrop;
 /// Longest time the proxy waits for a client's request or an upstream's answer,
 /// milliseconds; then it gives up on that connection.
 pub const PROXY_IO_TIMEOUT_MS: u64 = 10_000;
+/// Longest time a request is held at the proxy ([`Proxy::hold_next_requests`]) before it
+/// goes upstream without a release, milliseconds.
+pub const PROXY_HOLD_MAX_MS: u64 = 30_000;
 /// Largest request or answer the proxy buffers, bytes.
 pub const PROXY_MAX_MESSAGE_BYTES: usize = 1 << 20;
 /// Most header lines parsed in one message.
@@ -55,15 +62,22 @@ pub struct ProxyStats {
     pub retries: u64,
     /// Complete upstream answers withheld from the client (connection cut).
     pub cut_responses: u64,
+    /// Requests written in full to an upstream connection (the service has them).
+    pub forwarded: u64,
 }
 
 #[derive(Default)]
 struct Shared {
     cut_pending: AtomicU32,
+    hold_pending: AtomicU32,
+    held: AtomicU64,
+    /// Bumped by [`Proxy::release_held`]; held requests wait for it to change.
+    release: tokio::sync::Notify,
     requests: AtomicU64,
     upstream_attempts: AtomicU64,
     retries: AtomicU64,
     cut_responses: AtomicU64,
+    forwarded: AtomicU64,
 }
 
 /// A running proxy.
@@ -113,6 +127,27 @@ impl Proxy {
         self.shared.cut_pending.store(count, Ordering::SeqCst);
     }
 
+    /// The next `count` requests read in full are held at the proxy (not sent upstream)
+    /// until [`Proxy::release_held`]; a request held longer than [`PROXY_HOLD_MAX_MS`]
+    /// goes on by itself.
+    pub fn hold_next_requests(&self, count: u32) {
+        self.shared.hold_pending.store(count, Ordering::SeqCst);
+    }
+
+    /// How many requests are held at the proxy now.
+    pub fn held(&self) -> u64 {
+        self.shared.held.load(Ordering::SeqCst)
+    }
+
+    /// Lets every held request go upstream at once; returns how many were held. Holding
+    /// of requests not yet read ends too.
+    pub fn release_held(&self) -> u64 {
+        self.shared.hold_pending.store(0, Ordering::SeqCst);
+        let held = self.held();
+        self.shared.release.notify_waiters();
+        held
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> ProxyStats {
         ProxyStats {
@@ -120,6 +155,7 @@ impl Proxy {
             upstream_attempts: self.shared.upstream_attempts.load(Ordering::SeqCst),
             retries: self.shared.retries.load(Ordering::SeqCst),
             cut_responses: self.shared.cut_responses.load(Ordering::SeqCst),
+            forwarded: self.shared.forwarded.load(Ordering::SeqCst),
         }
     }
 }
@@ -133,13 +169,14 @@ async fn serve(
 ) -> anyhow::Result<()> {
     let request = with_timeout(read_message(&mut client, Kind::Request)).await?;
     shared.requests.fetch_add(1, Ordering::SeqCst);
+    hold(shared).await;
     let mut attempt = 0;
     let answer = loop {
         shared.upstream_attempts.fetch_add(1, Ordering::SeqCst);
         if attempt > 0 {
             shared.retries.fetch_add(1, Ordering::SeqCst);
         }
-        let answer = with_timeout(exchange(options.upstream, &request)).await;
+        let answer = with_timeout(exchange(options.upstream, &request, shared)).await;
         let failed = match &answer {
             Ok(bytes) => status_of(bytes) == Some(502),
             Err(_) => true,
@@ -178,12 +215,36 @@ async fn serve(
     }
 }
 
+/// Waits for [`Proxy::release_held`] (at most [`PROXY_HOLD_MAX_MS`]) when a hold is
+/// pending; returns at once otherwise.
+async fn hold(shared: &Shared) {
+    let holding = shared
+        .hold_pending
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    if !holding {
+        return;
+    }
+    // Registered before it is counted: a release that sees the count wakes this waiter.
+    let released = shared.release.notified();
+    tokio::pin!(released);
+    released.as_mut().enable();
+    shared.held.fetch_add(1, Ordering::SeqCst);
+    let _ = tokio::time::timeout(Duration::from_millis(PROXY_HOLD_MAX_MS), released).await;
+    shared.held.fetch_sub(1, Ordering::SeqCst);
+}
+
 /// Sends `request` on a new upstream connection and reads one complete answer.
 ///
 /// Errors: connection refused or dropped before a complete answer; a malformed answer.
-async fn exchange(upstream: SocketAddr, request: &[u8]) -> anyhow::Result<Vec<u8>> {
+async fn exchange(
+    upstream: SocketAddr,
+    request: &[u8],
+    shared: &Shared,
+) -> anyhow::Result<Vec<u8>> {
     let mut stream = TcpStream::connect(upstream).await?;
     stream.write_all(request).await?;
+    shared.forwarded.fetch_add(1, Ordering::SeqCst);
     read_message(&mut stream, Kind::Response).await
 }
 
@@ -335,5 +396,63 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    /// Held requests reach nobody until released, then all go; the counters say so.
+    #[tokio::test]
+    async fn held_requests_go_together_when_released() {
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream_address = upstream.local_addr().unwrap();
+        let seen = Arc::new(AtomicU64::new(0));
+        let seen_by_server = seen.clone();
+        let _server = AbortOnDrop::spawn(async move {
+            while let Ok((mut stream, _)) = upstream.accept().await {
+                let seen = seen_by_server.clone();
+                tokio::spawn(async move {
+                    let _ = read_message(&mut stream, Kind::Request).await;
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await;
+                });
+            }
+        });
+        let proxy = Proxy::start(ProxyOptions {
+            upstream: upstream_address,
+            upstream_retries: 0,
+        })
+        .await
+        .unwrap();
+        proxy.hold_next_requests(3);
+        let clients: Vec<_> = (0..3)
+            .map(|_| {
+                let address = proxy.address;
+                tokio::spawn(async move {
+                    let mut stream = TcpStream::connect(address).await.unwrap();
+                    stream
+                        .write_all(b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n")
+                        .await
+                        .unwrap();
+                    read_message(&mut stream, Kind::Response).await.unwrap()
+                })
+            })
+            .collect();
+        for _ in 0..2_000 {
+            if proxy.held() == 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(proxy.held(), 3);
+        assert_eq!(proxy.stats().forwarded, 0);
+        assert_eq!(seen.load(Ordering::SeqCst), 0);
+        assert_eq!(proxy.release_held(), 3);
+        for client in clients {
+            let answer = client.await.unwrap();
+            assert_eq!(status_of(&answer), Some(200));
+        }
+        assert_eq!(proxy.stats().forwarded, 3);
+        assert_eq!(seen.load(Ordering::SeqCst), 3);
+        assert_eq!(proxy.held(), 0);
     }
 }

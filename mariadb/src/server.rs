@@ -31,6 +31,12 @@ pub struct ServerOptions {
     pub cache_dir: PathBuf,
     /// The user the server runs as when we are root.
     pub server_user: String,
+    /// The data directory, when not `dir/data` (family P puts it on a forgetful disk);
+    /// created and handed to the server's user. It is not removed with the server.
+    pub data_dir: Option<PathBuf>,
+    /// Server options passed as `--NAME=VALUE` after the defaults, in order (family P's
+    /// `innodb_flush_method=fsync`, `innodb_flush_log_at_trx_commit=2`, …).
+    pub settings: Vec<(String, String)>,
 }
 
 impl ServerOptions {
@@ -40,6 +46,8 @@ impl ServerOptions {
             dir,
             cache_dir: scratch_pg::binaries::default_cache_dir(),
             server_user: DEFAULT_SERVER_USER.into(),
+            data_dir: None,
+            settings: Vec::new(),
         }
     }
 }
@@ -54,6 +62,8 @@ pub struct Server {
     port: u16,
     credentials: Option<Credentials>,
     child: Option<Child>,
+    data_dir: PathBuf,
+    settings: Vec<(String, String)>,
 }
 
 impl Server {
@@ -70,13 +80,16 @@ impl Server {
         } else {
             None
         };
+        let dir = std::path::absolute(&options.dir)
+            .map_err(MariaError::io("resolving the server folder"))?;
         let mut server = Server {
             binaries,
-            dir: std::path::absolute(&options.dir)
-                .map_err(MariaError::io("resolving the server folder"))?,
+            data_dir: options.data_dir.unwrap_or_else(|| dir.join("data")),
+            dir,
             port: 0,
             credentials,
             child: None,
+            settings: options.settings,
         };
         server.prepare_folder()?;
         server.install()?;
@@ -93,6 +106,25 @@ impl Server {
             std::os::unix::fs::chown(&self.dir, Some(uid), Some(gid))
                 .map_err(MariaError::io("chown the server folder"))?;
         }
+        // The server's own temporary folder: a temporary table of the bootstrap in the
+        // shared /tmp was once removed under it by someone else (install-db failed with
+        // "Error on delete of '/tmp/#sql-temptable-…'").
+        let tmp = self.dir.join("tmp");
+        fs::create_dir_all(&tmp).map_err(MariaError::io(format!("creating {}", tmp.display())))?;
+        if let Some(Credentials { uid, gid }) = self.credentials {
+            std::os::unix::fs::chown(&tmp, Some(uid), Some(gid))
+                .map_err(MariaError::io("chown the server's temporary folder"))?;
+        }
+        if self.data_dir != self.dir.join("data") {
+            fs::create_dir_all(&self.data_dir).map_err(MariaError::io(format!(
+                "creating {}",
+                self.data_dir.display()
+            )))?;
+            if let Some(Credentials { uid, gid }) = self.credentials {
+                std::os::unix::fs::chown(&self.data_dir, Some(uid), Some(gid))
+                    .map_err(MariaError::io("chown the data directory"))?;
+            }
+        }
         Ok(())
     }
 
@@ -103,6 +135,7 @@ impl Server {
             .arg(format!("--basedir={}", self.binaries.usr.display()))
             .arg(format!("--datadir={}", self.data_dir().display()))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .arg(format!("--tmpdir={}", self.dir.join("tmp").display()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -148,6 +181,12 @@ impl Server {
             .arg(format!("--log-error={}", self.log_path().display()))
             // Room for sixteen racers and their observers in every concurrent case.
             .arg("--max-connections=500")
+            .arg(format!("--tmpdir={}", self.dir.join("tmp").display()))
+            .args(
+                self.settings
+                    .iter()
+                    .map(|(name, value)| format!("--{name}={value}")),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -218,9 +257,29 @@ impl Server {
     ///
     /// Errors: [`MariaError::Start`] and [`MariaError::Io`] from the restart.
     pub fn kill_and_restart(&mut self) -> Result<(), MariaError> {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        self.kill();
+        self.launch()
+    }
+
+    /// Kills the server with SIGKILL (no shutdown, no flush) and waits for it to exit;
+    /// returns whether one was running. [`Server::restart`] starts it again.
+    pub fn kill(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return false;
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        true
+    }
+
+    /// Starts a killed server again on its data and port (InnoDB's crash recovery) and
+    /// waits until it accepts a connection.
+    ///
+    /// Errors: [`MariaError::Start`] with the error log's tail when it exits first (a
+    /// recovery that fails) or does not answer within the hang bound; [`MariaError::Io`].
+    pub fn restart(&mut self) -> Result<(), MariaError> {
+        if self.child.is_some() {
+            return Ok(());
         }
         self.launch()
     }
@@ -242,7 +301,7 @@ impl Server {
 
     /// The data directory.
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.join("data")
+        self.data_dir.clone()
     }
 
     /// The error log.

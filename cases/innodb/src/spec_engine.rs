@@ -199,14 +199,16 @@ impl Session {
 }
 
 /// The product's events on one connection, and what they met on their way (a fresh
-/// [`Tally`] per call).
-struct OnInnoDb<'c> {
+/// [`Tally`] per call). Family P runs them on a MariaDB of a case's own
+/// (`cases_power::spec_mariadb`).
+pub struct OnInnoDb<'c> {
     conn: &'c mut Conn,
     tally: Tally,
 }
 
 impl<'c> OnInnoDb<'c> {
-    fn new(conn: &'c mut Conn) -> OnInnoDb<'c> {
+    /// The events on `conn`, nothing met yet.
+    pub fn new(conn: &'c mut Conn) -> OnInnoDb<'c> {
         OnInnoDb {
             conn,
             tally: Tally::default(),
@@ -347,26 +349,32 @@ impl EngineSession for Session {
     }
 
     fn reconcile(&mut self) -> BoxFuture<'_, Reconciled> {
-        async move {
-            let findings = OnInnoDb::new(&mut self.conn).reconcile().await?;
-            let mut words = vec![findings.summary()];
-            let rows = findings.row_mismatches.iter();
-            words.extend(rows.map(|m| format!("row:{}:{}=1", m.account_id, m.asset)));
-            let assets = findings.unbalanced_assets();
-            words.extend(
-                assets
-                    .iter()
-                    .map(|t| format!("sum:{}={}", t.asset, t.total)),
-            );
-            Ok((findings.is_clean(), words.join(" ")))
-        }
-        .boxed()
+        reconciled(&mut self.conn).boxed()
     }
+}
+
+/// The family's reconciliation on `conn` as `reconcile:` reads it: whether it is clean,
+/// and its summary `row_mismatches=N …`, then `row:alice:USDT=1` per mismatched row and
+/// `sum:BTC=1` per unbalanced asset (minor units).
+///
+/// Errors: the reconciliation's, as [`shown`].
+pub async fn reconciled(conn: &mut Conn) -> Reconciled {
+    let findings = OnInnoDb::new(conn).reconcile().await?;
+    let mut words = vec![findings.summary()];
+    let rows = findings.row_mismatches.iter();
+    words.extend(rows.map(|m| format!("row:{}:{}=1", m.account_id, m.asset)));
+    let assets = findings.unbalanced_assets();
+    words.extend(
+        assets
+            .iter()
+            .map(|t| format!("sum:{}={}", t.asset, t.total)),
+    );
+    Ok((findings.is_clean(), words.join(" ")))
 }
 
 /// Runs `sql` (one or more statements): rows as `column=value`, `(0 rows)` for a
 /// statement with columns and no rows, or one `ERROR …` line (rows before it dropped).
-async fn run_sql(conn: &mut Conn, sql: &str) -> Vec<String> {
+pub async fn run_sql(conn: &mut Conn, sql: &str) -> Vec<String> {
     let error = |e: mysql_async::Error| vec![format!("ERROR {}", shown(e.into()))];
     let mut result = match conn.query_iter(sql).await {
         Ok(result) => result,
@@ -410,7 +418,7 @@ fn print_value(value: &Value) -> String {
 
 /// An error as printed after `ERROR `: the MariaDB code, SQLSTATE and message, or the
 /// library's text.
-fn shown(error: InnoError) -> String {
+pub fn shown(error: InnoError) -> String {
     match error {
         InnoError::Server {
             code,

@@ -1,10 +1,10 @@
 //! Family P: power cuts. Each case mounts its own disk that forgets what was never
 //! synced (`forgetful-fs`, a FUSE pass-through holding unsynced writes in memory) in its
-//! folder, runs its system on it (a PostgreSQL cluster, an SQLite file), cuts the power
+//! folder, runs its system on it (a PostgreSQL cluster, an SQLite file, a MariaDB), cuts the power
 //! (SIGKILL of every process of the system, the unsynced data dropped) and checks what
 //! recovery kept. Each fault is paired: a configuration that must keep every
-//! acknowledged change (P1, P4, P5, P8) and a negative control that must lose or
-//! damage something (P2, P3, P6, P7).
+//! acknowledged change (P1, P4, P5, P8, P9, P12) and a negative control that must lose
+//! or damage something (P2, P3, P6, P7, P10, P11).
 //!
 //! Mounting needs root and `/dev/fuse`: elsewhere the family is listed as not run, with
 //! the reason (`launch::power::unavailable`).
@@ -15,8 +15,12 @@
 //! counts and the integrity check as expectations), P2–P4 on a PostgreSQL cluster of
 //! the case's own on it ([`spec_cluster`]: the cluster started with its settings, the
 //! write-back, then P3 and P4's update, page eviction and torn cut, or P2's ledger, its
-//! debit load through `ledger-svc` and the cut under it, on P1's code in [`ledger`]);
-//! `docs/specs.md`, "A power cut as one file".
+//! debit load through `ledger-svc` and the cut under it, on P1's code in [`ledger`]),
+//! P9–P12 on a MariaDB of the case's own on it ([`spec_mariadb`]: the frozen balances'
+//! placements in flight at the cut, a kill against a cut, and a page torn at the cut with
+//! the syncs [`lost_syncs`] made never reach the disk); `docs/specs.md`, "A power cut as
+//! one file". P9–P12 also need MariaDB's binaries, P11 and P12 `strace`
+//! ([`spec_mariadb::unavailable`], [`spec_mariadb::unavailable_with_strace`]).
 //!
 //! Adding a case: a power cut is one file beside P2, P3 or P5 (found at start-up, no
 //! registration, no rebuild); one that needs what no verb does is Rust: copy P1, give
@@ -27,10 +31,12 @@ use case_kit::{Engine, Family};
 
 pub mod durability;
 pub mod ledger;
+pub mod lost_syncs;
 pub mod spec_cluster;
 mod spec_disk;
 pub mod spec_engine;
 mod spec_ledger;
+pub mod spec_mariadb;
 pub mod verbs;
 
 // One line per case, in id order (the negative controls P2, P3, P6 and P7 are files).
@@ -39,22 +45,27 @@ case_kit::register_cases! {
     p08_withdrawal_broadcast_then_cut,
 }
 
-/// The family: P1–P8, each on its own mount.
+/// The family: P1–P12, each on its own mount.
 pub fn family() -> Family {
+    let on_mariadb = spec_mariadb::case_ids();
     Family {
         prefix: "P",
         title: "power cuts on a disk that forgets what was never synced (forgetful-fs)",
         engine: Engine::None,
         cases: all_cases()
             .into_iter()
-            .map(|case| case.requires(launch::power::unavailable))
+            .map(|case| match on_mariadb.get(&case.id) {
+                Some(true) => case.requires(spec_mariadb::unavailable_with_strace),
+                Some(false) => case.requires(spec_mariadb::unavailable),
+                None => case.requires(launch::power::unavailable),
+            })
             .collect(),
         extras: Vec::new(),
         verbs: verbs::ALL.to_vec(),
     }
 }
 
-/// The Rust cases and the case files, in id order (P2–P7 are files).
+/// The Rust cases and the case files, in id order (P2–P7 and P9–P12 are files).
 fn all_cases() -> Vec<case_kit::Case> {
     case_kit::in_id_order(cases().into_iter().chain(spec_engine::cases()).collect())
 }

@@ -40,13 +40,15 @@ const FILE: &str = "inventory.db";
 const WORKER_LINE_MS: u64 = 30_000;
 
 // The family's case files, each on the engine its `system:` names: this one
-// ([`SYSTEM`]) or a cluster on the disk ([`crate::spec_cluster::SYSTEM`]).
+// ([`SYSTEM`]), a cluster on the disk ([`crate::spec_cluster::SYSTEM`]) or a MariaDB
+// on it ([`crate::spec_mariadb::SYSTEM`]).
 case_kit::spec_files!(
     "P",
     "cases/power/specs",
     [
         Arc::new(PowerSqliteEngine::default()),
         Arc::new(crate::spec_cluster::PowerPgEngine::default()),
+        Arc::new(crate::spec_mariadb::PowerMariaEngine::default()),
     ]
 );
 

@@ -106,11 +106,85 @@ pub const FAULTS: Verbs = Verbs {
     verbs: &[verbs::POWER_CUT],
 };
 
+/// A MariaDB of the case's own on the forgetful disk (`spec_mariadb.rs`), beside the
+/// frozen balances' events ([`cases_frozen::verbs::EVENTS`]).
+pub const MARIADB_ON_DISK: Verbs = Verbs {
+    title: "a MariaDB (InnoDB) on a forgetful disk (`spec_mariadb.rs`)",
+    verbs: &[
+        Verb {
+            name: "server",
+            args: &[needs("database", Kind::Word), MARIADB_SET],
+            doc: "mounts the case's disk, `mariadb-install-db` and `mariadbd` with the data directory and redo log on it (`innodb_flush_method=fsync`, then each `set=NAME:VALUE`), the frozen balances' tables in the database the sessions and the expectations use, and what the server runs with: `mariadb on the forgetful disk: innodb_flush_method=fsync innodb_flush_log_at_trx_commit=1 innodb_doublewrite=1; database placed`",
+        },
+        Verb {
+            name: "write-back",
+            args: &[],
+            doc: "writes every unsynced write back to the disk (the kernel's periodic write-back, `sync(1)`), so a cut drops only what follows: `written back: the disk holds every write so far`",
+        },
+        Verb {
+            name: "placements",
+            args: &[
+                needs("count", Kind::Integer),
+                needs("account", Kind::Word),
+                needs("side", Kind::OneOf(&["BUY", "SELL"])),
+                needs("qty", Kind::Word),
+                needs("price", Kind::Word),
+                needs("key", Kind::Word),
+                may("market", Kind::Word, "`BTC-USDT`"),
+                may(
+                    "hold",
+                    Kind::Word,
+                    "none: every placement runs to its answer",
+                ),
+            ],
+            doc: "N placements at once, each on a connection of its own (`{i}` in `key=` is its index): `acknowledged=20 refused=0`; with `hold=POINT` the first to reach the hook point is held there inside its transaction and the others wait for its row lock, seen in `INNODB_TRX`; the call returns with all N in flight, until the cut: `in_flight=4 held_at=balances-updated lock_waits=3`",
+        },
+        Verb {
+            name: "kill-server",
+            args: &[],
+            doc: "SIGKILL of `mariadbd` alone (the disk keeps what was written), a start with InnoDB's crash recovery: `killed signal=9; recovery ok`",
+        },
+        Verb {
+            name: "flush-pages",
+            args: &[may(
+                "table",
+                Kind::Word,
+                "none: the wait ends with no dirty page and an empty history list",
+            )],
+            doc: "InnoDB writes every dirty page (`innodb_max_dirty_pages_pct=0`, then back to its default) until `Innodb_buffer_pool_pages_dirty` is 0 and, with `table=T`, the disk holds T's file written and unsynced (`dirty_pages=0 last_unsynced_write=49152+16384 unsynced_bytes=16384 lost_syncs_n=[n]`), or without it purge has emptied the history list, so nothing is left to change a page later (`dirty_pages=0 history_len=0`)",
+        },
+        Verb {
+            name: "lose-syncs",
+            args: &[needs("table", Kind::Word)],
+            doc: "strace attached to every thread of `mariadbd` makes each `fsync` and `fdatasync` of T's file and of the redo log succeed without being made, from now to the cut (`cases/power/src/lost_syncs.rs`): the state of a power cut during T's next page write; a `power-cut tear=T` then tears that write (`recovery=ok torn_bytes=512 doublewrite_restored=acct:3`, or `recovery=failed torn_bytes=512 corrupted_page=acct:3`)",
+        },
+    ],
+};
+
+/// `set=NAME:VALUE`, repeated: a server option of the case's MariaDB.
+const MARIADB_SET: Arg = Arg {
+    name: "set",
+    kind: Kind::Word,
+    absent: Some(
+        "the durable defaults (`innodb_flush_method=fsync`, `innodb_flush_log_at_trx_commit=1`, `innodb_doublewrite=ON`)",
+    ),
+    repeats: true,
+};
+
 /// Every set family P composes.
-pub const ALL: [&Verbs; 3] = [&STORE_ON_DISK, &CLUSTER_ON_DISK, &FAULTS];
+pub const ALL: [&Verbs; 5] = [
+    &STORE_ON_DISK,
+    &CLUSTER_ON_DISK,
+    &MARIADB_ON_DISK,
+    &cases_frozen::verbs::EVENTS,
+    &FAULTS,
+];
 
 /// The sets of the SQLite engine (`spec_engine.rs`).
 pub const SQLITE: [&Verbs; 2] = [&STORE_ON_DISK, &FAULTS];
 
 /// The sets of the cluster engine (`spec_cluster.rs`).
 pub const CLUSTER: [&Verbs; 2] = [&CLUSTER_ON_DISK, &FAULTS];
+
+/// The sets of the MariaDB engine (`spec_mariadb.rs`).
+pub const MARIADB: [&Verbs; 3] = [&MARIADB_ON_DISK, &cases_frozen::verbs::EVENTS, &FAULTS];

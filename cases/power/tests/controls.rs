@@ -1,7 +1,8 @@
 //! The P-family negative controls can fail: run where their fault cannot happen —
 //! P2's file with `fsync=on`, P3's without the tear, P6's with `synchronous=full`, P7's
-//! with `synchronous=extra` — each control's `negative control exposes` check must
-//! report FAIL. The files run as committed first, where every check passes. Root only
+//! with `synchronous=extra`, P10's with `innodb_flush_log_at_trx_commit=1`, P11's
+//! without the tear — each control's `negative control exposes` check must report
+//! FAIL. The files run as committed first, where every check passes. Root only
 //! (a FUSE mount); as another user each test says why it did not run.
 
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use case_kit::Env;
 use case_kit::spec::{self, Spec};
 use cases_power::spec_cluster::PowerPgEngine;
 use cases_power::spec_engine::{PowerSqliteEngine, SPEC_DIR};
+use cases_power::spec_mariadb::PowerMariaEngine;
 
 /// Seed of this test's environment (the controls use no random input).
 const SEED: u64 = 30;
@@ -43,6 +45,7 @@ async fn failed_checks(id: &str, name: &str, spec: Spec) -> Vec<String> {
     let shown = format!("cases/power/specs/{name}");
     let engine: Arc<dyn spec::SpecEngine> = match spec.system.as_str() {
         cases_power::spec_cluster::SYSTEM => Arc::new(PowerPgEngine::default()),
+        cases_power::spec_mariadb::SYSTEM => Arc::new(PowerMariaEngine::default()),
         _ => Arc::new(PowerSqliteEngine::default()),
     };
     let case = spec::spec_case(id.into(), shown, Arc::new(spec), engine);
@@ -86,6 +89,34 @@ async fn p7_with_synchronous_extra_exposes_nothing() {
     // disk loses the last acknowledged change (LIMITS.md, the power-cut table).
     let name = "p07_sqlite_journal_sync_off.spec";
     file_control_can_fail("P7", name, ("synchronous=off", "synchronous=extra")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p10_with_commits_synced_exposes_nothing() {
+    // P9's setting: every commit's redo is synced before its answer, the cut drops none.
+    let name = "p10_innodb_commit_2_loses.spec";
+    let guard = (
+        "set=innodb_flush_log_at_trx_commit:2",
+        "set=innodb_flush_log_at_trx_commit:1",
+    );
+    if let Some(reason) = cases_power::spec_mariadb::unavailable() {
+        eprintln!("not run: {reason}");
+        return;
+    }
+    file_control_can_fail("P10", name, guard).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p11_without_the_tear_detects_nothing() {
+    // The same page write left unsynced and the same cut, but the write is dropped
+    // whole: the disk keeps the old page, redo applies the update to it, the server
+    // starts.
+    let name = "p11_innodb_torn_page_detected.spec";
+    if let Some(reason) = cases_power::spec_mariadb::unavailable_with_strace() {
+        eprintln!("not run: {reason}");
+        return;
+    }
+    file_control_can_fail("P11", name, ("power-cut tear=acct", "power-cut")).await;
 }
 
 #[test]
