@@ -34,6 +34,15 @@ impl PartialEq for Call {
 impl Eq for Call {}
 
 impl Call {
+    /// A call made in code (line 0): operation `op` with `args` in order.
+    pub fn new(op: impl Into<String>, args: Vec<(String, String)>) -> Call {
+        Call {
+            op: op.into(),
+            args,
+            line: 0,
+        }
+    }
+
     /// The value of argument `name`, if given.
     pub fn arg(&self, name: &str) -> Option<&str> {
         self.args
