@@ -135,10 +135,10 @@ struct Args {
 /// The subcommands of `./run.sh`, after the options in `--help`.
 const SUBCOMMANDS: &str = "\
 Subcommands of ./run.sh (each has its own --help):
-  ./run.sh matrix [IDS]        the cases once per PostgreSQL major, 15 to 18 (evidence/matrix.md)
-  ./run.sh explore [OPTIONS]   random workloads, a nemesis and a history checker (docs/explore.md)
-  ./run.sh bench [OPTIONS]     debit throughput; its record goes to evidence/runs/ (docs/bench.md)
-  ./run.sh cite --check        the texts' citations against the committed evidence (docs/citing.md)
+  ./run.sh matrix [IDS]           the cases once per PostgreSQL major, 15 to 18 (evidence/matrix.md)
+  ./run.sh explore [OPTIONS]      random workloads, a nemesis and a history checker (docs/explore.md)
+  ./run.sh bench [OPTIONS]        debit throughput; its record goes to evidence/runs/ (docs/bench.md)
+  ./run.sh cite --check           the texts' citations against the committed evidence (docs/citing.md)
   ./run.sh conformance [OPTIONS]  family C, black-box, against your own debit service (docs/conformance.md)
 
 Environment: LEDGER_BUILD_PROFILE=dev runs the unoptimised build; PG_BIN names PostgreSQL's
