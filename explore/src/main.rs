@@ -44,6 +44,7 @@ async fn interrupted() -> i32 {
     };
     eprintln!("explore: {name} received; stopping ledger-svc and postgres");
     scratch_pg::cleanup_all_clusters();
+    scratch_pg::patroni::cleanup_all();
     explore::power::cleanup();
     code
 }

@@ -4,7 +4,8 @@
 //! pipe means the harness is gone. By then every postgres, service and worker process
 //! has received its parent-death signal; the janitor waits for the postmasters (the run's,
 //! and those cases start under `files/`), a case's PgBouncer there, and the scratch
-//! MariaDB's `mariadbd` to exit, detaches any mount left under the folder (a power-cut
+//! MariaDB's `mariadbd` to exit (a Patroni cluster's processes it kills first:
+//! `scratch_pg::patroni::kill_left_under`), detaches any mount left under the folder (a power-cut
 //! case's disk), removes the folder, and exits. It runs in its own process group so that a Ctrl-C
 //! aimed at the harness does not kill it first.
 
@@ -61,6 +62,10 @@ pub fn spawn(run_dir: &Path) -> std::io::Result<Janitor> {
 pub fn run(run_dir: &Path) -> ! {
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);
+    // A Patroni cluster's postmasters are detached from their Patroni (their parent is
+    // init), so no parent-death signal ends them: kill them, and whatever of etcd,
+    // Patroni and HAProxy is still there.
+    scratch_pg::patroni::kill_left_under(&run_dir.join("files"));
     let deadline = Instant::now() + Duration::from_millis(POSTMASTER_EXIT_WAIT_MS);
     while (postmaster_alive(run_dir) || crate::mariadb::alive(run_dir)) && Instant::now() < deadline
     {

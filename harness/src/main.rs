@@ -343,6 +343,7 @@ async fn after_signal((name, code): (&'static str, i32)) -> i32 {
         None => eprintln!("harness: {name} received; stopping postgres (run folder kept)"),
     }
     scratch_pg::cleanup_all_clusters();
+    scratch_pg::patroni::cleanup_all();
     mariadb::stop();
     external::cleanup().await;
     if let Some(dir) = run_dir {

@@ -1222,7 +1222,8 @@ async fn spot_routes_authenticate_and_the_tenant_is_the_caller() {
     let order_id = placed.body["order_id"].as_i64().expect("order id");
 
     // B's token, A's business id and body: B's own tenant, where alice has nothing; A's
-    // order and A's account are not there.
+    // order and A's account are not there, so the placement is refused as freezing from
+    // no balance row (404 NO_BALANCE, not recorded: F23), not A's placement replayed.
     let other = spot(
         &svc,
         false,
@@ -1232,7 +1233,7 @@ async fn spot_routes_authenticate_and_the_tenant_is_the_caller() {
         Some(order.clone()),
     )
     .await;
-    assert_eq!(other.status, 409, "B's placement is its own: {}", other.raw);
+    assert_refused_spot(&other, 404, "NO_BALANCE", "B's placement is its own");
     assert!(
         !other.body.to_string().contains(&order_id.to_string())
             || other.body.get("order_id").is_none()
@@ -1269,8 +1270,8 @@ async fn spot_routes_authenticate_and_the_tenant_is_the_caller() {
         .collect();
     assert_eq!(
         tenants,
-        ["app-a", "app-b"],
-        "each caller's operations in its own tenant"
+        ["app-a"],
+        "A's operations in A's tenant; B's refused placement recorded nothing"
     );
 }
 

@@ -230,88 +230,16 @@ fn version(usr: &Path) -> Result<String, ClusterError> {
 }
 
 /// The unpacked `usr` folder of `cache_dir/`[`CACHE_FOLDER`], fetched there first when
-/// missing. Concurrent callers are safe: each fetch stages into its own folder and the
-/// first rename wins.
+/// missing ([`crate::debian::resolve`]).
 ///
 /// Errors: [`ClusterError::Binaries`] naming the step that failed, or that fetching
 /// needs root.
 pub fn resolve(cache_dir: &Path) -> Result<PathBuf, ClusterError> {
-    let installed = cache_dir.join(CACHE_FOLDER);
-    let usr = installed.join("usr");
-    if usr.join("sbin/pgbouncer").is_file() {
-        return Ok(usr);
-    }
-    if !nix::unistd::geteuid().is_root() {
-        return Err(ClusterError::Binaries(format!(
-            "pgbouncer is not cached in {} and fetching it needs root (apt-get download {}); run once as root",
-            cache_dir.display(),
-            PACKAGES.join(" ")
-        )));
-    }
-    fs::create_dir_all(cache_dir).map_err(ClusterError::io("creating the cache folder"))?;
-    let staging = cache_dir.join(format!(".{CACHE_FOLDER}-staging-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&staging);
-    fs::create_dir_all(&staging).map_err(ClusterError::io("creating the staging folder"))?;
-    let result = download_and_unpack(&staging).and_then(|()| {
-        match fs::rename(&staging, &installed) {
-            Ok(()) => Ok(()),
-            // Another process won the race; its copy is as good as ours.
-            Err(_) if usr.join("sbin/pgbouncer").is_file() => Ok(()),
-            Err(e) => Err(ClusterError::io(format!(
-                "renaming to {}",
-                installed.display()
-            ))(e)),
-        }
-    });
-    let _ = fs::remove_dir_all(&staging);
-    result.map(|()| usr)
-}
-
-fn download_and_unpack(staging: &Path) -> Result<(), ClusterError> {
-    let apt = |verb: &str, packages: &[&str]| {
-        Command::new("apt-get")
-            .args(["-o", "DPkg::Lock::Timeout=600", "-q", verb])
-            .args(packages)
-            .current_dir(staging)
-            .output()
-            .map_err(|e| ClusterError::Binaries(format!("running apt-get {verb}: {e}")))
+    let fetch = crate::debian::Fetch {
+        folder: CACHE_FOLDER,
+        packages: &PACKAGES,
+        probe: "usr/sbin/pgbouncer",
+        finish: None,
     };
-    let mut output = apt("download", &PACKAGES)?;
-    if !output.status.success() {
-        let update = apt("update", &[])?;
-        if !update.status.success() {
-            return Err(failed("apt-get update", &update));
-        }
-        output = apt("download", &PACKAGES)?;
-    }
-    if !output.status.success() {
-        return Err(failed("apt-get download", &output));
-    }
-    let entries = fs::read_dir(staging).map_err(ClusterError::io("listing the staging folder"))?;
-    for entry in entries {
-        let path = entry
-            .map_err(ClusterError::io("listing the staging folder"))?
-            .path();
-        if path.extension().is_some_and(|ext| ext == "deb") {
-            let unpacked = Command::new("dpkg")
-                .arg("-x")
-                .arg(&path)
-                .arg(staging)
-                .output()
-                .map_err(|e| ClusterError::Binaries(format!("running dpkg -x: {e}")))?;
-            if !unpacked.status.success() {
-                return Err(failed("dpkg -x", &unpacked));
-            }
-            fs::remove_file(&path).map_err(ClusterError::io("removing a fetched package"))?;
-        }
-    }
-    Ok(())
-}
-
-fn failed(step: &str, output: &std::process::Output) -> ClusterError {
-    ClusterError::Binaries(format!(
-        "{step} failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr).trim()
-    ))
+    Ok(crate::debian::resolve(cache_dir, &fetch)?.join("usr"))
 }

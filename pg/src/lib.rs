@@ -20,6 +20,8 @@
 pub mod binaries;
 pub mod bouncer;
 mod cluster;
+pub mod debian;
+pub mod patroni;
 pub mod process;
 mod replica;
 pub mod versions;

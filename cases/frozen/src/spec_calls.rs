@@ -174,6 +174,16 @@ async fn naive_place(client: &mut Client, args: &Args<'_>) -> Result<String, Str
     Ok(format!("outcome={done} {after}"))
 }
 
+async fn unchecked_place(client: &mut Client, args: &Args<'_>) -> Result<String, String> {
+    let req = args.place_request()?;
+    let batched = args.0.arg("batch") == Some("yes");
+    let done = spec_naive::place_unchecked(client, &req, batched)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    let after = EventEngine::balance(client, &req.tenant_id, &req.account_id, Asset::Usdt).await;
+    Ok(format!("outcome={done} {after}"))
+}
+
 /// Whether `call` is one a case's own calls run ([`CaseCalls`]): a worker's, the
 /// network's, the spot routes', or a race's ([`is_a_race`]).
 fn needs_the_case(call: &Call) -> bool {
@@ -265,6 +275,14 @@ impl Calls for FrozenCalls {
                 "settle" => settle(client, &args).await,
                 "naive-cancel" => naive_cancel(client, &args).await,
                 "naive-place" => naive_place(client, &args).await,
+                "unchecked-place" => unchecked_place(client, &args).await,
+                "reconcile-rules" => {
+                    let assume_current = call.arg("assume") == Some("current");
+                    frozen_balances::rules::reconcile_fills(client, assume_current)
+                        .await
+                        .map(|findings| findings.summary())
+                        .map_err(|e| format!("{e:#}"))
+                }
                 _ => spec_events::run(client, call, " |").await,
             }
         }

@@ -27,6 +27,8 @@
 //! - `post-place … together=N`: N identical placements sent at once, released together
 //!   by a barrier (F4): `created=16 executed=1 replayed=15 distinct_bodies=1 | ` and the
 //!   first fresh answer;
+//! - `post-place … market=M`: the body's market is M, sent as typed (default
+//!   `BTC-USDT`; F23's placement on ETH-USDT);
 //! - `spot-service fault-injection=yes` enables the fault routes: `arm-fault
 //!   point=spot-after-commit action=pause [count=N] [hold_ms=N] [event=FILL]` (`armed at
 //!   POINT`) and `release-fault point=POINT` (`released=N`, returned once nothing is held
@@ -253,6 +255,20 @@ async fn send(service: &Service, client: &Client, call: &Call) -> Result<String,
     let tenant = call.arg("tenant").unwrap_or(DEFAULT_TENANT);
     let timeout = Duration::from_millis(CLIENT_TIMEOUT_MS);
     let reply = match call.op.as_str() {
+        "post-place" if call.arg("market").is_some() => {
+            let body = json!({"market": arg("market"), "side": arg("side"),
+                              "quantity": arg("qty"), "price": arg("price")});
+            let path = format!("/spot/accounts/{}/orders", arg("account"));
+            let request = service
+                .http()
+                .post(service.public_url(&path))
+                .for_tenant(tenant)
+                .header("idempotency-key", arg("key"))
+                .header(CONTENT_TYPE, "application/json")
+                .body(body.to_string())
+                .timeout(timeout);
+            service.send(request).await
+        }
         "post-place" => {
             let (account, side, key) = (arg("account"), arg("side"), arg("key"));
             let (qty, price) = (arg("qty"), arg("price"));

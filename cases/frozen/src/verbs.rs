@@ -181,6 +181,23 @@ pub const NAIVE: Verbs = Verbs {
             doc: "the placement with each statement in its own transaction (autocommit): `outcome=OK available=… frozen=…` (USDT), `outcome=FOUND` when its operation exists; with `fail=after-update` the injected error after the balance update (F6's control)",
         },
         Verb {
+            name: "unchecked-place",
+            args: &[
+                ACCOUNT,
+                SIDE_OF,
+                QTY,
+                PRICE,
+                KEY,
+                may(
+                    "batch",
+                    Kind::OneOf(&["yes"]),
+                    "the statements one by one in a transaction, the UPDATE's count dropped",
+                ),
+                TENANT,
+            ],
+            doc: "the placement in one transaction that never reads its conditional freeze's affected-row count, then records operation OK, movement and order; with `batch=yes` the four statements as one simple-query batch: `outcome=OK available=… frozen=…` (USDT) even when the freeze matched no row (F22's control)",
+        },
+        Verb {
             name: "naive-cancel",
             args: &[needs("order", WORD), KEY, needs("current", COINS), TENANT],
             doc: "a cancel that releases the remainder at `current`'s price and its fee reserve, recomputed, instead of the freeze's remainder: `outcome=OK released=4904.900000 status=CANCELLED …` (F18's control)",
@@ -358,6 +375,11 @@ pub const SPOT: Verbs = Verbs {
                 needs("price", WORD),
                 KEY,
                 TENANT,
+                may(
+                    "market",
+                    WORD,
+                    "`BTC-USDT` (with `market=`, sent as typed: F23's ETH-USDT)",
+                ),
                 may("give-up-when-held", WORD, "the client waits for the answer"),
                 may("together", INT, "one request"),
             ],
@@ -415,10 +437,25 @@ pub const RACES: Verbs = Verbs {
     }],
 };
 
+/// The rounding rule's version (F24; `frozen_balances::rules`).
+pub const RULES: Verbs = Verbs {
+    title: "the frozen balances' rounding rule (`frozen_balances::rules`)",
+    verbs: &[Verb {
+        name: "reconcile-rules",
+        args: &[may(
+            "assume",
+            Kind::OneOf(&["current"]),
+            "each fill with the version its movements record",
+        )],
+        doc: "every OK fill's fees recomputed with the rule version its movements record (with `assume=current`: with the rule in force now, as a design that records no version must): `fills=2 rule_mismatches=0`, then each mismatch (`| fill default/fill-2402 recorded v1: fees moved 1002 units, v1 computes 1000`) (F24)",
+    }],
+};
+
 /// Every set family F composes, in the order the reference lists them.
-pub const ALL: [&Verbs; 10] = [
+pub const ALL: [&Verbs; 11] = [
     &EVENTS,
     &WITHDRAWALS,
+    &RULES,
     &NAIVE,
     &WORKERS,
     &NETWORK,

@@ -1,6 +1,6 @@
 //! The F-family negative controls can fail: each runs where its fault cannot happen and
 //! its `negative control exposes` check must report FAIL. The spec files F6, F7, F8, F9,
-//! F18 and F19 run with their fault taken out ([`SPEC_CONTROLS`]: no failure after the
+//! F18, F19, F21, F22 and F24 run with their fault taken out ([`SPEC_CONTROLS`]: no failure after the
 //! update, the retry under the lost business id, no pause of F8's first holders (so the
 //! second reads only once the first is done), the naive settlements of a pair one after
 //! the other, the current price equal to the limit, a single fill). As written (as
@@ -47,9 +47,12 @@ fn all_passed(ctx: &Ctx) -> bool {
 /// second holder reads once the first is done), F9's request-order settlements without
 /// `at-once=yes` (one after the other), F18's naive cancel at the limit price itself
 /// (the recomputation happens to give the freeze record's figure), F19's order filled by
-/// a single fill of 1.0 (no second fill to swallow).
+/// a single fill of 1.0 (no second fill to swallow), F21's naive placement without the
+/// script's refund on judy's row (no writer skips the lock), F22's unchecked placements
+/// on 12 000 USDT (their second freeze fits, so the ignored count hides nothing), F24
+/// without the change of rule (one version: recomputing with the current rule is right).
 type Edits = &'static [(&'static str, &'static str)];
-const SPEC_CONTROLS: [(&str, &str, Edits); 6] = [
+const SPEC_CONTROLS: [(&str, &str, Edits); 9] = [
     (
         "F6",
         "f06_failure_between_update_and_movement.spec",
@@ -88,6 +91,30 @@ const SPEC_CONTROLS: [(&str, &str, Edits); 6] = [
             "qty=0.5 price=4900 key=order-3\n  call order_fill_b: fill buy=#3 sell=#4 qty=0.5",
             "qty=1.0",
         )],
+    ),
+    (
+        "F21",
+        "f21_a_writer_that_skips_the_lock.spec",
+        &[("n_judy s_judy s_resume", "n_judy s_resume")],
+    ),
+    (
+        "F22",
+        "f22_affected_rows_ignored.spec",
+        &[
+            (
+                "account=mia asset=USDT amount=6000",
+                "account=mia asset=USDT amount=12000",
+            ),
+            (
+                "account=nina asset=USDT amount=6000",
+                "account=nina asset=USDT amount=12000",
+            ),
+        ],
+    ),
+    (
+        "F24",
+        "f24_the_rounding_rules_version.spec",
+        &[("fill_v1 rule_v2 release_v1", "fill_v1 release_v1")],
     ),
 ];
 

@@ -1,12 +1,14 @@
 //! The I-family negative controls can fail: each runs where its fault cannot happen,
 //! and its `negative control exposes` check must report FAIL. I4 (Rust) runs under
 //! [`Plan::Harmless`] (no registration that rolls back behind the sixteen placements)
-//! and under the forced plan, as `./run.sh` runs it, where every check passes. I10, I11
-//! and I12 are case files (`cases/innodb/specs/`): each runs here as committed, where
+//! and under the forced plan, as `./run.sh` runs it, where every check passes. I10, I11,
+//! I12, I13 and I14 are case files (`cases/innodb/specs/`): each runs here as committed, where
 //! every check passes, and with one edit removing its fault, where its exposes check,
 //! and only it, must fail: I10's naive registration sent after the winner was released
 //! (its snapshot then includes the winner), I11's UPDATEs changing the row (`+ 1`, then
-//! `- 1`), I12's second read without `LOCK IN SHARE MODE`.
+//! `- 1`), I12's second read without `LOCK IN SHARE MODE`, I13 without the script's
+//! refund of judy (no writer beside the naive read-then-write), I14 with 12 000 USDT for
+//! mia (her batched freeze fits).
 //!
 //! Then the engine's wait observation beyond InnoDB's own lock table: a file (a
 //! constant here, not a case of the run) whose `ALTER TABLE` waits for the metadata lock of a
@@ -164,7 +166,7 @@ async fn innodb_controls_fail_where_the_fault_cannot_happen() {
     let env = Env::for_tests(SEED, &[&innodb::family()])
         .await
         .expect("an environment");
-    let files: [(&str, &str, Edits); 3] = [
+    let files: [(&str, &str, Edits); 5] = [
         (
             "I10",
             "i10_read_inside_the_failed_transaction.spec",
@@ -185,6 +187,19 @@ async fn innodb_controls_fail_where_the_fault_cannot_happen() {
             "I12",
             "i12_gap_locks_of_a_locking_read.spec",
             &[(" LOCK IN SHARE MODE", "")],
+        ),
+        (
+            "I13",
+            "i13_a_writer_that_skips_the_lock.spec",
+            &[("n_read s_judy n_reread", "n_read n_reread")],
+        ),
+        (
+            "I14",
+            "i14_affected_rows_ignored_in_a_batch.spec",
+            &[(
+                "account=mia asset=USDT amount=6000",
+                "account=mia asset=USDT amount=12000",
+            )],
         ),
     ];
     for (id, name, harmless) in files {

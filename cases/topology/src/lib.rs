@@ -17,6 +17,7 @@ use case_kit::{Engine, Family, PgTemplate};
 use futures_util::FutureExt;
 
 pub mod debit_groups;
+pub mod managed;
 pub mod pair;
 pub mod pooled;
 pub mod pooled_batch;
@@ -31,6 +32,12 @@ pub mod wal;
 case_kit::register_cases! {
     pub r1_through_pooler,
     pub r5_old_primary_returns,
+    pub r6_patroni_kill_leader,
+    pub r7_patroni_standby_stops,
+    pub r8_patroni_switchover,
+    pub r9_patroni_paused_leader,
+    pub r10_patroni_rewind,
+    pub r11_patroni_async_lag,
 }
 
 /// The family. Its engine is PostgreSQL so that a run boots the scratch cluster whose

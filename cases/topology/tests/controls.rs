@@ -4,7 +4,11 @@
 //! file with replay running and the standby caught up) must report its `negative control
 //! exposes` check as FAIL; with the fault every check must pass. R2's own claims fail
 //! against the service's earlier rule (the planted bug `trust-cancelled-commit`). R2, R3
-//! and R4 are files, run with their faults taken out by edits of the file.
+//! and R4 are files, run with their faults taken out by edits of the file. R9's control
+//! (a paused Patroni leader) loses acknowledged debits without `synchronous_mode` only:
+//! run in `synchronous_mode`, its `exposes:` fails. R11's control (an asynchronous Patroni
+//! promotion within `maximum_lag_on_failover`) loses the tail only with the standby's
+//! receiver stopped: caught up, it loses nothing.
 //!
 //! One scratch PostgreSQL 16 cluster for the binaries; each run starts its own primary
 //! and standby, as in a harness run.
@@ -238,4 +242,40 @@ async fn r2_claims_fail_against_the_earlier_rule() {
             "against the earlier rule {claim:?} did not fail: {failed:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r9_loses_acknowledged_debits_only_without_synchronous_mode() {
+    use cases_topology::r9_patroni_paused_leader as r9;
+    if let Some(why) = cases_topology::managed::unavailable() {
+        eprintln!("R9's control not run: {why}");
+        return;
+    }
+    let env = Env::for_tests(SEED, &[&cases_topology::family()])
+        .await
+        .expect("scratch cluster");
+    let mut asynchronous = fresh_ctx(&env, "R9", "r9_asynchronous").await;
+    r9::control(&mut asynchronous, false).await.unwrap();
+    assert_all_passed(&asynchronous);
+    let mut synchronous = fresh_ctx(&env, "R9", "r9_synchronous").await;
+    r9::control(&mut synchronous, true).await.unwrap();
+    assert_control_failed(&synchronous, r9::ANOMALY);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r11_loses_the_tail_only_with_the_receiver_stopped() {
+    use cases_topology::r11_patroni_async_lag as r11;
+    if let Some(why) = cases_topology::managed::unavailable() {
+        eprintln!("R11's control not run: {why}");
+        return;
+    }
+    let env = Env::for_tests(SEED, &[&cases_topology::family()])
+        .await
+        .expect("scratch cluster");
+    let mut stopped = fresh_ctx(&env, "R11", "r11_stopped").await;
+    r11::control(&mut stopped, true).await.unwrap();
+    assert_all_passed(&stopped);
+    let mut running = fresh_ctx(&env, "R11", "r11_running").await;
+    r11::control(&mut running, false).await.unwrap();
+    assert_control_failed(&running, r11::ANOMALY);
 }

@@ -84,6 +84,12 @@ pub enum ApiOutcome {
     NoOrder,
     /// Spot: a fill that does not fit its orders (422, not recorded).
     FillRejected,
+    /// Spot: the account holds no balance row of the asset a placement would freeze
+    /// (404, not recorded, no row created).
+    NoBalance,
+    /// Spot: the account is on hold for the asset (a reversed network deposit's shortfall
+    /// outstanding; 409, not recorded).
+    OnHold,
     /// No known bearer token (401, `--auth-tokens` only); nothing recorded.
     Unauthenticated,
     /// The token's caller may not do this: another client's `X-Client-Id`, or the admin
@@ -105,6 +111,8 @@ impl ApiOutcome {
             ApiOutcome::OrderClosed => "ORDER_CLOSED",
             ApiOutcome::NoOrder => "NO_ORDER",
             ApiOutcome::FillRejected => "FILL_REJECTED",
+            ApiOutcome::NoBalance => "NO_BALANCE",
+            ApiOutcome::OnHold => "ON_HOLD",
             ApiOutcome::Unauthenticated => "UNAUTHENTICATED",
             ApiOutcome::Forbidden => "FORBIDDEN",
         }

@@ -268,7 +268,7 @@ fn amount_problem(error: AmountError) -> Problem {
 
 fn parse_market(text: &str) -> Result<Market, Problem> {
     text.parse()
-        .map_err(|_| bad("market must be \"BTC-USDT\" (the only market)"))
+        .map_err(|_| bad("market must be \"BTC-USDT\" or \"ETH-USDT\""))
 }
 
 fn parse_side(text: &str) -> Result<Side, Problem> {
@@ -278,7 +278,7 @@ fn parse_side(text: &str) -> Result<Side, Problem> {
 
 fn parse_asset(text: &str) -> Result<Asset, Problem> {
     text.parse()
-        .map_err(|_| bad("asset must be \"USDT\" or \"BTC\""))
+        .map_err(|_| bad("asset must be \"USDT\", \"BTC\" or \"ETH\""))
 }
 
 /// One frozen-balance event a spot route runs: its request (kind, tenant, business id),
@@ -393,6 +393,12 @@ fn failure_response(state: &AppState, failure: Failure) -> Handled {
         }
         Failure::Failed(error) => error,
     };
+    error_response(error)
+}
+
+/// The answer to an event that failed with `error` (a problem body; 5xx only for the
+/// database's failures, after which the request may or may not have executed).
+fn error_response(error: FrozenError) -> Handled {
     match error {
         FrozenError::HookAborted(_) => Err(CloseConnection),
         FrozenError::PayloadMismatch { .. } => Ok(Problem::new(
@@ -415,6 +421,9 @@ fn failure_response(state: &AppState, failure: Failure) -> Handled {
         )
         .with("order_id", order_id)
         .into_response()),
+        error @ (FrozenError::NoBalance { .. } | FrozenError::Held { .. }) => {
+            Ok(balance_refusal(error).into_response())
+        }
         FrozenError::FillRejected(text) => Ok(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "fill-rejected",
@@ -437,6 +446,46 @@ fn failure_response(state: &AppState, failure: Failure) -> Handled {
         error => {
             eprintln!("ledger-svc: spot event failed: {error}");
             Ok(Problem::internal().into_response())
+        }
+    }
+}
+
+/// The problem of a freeze refused for the account's balance row of an asset: none
+/// (404 `NO_BALANCE`, F23) or on hold (409 `ON_HOLD`, F25). Neither is recorded.
+fn balance_refusal(error: FrozenError) -> Problem {
+    match error {
+        FrozenError::NoBalance { account_id, asset } => Problem::new(
+            StatusCode::NOT_FOUND,
+            "no-balance",
+            "No balance of that asset",
+            format!(
+                "account {account_id} holds no {asset} balance; nothing was recorded",
+                asset = asset.as_str()
+            ),
+            ApiOutcome::NoBalance,
+        )
+        .with("account_id", account_id)
+        .with("asset", asset.as_str()),
+        FrozenError::Held {
+            account_id,
+            asset,
+            shortfall,
+        } => Problem::new(
+            StatusCode::CONFLICT,
+            "on-hold",
+            "Account on hold for that asset",
+            format!(
+                "account {account_id} owes {shortfall} units of {asset} from a reversed deposit; \
+                 nothing was recorded",
+                asset = asset.as_str()
+            ),
+            ApiOutcome::OnHold,
+        )
+        .with("account_id", account_id)
+        .with("asset", asset.as_str()),
+        other => {
+            eprintln!("ledger-svc: spot event failed: {other}");
+            Problem::internal()
         }
     }
 }

@@ -38,9 +38,13 @@ pub const READY_TIMEOUT_MS: u64 = 1_000;
 /// answer is 503 with `Retry-After`: connection exceptions (08), transaction rollback
 /// (40: serialization failure, deadlock), insufficient resources (53), operator
 /// intervention (57: `statement_timeout`, server shutdown), lock_not_available (55P03:
-/// `lock_timeout`) and idle_in_transaction_session_timeout (25P03). PostgreSQL docs,
-/// Appendix A. Every other SQLSTATE (a trigger's error, a violated constraint) is 500.
-const TRANSIENT_SQLSTATES: [&str; 6] = ["08", "40", "53", "57", "55P03", "25P03"];
+/// `lock_timeout`), idle_in_transaction_session_timeout (25P03) and
+/// read_only_sql_transaction (25006: a router that follows a failover manager, HAProxy
+/// on Patroni's `/primary`, sends a session to the new leader while its promotion is
+/// still under way, docs/failover.md; the write is refused, nothing recorded).
+/// PostgreSQL docs, Appendix A. Every other SQLSTATE (a trigger's error, a violated
+/// constraint) is 500.
+const TRANSIENT_SQLSTATES: [&str; 7] = ["08", "40", "53", "57", "55P03", "25P03", "25006"];
 
 /// What every handler shares.
 pub struct AppState {

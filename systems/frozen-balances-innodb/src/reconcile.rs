@@ -84,6 +84,7 @@ pub async fn reconcile(conn: &mut mysql_async::Conn) -> Result<Findings, InnoErr
         movements_without_operation: event_refs(&mut tx, MOVEMENTS_WITHOUT_OPERATION_SQL).await?,
         operations_without_movement: event_refs(&mut tx, OPERATIONS_WITHOUT_MOVEMENT_SQL).await?,
         pending_operations: event_refs(&mut tx, PENDING_SQL).await?,
+        reorg_shortfalls: Vec::new(),
     };
     tx.commit().await?;
     Ok(findings)

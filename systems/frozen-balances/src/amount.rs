@@ -14,7 +14,7 @@ pub const MAX_DECIMAL_CHARS: usize = 30;
 /// The fee, in basis points of a fill's notional, charged to each side.
 pub const FEE_BPS: i64 = 10;
 /// Basis points in one whole.
-const BPS_PER_WHOLE: i64 = 10_000;
+pub const BPS_PER_WHOLE: i64 = 10_000;
 
 /// Why a decimal string or an amount was refused. The text is meant for a client.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

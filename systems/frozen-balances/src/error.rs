@@ -33,6 +33,31 @@ pub enum FrozenError {
     /// account). Rolled back, not recorded: a retry runs afresh.
     #[error("order {0} does not exist")]
     NoOrder(i64),
+    /// The account holds no balance row of the asset the event would freeze (a
+    /// placement on a market whose asset it lacks, a withdrawal of an asset it never
+    /// held). Rolled back before any row is created: not recorded, no balance row made
+    /// (HTTP 404 `NO_BALANCE`; docs/withdrawals.md, "Assets an account does not hold").
+    #[error("account {account_id} holds no {asset} balance")]
+    NoBalance {
+        /// Account.
+        account_id: String,
+        /// The asset it does not hold.
+        asset: crate::asset::Asset,
+    },
+    /// The account owes a shortfall of the asset (a deposit reversed after it was
+    /// partly spent, [`crate::reorg`]): its new freezes of that asset are refused until
+    /// it is settled. Rolled back, not recorded (HTTP 409 `ON_HOLD`).
+    #[error(
+        "account {account_id} is on hold for {asset}: a reversed deposit left {shortfall} units unpaid"
+    )]
+    Held {
+        /// Account.
+        account_id: String,
+        /// The asset held.
+        asset: crate::asset::Asset,
+        /// The outstanding shortfall, minor units.
+        shortfall: i64,
+    },
     /// A fill that does not fit its orders (sides, market, quantity above a remainder,
     /// price outside the limits). The matching engine's error; rolled back, not recorded.
     #[error("fill refused: {0}")]

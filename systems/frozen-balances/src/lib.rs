@@ -29,6 +29,8 @@ pub mod hooks;
 pub mod naive;
 pub mod query;
 pub mod reconcile;
+pub mod reorg;
+pub mod rules;
 pub mod schema;
 pub mod withdraw;
 

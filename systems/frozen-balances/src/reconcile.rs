@@ -104,6 +104,9 @@ pub struct Findings {
     pub operations_without_movement: Vec<EventRef>,
     /// Committed operations still PENDING.
     pub pending_operations: Vec<EventRef>,
+    /// Reversed network deposits whose shortfall is outstanding, and `sys-reorg` rows
+    /// that are not minus their sum ([`crate::reorg`]; PostgreSQL only, empty on InnoDB).
+    pub reorg_shortfalls: Vec<crate::reorg::Shortfall>,
 }
 
 impl Findings {
@@ -121,6 +124,7 @@ impl Findings {
             + self.movements_without_operation.len()
             + self.operations_without_movement.len()
             + self.pending_operations.len()
+            + self.reorg_shortfalls.len()
     }
 
     /// Nothing found.
@@ -130,12 +134,16 @@ impl Findings {
 
     /// One line of counts, e.g. `row_mismatches=0 unbalanced_assets=0 frozen_mismatches=0
     /// closed_with_remainder=0 movements_without_operation=0 operations_without_movement=0
-    /// pending_operations=0`.
+    /// pending_operations=0`, then ` reorg_shortfalls=N` when N > 0 (F25).
     pub fn summary(&self) -> String {
+        let shortfalls = match self.reorg_shortfalls.len() {
+            0 => String::new(),
+            n => format!(" reorg_shortfalls={n}"),
+        };
         format!(
             "row_mismatches={} unbalanced_assets={} frozen_mismatches={} \
              closed_with_remainder={} movements_without_operation={} \
-             operations_without_movement={} pending_operations={}",
+             operations_without_movement={} pending_operations={}{shortfalls}",
             self.row_mismatches.len(),
             self.unbalanced_assets().len(),
             self.frozen_mismatches.len(),
@@ -222,6 +230,16 @@ impl Findings {
                     e.tenant_id, e.business_id, e.what
                 ));
             }
+        }
+        for s in &self.reorg_shortfalls {
+            lines.push(format!(
+                "reorg {}/{} {} of {}: {} fronted by sys-reorg",
+                s.tenant_id,
+                s.tx_id,
+                s.asset,
+                s.account_id,
+                format_units(s.asset, s.shortfall)
+            ));
         }
         lines
     }
@@ -311,6 +329,7 @@ pub async fn reconcile(client: &mut Client) -> Result<Findings, FrozenError> {
     let movements_without_operation = event_refs(&tx, MOVEMENTS_WITHOUT_OPERATION_SQL).await?;
     let operations_without_movement = event_refs(&tx, OPERATIONS_WITHOUT_MOVEMENT_SQL).await?;
     let pending_operations = event_refs(&tx, PENDING_SQL).await?;
+    let reorg_shortfalls = shortfalls(&tx).await?;
     tx.commit().await?;
     Ok(Findings {
         row_mismatches,
@@ -320,7 +339,26 @@ pub async fn reconcile(client: &mut Client) -> Result<Findings, FrozenError> {
         movements_without_operation,
         operations_without_movement,
         pending_operations,
+        reorg_shortfalls,
     })
+}
+
+/// The outstanding shortfalls of reversed deposits and the `sys-reorg` rows that differ
+/// from minus their sum ([`crate::reorg::SHORTFALLS_SQL`]).
+///
+/// Errors: [`FrozenError::Db`]; [`FrozenError::InvariantViolated`] (an unknown asset).
+async fn shortfalls(tx: &Transaction<'_>) -> Result<Vec<crate::reorg::Shortfall>, FrozenError> {
+    let mut found = Vec::new();
+    for row in tx.query_typed(crate::reorg::SHORTFALLS_SQL, &[]).await? {
+        found.push(crate::reorg::Shortfall {
+            tenant_id: row.try_get("tenant_id")?,
+            tx_id: row.try_get("tx_id")?,
+            account_id: row.try_get("account_id")?,
+            asset: asset(row.try_get("asset")?)?,
+            shortfall: row.try_get("shortfall")?,
+        });
+    }
+    Ok(found)
 }
 
 /// An asset name read from the database.

@@ -27,7 +27,7 @@ pub fn is_system_account(account_id: &str) -> bool {
     account_id.starts_with(SYSTEM_ACCOUNT_PREFIX)
 }
 
-/// DDL of the four tables.
+/// DDL of the four tables and the rounding rule.
 ///
 /// - `balance`: one row per `(tenant_id, account_id, asset)`, minor units; a derived
 ///   value, equal to the sum of its movements. CHECKs `balance_frozen_non_negative` and
@@ -35,13 +35,26 @@ pub fn is_system_account(account_id: &str) -> bool {
 /// - `balance_operation`: one row per business event, `UNIQUE (tenant_id, business_id)`,
 ///   with the canonical payload, its fingerprint, the outcome (`PENDING` only inside the
 ///   registering transaction) and the recorded result (JSON) that a replay returns.
+/// - `rounding_rule`: one row, the version of the rule that turns a fill into amounts
+///   now in force (1 at install; [`crate::rules`]); `current_rule_version()` reads it.
 /// - `balance_movement`: one row per (event, account, asset), linked to its operation by
 ///   `(tenant_id, business_id)` (no foreign key on purpose: reconciliation must be able
-///   to find a movement without an operation).
+///   to find a movement without an operation), with the rule version in force when it
+///   was written (`rule_version`, F24).
 /// - `spot_order`: the freeze record — what was frozen (fee reserve included), the filled
 ///   quantity, the amount consumed by fills, the amount released (price improvement and
 ///   cancel) and the status. Its remainder is `frozen_amount - consumed - released`.
 pub const SCHEMA_SQL: &str = r#"
+CREATE TABLE rounding_rule (
+    one     boolean PRIMARY KEY DEFAULT true CONSTRAINT rounding_rule_one_row CHECK (one),
+    version integer NOT NULL CONSTRAINT rounding_rule_version_check CHECK (version IN (1, 2))
+);
+
+INSERT INTO rounding_rule (version) VALUES (1);
+
+CREATE FUNCTION current_rule_version() RETURNS integer LANGUAGE sql STABLE
+    AS 'SELECT version FROM rounding_rule';
+
 CREATE TABLE balance (
     tenant_id      text    NOT NULL,
     account_id     text    NOT NULL,
@@ -60,7 +73,7 @@ CREATE TABLE balance_operation (
     tenant_id    text        NOT NULL,
     business_id  text        NOT NULL,
     kind         text        NOT NULL
-        CONSTRAINT balance_operation_kind_check CHECK (kind IN ('PLACE', 'FILL', 'CANCEL', 'DEPOSIT', 'WITHDRAW', 'WITHDRAW_SETTLE')),
+        CONSTRAINT balance_operation_kind_check CHECK (kind IN ('PLACE', 'FILL', 'CANCEL', 'DEPOSIT', 'DEPOSIT_REVERSAL', 'WITHDRAW', 'WITHDRAW_SETTLE')),
     payload      text        NOT NULL,
     payload_hash text        NOT NULL,
     outcome      text        NOT NULL
@@ -79,6 +92,7 @@ CREATE TABLE balance_movement (
     asset           text      NOT NULL,
     available_delta bigint    NOT NULL,
     frozen_delta    bigint    NOT NULL,
+    rule_version    integer   NOT NULL DEFAULT current_rule_version(),
     CONSTRAINT balance_movement_non_zero CHECK (available_delta <> 0 OR frozen_delta <> 0),
     CONSTRAINT balance_movement_event_row_key UNIQUE (tenant_id, business_id, account_id, asset),
     CONSTRAINT balance_movement_balance_fkey FOREIGN KEY (tenant_id, account_id, asset)
@@ -122,7 +136,9 @@ CREATE INDEX spot_order_open_idx ON spot_order (tenant_id, account_id) WHERE sta
 /// - `withdrawal_outbox`: the pending event the request writes; `processed_at` is set by
 ///   the settlement.
 /// - `chain_deposit`: one row per network transaction reported, its highest
-///   confirmations seen and `SEEN | CREDITED | DROPPED`.
+///   confirmations seen and `SEEN | CREDITED | DROPPED | REVERSED` (dropped after its
+///   credit, [`crate::reorg`]), with the shortfall of a reversal (what the account had
+///   already spent, fronted by `sys-reorg`).
 pub const WITHDRAWAL_SCHEMA_SQL: &str = r#"
 CREATE TABLE withdrawal (
     tenant_id     text        NOT NULL,
@@ -172,7 +188,8 @@ CREATE TABLE chain_deposit (
     amount        bigint  NOT NULL CONSTRAINT chain_deposit_amount_check CHECK (amount > 0),
     confirmations integer NOT NULL CONSTRAINT chain_deposit_confirmations_check CHECK (confirmations >= 0),
     status        text    NOT NULL
-        CONSTRAINT chain_deposit_status_check CHECK (status IN ('SEEN', 'CREDITED', 'DROPPED')),
+        CONSTRAINT chain_deposit_status_check CHECK (status IN ('SEEN', 'CREDITED', 'DROPPED', 'REVERSED')),
+    shortfall     bigint  NOT NULL DEFAULT 0 CONSTRAINT chain_deposit_shortfall_check CHECK (shortfall >= 0),
     PRIMARY KEY (tenant_id, tx_id)
 );
 "#;

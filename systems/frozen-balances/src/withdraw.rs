@@ -47,7 +47,7 @@ use crate::decisions::{Deltas, Event, Outcome, Recorded, add_delta, check_id};
 use crate::error::FrozenError;
 use crate::events::{
     Registration, apply, begin, ensure_rows, finish, hook_in_tx, lock_and_check, register,
-    retry_on_deadlock, write_movements,
+    require_row, retry_on_deadlock, write_movements,
 };
 use crate::hooks::{EventKind, HookPoint, Hooks};
 use crate::schema::{SYS_DEPOSIT, is_system_account};
@@ -243,7 +243,9 @@ INSERT INTO withdrawal_outbox (tenant_id, withdrawal_id) VALUES ($1, $2)";
 /// path), `before-commit`, `after-commit`.
 ///
 /// Errors: [`FrozenError::Invalid`] before any database access;
-/// [`FrozenError::PayloadMismatch`]; [`FrozenError::HookAborted`]; [`FrozenError::Db`].
+/// [`FrozenError::PayloadMismatch`]; [`FrozenError::NoBalance`] (an asset the account
+/// holds no row of: rolled back, not recorded); [`FrozenError::HookAborted`];
+/// [`FrozenError::Db`].
 pub async fn request(
     client: &mut Client,
     req: &WithdrawRequest,
@@ -294,16 +296,17 @@ async fn request_once(
     finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
 }
 
-/// Inside `tx`: creates the account's balance row of the asset at 0 if missing, then
-/// freezes `req.amount` with the conditional UPDATE; the available left (minor units), or
-/// `None` when there was not enough (nothing changed).
+/// Inside `tx`: refuses an account with no balance row of the asset
+/// ([`crate::events::require_row`]: nothing created, not recorded), then freezes
+/// `req.amount` with the conditional UPDATE; the available left (minor units), or `None`
+/// when there was not enough (nothing changed).
 ///
-/// Errors: [`FrozenError::Db`].
+/// Errors: [`FrozenError::NoBalance`]; [`FrozenError::Db`].
 async fn freeze_amount(
     tx: &Transaction<'_>,
     req: &WithdrawRequest,
 ) -> Result<Option<i64>, FrozenError> {
-    ensure_rows(tx, &req.tenant_id, &[(&req.account_id, req.asset, false)]).await?;
+    require_row(tx, &req.tenant_id, &req.account_id, req.asset).await?;
     let asset = req.asset.as_str();
     let frozen = tx
         .query_typed_opt(
@@ -817,8 +820,11 @@ pub enum ReportEffect {
     Dropped,
     /// Dropped earlier; this report changes nothing.
     AlreadyDropped,
-    /// A drop reported after the credit: outside the model (LIMITS.md); nothing changes.
-    DroppedAfterCredit,
+    /// A drop reported after the credit: the credit reversed now ([`crate::reorg`]).
+    Reversed,
+    /// Reversed earlier; this report (a drop, or the transaction reported again) changes
+    /// nothing: a reversed transaction is never credited again.
+    AlreadyReversed,
 }
 
 const UPSERT_CHAIN_SQL: &str = "\
@@ -833,7 +839,8 @@ const CHAIN_STATUS_SQL: &str =
 /// Applies one deposit report in one transaction: the `chain_deposit` row is created or
 /// locked first (so reports of one transaction are serialised), then credited from
 /// `sys-deposit` when `confirmations >= required` and it is neither credited nor dropped
-/// (business id `chain:<tx id>`, kind `DEPOSIT`, with its movements, as a deposit).
+/// (business id `chain:<tx id>`, kind `DEPOSIT`, with its movements, as a deposit); a
+/// drop reported after the credit reverses it ([`crate::reorg`]).
 ///
 /// Errors: [`FrozenError::Invalid`] (ids, amount, a system account, `required` 0, or a
 /// report whose account, asset or amount differ from the first report of the
@@ -901,23 +908,50 @@ async fn report_once(
             report.tx_id
         )));
     }
-    let effect = match (status.as_str(), report.dropped) {
-        ("CREDITED", true) => ReportEffect::DroppedAfterCredit,
+    let effect = apply_report(&tx, report, &status, required).await?;
+    tx.commit().await?;
+    Ok(effect)
+}
+
+/// What a report does to a deposit in `status`, inside the report's transaction (the
+/// `chain_deposit` row locked): credit at `required` confirmations, a drop before the
+/// credit, the reversal of a drop after it ([`crate::reorg`]), or nothing.
+///
+/// Errors: [`FrozenError::Db`]; [`FrozenError::InvariantViolated`] (delta overflow).
+async fn apply_report(
+    tx: &Transaction<'_>,
+    report: &DepositReport,
+    status: &str,
+    required: u32,
+) -> Result<ReportEffect, FrozenError> {
+    let t = &report.tenant_id;
+    Ok(match (status, report.dropped) {
+        ("CREDITED", true) => {
+            let credited = crate::reorg::Credited {
+                tenant_id: t,
+                tx_id: &report.tx_id,
+                account_id: &report.account_id,
+                asset: report.asset,
+                amount: report.amount,
+                business_id: format!("{CHAIN_DEPOSIT_PREFIX}{}#reversal", report.tx_id),
+            };
+            crate::reorg::reverse(tx, &credited).await?;
+            ReportEffect::Reversed
+        }
+        ("REVERSED", _) => ReportEffect::AlreadyReversed,
         ("CREDITED", false) => ReportEffect::AlreadyCredited,
         ("DROPPED", _) => ReportEffect::AlreadyDropped,
         (_, true) => {
-            tx_status(&tx, t, &report.tx_id, "DROPPED").await?;
+            tx_status(tx, t, &report.tx_id, "DROPPED").await?;
             ReportEffect::Dropped
         }
         (_, false) if report.confirmations < required => ReportEffect::Seen,
         (_, false) => {
-            credit(&tx, report).await?;
-            tx_status(&tx, t, &report.tx_id, "CREDITED").await?;
+            credit(tx, report).await?;
+            tx_status(tx, t, &report.tx_id, "CREDITED").await?;
             ReportEffect::Credited
         }
-    };
-    tx.commit().await?;
-    Ok(effect)
+    })
 }
 
 async fn tx_status(

@@ -1,7 +1,8 @@
 //! The events of SPEC §8 against a real PostgreSQL 16 (scratch cluster): the F1, F2 and
 //! F11 figures, replays of OK and refused events, payload mismatches, tenants, a race of
 //! placements on too little, a hook abort between the balance update and the movements,
-//! the reserve-share assertion, and reconciliation finding tampering per asset.
+//! the reserve-share assertion, reconciliation finding tampering per asset, and a placement
+//! on an asset the account holds no row of (refused, nothing created).
 
 use std::sync::{Arc, Mutex, Weak};
 
@@ -730,5 +731,32 @@ async fn deadlock_is_retried_with_the_same_business_id() {
         db.text(t, "alice", Asset::Btc).await,
         "1.00000000 0.00000000"
     );
+    assert_clean(&mut c).await;
+}
+
+/// A placement freezing an asset the account holds no row of is refused before anything
+/// is created (F23): no balance row, no operation, and the id stays free; with the row
+/// there, the same id places.
+#[tokio::test]
+async fn placement_without_a_row_of_its_asset_creates_nothing() {
+    let db = Db::new("fb_no_balance").await;
+    let mut c = db.connect().await;
+    let t = DEFAULT_TENANT;
+    fund(&mut c, t, "dep-o", "oscar", Asset::Btc, "1").await;
+    let req = order_req(t, "p-o", "oscar", Side::Buy, "0.1", "5000");
+    assert!(matches!(
+        place(&mut c, &req, &NoHooks).await,
+        Err(FrozenError::NoBalance {
+            asset: Asset::Usdt,
+            ..
+        })
+    ));
+    let rows = "SELECT count(*) FROM balance WHERE account_id = 'oscar'";
+    assert_eq!(db.scalar(rows).await, 1);
+    let ops = "SELECT count(*) FROM balance_operation WHERE business_id = 'p-o'";
+    assert_eq!(db.scalar(ops).await, 0);
+    fund(&mut c, t, "dep-o2", "oscar", Asset::Usdt, "1000").await;
+    let placed = place(&mut c, &req, &NoHooks).await.unwrap();
+    assert_eq!(placed.outcome, Outcome::Ok);
     assert_clean(&mut c).await;
 }

@@ -294,7 +294,8 @@ async fn fill_once(
         )
         .await;
     }
-    let settlement = match settle(req, &buy, &sell) {
+    let version = crate::rules::current_version(&tx).await?;
+    let settlement = match settle_under(req, &buy, &sell, version) {
         Ok(settlement) => settlement,
         Err(error) => return rollback_with(tx, error).await,
     };
@@ -457,18 +458,32 @@ impl Settlement {
     }
 }
 
-/// Checks that the fill fits both (open, locked) orders and computes its settlement,
-/// asserting SPEC §8's rounding rule before anything is written.
+/// Checks that the fill fits both (open, locked) orders and computes its settlement
+/// under rounding rule version 1, asserting SPEC §8's rounding rule before anything is
+/// written ([`settle_under`]; the InnoDB system's rule).
 pub fn settle(
     req: &FillRequest,
     buy: &OrderRow,
     sell: &OrderRow,
 ) -> Result<Settlement, FrozenError> {
+    settle_under(req, buy, sell, 1)
+}
+
+/// [`settle`] with the fee computed by rounding rule `version` ([`crate::rules`]): the
+/// reserve share must still cover it, or the fill is refused as an invariant.
+///
+/// Errors: as [`settle`]; an unknown version.
+pub fn settle_under(
+    req: &FillRequest,
+    buy: &OrderRow,
+    sell: &OrderRow,
+    version: i32,
+) -> Result<Settlement, FrozenError> {
     let market = check_fits(req, buy, sell)?;
     let q = req.quantity;
     let overflow = || FrozenError::InvariantViolated("settlement arithmetic overflows".into());
     let notional = amount::notional_units(market, q, req.price)?;
-    let fee = amount::fee_units(notional);
+    let fee = crate::rules::fee_units(version, notional)?;
     let buyer_fee = fee;
     let seller_fee = fee;
     let buyer_paid = notional.checked_add(buyer_fee).ok_or_else(overflow)?;

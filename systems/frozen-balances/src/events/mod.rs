@@ -209,6 +209,67 @@ pub(crate) async fn ensure_rows(
     Ok(())
 }
 
+/// The outstanding shortfall of an account's asset: deposits reversed after they were
+/// partly spent (`crate::reorg`, F25).
+const HELD_SQL: &str = "\
+SELECT coalesce(sum(shortfall), 0)::bigint FROM chain_deposit
+WHERE tenant_id = $1 AND account_id = $2 AND asset = $3 AND status = 'REVERSED'";
+
+const ROW_EXISTS_SQL: &str = "\
+SELECT EXISTS (SELECT 1 FROM balance WHERE tenant_id = $1 AND account_id = $2 AND asset = $3)";
+
+/// Refuses an event that would freeze `asset` of an account holding no row of it: the
+/// row is never created for a freeze (a row at 0 would then be refused as
+/// INSUFFICIENT and recorded, and the account would seem to hold an asset it never
+/// had). Read without a lock: a row is never deleted, so one seen stays. Then refuses
+/// an account on hold for the asset ([`HELD_SQL`]: a reversed deposit's shortfall
+/// outstanding).
+///
+/// Errors: [`FrozenError::NoBalance`]; [`FrozenError::Held`]; [`FrozenError::Db`].
+pub(crate) async fn require_row(
+    tx: &Transaction<'_>,
+    tenant_id: &str,
+    account_id: &str,
+    asset: Asset,
+) -> Result<(), FrozenError> {
+    let exists: bool = tx
+        .query_typed_one(
+            ROW_EXISTS_SQL,
+            &[
+                (&tenant_id, Type::TEXT),
+                (&account_id, Type::TEXT),
+                (&asset.as_str(), Type::TEXT),
+            ],
+        )
+        .await?
+        .try_get(0)?;
+    if !exists {
+        return Err(FrozenError::NoBalance {
+            account_id: account_id.to_owned(),
+            asset,
+        });
+    }
+    let shortfall: i64 = tx
+        .query_typed_one(
+            HELD_SQL,
+            &[
+                (&tenant_id, Type::TEXT),
+                (&account_id, Type::TEXT),
+                (&asset.as_str(), Type::TEXT),
+            ],
+        )
+        .await?
+        .try_get(0)?;
+    if shortfall > 0 {
+        return Err(FrozenError::Held {
+            account_id: account_id.to_owned(),
+            asset,
+            shortfall,
+        });
+    }
+    Ok(())
+}
+
 const LOCK_ROW_SQL: &str = "\
 SELECT available, frozen, allow_negative FROM balance
 WHERE tenant_id = $1 AND account_id = $2 AND asset = $3

@@ -5,7 +5,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Transaction};
 
 use super::{
-    Registration, begin, ensure_rows, finish, hook_in_tx, register, retry_on_deadlock,
+    Registration, begin, ensure_rows, finish, hook_in_tx, register, require_row, retry_on_deadlock,
     write_movements,
 };
 use crate::amount;
@@ -191,13 +191,14 @@ RETURNING order_id";
 /// Places `req`: registers its business id, freezes `quantity × limit` plus the fee
 /// reserve (BUY, quote asset) or `quantity` (SELL, base asset) with a conditional
 /// UPDATE, writes the movement and the order, records OK. Not enough available → records
-/// INSUFFICIENT and changes nothing else. Missing balance rows of the account are
-/// created at 0. Hooks: `registered`, `balances-updated` (OK path), `before-commit`,
+/// INSUFFICIENT and changes nothing else. An account with no balance row of the asset
+/// it would freeze is refused before anything is created; its missing row of the other
+/// asset of the market (the one a fill credits) is created at 0. Hooks: `registered`, `balances-updated` (OK path), `before-commit`,
 /// `after-commit`.
 ///
 /// Errors: [`FrozenError::Invalid`] / [`FrozenError::Amount`] before any database
-/// access; [`FrozenError::PayloadMismatch`]; [`FrozenError::HookAborted`];
-/// [`FrozenError::Db`].
+/// access; [`FrozenError::PayloadMismatch`]; [`FrozenError::NoBalance`] (rolled back, not
+/// recorded); [`FrozenError::HookAborted`]; [`FrozenError::Db`].
 pub async fn place(
     client: &mut Client,
     req: &PlaceRequest,
@@ -243,16 +244,17 @@ async fn place_once(
     finish(tx, hooks, &event, operation_id, Outcome::Ok, result).await
 }
 
-/// Inside `tx`: creates the account's missing balance rows of the market (base, quote) at
-/// 0, then freezes `freeze.amount` with the conditional UPDATE; the available left
+/// Inside `tx`: refuses an account without a row of the frozen asset
+/// ([`super::require_row`]), creates its missing row of the other asset at 0, then freezes `freeze.amount` with the conditional UPDATE; the available left
 /// (minor units), or `None` when there was not enough (nothing changed).
 ///
-/// Errors: [`FrozenError::Db`].
+/// Errors: [`FrozenError::NoBalance`]; [`FrozenError::Db`].
 async fn freeze_funds(
     tx: &Transaction<'_>,
     req: &PlaceRequest,
     freeze: &amount::Freeze,
 ) -> Result<Option<i64>, FrozenError> {
+    require_row(tx, &req.tenant_id, &req.account_id, freeze.asset).await?;
     ensure_rows(tx, &req.tenant_id, &req.balance_rows()).await?;
     let asset = freeze.asset.as_str();
     let frozen = tx
