@@ -258,7 +258,8 @@ pub fn starts(family: &Family) -> String {
         ),
         "R" => Some(
             "the scratch PostgreSQL (its binaries), and per case a primary and a standby \
-             of their own, PgBouncer for the pooler cases",
+             of their own, PgBouncer for the pooler cases; R6-R11 a Patroni cluster with \
+             etcd behind HAProxy",
         ),
         _ => None,
     };
