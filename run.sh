@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Builds the release binaries and runs the harness; arguments pass through
 # (case ids such as L3, --list, --keep-cluster, --seed N, --repeat N; see `./run.sh --help`).
-# `./run.sh bench [--duration-s N]` runs the benchmark instead (see `./run.sh bench --help`).
+# `--help`, `--list`, `--verbs` and `--version` build nothing when the harness binary is
+# newer than every source file, and only the harness binary otherwise.
+# `./run.sh bench [--duration-s N]` runs the benchmark instead (see `./run.sh bench --help`);
+# its record goes to evidence/runs/bench-<stamp>-<pid>/, and `--accept` also writes the
+# committed page evidence/bench/.
 # `./run.sh explore [--seed N] [--duration-s S] [--clients C]` runs the exploration
 # (random workloads, a nemesis, a history checker; see `./run.sh explore --help`).
 # `./run.sh matrix [ids]` runs the cases once per PostgreSQL major (15-18) and writes
@@ -133,42 +137,86 @@ case "$profile" in
         exit 2
         ;;
 esac
-if [ "${1:-}" = "bench" ]; then
+# The bench builds release (its figures need it) unless LEDGER_BUILD_PROFILE=dev asks
+# for the unoptimised build by name: for a test of its plumbing (harness/tests/cli.rs),
+# whose figures are not comparable; the bench says so.
+if [ "${1:-}" = "bench" ] && [ "${LEDGER_BUILD_PROFILE:-}" != dev ]; then
     profile_dir=release
     profile_flag=(--release)
 fi
 # Cargo's own progress is shown on a terminal, and for a first (cold) build anywhere, so
 # that a four-minute build is never silent; a warm build off a terminal (CI, tests) stays
-# quiet.
+# quiet. run.sh itself says "building" only for a first build, and "rebuilt" only when
+# cargo wrote a new binary (the newest mtime changed): nothing when nothing was built.
 quiet=(--quiet)
 if [ -t 2 ] || [ ! -x "target/$profile_dir/harness" ]; then
     quiet=()
 fi
 if [ ! -x "target/$profile_dir/harness" ]; then
     echo "run.sh: building $profile_dir binaries (first release build: about 4 minutes on 2 cores, about 1 GB in target/)" >&2
-else
-    echo "run.sh: building $profile_dir binaries" >&2
 fi
+# The newest modification time among the profile's binaries, `none` before any.
+binaries_mtime() {
+    local newest
+    newest="$(find "target/$profile_dir" -maxdepth 1 -type f -executable -printf '%T@\n' 2>/dev/null | sort -n | tail -1)"
+    echo "${newest:-none}"
+}
+# Whether target/$profile_dir/$1 is newer than every file the workspace may build from:
+# all but target/, evidence/, .git/ and what no build reads (texts, case files, which
+# are read when a run starts, this script). Then asking cargo would only confirm it,
+# which takes seconds on a loaded machine.
+fresh() {
+    local binary="target/$profile_dir/$1"
+    [ -x "$binary" ] || return 1
+    [ -z "$(find . \( -path ./target -o -path ./evidence -o -path ./.git \) -prune \
+        -o -type f -newer "$binary" -not -name '*.md' -not -name '*.spec' \
+        -not -name '*.about' -not -name '*.out' -not -name 'LICENSE*' -not -path ./run.sh \
+        -print -quit 2>/dev/null)" ]
+}
+# Runs `cargo build $@` in the chosen profile, then says whether a binary was rebuilt.
+build() {
+    local before
+    before="$(binaries_mtime)"
+    cargo build "${profile_flag[@]}" "${quiet[@]}" "$@"
+    if [ "$before" != none ] && [ "$before" != "$(binaries_mtime)" ]; then
+        echo "run.sh: rebuilt the $profile_dir binaries (sources changed)" >&2
+    fi
+}
+# run.sh's own name in the harness's usage lines and errors.
+export LEDGER_RUN_SH=1
 if [ "${1:-}" = "cite" ]; then
     # Texts and committed files only: the harness binary alone.
-    cargo build "${profile_flag[@]}" "${quiet[@]}" -p harness --bin harness
+    fresh harness || build -p harness --bin harness
     exec "target/$profile_dir/harness" "$@"
 fi
-cargo build "${profile_flag[@]}" "${quiet[@]}" --bins
+# Asking only what the harness binary answers by itself (--help, --list, --verbs,
+# --version): no other binary is needed, and none is built when this one is fresh.
+for arg in "$@"; do
+    case "$arg" in
+        -h|--help|--list|--verbs|-V|--version)
+            case "${1:-}" in bench|explore|matrix|conformance) continue ;; esac
+            fresh harness || build -p harness --bin harness
+            exec "target/$profile_dir/harness" "$@"
+            ;;
+    esac
+done
+build --bins
 if [ "${1:-}" = "bench" ]; then
     shift
-    exec target/release/bench --out evidence/bench "$@"
+    # The record goes to evidence/runs/bench-<stamp>-<pid>/ (ignored by git); the
+    # committed page evidence/bench/ changes only with --accept (docs/bench.md).
+    exec "target/$profile_dir/bench" "$@"
 fi
 if [ "${1:-}" = "explore" ]; then
     shift
-    exec "target/$profile_dir/explore" --evidence-dir evidence "$@"
+    exec "target/$profile_dir/explore" "$@"
 fi
 if [ "${1:-}" = "conformance" ]; then
     shift
-    exec "target/$profile_dir/conformance" --evidence-dir evidence "$@"
+    exec "target/$profile_dir/conformance" "$@"
 fi
 if [ "${1:-}" = "matrix" ]; then
     shift
-    exec "target/$profile_dir/harness" --evidence-dir evidence --matrix "$@"
+    exec "target/$profile_dir/harness" --matrix "$@"
 fi
-exec "target/$profile_dir/harness" --evidence-dir evidence "$@"
+exec "target/$profile_dir/harness" "$@"

@@ -23,10 +23,13 @@
 //! client count, so the variants compared at one count run seconds apart); each rate is
 //! the median repetition's, each ratio and share the median of the per-pass ratios.
 //!
-//! Output: a table on stdout and under `evidence/bench/` (Markdown and JSON, with the
-//! machine, PostgreSQL version and settings, and the seed), an SVG plot of throughput
-//! against clients with the ceiling, and one last line `BENCH …` with ratios from the
-//! same run.
+//! Output: a table on stdout and a record under `evidence/runs/bench-<stamp>-<pid>/`
+//! (ignored by git, pruned with the harness's run records: `./run.sh --keep-runs N`;
+//! Markdown and JSON, with the machine, PostgreSQL version and settings, and the seed),
+//! an SVG plot of throughput against clients with the ceiling, the page, and one last
+//! line `BENCH …` with ratios from the same run. The committed page `evidence/bench/`
+//! is written only with `--accept` (as `./run.sh --accept` writes snapshots), so a run
+//! leaves the working tree as it was.
 
 mod counted;
 mod cpu;
@@ -127,9 +130,14 @@ struct Args {
     /// Measured seconds of each paired slice.
     #[arg(long, default_value_t = paired::DEFAULT_PAIR_SLICE_S)]
     pair_slice_s: u64,
-    /// Folder for the table and the plot.
-    #[arg(long, default_value = "evidence/bench")]
-    out: PathBuf,
+    /// Folder for the run's record (table, plot, page) [default:
+    /// evidence/runs/bench-<stamp>-<pid>].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Also write the record over the committed page, `evidence/bench/` (the figures the
+    /// docs cite): review with `git diff`, commit when meant. Refused from a dev build.
+    #[arg(long)]
+    accept: bool,
     /// Start the service variant's ledger-svc with `--auth-tokens` (its debits then carry
     /// a bearer token; `launch::service`).
     #[arg(long, env = launch::service::AUTH_ENV, value_parser = clap::builder::BoolishValueParser::new())]
@@ -160,6 +168,7 @@ fn main() {
 async fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let seed = checked_seed(&args)?;
+    let folders = output_folders(&args)?;
     launch::service::set_run_auth(args.auth);
     print_settings(&args, seed);
     let counted = count(&args).await?;
@@ -205,25 +214,76 @@ async fn run(args: Args) -> anyhow::Result<()> {
         machine: report::machine(),
         wall_time_s: started.elapsed().as_secs_f64(),
     };
-    std::fs::create_dir_all(&args.out)?;
     let figures = report::Figures {
         points: &points,
         counted: &counted,
         paired: paired.as_ref(),
     };
-    report::write(&args.out, &context, &figures, &results)?;
-    println!(
-        "wrote {}/results.md, results.json, throughput.svg, index.html (the page)",
-        args.out.display()
-    );
+    for out in &folders {
+        report::write(out, &context, &figures, &results)
+            .with_context(|| format!("writing the record in {}", out.display()))?;
+        println!(
+            "wrote {}/results.md, results.json, throughput.svg, index.html (the page)",
+            out.display()
+        );
+    }
+    if !args.accept {
+        println!("{ACCEPTED_DIR}/ (committed) unchanged: `./run.sh bench --accept` writes it");
+    }
     println!("{}", report::bench_line(&figures));
     Ok(())
 }
 
+/// The folders the record is written to, made now, before minutes of measuring: the
+/// run's ([`record_folder`]) and, with `--accept`, the committed page's. None with
+/// `--count-only`, which writes nothing.
+///
+/// Errors: a folder that cannot be made, with its path.
+fn output_folders(args: &Args) -> anyhow::Result<Vec<PathBuf>> {
+    if args.count_only {
+        return Ok(Vec::new());
+    }
+    let mut folders = vec![record_folder(args)];
+    if args.accept {
+        folders.push(PathBuf::from(ACCEPTED_DIR));
+    }
+    for out in &folders {
+        std::fs::create_dir_all(out)
+            .with_context(|| format!("creating {} (--out names another folder)", out.display()))?;
+    }
+    Ok(folders)
+}
+
+/// The committed bench page, written only with `--accept`.
+const ACCEPTED_DIR: &str = "evidence/bench";
+
+/// Where this run's record goes: `--out`, else `evidence/runs/bench-<UTC start>-<pid>`
+/// (named as the harness's run records are, so `prune_runs` in
+/// `harness/src/evidence.rs` counts it among them).
+fn record_folder(args: &Args) -> PathBuf {
+    args.out.clone().unwrap_or_else(|| {
+        let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+            .to_string()
+            .replace(':', "");
+        PathBuf::from("evidence/runs").join(format!("bench-{stamp}-{}", std::process::id()))
+    })
+}
+
 /// The run's seed (`--seed`, else from the clock), once the options agree.
 ///
-/// Errors: `--batch-stripes` is more than `--stripes`.
+/// Errors: `--batch-stripes` is more than `--stripes`; `--accept` from a dev build.
 fn checked_seed(args: &Args) -> anyhow::Result<u64> {
+    if args.accept && cfg!(debug_assertions) {
+        anyhow::bail!(
+            "--accept writes the committed page, whose figures need the release build; \
+             run `./run.sh bench --accept` without LEDGER_BUILD_PROFILE=dev"
+        );
+    }
+    if cfg!(debug_assertions) {
+        eprintln!(
+            "bench: an unoptimised (dev) build; its figures are not comparable with a release build's"
+        );
+    }
     if batch_stripes(args) > args.stripes.max(1) {
         anyhow::bail!(
             "--batch-stripes {} is more than the {} stripes the database has (--stripes)",

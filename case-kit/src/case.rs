@@ -51,6 +51,12 @@ pub struct Case {
     /// (`None`: present), e.g. root and `/dev/fuse` to mount a file system. A run where
     /// it is missing lists the case as not run with that reason ([`Case::requires`]).
     pub requirement: Option<fn() -> Option<String>>,
+    /// Why the case cannot run at all, known before anything starts: a case file that
+    /// cannot be read, parsed or run on its family's engine (`<file>: line N: …`,
+    /// [`crate::spec::cases_on`]). The harness refuses a selection holding one as a
+    /// usage error before it starts a server ([`Case::broken`]); run anyway, the case
+    /// fails with this reason.
+    pub problem: Option<String>,
     /// The body.
     pub body: Arc<CaseBody>,
 }
@@ -71,6 +77,7 @@ impl Case {
             pinned: Choices::default(),
             restarts_server: None,
             requirement: None,
+            problem: None,
             body: Arc::new(body),
         }
     }
@@ -115,6 +122,13 @@ impl Case {
         self
     }
 
+    /// Marks the case as one that cannot run, for `reason` (see
+    /// [`Case::problem`](struct.Case.html#structfield.problem)).
+    pub fn broken(mut self, reason: impl Into<String>) -> Case {
+        self.problem = Some(reason.into());
+        self
+    }
+
     /// Why the case cannot run on this machine, or `None` when it can.
     pub fn unavailable(&self) -> Option<String> {
         self.requirement.and_then(|check| check())
@@ -142,6 +156,7 @@ impl fmt::Debug for Case {
             .field("pinned", &self.pinned)
             .field("restarts_server", &self.restarts_server)
             .field("requirement", &self.requirement.is_some())
+            .field("problem", &self.problem)
             .finish()
     }
 }

@@ -128,7 +128,7 @@ pub use play::{POLL_INTERVAL_MS, STEP_WAIT_MS};
 pub use postgres::PgEngine;
 pub use race::with_index;
 pub use result::run_sql;
-pub use runner::{cases_in, cases_on, run, spec_case, spec_id};
+pub use runner::{cases_in, cases_on, run, spec_case, spec_dir, spec_dir_variable, spec_id};
 pub use upstream::{MAX_UPSTREAM_SPEC_LINES, is_upstream, parse_upstream};
 
 /// Longest a spec file may be: a spec is a short interleaving, not a program.
@@ -147,7 +147,7 @@ fn parse_call(line: usize, text: &str) -> Result<Call, ParseError> {
             .ok_or_else(|| error(line, format!("argument {word:?} is not key=value")))?;
         args.push((key.to_string(), value.to_string()));
     }
-    Ok(Call { op, args })
+    Ok(Call { op, args, line })
 }
 
 fn one_line(text: &str) -> String {

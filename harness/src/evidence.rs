@@ -307,15 +307,55 @@ pub fn write_interrupted(
     Ok(())
 }
 
+/// Checks, before any server starts, that the run's record can be written under
+/// `evidence_dir`: makes `<evidence_dir>/runs/` and writes and removes a probe file in it.
+///
+/// Errors: the folder that could not be made or written, with its path, the system's
+/// reason, and what to do (`--evidence-dir` names another).
+pub fn check_writable(evidence_dir: &Path) -> Result<(), String> {
+    let runs = evidence_dir.join("runs");
+    let probe = runs.join(format!(".probe-{}", std::process::id()));
+    let written = fs::create_dir_all(&runs)
+        .map_err(|e| (runs.clone(), e))
+        .and_then(|()| fs::write(&probe, b"").map_err(|e| (probe.clone(), e)));
+    match written {
+        Ok(()) => {
+            let _ = fs::remove_file(&probe);
+            Ok(())
+        }
+        Err((path, error)) => Err(format!(
+            "the evidence folder cannot be written: {}: {error}; nothing was started \
+             (make it writable, or name another with --evidence-dir DIR)",
+            path.display()
+        )),
+    }
+}
+
 /// How many run records `evidence/runs/` keeps: after each run, completed or
 /// interrupted, the older ones beyond this are removed (never the one `evidence/latest`
 /// points at, nor one whose harness is still running).
 pub const KEEP_RUNS: usize = 20;
 
-/// Removes all but the newest `keep` run folders under `<evidence>/runs/` (by name: the
-/// names start with the UTC start time), never the folder `<evidence>/latest` points at
-/// and never one whose harness process still runs. Only folders named like a run
-/// (`<YYYY-MM-DD>T<HHMMSS>Z-<pid>`) are touched. Returns how many were removed;
+/// The number of run records this process keeps (`--keep-runs`), [`KEEP_RUNS`] unless
+/// [`set_keep_runs`] said otherwise; read by the interrupted run's pruning too.
+static KEEP_RUNS_CHOSEN: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(KEEP_RUNS);
+
+/// Sets how many run records this process keeps (`--keep-runs N`).
+pub fn set_keep_runs(keep: usize) {
+    KEEP_RUNS_CHOSEN.store(keep, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How many run records this process keeps: `--keep-runs`, else [`KEEP_RUNS`].
+pub fn keep_runs() -> usize {
+    KEEP_RUNS_CHOSEN.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Removes all but the newest `keep` run folders under `<evidence>/runs/` (by the UTC
+/// start time their names hold), never the folder `<evidence>/latest` points at and
+/// never one whose harness or bench process still runs. Only folders named like a run
+/// record are touched: the harness's `<YYYY-MM-DD>T<HHMMSS>Z-<pid>`, and the bench's and
+/// the matrix's, the same after `bench-` or `matrix-`. Returns how many were removed;
 /// failures to remove are skipped (another run may be pruning too).
 pub fn prune_runs(evidence_dir: &Path, keep: usize) -> usize {
     let runs = evidence_dir.join("runs");
@@ -329,7 +369,7 @@ pub fn prune_runs(evidence_dir: &Path, keep: usize) -> usize {
         .map(|entry| entry.file_name().to_string_lossy().into_owned())
         .filter(|name| run_pid(name).is_some())
         .collect();
-    names.sort();
+    names.sort_by(|a, b| run_stamp(a).cmp(run_stamp(b)).then(a.cmp(b)));
     let excess = names.len().saturating_sub(keep);
     let mut removed = 0;
     for name in &names[..excess] {
@@ -347,9 +387,18 @@ pub fn prune_runs(evidence_dir: &Path, keep: usize) -> usize {
     removed
 }
 
-/// The pid of a run folder's name `<YYYY-MM-DD>T<HHMMSS>Z-<pid>`, `None` for another name.
+/// A run folder's name without its kind (`bench-`, `matrix-`): what sorts by time.
+fn run_stamp(name: &str) -> &str {
+    ["bench-", "matrix-"]
+        .iter()
+        .find_map(|kind| name.strip_prefix(kind))
+        .unwrap_or(name)
+}
+
+/// The pid of a run folder's name `[bench-|matrix-]<YYYY-MM-DD>T<HHMMSS>Z-<pid>`, `None`
+/// for another name.
 fn run_pid(name: &str) -> Option<u32> {
-    let (stamp, pid) = name.rsplit_once('-')?;
+    let (stamp, pid) = run_stamp(name).rsplit_once('-')?;
     let bytes = stamp.as_bytes();
     let shaped = bytes.len() == 18
         && bytes[4] == b'-'
@@ -366,8 +415,10 @@ fn run_pid(name: &str) -> Option<u32> {
 /// Whether process `pid` is a harness (its run may still be writing its folder).
 fn harness_alive(pid: u32) -> bool {
     pid != std::process::id()
-        && fs::read(format!("/proc/{pid}/cmdline"))
-            .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains("harness"))
+        && fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            cmdline.contains("harness") || cmdline.contains("bench")
+        })
 }
 
 fn results<'a>(records: &'a [CaseReport], environment: &Environment) -> Results<'a> {
@@ -548,5 +599,11 @@ mod tests {
         assert_eq!(run_pid("2026-12-01T053844Z-26396"), Some(26396));
         assert_eq!(run_pid("earlier"), None);
         assert_eq!(run_pid("2026-12-01-26396"), None);
+        assert_eq!(run_pid("bench-2026-12-01T053844Z-7"), Some(7));
+        assert_eq!(run_pid("matrix-2026-12-01T053844Z-8"), Some(8));
+        assert_eq!(run_pid("notes-2026-12-01T053844Z-8"), None);
+        let mut names = ["bench-2026-12-02T000000Z-1", "2026-12-01T000000Z-2"];
+        names.sort_by(|a, b| run_stamp(a).cmp(run_stamp(b)));
+        assert_eq!(names[0], "2026-12-01T000000Z-2");
     }
 }

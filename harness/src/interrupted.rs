@@ -158,7 +158,7 @@ pub fn record(signal: &str) -> String {
         );
     }
     if let Some(evidence_dir) = progress.dir.parent().and_then(Path::parent) {
-        crate::evidence::prune_runs(evidence_dir, crate::evidence::KEEP_RUNS);
+        crate::evidence::prune_runs(evidence_dir, crate::evidence::keep_runs());
     }
     line
 }

@@ -46,10 +46,10 @@ const EXIT_CHECK_FAILED: i32 = 1;
 const EXIT_HARNESS_ERROR: i32 = 2;
 
 /// Runs the case families (L: points ledger; more in `./run.sh --list`) and writes the
-/// evidence. `harness cite --check` checks the texts' citations instead
-/// (docs/citing.md; `harness cite --help`).
+/// evidence. `./run.sh cite --check` checks the texts' citations instead
+/// (docs/citing.md; `./run.sh cite --help`).
 #[derive(Debug, clap::Parser)]
-#[command(name = "harness", version)]
+#[command(name = "harness", version, after_help = SUBCOMMANDS)]
 struct Args {
     /// Case ids (e.g. L3 L11) or family prefixes (e.g. L) to run; every default case
     /// when none are given. The off-by-default cases (L0 template, CANARY) run only when
@@ -101,9 +101,15 @@ struct Args {
     /// evidence/matrix.md and evidence/matrix.json (`./run.sh matrix`).
     #[arg(long, conflicts_with_all = ["database_url", "pg_bin", "pg", "any_version", "accept", "list"])]
     matrix: bool,
-    /// Where the run's record is written.
-    #[arg(long, default_value = "evidence")]
+    /// Where the run's record is written (`<DIR>/runs/<stamp>-<pid>/`, `<DIR>/latest`)
+    /// and the snapshots are read (`<DIR>/snapshots/`).
+    #[arg(long, value_name = "DIR", default_value = "evidence")]
     evidence_dir: PathBuf,
+    /// Run records kept under `<DIR>/runs/` (the harness's, the bench's, the matrix's):
+    /// after a run the older ones beyond N are removed (never the one `latest` points at,
+    /// nor one whose harness still runs).
+    #[arg(long, value_name = "N", default_value_t = evidence::KEEP_RUNS)]
+    keep_runs: usize,
     /// Seed for random input [default: derived from the clock; printed first].
     #[arg(long)]
     seed: Option<u64>,
@@ -131,6 +137,30 @@ struct Args {
     janitor_for: Option<PathBuf>,
 }
 
+/// The subcommands of `./run.sh`, after the options in `--help`.
+const SUBCOMMANDS: &str = "\
+Subcommands of ./run.sh (each has its own --help):
+  ./run.sh matrix [IDS]           the cases once per PostgreSQL major, 15 to 18 (evidence/matrix.md)
+  ./run.sh explore [OPTIONS]      random workloads, a nemesis and a history checker (docs/explore.md)
+  ./run.sh bench [OPTIONS]        debit throughput; its record goes to evidence/runs/ (docs/bench.md)
+  ./run.sh cite --check           the texts' citations against the committed evidence (docs/citing.md)
+  ./run.sh conformance [OPTIONS]  family C, black-box, against your own debit service (docs/conformance.md)
+
+Environment: LEDGER_BUILD_PROFILE=dev runs the unoptimised build; PG_BIN names PostgreSQL's
+binaries; LEDGER_SPEC_DIR_<FAMILY> reads a family's case files from another folder.
+Problems and their fixes: docs/troubleshooting.md";
+
+/// The command line's definition, named `./run.sh` when run.sh started the binary (it
+/// sets `LEDGER_RUN_SH=1`), so usage lines and errors name what the user typed.
+fn command() -> clap::Command {
+    let command = <Args as clap::CommandFactory>::command();
+    if std::env::var_os("LEDGER_RUN_SH").is_some_and(|v| v == "1") {
+        command.name("./run.sh").bin_name("./run.sh")
+    } else {
+        command
+    }
+}
+
 fn main() {
     // `harness cite …` (`./run.sh cite`) reads texts and committed files only: no
     // families, no server.
@@ -140,7 +170,7 @@ fn main() {
     {
         std::process::exit(harness::cite::main(std::env::args_os().skip(1)));
     }
-    let matches = <Args as clap::CommandFactory>::command().get_matches();
+    let matches = command().get_matches();
     let args = <Args as clap::FromArgMatches>::from_arg_matches(&matches)
         .unwrap_or_else(|error| error.exit());
     if let Some(run_dir) = &args.janitor_for {
@@ -162,6 +192,10 @@ fn main() {
         return;
     }
     if args.matrix {
+        // Refused once here, not by each major's run.
+        if let Ok(selection) = Selection::parse(&families, &args.cases) {
+            refuse_problems(&selection);
+        }
         std::process::exit(matrix::run(&matrix::MatrixArgs {
             cases: args.cases.clone(),
             seed: args.seed,
@@ -171,6 +205,7 @@ fn main() {
         }));
     }
     let (selection, snapshot_mode) = prepare_selection(&families, &args, &matches);
+    check_evidence_dir(&args);
     if let Some(times) = args.repeat {
         if args.accept {
             usage_error("--repeat with --accept would accept N times; accept once, then repeat");
@@ -178,6 +213,42 @@ fn main() {
         repeat::run(times);
     }
     std::process::exit(run_on_runtime(&args, &selection, snapshot_mode));
+}
+
+/// Before anything starts: exits with [`EXIT_HARNESS_ERROR`] naming the evidence folder
+/// when the run's record cannot be written there ([`evidence::check_writable`]), says
+/// when it holds no snapshots to compare with (a new `--evidence-dir`), and sets how many
+/// records are kept (`--keep-runs`).
+fn check_evidence_dir(args: &Args) {
+    if let Err(message) = evidence::check_writable(&args.evidence_dir) {
+        usage_error(&message);
+    }
+    evidence::set_keep_runs(args.keep_runs);
+    let snapshots = args.evidence_dir.join("snapshots");
+    if !args.accept && !snapshots.is_dir() {
+        eprintln!(
+            "harness: no snapshots in {}: each transcript is compared with nothing and fails \
+             (--evidence-dir DIR reads them from DIR/snapshots: copy evidence/snapshots there, \
+             or write them with --accept)",
+            snapshots.display()
+        );
+    }
+}
+
+/// Exits with [`EXIT_HARNESS_ERROR`] when a selected case cannot run at all (a case file
+/// that does not parse or calls what its family lacks: [`Selection::problems`]), naming
+/// each with its file and line, before any server starts.
+fn refuse_problems(selection: &Selection<'_>) {
+    let problems = selection.problems();
+    if !problems.is_empty() {
+        usage_error(&format!(
+            "{} selected case file{} cannot be run; nothing was started (fix the line named, \
+             or move the file out of its specs/ folder):\n  {}",
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" },
+            problems.join("\n  ")
+        ));
+    }
 }
 
 /// Prints `harness: <message>` to standard error and exits with [`EXIT_HARNESS_ERROR`].
@@ -203,6 +274,7 @@ fn prepare_selection<'a>(
         Ok(prepared) => prepared,
         Err(message) => usage_error(&message),
     };
+    refuse_problems(&selection);
     if args.database_url.is_some() {
         selection.set_aside_server_restarts();
     }
@@ -640,7 +712,7 @@ fn record_run(
         &environment,
     )?;
     interrupted::complete();
-    evidence::prune_runs(&args.evidence_dir, evidence::KEEP_RUNS);
+    evidence::prune_runs(&args.evidence_dir, args.keep_runs);
     let Ran {
         env,
         folder,

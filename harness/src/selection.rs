@@ -101,6 +101,16 @@ impl<'a> Selection<'a> {
         self.chosen = kept;
     }
 
+    /// Why chosen cases cannot run at all, one line each (`Case::problem`: a case file
+    /// that cannot be read, parsed or run on its engine, with its path and line), in
+    /// selection order; empty when every chosen case can run.
+    pub fn problems(&self) -> Vec<&'a str> {
+        self.chosen
+            .iter()
+            .filter_map(|(_, case)| case.problem.as_deref())
+            .collect()
+    }
+
     /// The cases not run because this machine lacks what they need, with the reason.
     pub fn unavailable(&self) -> &[(&'a Family, &'a Case, String)] {
         &self.unavailable
@@ -234,22 +244,70 @@ pub fn check_unique_ids(families: &[Family]) -> Result<(), String> {
     }
 }
 
-/// `--list`: each family (prefix, title, engine), then its cases; extras marked.
+/// What a run of family `family` starts, as `--list` says it: its engine, and for the
+/// families that bring their own system (`Engine::None`, or a PostgreSQL family whose
+/// cases start clusters of their own) what that is, from each family's crate
+/// documentation (`cases/*/src/lib.rs`). A family of `Engine::None` not named here is
+/// said to bring its own system; `harness/tests/cli.rs` checks none is left unnamed.
+pub fn starts(family: &Family) -> String {
+    let own = match family.prefix {
+        "I" => Some("a scratch MariaDB (InnoDB) for the run, no PostgreSQL"),
+        "P" => Some(
+            "per case a FUSE disk that forgets unsynced writes (forgetful-fs; root and \
+             /dev/fuse), with a PostgreSQL cluster or an SQLite file on it",
+        ),
+        "R" => Some(
+            "the scratch PostgreSQL (its binaries), and per case a primary and a standby \
+             of their own, PgBouncer for the pooler cases; R6-R11 a Patroni cluster with \
+             etcd behind HAProxy",
+        ),
+        _ => None,
+    };
+    match (own, family.engine) {
+        (Some(own), _) => own.to_string(),
+        (None, case_kit::Engine::Postgres(template)) => format!(
+            "the scratch PostgreSQL; a database per case from template {}",
+            template.template
+        ),
+        (None, case_kit::Engine::SqliteFile) => "an SQLite file per case, no server".to_string(),
+        (None, case_kit::Engine::None) => "its own system, no shared server".to_string(),
+    }
+}
+
+/// The key that sorts case ids in natural order: letters and numbers compared as
+/// such, so `L2` comes before `L10` and `L-S2` before `L-S10` (`L13` never before `L1`).
+pub fn natural_key(id: &str) -> Vec<(String, u64)> {
+    let mut key = Vec::new();
+    let mut rest = id;
+    while !rest.is_empty() {
+        let letters = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let digits_end = rest[letters..]
+            .find(|c: char| !c.is_ascii_digit())
+            .map_or(rest.len(), |end| letters + end);
+        let number = rest[letters..digits_end].parse().unwrap_or(0);
+        key.push((rest[..letters].to_ascii_uppercase(), number));
+        rest = &rest[digits_end..];
+    }
+    key
+}
+
+/// `--list`: each family (prefix, title, what it starts), then its cases in natural order
+/// ([`natural_key`]: L1, L2 … L10, then L-S1 …); extras marked.
 pub fn listing(families: &[Family]) -> String {
     let mut text = String::new();
     for family in families {
-        let engine = match family.engine {
-            case_kit::Engine::None => "no database".to_string(),
-            case_kit::Engine::Postgres(template) => {
-                format!("PostgreSQL, template {}", template.template)
-            }
-            case_kit::Engine::SqliteFile => "SQLite file per case".to_string(),
-        };
         text.push_str(&format!(
-            "family {} :: {} ({engine}; ./run.sh {})\n",
-            family.prefix, family.title, family.prefix
+            "family {} :: {} (./run.sh {})\n  starts: {}\n",
+            family.prefix,
+            family.title,
+            family.prefix,
+            starts(family)
         ));
-        for case in &family.cases {
+        let mut cases: Vec<&Case> = family.cases.iter().collect();
+        cases.sort_by_key(|case| natural_key(&case.id));
+        for case in cases {
             text.push_str(&format!("  {:<7} {}\n", case.id, case.title));
         }
         for case in &family.extras {
@@ -290,6 +348,13 @@ mod tests {
         assert!(error.contains("case id x1"), "{error}");
         let error = check_unique_ids(&[family("X", &["X1"]), family("X", &["X2"])]).unwrap_err();
         assert!(error.contains("family prefix X"), "{error}");
+    }
+
+    #[test]
+    fn ids_sort_in_natural_order() {
+        let mut ids = ["L13", "L-S2", "L1", "L-S10", "L2", "L10", "CANARY"];
+        ids.sort_by_key(|id| natural_key(id));
+        assert_eq!(ids, ["CANARY", "L1", "L2", "L10", "L13", "L-S2", "L-S10"]);
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The harness binary end to end, in a scratch evidence folder: exit statuses, the
-//! re-run command, snapshot diffs, and what each snapshot mode writes. Each run boots its
+//! re-run command, snapshot diffs, and what each snapshot mode writes; what is refused
+//! before anything starts; and `./run.sh` itself (its help, options passed through, a
+//! short bench leaving the tree clean). Each run boots its
 //! own scratch cluster (about a second).
 
 use std::path::{Path, PathBuf};
@@ -456,6 +458,354 @@ fn readme_commands_and_links_resolve() {
             root.join(&target[1]).exists(),
             "README links to {}, which does not exist",
             &target[1]
+        );
+    }
+}
+
+/// The workspace's root, where `run.sh` is.
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `./run.sh ARGS` from the workspace in the dev profile (the binaries `cargo test` has
+/// just built), with `CI=true`.
+fn run_sh(args: &[&str]) -> Output {
+    Command::new(workspace().join("run.sh"))
+        .args(args)
+        .env("LEDGER_BUILD_PROFILE", "dev")
+        .env("CI", "true")
+        .env_remove("INSTA_UPDATE")
+        .output()
+        .expect("run.sh runs")
+}
+
+/// A case file that cannot run is a usage error before anything starts: exit 2, no
+/// server, no evidence folder, and each file named with its line: an unknown verb with
+/// the family's verbs and the closest one, an unknown argument with the closest, a
+/// syntax error. The files are read from a scratch folder (`LEDGER_SPEC_DIR_L`), never
+/// written into the workspace.
+#[test]
+fn a_bad_case_file_is_a_usage_error_naming_its_line() {
+    let scratch = Scratch::new("badspec");
+    let specs = scratch.root.join("specs");
+    std::fs::create_dir_all(&specs).unwrap();
+    let l3 =
+        std::fs::read_to_string(workspace().join("cases/ledger/specs/l03_real_concurrency.spec"))
+            .unwrap();
+    let line_of = |text: &str, start: &str| {
+        1 + text
+            .lines()
+            .position(|line| line.starts_with(start))
+            .unwrap_or_else(|| panic!("L3 has no line {start:?}"))
+    };
+    let grant_line = line_of(&l3, "setup call: grant");
+    let race_line = line_of(&l3, "race call:");
+    std::fs::write(
+        specs.join("s1_typo.spec"),
+        l3.replace("setup call: grant", "setup call: grnat"),
+    )
+    .unwrap();
+    std::fs::write(
+        specs.join("s2_argument.spec"),
+        l3.replace("amount=7 key", "amout=7 key"),
+    )
+    .unwrap();
+    std::fs::write(
+        specs.join("s3_syntax.spec"),
+        "title: t\nclaim: c\nfails: f\nsystem: ledger_template\nbogus: 1\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["--evidence-dir", "evidence", "L-S1", "L-S2", "L-S3"])
+        .current_dir(&scratch.root)
+        .env("LEDGER_SPEC_DIR_L", &specs)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let shown = specs.display();
+    for expected in [
+        format!("{shown}/s1_typo.spec: line {grant_line}: call grnat "),
+        "unknown verb \"grnat\"; did you mean \"grant\"?".to_string(),
+        "this family's verbs: debit, grant, ".to_string(),
+        format!("{shown}/s2_argument.spec: line {race_line}: call debit "),
+        "amout=7 key=k-03-{i} client".to_string(),
+        "debit takes no amout=; did you mean amount=?".to_string(),
+        format!("{shown}/s3_syntax.spec: line 5: unknown key \"bogus\""),
+        "3 selected case files cannot be run; nothing was started".to_string(),
+    ] {
+        assert!(stderr.contains(&expected), "{expected:?} not in:\n{stderr}");
+    }
+    assert!(
+        output.stdout.is_empty(),
+        "printed before refusing: {:?}",
+        output.stdout
+    );
+    assert!(
+        !scratch.evidence().join("runs").exists(),
+        "an evidence folder was made"
+    );
+
+    // Not selected, the broken files stop nothing: --list still lists them.
+    let listed = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .arg("--list")
+        .env("LEDGER_SPEC_DIR_L", &specs)
+        .output()
+        .unwrap();
+    assert!(listed.status.success());
+}
+
+/// An evidence folder that cannot be written is named, with its path, before the boot.
+#[test]
+fn an_unwritable_evidence_folder_is_named_before_anything_starts() {
+    let scratch = Scratch::new("unwritable");
+    let file = scratch.root.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .arg("--evidence-dir")
+        .arg(file.join("evidence"))
+        .arg("L1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the evidence folder cannot be written: {}",
+            file.join("evidence/runs").display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--evidence-dir"), "{stderr}");
+    assert!(output.stdout.is_empty(), "started before refusing");
+}
+
+/// `--list` says what each family starts (a family that brings its own system is named,
+/// not called "no database") and lists the cases in natural order: L1, L2 … L10 …,
+/// then the files' L-S1, L-S2 … L-S10.
+#[test]
+fn the_list_says_what_each_family_starts_in_natural_order() {
+    let listed = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .arg("--list")
+        .output()
+        .unwrap();
+    let text = stdout(&listed);
+    assert!(!text.contains("no database"), "{text}");
+    for family in harness::families() {
+        let header = format!("family {} :: ", family.prefix);
+        let at = text
+            .find(&header)
+            .unwrap_or_else(|| panic!("{header} in {text}"));
+        let starts = text[at..].lines().nth(1).unwrap_or_default();
+        assert!(starts.starts_with("  starts: "), "{starts}");
+        if matches!(family.engine, case_kit::Engine::None) {
+            assert!(
+                !starts.contains("its own system"),
+                "family {} unnamed: {starts}",
+                family.prefix
+            );
+        }
+    }
+    let family_of = |prefix: &str| {
+        let at = text.find(&format!("family {prefix} :: ")).unwrap();
+        text[at..]
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with("  "))
+            .map(|l| l.split_whitespace().next().unwrap().to_string())
+            .collect::<Vec<String>>()
+    };
+    assert!(text.contains("MariaDB"), "{text}");
+    assert!(text.contains("FUSE"), "{text}");
+    let ledger = family_of("L");
+    let position = |id: &str| {
+        ledger
+            .iter()
+            .position(|x| x == id)
+            .unwrap_or_else(|| panic!("{id} in {ledger:?}"))
+    };
+    assert!(position("L1") < position("L2"), "{ledger:?}");
+    assert!(position("L2") < position("L10"), "{ledger:?}");
+    assert!(position("L10") < position("L-S1"), "{ledger:?}");
+    assert!(position("L-S2") < position("L-S10"), "{ledger:?}");
+    assert_eq!(ledger[0], "L1", "{ledger:?}");
+}
+
+/// `./run.sh --help` names run.sh and its subcommands, builds nothing (and says
+/// nothing about building) when the harness binary is fresh, and every option it lists
+/// is one run.sh passes through: `--evidence-dir` (which run.sh once also set itself,
+/// so that giving it failed with "cannot be used multiple times") runs S1 into the folder
+/// named, and `--keep-runs 3` prunes that folder's old records of every kind to three.
+#[test]
+fn run_sh_help_names_itself_and_passes_every_option() {
+    let help = run_sh(&["--help"]);
+    let text = stdout(&help);
+    assert!(help.status.success(), "{text}");
+    assert!(
+        text.contains("Usage: ./run.sh [OPTIONS] [CASES]..."),
+        "{text}"
+    );
+    for sub in [
+        "./run.sh matrix",
+        "./run.sh explore",
+        "./run.sh bench",
+        "./run.sh cite",
+        "./run.sh conformance",
+    ] {
+        assert!(text.contains(sub), "{sub} not in:\n{text}");
+    }
+    let stderr = String::from_utf8_lossy(&help.stderr);
+    assert!(!stderr.contains("building"), "{stderr}");
+
+    let scratch = Scratch::new("runsh");
+    let snapshots = scratch.evidence().join("snapshots/S");
+    std::fs::create_dir_all(&snapshots).unwrap();
+    std::fs::copy(
+        workspace().join("evidence/snapshots/S/S1.snap"),
+        snapshots.join("S1.snap"),
+    )
+    .unwrap();
+    let evidence = scratch.evidence();
+    // Old records of each kind: the harness's, the bench's, the matrix's; a folder of
+    // another name is never touched.
+    for name in [
+        "2020-01-01T000000Z-999999999",
+        "bench-2020-01-01T000100Z-999999999",
+        "matrix-2020-01-01T000200Z-999999999",
+        "2020-01-01T000300Z-999999999",
+        "my-notes",
+    ] {
+        std::fs::create_dir_all(evidence.join("runs").join(name)).unwrap();
+    }
+    let run = run_sh(&[
+        "--evidence-dir",
+        evidence.to_str().unwrap(),
+        "--keep-runs",
+        "3",
+        "S1",
+    ]);
+    let text = stdout(&run);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(last_line(&text).ends_with(" failed=0"), "{text}");
+    assert!(
+        evidence.join("latest/results.json").exists(),
+        "no record in {}",
+        evidence.display()
+    );
+    // --keep-runs 3: this run and the two newest old ones are left, and the notes.
+    let mut left: Vec<String> = std::fs::read_dir(evidence.join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left.len(), 4, "{left:?}");
+    for kept in [
+        "2020-01-01T000300Z-999999999",
+        "matrix-2020-01-01T000200Z-999999999",
+        "my-notes",
+    ] {
+        assert!(left.contains(&kept.to_string()), "{kept} pruned: {left:?}");
+    }
+}
+
+/// `./run.sh bench` (a short one, from the dev build) writes its record under
+/// `evidence/runs/bench-…` and leaves the tree as it was: `git status` of `evidence/`
+/// is the same before and after (the committed page `evidence/bench/` changes only with
+/// `--accept`).
+#[test]
+fn a_bench_run_leaves_the_tree_clean() {
+    let status = || {
+        let output = Command::new("git")
+            .args([
+                "status",
+                "--porcelain",
+                "--untracked-files=all",
+                "--",
+                "evidence",
+            ])
+            .current_dir(workspace())
+            .output()
+            .expect("git status");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let before = status();
+    let bench = run_sh(&[
+        "bench",
+        "--variants",
+        "ceiling",
+        "--clients",
+        "1",
+        "--duration-s",
+        "1",
+        "--warmup-ms",
+        "100",
+        "--repeat",
+        "1",
+        "--accounts",
+        "50",
+        "--count-debits",
+        "0",
+        "--pair-rounds",
+        "0",
+    ]);
+    let text = stdout(&bench);
+    let record = text
+        .lines()
+        .find_map(|line| line.strip_prefix("wrote "))
+        .and_then(|rest| rest.split_once("/results.md"))
+        .map(|(folder, _)| workspace().join(folder));
+    if let Some(record) = &record {
+        assert!(record.join("index.html").exists(), "{}", record.display());
+        std::fs::remove_dir_all(record).unwrap();
+    }
+    assert!(
+        bench.status.success(),
+        "{text}
+{}",
+        String::from_utf8_lossy(&bench.stderr)
+    );
+    let record = record.expect("a `wrote …` line");
+    assert!(
+        record.starts_with(workspace().join("evidence/runs")),
+        "{}",
+        record.display()
+    );
+    assert!(
+        text.contains("evidence/bench/ (committed) unchanged"),
+        "{text}"
+    );
+    assert_eq!(status(), before, "the bench changed the tree");
+}
+
+/// docs/README.md, the index of the docs, links every file under docs/ (articles
+/// included), so a newcomer finds each one.
+#[test]
+fn the_docs_index_lists_every_doc() {
+    let docs = workspace().join("docs");
+    let index = std::fs::read_to_string(docs.join("README.md")).unwrap();
+    let mut files = Vec::new();
+    let mut folders = vec![docs.clone()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else {
+                files.push(path.strip_prefix(&docs).unwrap().display().to_string());
+            }
+        }
+    }
+    assert!(files.len() >= 20, "{files:?}");
+    for file in files.iter().filter(|f| *f != "README.md") {
+        assert!(
+            index.contains(&format!("]({file})")),
+            "docs/README.md does not link {file}"
         );
     }
 }

@@ -12,15 +12,37 @@ use crate::Racer;
 use crate::ctx::Ctx;
 
 /// A library operation as a step: an operation name and its `key=value` arguments.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Two calls are equal when their operation and arguments are: the line they were
+/// written on is where to point an error, not part of what they do.
+#[derive(Debug, Clone)]
 pub struct Call {
     /// The operation, e.g. `debit`.
     pub op: String,
     /// Its arguments in the order written, e.g. `[("account", "acct-0001")]`.
     pub args: Vec<(String, String)>,
+    /// The line of the case file it was read from (1-based), for an error that names it
+    /// when the file is read ([`crate::spec::cases_on`]); 0 for a call made in code.
+    pub line: usize,
 }
 
+impl PartialEq for Call {
+    fn eq(&self, other: &Call) -> bool {
+        self.op == other.op && self.args == other.args
+    }
+}
+
+impl Eq for Call {}
+
 impl Call {
+    /// A call made in code (line 0): operation `op` with `args` in order.
+    pub fn new(op: impl Into<String>, args: Vec<(String, String)>) -> Call {
+        Call {
+            op: op.into(),
+            args,
+            line: 0,
+        }
+    }
+
     /// The value of argument `name`, if given.
     pub fn arg(&self, name: &str) -> Option<&str> {
         self.args

@@ -28,6 +28,7 @@ pub fn for_racer(action: &Action, index: usize) -> Action {
                 .iter()
                 .map(|(k, v)| (k.clone(), with_index(v, index)))
                 .collect(),
+            line: call.line,
         }),
     }
 }
@@ -287,6 +288,7 @@ mod tests {
         let call = Action::Call(Call {
             op: "debit".into(),
             args: vec![("key".into(), "k-{i}".into())],
+            line: 0,
         });
         assert_eq!(with_index("acct-{i/4+1:04}-{i%4}", 5), "acct-0002-1");
         assert_eq!(with_index("{i+1}{x}{i/0}{", 2), "3{x}{i/0}{");
@@ -294,7 +296,8 @@ mod tests {
             for_racer(&call, 7),
             Action::Call(Call {
                 op: "debit".into(),
-                args: vec![("key".into(), "k-7".into())]
+                args: vec![("key".into(), "k-7".into())],
+                line: 0,
             })
         );
     }

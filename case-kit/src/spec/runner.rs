@@ -70,13 +70,35 @@ macro_rules! spec_files {
         pub const SPEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/specs");
 
         /// The family's case files, read now (no registration, no rebuild), each on the
-        /// engine its `system:` names.
+        /// engine its `system:` names; from the folder `LEDGER_SPEC_DIR_<prefix>` names
+        /// instead, when set ([`$crate::spec::spec_dir`]).
         pub fn cases() -> Vec<$crate::Case> {
             let engines: &[std::sync::Arc<dyn $crate::spec::SpecEngine>] = &[$($engine),+];
-            let dir = std::path::Path::new(SPEC_DIR);
-            $crate::spec::cases_on($prefix, dir, $shown, engines)
+            let (dir, shown) = $crate::spec::spec_dir($prefix, SPEC_DIR, $shown);
+            $crate::spec::cases_on($prefix, &dir, &shown, engines)
         }
     };
+}
+
+/// The environment variable that points family `prefix` at another folder of case
+/// files: `LEDGER_SPEC_DIR_<prefix>` (`LEDGER_SPEC_DIR_L`).
+pub fn spec_dir_variable(prefix: &str) -> String {
+    format!("LEDGER_SPEC_DIR_{prefix}")
+}
+
+/// Where family `prefix` reads its case files, and that folder as printed: the folder
+/// [`spec_dir_variable`] names when it is set (a draft folder, or a test's folder of
+/// broken files: `harness/tests/cli.rs`), else the crate's `specs/` (`compiled`, shown
+/// as `shown`).
+pub fn spec_dir(prefix: &str, compiled: &str, shown: &str) -> (std::path::PathBuf, String) {
+    match std::env::var_os(spec_dir_variable(prefix)) {
+        Some(dir) if !dir.is_empty() => {
+            let dir = std::path::PathBuf::from(dir);
+            let shown = dir.display().to_string();
+            (dir, shown)
+        }
+        _ => (std::path::PathBuf::from(compiled), shown.to_string()),
+    }
 }
 
 /// As [`cases_in`] for a family with several engines (P: an SQLite file and a
@@ -176,20 +198,37 @@ fn runnable(spec: &Spec, engine: &dyn SpecEngine) -> Result<(), String> {
     }
     for action in actions(spec) {
         if let Action::Call(call) = action {
-            engine
-                .check(&call)
-                .map_err(|e| format!("call {}: {e}", call.display()))?;
+            engine.check(&call).map_err(|e| {
+                let shown = as_written(spec, &call);
+                match call.line {
+                    0 => format!("call {shown}: {e}"),
+                    line => format!("line {line}: call {shown}: {e}"),
+                }
+            })?;
         }
     }
     Ok(())
 }
 
+/// `call` as the file wrote it: a race's call with its `{i…}` (checked as its first racer
+/// runs it, [`actions`]), any other call as it is.
+fn as_written(spec: &Spec, call: &super::model::Call) -> String {
+    match spec.race.as_ref().map(|race| &race.action) {
+        Some(Action::Call(raced)) if raced.line == call.line && raced.op == call.op => {
+            raced.display()
+        }
+        _ => call.display(),
+    }
+}
+
 fn broken_case(id: String, reason: String) -> Case {
+    let problem = reason.clone();
     Case::new(id, "spec file that cannot be run", move |_ctx: &mut Ctx| {
         let reason = reason.clone();
         async move { Err(anyhow::anyhow!(reason)) }.boxed()
     })
     .not_clean()
+    .broken(problem)
 }
 
 /// A case that runs `spec` on `engine`: one connection per session, a monitor and the

@@ -149,7 +149,11 @@ impl Verb {
         for (index, (name, value)) in args.iter().enumerate() {
             let named = self.args.iter().find(|a| a.name == name);
             let Some(arg) = named.or_else(|| self.args.iter().find(|a| a.name == ANY)) else {
-                return Err(format!("{} takes no {name}= {}", self.name, usage()));
+                let names: Vec<&str> = self.args.iter().map(|a| a.name).collect();
+                let hint = closest(name, &names)
+                    .map(|near| format!("; did you mean {near}=?"))
+                    .unwrap_or_default();
+                return Err(format!("{} takes no {name}={hint} {}", self.name, usage()));
             };
             let once = arg.name != ANY && !arg.repeats;
             if once && args[..index].iter().any(|(earlier, _)| earlier == name) {
@@ -294,12 +298,54 @@ pub fn check(sets: &[&Verbs], op: &str, args: &[(String, String)]) -> Result<(),
         Some(verb) => verb.check(args),
         None => {
             let known: Vec<&str> = sets.iter().flat_map(|s| s.verbs).map(|v| v.name).collect();
+            let hint = closest(op, &known)
+                .map(|name| format!("did you mean {name:?}? "))
+                .unwrap_or_default();
             Err(format!(
-                "unknown verb {op:?}; this family's verbs: {}",
+                "unknown verb {op:?}; {hint}this family's verbs: {} (`./run.sh --verbs` documents them)",
                 known.join(", ")
             ))
         }
     }
+}
+
+/// The name of `known` closest to `name`, the likely typo, as nextest and cargo name
+/// one: a name that contains it or that it contains (`withdraw` for `withdraw-points`)
+/// first, else the fewest single-character edits (Levenshtein), when at most half of
+/// `name`'s characters; `None` when nothing is that close.
+pub fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
+    let contained = known
+        .iter()
+        .filter(|k| !k.is_empty() && (name.contains(**k) || k.contains(name)))
+        .min_by_key(|k| k.len().abs_diff(name.len()));
+    if let Some(found) = contained {
+        return Some(found);
+    }
+    let limit = name.chars().count() / 2;
+    known
+        .iter()
+        .map(|k| (edits(name, k), *k))
+        .filter(|(distance, _)| *distance <= limit)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance of `a` and `b` in characters.
+fn edits(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(above + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// The verb reference of `families` (each `(family, the sets it composes)`) in
@@ -450,6 +496,16 @@ mod tests {
             unknown.contains("\"withdraw-points\"") && unknown.contains("debit"),
             "{unknown}"
         );
+    }
+
+    #[test]
+    fn the_closest_verb_is_named() {
+        let known = ["debit", "grant", "withdraw", "reconcile-orders"];
+        assert_eq!(closest("withdraw-points", &known), Some("withdraw"));
+        assert_eq!(closest("debt", &known), Some("debit"));
+        assert_eq!(closest("grnat", &known), Some("grant"));
+        assert_eq!(closest("xyzzy-frobnicate", &known), None);
+        assert_eq!(edits("kitten", "sitting"), 3);
     }
 
     #[test]

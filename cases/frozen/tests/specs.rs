@@ -83,7 +83,7 @@ fn the_operations_refuse_what_they_cannot_run() {
                 (k.to_string(), v.to_string())
             })
             .collect();
-        Call { op, args }
+        Call { op, args, line: 0 }
     };
     let calls = spec_calls::FrozenCalls;
     for good in [

@@ -440,7 +440,7 @@ mod tests {
             .map(|w| w.split_once('=').expect("key=value"))
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        Call { op, args }
+        Call { op, args, line: 0 }
     }
 
     #[test]

@@ -645,6 +645,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            line: 0,
         };
         let pairs = [("pairs", "a:b,c:d")];
         assert_eq!(connections(&call("request-order-transfers", &pairs)), 4);

@@ -504,6 +504,7 @@ fn one_placement(call: &Call, index: usize) -> Call {
     Call {
         op: "place".into(),
         args: args.collect(),
+        line: call.line,
     }
 }
 
@@ -663,6 +664,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
+            line: 0,
         };
         let one = one_placement(&call, 2);
         assert_eq!(one.op, "place");
