@@ -126,6 +126,10 @@ fn fault_colour(kind: FaultKind) -> RGBColor {
         FaultKind::Pause => RGBColor(0, 130, 200),
         FaultKind::Withhold => RGBColor(200, 0, 120),
         FaultKind::PowerCut => RGBColor(60, 60, 60),
+        FaultKind::KillLeader => RGBColor(200, 60, 0),
+        FaultKind::PauseLeader => RGBColor(120, 0, 200),
+        FaultKind::StopStandby => RGBColor(0, 150, 60),
+        FaultKind::Switchover => RGBColor(180, 150, 0),
     }
 }
 
@@ -335,7 +339,7 @@ fn draw_lanes(chart: &mut Chart<'_, '_>, lanes: &[Vec<u8>]) -> anyhow::Result<()
 /// The legend of the fault kinds, in a row above the plot.
 fn draw_legend(root: &DrawingArea<SVGBackend<'_>, Shift>) -> anyhow::Result<()> {
     for (i, kind) in FaultKind::ALL.iter().enumerate() {
-        let x = 130 + 170 * i as i32;
+        let x = 130 + 140 * i as i32;
         root.draw(&Rectangle::new(
             [(x, 8), (x + 14, 20)],
             fault_colour(*kind).filled(),
