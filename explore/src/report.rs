@@ -18,8 +18,9 @@ pub const MAX_EXCERPT_LINES: usize = 30;
 /// client are drawn as one bar with the worst outcome (info over fail over ok).
 pub const TIMELINE_BUCKET_MS: u64 = 50;
 
-/// The summary table (Markdown; also readable as plain text).
-pub fn summary_table(report: &Report) -> String {
+/// The summary table (Markdown; also readable as plain text), with a row per fault
+/// kind of `kinds` (the run's: `crate::run::shown_kinds`).
+pub fn summary_table(report: &Report, kinds: &[FaultKind]) -> String {
     let c = &report.counts;
     let mut text = String::new();
     let _ = writeln!(text, "| what | count |");
@@ -47,7 +48,7 @@ pub fn summary_table(report: &Report) -> String {
     );
     let _ = writeln!(text, "| - retries with the same key | {} |", c.retries);
     let _ = writeln!(text, "| - answers replayed | {} |", c.replays);
-    for kind in FaultKind::ALL {
+    for kind in kinds {
         let _ = writeln!(
             text,
             "| faults: {} | {} |",

@@ -567,7 +567,7 @@ fn check_and_report(
         folder.join("violations.json"),
         serde_json::to_string_pretty(&report)?,
     )?;
-    let table = report::summary_table(&report);
+    let table = report::summary_table(&report, &shown_kinds(&report, topology.as_deref()));
     let violations = report::violations_text(&report, &raw);
     let line = explore_line(seed, &report, topology.as_deref());
     std::fs::write(
@@ -607,15 +607,7 @@ fn check_and_report(
 /// enough to include it ([`missing_kinds`]).
 fn explore_line(seed: u64, report: &Report, topology: Option<&str>) -> String {
     let count = |kind: &FaultKind| (report.counts.faults.get(kind.as_str()).copied()).unwrap_or(0);
-    // A single server's line names its four kinds, and `power-cut` only when the run
-    // had one (`--power-cut`); a Patroni run's names its seven.
-    let shown: Vec<FaultKind> = FaultKind::ALL
-        .into_iter()
-        .filter(|kind| match topology {
-            Some(PATRONI) => FaultKind::PATRONI.contains(kind),
-            _ => FaultKind::BASIC.contains(kind) || count(kind) > 0,
-        })
-        .collect();
+    let shown = shown_kinds(report, topology);
     let faults: Vec<String> = shown
         .iter()
         .map(|kind| format!("{}:{}", kind.as_str(), count(kind)))
@@ -643,6 +635,19 @@ fn explore_line(seed: u64, report: &Report, topology: Option<&str>) -> String {
             format!(" missing-faults={}", missing.join(","))
         }
     )
+}
+
+/// The fault kinds a run's line and table name: a single server's four, and
+/// `power-cut` only when the run had one (`--power-cut`); a Patroni run's seven.
+pub fn shown_kinds(report: &Report, topology: Option<&str>) -> Vec<FaultKind> {
+    let count = |kind: &FaultKind| (report.counts.faults.get(kind.as_str()).copied()).unwrap_or(0);
+    FaultKind::ALL
+        .into_iter()
+        .filter(|kind| match topology {
+            Some(PATRONI) => FaultKind::PATRONI.contains(kind),
+            _ => FaultKind::BASIC.contains(kind) || count(kind) > 0,
+        })
+        .collect()
 }
 
 /// On a Patroni cluster, the kinds of [`FaultKind::PATRONI`] with no fault that took
