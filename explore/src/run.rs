@@ -776,6 +776,7 @@ fn write_environment(
         "duration_s": args.duration_s,
         "clients": args.clients,
         "planted_bug": args.planted_bug,
+        "topology": args.topology,
         "git_commit": commit,
         "postgres": facts,
         "client_timeout_ms": crate::client::CLIENT_TIMEOUT_MS,
