@@ -308,6 +308,7 @@ mod tests {
                 clients: 1,
                 duration_ms: 1,
                 planted_bug: None,
+                topology: None,
                 balances: [("acct-0001".to_owned(), 0)].into(),
             },
         )

@@ -35,6 +35,10 @@ pub enum Event {
         duration_ms: u64,
         /// The planted bug the service runs with, if any.
         planted_bug: Option<String>,
+        /// `patroni` for a run on a Patroni cluster (`--topology patroni`); absent for a
+        /// single server.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        topology: Option<String>,
         /// Every account's balance before the load, points.
         balances: std::collections::BTreeMap<String, i64>,
     },

@@ -6,6 +6,7 @@
 //! - [`nemesis`]: kills and restarts the service, crashes PostgreSQL, pauses transfers,
 //!   withholds responses, cuts the power (`--power-cut`).
 //! - [`power`]: `--power-cut`'s forgetful disk under the data directory.
+//! - [`patroni`]: `--topology patroni`'s cluster, its faults and its janitor.
 //! - [`history`]: the JSON-lines history.
 //! - [`state`] and [`checker`]: the final database read with the checker's own queries,
 //!   and the properties checked against the history.
@@ -16,6 +17,7 @@ pub mod checker;
 pub mod client;
 pub mod history;
 pub mod nemesis;
+pub mod patroni;
 pub mod plan;
 pub mod power;
 pub mod report;

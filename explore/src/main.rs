@@ -9,6 +9,9 @@ use explore::run::{Args, EXIT_ERROR, run};
 
 fn main() {
     let args = Args::parse();
+    if let Some(work) = &args.janitor_for {
+        explore::patroni::janitor(work);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -42,9 +45,12 @@ async fn interrupted() -> i32 {
         _ = terminate.recv() => ("SIGTERM", 143),
         _ = hangup.recv() => ("SIGHUP", 129),
     };
-    eprintln!("explore: {name} received; stopping ledger-svc and postgres");
+    eprintln!(
+        "explore: {name} received; stopping ledger-svc and postgres (or the Patroni cluster)"
+    );
     scratch_pg::cleanup_all_clusters();
     scratch_pg::patroni::cleanup_all();
+    explore::patroni::cleanup();
     explore::power::cleanup();
     code
 }

@@ -12,7 +12,10 @@
 //!   client's timeout and the connection closed (`after-commit` `close`);
 //! - `power-cut` (`--power-cut` only): SIGKILL of the service and of every postgres
 //!   process, the forgetful disk's unsynced data dropped, wait, crash recovery, a new
-//!   service.
+//!   service;
+//! - `kill-leader`, `pause-leader`, `stop-standby`, `switchover` (`--topology patroni`
+//!   only): the Patroni cluster's faults, each until the cluster is healthy again
+//!   ([`crate::patroni`]).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -21,6 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use launch::power::PowerDisk;
 use launch::service::{Service, ServiceOptions};
+use scratch_pg::patroni::PatroniCluster;
 use scratch_pg::{Cluster, StopMode};
 use serde_json::json;
 
@@ -71,8 +75,13 @@ impl Launch {
 
 /// The nemesis and what it controls.
 pub struct Nemesis {
-    /// The scratch cluster (locked only inside blocking tasks).
-    pub cluster: Arc<Mutex<Cluster>>,
+    /// The scratch cluster (locked only inside blocking tasks); `None` on a Patroni
+    /// cluster.
+    pub cluster: Option<Arc<Mutex<Cluster>>>,
+    /// The Patroni cluster (`--topology patroni`), else `None`.
+    pub patroni: Option<Arc<Mutex<PatroniCluster>>>,
+    /// The run's database (where `stop-standby` looks for COMMITs waiting).
+    pub database: String,
     /// How to restart the service.
     pub launch: Launch,
     /// The running service (`None` only inside a kill).
@@ -143,7 +152,7 @@ impl Nemesis {
                 (format!("killed: {status}; restarted"), true)
             }
             FaultKind::CrashPostgres => {
-                let cluster = self.cluster.clone();
+                let cluster = self.single()?;
                 tokio::task::spawn_blocking(move || {
                     cluster
                         .lock()
@@ -153,7 +162,7 @@ impl Nemesis {
                 .await?
                 .context("immediate stop of PostgreSQL")?;
                 tokio::time::sleep(hold).await;
-                let cluster = self.cluster.clone();
+                let cluster = self.single()?;
                 let recovery = Instant::now();
                 tokio::task::spawn_blocking(move || {
                     cluster
@@ -173,6 +182,10 @@ impl Nemesis {
             }
             FaultKind::PowerCut => (self.power_cut(hold).await?, true),
             FaultKind::Pause | FaultKind::Withhold => self.hook_fault(fault, hold).await,
+            FaultKind::KillLeader
+            | FaultKind::PauseLeader
+            | FaultKind::StopStandby
+            | FaultKind::Switchover => self.cluster_fault(fault.kind).await?,
         };
         self.record(fault, Phase::End, Some(detail), Some(effective));
         Ok(())
@@ -193,14 +206,14 @@ impl Nemesis {
             Some(service) => service.kill()?.to_string(),
             None => "no service".to_owned(),
         };
-        let cluster = self.cluster.clone();
+        let cluster = self.single()?;
         let killed = tokio::task::spawn_blocking(move || {
             cluster.lock().unwrap_or_else(|p| p.into_inner()).kill_all()
         })
         .await?;
         let dropped = disk.cut(None);
         tokio::time::sleep(hold).await;
-        let cluster = self.cluster.clone();
+        let cluster = self.single()?;
         tokio::task::spawn_blocking(move || {
             cluster
                 .lock()
@@ -256,18 +269,51 @@ impl Nemesis {
         (format!("fired={fired}"), fired > 0)
     }
 
-    /// After the load: PostgreSQL running and a service up (both are, between faults).
+    /// The single server, or an error on a Patroni cluster (its faults are not planned
+    /// there).
+    fn single(&self) -> anyhow::Result<Arc<Mutex<Cluster>>> {
+        self.cluster
+            .clone()
+            .context("a single server's fault planned on a Patroni cluster")
+    }
+
+    /// A Patroni cluster's fault ([`crate::patroni`]), run until the cluster is healthy
+    /// again: the history's detail and whether it took effect (all but a `stop-standby`
+    /// that saw no COMMIT waiting do).
     ///
-    /// Errors: either could not be started.
-    pub async fn restore(&mut self) -> anyhow::Result<()> {
-        let cluster = self.cluster.clone();
-        tokio::task::spawn_blocking(move || {
-            cluster
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .start_again()
+    /// Errors: no Patroni cluster, or the fault's own (no leader, not healthy again
+    /// within the hang bound).
+    async fn cluster_fault(&self, kind: FaultKind) -> anyhow::Result<(String, bool)> {
+        let cluster =
+            (self.patroni.clone()).context("a Patroni fault without a Patroni cluster")?;
+        let run = |work: fn(&mut PatroniCluster) -> anyhow::Result<String>| {
+            crate::patroni::blocking(&cluster, work)
+        };
+        Ok(match kind {
+            FaultKind::KillLeader => (run(crate::patroni::kill_leader).await?, true),
+            FaultKind::PauseLeader => (run(crate::patroni::pause_leader).await?, true),
+            FaultKind::Switchover => (run(crate::patroni::switchover).await?, true),
+            _ => crate::patroni::stop_standby(&cluster, &self.database).await?,
         })
-        .await??;
+    }
+
+    /// After the load: PostgreSQL running (a single server started again; a Patroni
+    /// cluster healthy) and a service up (both are, between faults).
+    ///
+    /// Errors: either could not be had.
+    pub async fn restore(&mut self) -> anyhow::Result<()> {
+        if let Some(cluster) = self.cluster.clone() {
+            tokio::task::spawn_blocking(move || {
+                cluster
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .start_again()
+            })
+            .await??;
+        }
+        if let Some(cluster) = &self.patroni {
+            crate::patroni::blocking(cluster, |c| crate::patroni::wait_healthy(c)).await?;
+        }
         if self.service.is_none() {
             let service = self.launch.start().await?;
             self.gateway.set(Some(&service));

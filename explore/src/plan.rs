@@ -215,25 +215,77 @@ pub enum FaultKind {
     /// disk): SIGKILL the service and every postgres process, drop what the disk never
     /// got, wait, start PostgreSQL (crash recovery) and a new service.
     PowerCut,
+    /// `--topology patroni` only: kill -9 of the leader's Patroni and postmaster, wait
+    /// for Patroni to promote the synchronous standby, start the killed node's Patroni
+    /// again (it rejoins as the standby).
+    KillLeader,
+    /// `--topology patroni` only: SIGSTOP of the leader's Patroni and postmaster until
+    /// another node holds the leader lease (past the TTL), then SIGCONT (Patroni
+    /// demotes it; it rejoins as the standby).
+    PauseLeader,
+    /// `--topology patroni` only: SIGSTOP of the synchronous standby's WAL receiver
+    /// until a COMMIT is seen waiting for it (`SyncRep`), for longer than the
+    /// service's request bound, then SIGCONT.
+    StopStandby,
+    /// `--topology patroni` only: `patronictl switchover` to the standby.
+    Switchover,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 5] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::KillService,
         FaultKind::CrashPostgres,
         FaultKind::Pause,
         FaultKind::Withhold,
         FaultKind::PowerCut,
+        FaultKind::KillLeader,
+        FaultKind::PauseLeader,
+        FaultKind::StopStandby,
+        FaultKind::Switchover,
+    ];
+
+    /// The four faults a single server's run always has.
+    pub const BASIC: [FaultKind; 4] = [
+        FaultKind::KillService,
+        FaultKind::CrashPostgres,
+        FaultKind::Pause,
+        FaultKind::Withhold,
+    ];
+
+    /// The kinds of a `--topology patroni` run's mix: the service's faults
+    /// (`kill-service`, `pause`, `withhold`) and the cluster's (`kill-leader`,
+    /// `pause-leader`, `stop-standby`, `switchover`). No `crash-postgres`: Patroni
+    /// restarts a crashed postmaster itself, and `kill-leader` is the crash there.
+    pub const PATRONI: [FaultKind; 7] = [
+        FaultKind::KillService,
+        FaultKind::Pause,
+        FaultKind::Withhold,
+        FaultKind::KillLeader,
+        FaultKind::PauseLeader,
+        FaultKind::StopStandby,
+        FaultKind::Switchover,
     ];
 
     /// The kinds of a run's mix: the four process-level faults, and `power-cut` when
     /// `power_cut` (the run's data directory is on a forgetful disk).
     pub fn mix(power_cut: bool) -> Vec<FaultKind> {
-        FaultKind::ALL
-            .into_iter()
-            .filter(|kind| power_cut || *kind != FaultKind::PowerCut)
-            .collect()
+        let mut kinds = FaultKind::BASIC.to_vec();
+        if power_cut {
+            kinds.push(FaultKind::PowerCut);
+        }
+        kinds
+    }
+
+    /// Whether the kind acts on a Patroni cluster (`--topology patroni` only).
+    pub fn is_patroni(self) -> bool {
+        matches!(
+            self,
+            FaultKind::KillLeader
+                | FaultKind::PauseLeader
+                | FaultKind::StopStandby
+                | FaultKind::Switchover
+        )
     }
 
     /// The kebab-case name used in the history and the reports.
@@ -244,6 +296,10 @@ impl FaultKind {
             FaultKind::Pause => "pause",
             FaultKind::Withhold => "withhold",
             FaultKind::PowerCut => "power-cut",
+            FaultKind::KillLeader => "kill-leader",
+            FaultKind::PauseLeader => "pause-leader",
+            FaultKind::StopStandby => "stop-standby",
+            FaultKind::Switchover => "switchover",
         }
     }
 }
@@ -301,6 +357,11 @@ pub fn fault_plan_of(seed: u64, duration_ms: u64, kinds: &[FaultKind]) -> Vec<Pl
                 rng.random_range(PAUSE_HOLD_MS),
             ),
             FaultKind::Withhold => (Some("after-commit".to_owned()), WITHHOLD_MS),
+            // The cluster's faults last until Patroni has acted (observed, not timed).
+            FaultKind::KillLeader
+            | FaultKind::PauseLeader
+            | FaultKind::StopStandby
+            | FaultKind::Switchover => (None, 0),
         };
         faults.push(PlannedFault {
             index: faults.len() as u32,
@@ -347,9 +408,16 @@ mod tests {
         }
         assert!(faults.iter().all(|f| f.kind != FaultKind::PowerCut));
         let with_cuts = fault_plan_of(1, 60_000, &FaultKind::mix(true));
-        for kind in FaultKind::ALL {
+        for kind in FaultKind::mix(true) {
             let count = with_cuts.iter().filter(|f| f.kind == kind).count();
             assert!(count >= 4, "{kind:?}: {count}");
         }
+        // A Patroni run's kinds come in rounds of seven: the first seven faults are
+        // one of each.
+        let patroni = fault_plan_of(1, 60_000, &FaultKind::PATRONI);
+        let first: std::collections::BTreeSet<FaultKind> =
+            patroni.iter().take(7).map(|f| f.kind).collect();
+        assert_eq!(first.len(), 7);
+        assert!(patroni.iter().all(|f| f.kind != FaultKind::CrashPostgres));
     }
 }

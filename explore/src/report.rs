@@ -18,8 +18,9 @@ pub const MAX_EXCERPT_LINES: usize = 30;
 /// client are drawn as one bar with the worst outcome (info over fail over ok).
 pub const TIMELINE_BUCKET_MS: u64 = 50;
 
-/// The summary table (Markdown; also readable as plain text).
-pub fn summary_table(report: &Report) -> String {
+/// The summary table (Markdown; also readable as plain text), with a row per fault
+/// kind of `kinds` (the run's: `crate::run::shown_kinds`).
+pub fn summary_table(report: &Report, kinds: &[FaultKind]) -> String {
     let c = &report.counts;
     let mut text = String::new();
     let _ = writeln!(text, "| what | count |");
@@ -47,7 +48,7 @@ pub fn summary_table(report: &Report) -> String {
     );
     let _ = writeln!(text, "| - retries with the same key | {} |", c.retries);
     let _ = writeln!(text, "| - answers replayed | {} |", c.replays);
-    for kind in FaultKind::ALL {
+    for kind in kinds {
         let _ = writeln!(
             text,
             "| faults: {} | {} |",
@@ -126,6 +127,10 @@ fn fault_colour(kind: FaultKind) -> RGBColor {
         FaultKind::Pause => RGBColor(0, 130, 200),
         FaultKind::Withhold => RGBColor(200, 0, 120),
         FaultKind::PowerCut => RGBColor(60, 60, 60),
+        FaultKind::KillLeader => RGBColor(200, 60, 0),
+        FaultKind::PauseLeader => RGBColor(120, 0, 200),
+        FaultKind::StopStandby => RGBColor(0, 150, 60),
+        FaultKind::Switchover => RGBColor(180, 150, 0),
     }
 }
 
@@ -335,7 +340,7 @@ fn draw_lanes(chart: &mut Chart<'_, '_>, lanes: &[Vec<u8>]) -> anyhow::Result<()
 /// The legend of the fault kinds, in a row above the plot.
 fn draw_legend(root: &DrawingArea<SVGBackend<'_>, Shift>) -> anyhow::Result<()> {
     for (i, kind) in FaultKind::ALL.iter().enumerate() {
-        let x = 130 + 170 * i as i32;
+        let x = 130 + 140 * i as i32;
         root.draw(&Rectangle::new(
             [(x, 8), (x + 14, 20)],
             fault_colour(*kind).filled(),

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Context as _;
 use launch::power::PowerDisk;
 use launch::service::ServiceOptions;
+use scratch_pg::patroni::PatroniCluster;
 use scratch_pg::{Cluster, ClusterOptions};
 
 use crate::checker::{self, Report};
@@ -82,6 +83,16 @@ pub struct Args {
     /// Do not run: check the history and final state saved in this run folder again.
     #[arg(long)]
     pub recheck: Option<PathBuf>,
+    /// Where the ledger's database runs: `single` (one scratch server) or `patroni`
+    /// (etcd, two Patroni nodes on Debian's PostgreSQL 15 in `synchronous_mode`, the
+    /// service through HAProxy; root; the nemesis adds `kill-leader`, `pause-leader`,
+    /// `stop-standby` and `switchover` and drops `crash-postgres`; docs/explore.md).
+    #[arg(long, value_parser = ["single", PATRONI], default_value = "single")]
+    pub topology: String,
+    /// Internal: the watchdog of a `--topology patroni` run (kills what is left of the
+    /// cluster in this folder once the run's process is gone).
+    #[arg(long, hide = true)]
+    pub janitor_for: Option<PathBuf>,
 }
 
 /// Runs `args`; returns the exit status.
@@ -96,20 +107,15 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     let folder = run_folder(&args.evidence_dir)?;
     println!("evidence: {}", folder.display());
 
-    let (cluster, facts, disk) = start_cluster(&args, seed).await?;
-    let pg_log = cluster.log_path().to_path_buf();
-    let config = cluster.config(DATABASE);
-    let database_url = cluster.url(DATABASE);
-    let cluster = Arc::new(Mutex::new(cluster));
-
+    let mut servers = start_servers(&args, seed).await?;
     let duration_ms = args.duration_s * 1_000;
-    let faults = fault_plan_of(seed, duration_ms, &FaultKind::mix(args.power_cut));
+    let faults = fault_plan_of(seed, duration_ms, &mix(&args));
     write_fault_plan(&folder.join("faults.tsv"), &faults)?;
 
     if args.auth {
         launch::service::set_run_auth(true);
     }
-    let launch = service_launch(&args, database_url, &folder);
+    let launch = service_launch(&args, servers.database_url.clone(), &folder);
     let service = launch.start().await?;
     let gateway = Arc::new(Gateway::default());
     gateway.set(Some(&service));
@@ -119,27 +125,30 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         &folder.join("history.jsonl"),
         started,
     )?);
-    let balances = initial_balances(&config).await?;
+    let balances = initial_balances(&servers.config).await?;
     history.record(|t_us| Event::Setup {
         t_us,
         seed,
         clients: args.clients,
         duration_ms,
         planted_bug: args.planted_bug.clone(),
+        topology: (args.topology == PATRONI).then(|| PATRONI.to_owned()),
         balances,
     });
     let mut nemesis = Nemesis {
-        cluster: cluster.clone(),
+        cluster: servers.cluster.clone(),
+        patroni: servers.patroni.clone(),
+        database: DATABASE.to_owned(),
         launch,
         service: Some(service),
         gateway: gateway.clone(),
         history: history.clone(),
-        disk,
+        disk: servers.disk.take(),
     };
     let deadline = started + Duration::from_millis(duration_ms);
     let ops = load(seed, args.clients, started, deadline, &faults, &mut nemesis).await?;
     stop_service(&mut nemesis).await?;
-    let final_state = read_final_state(&config).await?;
+    let final_state = read_final_state(&reading_config(&servers).await?).await?;
     std::fs::write(
         folder.join("final-state.json"),
         serde_json::to_string_pretty(&final_state)?,
@@ -147,11 +156,177 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     write_operations(&folder.join("operations.tsv"), &ops)?;
 
     let code = check_and_report(&folder, &final_state, seed, args.clients)?;
-    remove_cluster(nemesis, cluster, &pg_log, &folder);
+    let facts = servers.facts.clone();
+    remove_cluster(nemesis, servers.cluster, servers.pg_log.as_deref(), &folder);
+    remove_patroni(servers.patroni, &folder);
     write_environment(&folder, seed, &args, &facts)?;
     let report_line = std::fs::read_to_string(folder.join("explore-line.txt"))?;
     print!("{report_line}");
     Ok(code)
+}
+
+/// `--topology patroni`.
+pub const PATRONI: &str = "patroni";
+
+/// The run's fault kinds: [`FaultKind::PATRONI`] on a Patroni cluster, else the four
+/// (and `power-cut` with `--power-cut`).
+fn mix(args: &Args) -> Vec<FaultKind> {
+    if args.topology == PATRONI {
+        FaultKind::PATRONI.to_vec()
+    } else {
+        FaultKind::mix(args.power_cut)
+    }
+}
+
+/// The run's database servers: a single scratch cluster, or a Patroni cluster.
+struct Servers {
+    /// The single server, else `None`.
+    cluster: Option<Arc<Mutex<Cluster>>>,
+    /// The Patroni cluster, else `None`.
+    patroni: Option<Arc<Mutex<PatroniCluster>>>,
+    /// The server's settings (on a Patroni cluster, its first leader's).
+    facts: scratch_pg::ServerFacts,
+    /// `--power-cut`'s disk.
+    disk: Option<PowerDisk>,
+    /// What the service connects to (on a Patroni cluster, HAProxy).
+    database_url: String,
+    /// Where the harness reads the balances before the load (the first leader).
+    config: tokio_postgres::Config,
+    /// The single server's log.
+    pg_log: Option<PathBuf>,
+}
+
+/// Starts the servers `args` ask for.
+///
+/// Errors: [`start_cluster`]'s or [`start_patroni`]'s.
+async fn start_servers(args: &Args, seed: u64) -> anyhow::Result<Servers> {
+    if args.topology == PATRONI {
+        anyhow::ensure!(!args.power_cut, "--power-cut runs on a single server only");
+        return start_patroni(args).await;
+    }
+    let (cluster, facts, disk) = start_cluster(args, seed).await?;
+    Ok(Servers {
+        pg_log: Some(cluster.log_path().to_path_buf()),
+        config: cluster.config(DATABASE),
+        database_url: cluster.url(DATABASE),
+        cluster: Some(Arc::new(Mutex::new(cluster))),
+        patroni: None,
+        facts,
+        disk,
+    })
+}
+
+/// Where the final state is read: the single server, or the Patroni cluster's leader
+/// once it is healthy.
+///
+/// Errors: the Patroni cluster not healthy within its bound.
+async fn reading_config(servers: &Servers) -> anyhow::Result<tokio_postgres::Config> {
+    let Some(cluster) = &servers.patroni else {
+        return Ok(servers.config.clone());
+    };
+    crate::patroni::blocking(cluster, |c| {
+        let leader = crate::patroni::wait_healthy(c)?;
+        eprintln!(
+            "explore: reading the final state on the leader {}",
+            c.nodes()[leader].name
+        );
+        Ok(crate::patroni::node_config(c, leader, DATABASE))
+    })
+    .await
+}
+
+/// Starts the Patroni cluster (and its janitor), creates the run's database with the
+/// ledger's schema and seeded accounts on its leader, and prints its settings.
+///
+/// Errors: the cluster did not start, or a statement failed.
+async fn start_patroni(args: &Args) -> anyhow::Result<Servers> {
+    let (janitor, pipe) = crate::patroni::spawn_janitor()?;
+    // The pipe stays open for the process's life: its end (exit or kill -9) starts the
+    // janitor, which finds nothing left after a clean end.
+    std::mem::forget(pipe);
+    drop(janitor);
+    let user = args.server_user.clone();
+    let cluster = tokio::task::spawn_blocking(move || crate::patroni::start(&user)).await??;
+    let leader = cluster.leader().context("no leader")?;
+    let admin = connect(&crate::patroni::node_config(&cluster, leader, "postgres")).await?;
+    admin
+        .batch_execute(&format!("CREATE DATABASE {DATABASE}"))
+        .await?;
+    let facts = patroni_facts(&admin).await?;
+    let config = crate::patroni::node_config(&cluster, leader, DATABASE);
+    let client = connect(&config).await?;
+    points_ledger::schema::install(&client).await?;
+    points_ledger::schema::seed(&client).await?;
+    println!(
+        "patroni: {} nodes, leader {}, synchronous_mode, HAProxy on {}; postgres {} (fsync={} synchronous_commit={})",
+        cluster.nodes().len(),
+        cluster.nodes()[leader].name,
+        cluster.haproxy_port(),
+        facts.server_version,
+        facts.fsync,
+        facts.synchronous_commit
+    );
+    Ok(Servers {
+        database_url: crate::patroni::haproxy_url(&cluster, DATABASE),
+        config,
+        patroni: Some(Arc::new(Mutex::new(cluster))),
+        cluster: None,
+        facts,
+        disk: None,
+        pg_log: None,
+    })
+}
+
+/// A session on `config` (its connection driven by a task of its own).
+///
+/// Errors: the connection failed.
+async fn connect(config: &tokio_postgres::Config) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+/// The leader's settings, as scratch-pg's `server_facts` reads a single server's.
+///
+/// Errors: a query failed.
+async fn patroni_facts(client: &tokio_postgres::Client) -> anyhow::Result<scratch_pg::ServerFacts> {
+    let mut values = Vec::new();
+    for sql in [
+        "SELECT version()",
+        "SHOW server_version",
+        "SHOW fsync",
+        "SHOW synchronous_commit",
+        "SHOW full_page_writes",
+    ] {
+        values.push(client.query_one(sql, &[]).await?.get::<_, String>(0));
+    }
+    let mut values = values.into_iter();
+    let mut next = || values.next().unwrap_or_default();
+    Ok(scratch_pg::ServerFacts {
+        version: next(),
+        server_version: next(),
+        fsync: next(),
+        synchronous_commit: next(),
+        full_page_writes: next(),
+    })
+}
+
+/// Copies each node's Patroni log into the run folder (`patroni-<node>.log`) and stops
+/// the Patroni cluster (its processes killed, its folder removed).
+fn remove_patroni(cluster: Option<Arc<Mutex<PatroniCluster>>>, folder: &Path) {
+    let Some(cluster) = cluster else {
+        return;
+    };
+    if let Ok(cluster) = Arc::try_unwrap(cluster) {
+        let cluster = cluster.into_inner().unwrap_or_else(|p| p.into_inner());
+        for (index, node) in cluster.nodes().iter().enumerate() {
+            let _ = std::fs::write(
+                folder.join(format!("patroni-{}.log", node.name)),
+                cluster.log_of(index),
+            );
+        }
+    }
+    crate::patroni::cleanup();
 }
 
 /// Copies PostgreSQL's log (`pg_log`) into the run folder and removes the cluster: it
@@ -159,16 +334,20 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
 /// first.
 fn remove_cluster(
     mut nemesis: Nemesis,
-    cluster: Arc<Mutex<Cluster>>,
-    pg_log: &Path,
+    cluster: Option<Arc<Mutex<Cluster>>>,
+    pg_log: Option<&Path>,
     folder: &Path,
 ) {
     let disk = nemesis.disk.take();
     drop(nemesis);
-    let cluster = Arc::try_unwrap(cluster)
-        .ok()
-        .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()));
-    let _ = std::fs::copy(pg_log, folder.join("postgres.log"));
+    let cluster = cluster.and_then(|cluster| {
+        Arc::try_unwrap(cluster)
+            .ok()
+            .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+    });
+    if let Some(pg_log) = pg_log {
+        let _ = std::fs::copy(pg_log, folder.join("postgres.log"));
+    }
     drop(cluster);
     // The disk goes after the cluster stopped (`--power-cut`).
     if disk.is_some() {
@@ -194,6 +373,9 @@ fn announce(seed: u64, args: &Args) {
         .unwrap_or_default();
     if args.power_cut {
         planted.push_str(" --power-cut");
+    }
+    if args.topology == PATRONI {
+        planted.push_str(" --topology patroni");
     }
     if args.transfer_mode != points_ledger::TransferMode::default() {
         planted.push_str(&format!(" --transfer-mode {}", args.transfer_mode));
@@ -259,6 +441,10 @@ fn service_launch(args: &Args, database_url: String, folder: &Path) -> Launch {
     let mut extra_args = vec!["--transfer-mode".to_owned(), args.transfer_mode.to_string()];
     if let Some(bug) = &args.planted_bug {
         extra_args.extend(["--planted-bug".to_owned(), bug.clone()]);
+    }
+    if args.topology == PATRONI {
+        let bound = crate::patroni::REQUEST_BOUND_MS.to_string();
+        extra_args.extend(["--request-timeout-ms".to_owned(), bound]);
     }
     Launch {
         database_url,
@@ -376,14 +562,16 @@ fn check_and_report(
         .map(str::to_owned)
         .collect();
     let report = checker::check(&events, final_state);
+    let topology = topology_of(&events);
+    let missing = missing_kinds(&report, topology.as_deref());
     report::timeline(&folder.join("timeline.svg"), &events, clients)?;
     std::fs::write(
         folder.join("violations.json"),
         serde_json::to_string_pretty(&report)?,
     )?;
-    let table = report::summary_table(&report);
+    let table = report::summary_table(&report, &shown_kinds(&report, topology.as_deref()));
     let violations = report::violations_text(&report, &raw);
-    let line = explore_line(seed, &report);
+    let line = explore_line(seed, &report, topology.as_deref());
     std::fs::write(
         folder.join("report.md"),
         format!("# Exploration seed={seed}\n\n{table}\n## Violations\n\n{violations}\n`{line}`\n"),
@@ -397,55 +585,43 @@ fn check_and_report(
         print!("{violations}");
         println!("replay: ./run.sh explore --seed {seed} (see the first line for all options)");
     }
+    if !missing.is_empty() {
+        println!(
+            "fault kinds that never took effect in a run with a full round of them: {}",
+            missing.join(", ")
+        );
+    }
     std::fs::write(folder.join("explore-line.txt"), format!("{line}\n"))?;
     evidence_pages::write(
         &folder.join("timeline.html"),
         &evidence_pages::explore::render(folder),
     )?;
     println!("timeline: {}", folder.join("timeline.html").display());
-    Ok(if report.violations.is_empty() {
+    Ok(if report.violations.is_empty() && missing.is_empty() {
         0
     } else {
         EXIT_VIOLATIONS
     })
 }
 
-/// `EXPLORE seed=N ops=… faults=… violations=…`.
-fn explore_line(seed: u64, report: &Report) -> String {
-    // `power-cut` is named only when the run had one (`--power-cut`): the line of a
-    // run without it keeps its four kinds.
-    let faults: Vec<String> = FaultKind::ALL
+/// `EXPLORE seed=N ops=… faults=… (kind:count …) violations=…`, then
+/// ` missing-faults=kind,…` when a kind of the mix never took effect in a run long
+/// enough to include it ([`missing_kinds`]).
+fn explore_line(seed: u64, report: &Report, topology: Option<&str>) -> String {
+    let count = |kind: &FaultKind| (report.counts.faults.get(kind.as_str()).copied()).unwrap_or(0);
+    let shown = shown_kinds(report, topology);
+    let faults: Vec<String> = shown
         .iter()
-        .filter(|kind| {
-            **kind != FaultKind::PowerCut
-                || report
-                    .counts
-                    .faults
-                    .get(kind.as_str())
-                    .copied()
-                    .unwrap_or(0)
-                    > 0
-        })
-        .map(|kind| {
-            format!(
-                "{}:{}",
-                kind.as_str(),
-                report
-                    .counts
-                    .faults
-                    .get(kind.as_str())
-                    .copied()
-                    .unwrap_or(0)
-            )
-        })
+        .map(|kind| format!("{}:{}", kind.as_str(), count(kind)))
         .collect();
     let kinds: Vec<String> = report
         .groups
         .iter()
         .map(|g| format!("{}:{}", g.kind, g.count))
         .collect();
+    let missing = missing_kinds(report, topology);
     format!(
-        "EXPLORE seed={seed} ops={} faults={} ({}) violations={}{}",
+        "EXPLORE seed={seed} ops={} faults={} ({}) violations={}{}{}",
         report.counts.ops,
         report.faults_total(),
         faults.join(" "),
@@ -454,8 +630,58 @@ fn explore_line(seed: u64, report: &Report) -> String {
             String::new()
         } else {
             format!(" ({})", kinds.join(" "))
+        },
+        if missing.is_empty() {
+            String::new()
+        } else {
+            format!(" missing-faults={}", missing.join(","))
         }
     )
+}
+
+/// The fault kinds a run's line and table name: a single server's four, and
+/// `power-cut` only when the run had one (`--power-cut`); a Patroni run's seven.
+pub fn shown_kinds(report: &Report, topology: Option<&str>) -> Vec<FaultKind> {
+    let count = |kind: &FaultKind| (report.counts.faults.get(kind.as_str()).copied()).unwrap_or(0);
+    FaultKind::ALL
+        .into_iter()
+        .filter(|kind| match topology {
+            Some(PATRONI) => FaultKind::PATRONI.contains(kind),
+            _ => FaultKind::BASIC.contains(kind) || count(kind) > 0,
+        })
+        .collect()
+}
+
+/// On a Patroni cluster, the kinds of [`FaultKind::PATRONI`] with no fault that took
+/// effect although the nemesis started at least a full round of them (the schedule
+/// deals each kind once per round, so such a run included every kind): a failure of
+/// the run. Empty for a single server, and for a run too short for a full round.
+pub fn missing_kinds(report: &Report, topology: Option<&str>) -> Vec<&'static str> {
+    let started = report.faults_total() + report.counts.faults_without_effect;
+    if topology != Some(PATRONI) || started < FaultKind::PATRONI.len() {
+        return Vec::new();
+    }
+    FaultKind::PATRONI
+        .iter()
+        .filter(|kind| {
+            report
+                .counts
+                .faults
+                .get(kind.as_str())
+                .copied()
+                .unwrap_or(0)
+                == 0
+        })
+        .map(|kind| kind.as_str())
+        .collect()
+}
+
+/// The history's topology (`patroni`), from its setup line.
+fn topology_of(events: &[(usize, Event)]) -> Option<String> {
+    events.iter().find_map(|(_, event)| match event {
+        Event::Setup { topology, .. } => topology.clone(),
+        _ => None,
+    })
 }
 
 /// `explore --recheck FOLDER`.
@@ -552,6 +778,7 @@ fn write_environment(
         "duration_s": args.duration_s,
         "clients": args.clients,
         "planted_bug": args.planted_bug,
+        "topology": args.topology,
         "git_commit": commit,
         "postgres": facts,
         "client_timeout_ms": crate::client::CLIENT_TIMEOUT_MS,
@@ -602,5 +829,54 @@ async fn wait_for_sessions_gone(client: &tokio_postgres::Client) -> anyhow::Resu
             "{left} ledger-svc sessions still open {SESSIONS_GONE_TIMEOUT_MS} ms after it stopped"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(counts: &[(FaultKind, usize)], without_effect: usize) -> Report {
+        let mut faults = std::collections::BTreeMap::new();
+        for kind in FaultKind::ALL {
+            faults.insert(kind.as_str().to_owned(), 0);
+        }
+        for (kind, count) in counts {
+            faults.insert(kind.as_str().to_owned(), *count);
+        }
+        Report {
+            counts: checker::Counts {
+                faults,
+                faults_without_effect: without_effect,
+                ..checker::Counts::default()
+            },
+            violations: Vec::new(),
+            groups: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_patroni_kind_without_effect_in_a_full_round_is_missing() {
+        let all: Vec<(FaultKind, usize)> = FaultKind::PATRONI.iter().map(|k| (*k, 1)).collect();
+        assert!(missing_kinds(&report(&all, 0), Some(PATRONI)).is_empty());
+        // A stop-standby that saw no COMMIT waiting: a full round started, one kind
+        // never took effect.
+        let mut short: Vec<(FaultKind, usize)> = all.clone();
+        short.retain(|(kind, _)| *kind != FaultKind::StopStandby);
+        assert_eq!(
+            missing_kinds(&report(&short, 1), Some(PATRONI)),
+            vec!["stop-standby"]
+        );
+        let line = explore_line(1, &report(&short, 1), Some(PATRONI));
+        assert!(line.contains("stop-standby:0"), "{line}");
+        assert!(line.ends_with(" missing-faults=stop-standby"), "{line}");
+        // Too short for a full round: nothing is missing; a single server never is.
+        assert!(missing_kinds(&report(&short[..3], 0), Some(PATRONI)).is_empty());
+        assert!(missing_kinds(&report(&[], 9), None).is_empty());
+        let single = explore_line(1, &report(&[(FaultKind::Pause, 2)], 0), None);
+        assert!(
+            single.contains("(kill-service:0 crash-postgres:0 pause:2 withhold:0) violations=0"),
+            "{single}"
+        );
     }
 }

@@ -57,6 +57,7 @@ impl Script {
             clients: 1,
             duration_ms: 1,
             planted_bug: None,
+            topology: None,
             balances: balances
                 .iter()
                 .map(|(a, b)| ((*a).to_owned(), *b))
