@@ -80,3 +80,32 @@ pub fn family() -> Family {
 fn all_cases() -> Vec<case_kit::Case> {
     case_kit::in_id_order(cases().into_iter().chain(spec_engine::cases()).collect())
 }
+
+/// A session of a case whose disk is its own (the cluster's and MariaDB's engines):
+/// `session` made on the case's `disk`; `permutation` is the opening's for a step's
+/// session (only the first may run: the disk is the case's), `None` for the
+/// expectations' last one.
+///
+/// Errors: a second permutation; no disk (the case has no work folder, or its
+/// expectations already took it).
+pub(crate) fn session_on_disk<'a, D: Send + Sync + 'static>(
+    disk: Option<std::sync::Arc<D>>,
+    permutation: Option<usize>,
+    session: fn(std::sync::Arc<D>) -> Box<dyn case_kit::spec::EngineSession>,
+) -> case_kit::spec::SessionFuture<'a> {
+    use futures_util::FutureExt;
+    async move {
+        if let Some(permutation) = permutation {
+            anyhow::ensure!(
+                permutation == 1,
+                "one permutation only: the disk is the case's"
+            );
+        }
+        let disk = disk.ok_or_else(|| match permutation {
+            Some(_) => anyhow::anyhow!("the case has no work folder"),
+            None => anyhow::anyhow!("the case's disk is gone"),
+        })?;
+        Ok(session(disk))
+    }
+    .boxed()
+}

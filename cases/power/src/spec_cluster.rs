@@ -21,9 +21,8 @@
 //! The ledger's other calls (`install-ledger`, `debit-load`, `record-outcomes`,
 //! `amcheck`) are [`crate::spec_ledger`]'s, on P1's code.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -48,7 +47,7 @@ pub const TEAR_BYTES: u64 = 512;
 #[derive(Default)]
 pub struct PowerPgEngine {
     /// Each running case's disk, from its start to its expectations.
-    disks: Mutex<HashMap<String, Arc<Disk>>>,
+    disks: case_kit::PerCase<Arc<Disk>>,
 }
 
 /// One case's disk and what runs on it. Dropping it stops the cluster, then unmounts.
@@ -62,8 +61,7 @@ impl SpecEngine for PowerPgEngine {
     fn describe(&self, ctx: &mut Ctx) {
         // A disk left by an earlier run of the case (one that ended before its
         // expectations) goes now, before its folder is made empty.
-        let mut disks = self.disks.lock().expect("not poisoned");
-        disks.remove(ctx.case_id());
+        self.disks.remove(ctx);
         let Ok(work) = ctx.work_dir() else {
             return;
         };
@@ -81,32 +79,21 @@ impl SpecEngine for PowerPgEngine {
             power: None,
         };
         let state = tokio::sync::Mutex::new(state);
-        disks.insert(ctx.case_id().to_string(), Arc::new(Disk { state }));
+        self.disks.insert(ctx, Arc::new(Disk { state }));
     }
 
     fn connect<'a>(&'a self, ctx: &'a Ctx, opening: spec::Opening) -> SessionFuture<'a> {
-        let disk = (self.disks.lock().expect("not poisoned"))
-            .get(ctx.case_id())
-            .cloned();
-        async move {
-            anyhow::ensure!(
-                opening.permutation == 1,
-                "one permutation only: the disk is the case's"
-            );
-            let disk = disk.ok_or_else(|| anyhow::anyhow!("the case has no work folder"))?;
-            Ok(Box::new(ClusterSession { disk, client: None }) as Box<dyn EngineSession>)
-        }
-        .boxed()
+        let disk = self.disks.get(ctx);
+        crate::session_on_disk(disk, Some(opening.permutation), |disk| {
+            Box::new(ClusterSession { disk, client: None })
+        })
     }
 
     fn expectations<'a>(&'a self, ctx: &'a Ctx) -> SessionFuture<'a> {
         // The last connection: it holds the disk alone, which goes when it ends.
-        let disk = (self.disks.lock().expect("not poisoned")).remove(ctx.case_id());
-        async move {
-            let disk = disk.ok_or_else(|| anyhow::anyhow!("the case's disk is gone"))?;
-            Ok(Box::new(ClusterSession { disk, client: None }) as Box<dyn EngineSession>)
-        }
-        .boxed()
+        crate::session_on_disk(self.disks.remove(ctx), None, |disk| {
+            Box::new(ClusterSession { disk, client: None })
+        })
     }
 }
 

@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -112,7 +112,7 @@ pub fn case_ids() -> HashMap<String, bool> {
 #[derive(Default)]
 pub struct PowerMariaEngine {
     /// Each running case's disk, from its start to its expectations.
-    disks: Mutex<HashMap<String, Arc<MariaDisk>>>,
+    disks: case_kit::PerCase<Arc<MariaDisk>>,
 }
 
 /// One case's disk and server. Dropping it stops the server, then unmounts.
@@ -182,8 +182,7 @@ impl SpecEngine for PowerMariaEngine {
     fn describe(&self, ctx: &mut Ctx) {
         // A disk left by an earlier run of the case goes now, before its folder is
         // made empty.
-        let mut disks = self.disks.lock().expect("not poisoned");
-        disks.remove(ctx.case_id());
+        self.disks.remove(ctx);
         let Ok(work) = ctx.work_dir() else {
             return;
         };
@@ -199,32 +198,21 @@ impl SpecEngine for PowerMariaEngine {
             disk: None,
         };
         let state = tokio::sync::Mutex::new(state);
-        disks.insert(ctx.case_id().to_string(), Arc::new(MariaDisk { state }));
+        self.disks.insert(ctx, Arc::new(MariaDisk { state }));
     }
 
     fn connect<'a>(&'a self, ctx: &'a Ctx, opening: spec::Opening) -> SessionFuture<'a> {
-        let disk = (self.disks.lock().expect("not poisoned"))
-            .get(ctx.case_id())
-            .cloned();
-        async move {
-            anyhow::ensure!(
-                opening.permutation == 1,
-                "one permutation only: the disk is the case's"
-            );
-            let disk = disk.ok_or_else(|| anyhow::anyhow!("the case has no work folder"))?;
-            Ok(Box::new(MariaSession { disk, conn: None }) as Box<dyn EngineSession>)
-        }
-        .boxed()
+        let disk = self.disks.get(ctx);
+        crate::session_on_disk(disk, Some(opening.permutation), |disk| {
+            Box::new(MariaSession { disk, conn: None })
+        })
     }
 
     fn expectations<'a>(&'a self, ctx: &'a Ctx) -> SessionFuture<'a> {
         // The last connection: it holds the disk alone, which goes when it ends.
-        let disk = (self.disks.lock().expect("not poisoned")).remove(ctx.case_id());
-        async move {
-            let disk = disk.ok_or_else(|| anyhow::anyhow!("the case's disk is gone"))?;
-            Ok(Box::new(MariaSession { disk, conn: None }) as Box<dyn EngineSession>)
-        }
-        .boxed()
+        crate::session_on_disk(self.disks.remove(ctx), None, |disk| {
+            Box::new(MariaSession { disk, conn: None })
+        })
     }
 }
 
