@@ -13,7 +13,11 @@ use std::process::Command;
 /// Seconds of load: a full round of seven kinds takes about 1.5 minutes.
 const DURATION_S: &str = "150";
 
+// Ignored by default: three minutes of Patroni failovers would push `.ci/run` past its
+// 20-minute budget, and R6–R11 (in `./run.sh`) already fail each fault over in CI. Run
+// it with `cargo test -p explore --test patroni -- --ignored` (docs/explore.md).
 #[test]
+#[ignore = "three minutes of Patroni failovers; run with -- --ignored (docs/explore.md)"]
 fn a_patroni_exploration_runs_every_fault_with_no_violation() {
     if let Err(why) = scratch_pg::patroni::fetch(&scratch_pg::binaries::default_cache_dir()) {
         eprintln!("the Patroni exploration not run: {why}");
