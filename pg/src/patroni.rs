@@ -22,7 +22,11 @@
 //! The leader lease is as short as Patroni accepts (its `validator.py` and
 //! `config.py`: `ttl` ≥ 20 s, `loop_wait` ≥ 1 s, `retry_timeout` ≥ 3 s and
 //! `loop_wait + 2 × retry_timeout ≤ ttl`): after a kill -9 of the leader the standby
-//! takes the lease once the old one expires, about 20 s.
+//! takes the lease once the old one expires, about 20 s. `retry_timeout` is the largest
+//! that rule leaves (9 s), not the smallest: Patroni retries a PostgreSQL query for half
+//! of it (`postgresql/__init__.py`, its `Retry(deadline=retry_timeout / 2)`), and with
+//! 3 s a bootstrap on a loaded machine gave up on its first query to the server it had
+//! just started ("connection problems", "Failed to bootstrap cluster") after 1.5 s.
 
 use std::fs;
 use std::io::{Read as _, Write as _};
@@ -66,8 +70,9 @@ pub const MARKER: &str = "patroni-cluster.pids";
 pub const TTL_S: u64 = 20;
 /// Patroni's loop, seconds (its minimum).
 pub const LOOP_WAIT_S: u64 = 1;
-/// Patroni's retry timeout for etcd and PostgreSQL, seconds (its minimum).
-pub const RETRY_TIMEOUT_S: u64 = 3;
+/// Patroni's retry timeout for etcd and PostgreSQL, seconds: the largest that
+/// `loop_wait + 2 × retry_timeout ≤ ttl` allows (see the module's doc).
+pub const RETRY_TIMEOUT_S: u64 = 9;
 /// How long [`PatroniCluster::start`] waits for each part (etcd listening, a leader, a
 /// streaming standby), milliseconds (a hang bound).
 pub const START_TIMEOUT_MS: u64 = 90_000;
