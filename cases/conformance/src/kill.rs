@@ -4,7 +4,7 @@
 //! the restart every key is retried until it resolves.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::case::{CaseDef, Needs, Run};
 use crate::http::{self, Answer, Debit};
@@ -127,10 +127,7 @@ async fn kill_in_flight(
             })
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_millis(crate::HOLD_WAIT_MS);
-    while proxy.held() < n && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    crate::wait_until(|| proxy.held() >= n).await;
     out.equal(
         "requests held at the proxy, then released",
         n,
@@ -138,10 +135,7 @@ async fn kill_in_flight(
     );
     // In flight: written in full to the target's socket (bounded wait).
     let before = first.len() as u64;
-    let deadline = Instant::now() + Duration::from_millis(crate::HOLD_WAIT_MS);
-    while proxy.stats().forwarded < before + n && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    crate::wait_until(|| proxy.stats().forwarded >= before + n).await;
     out.equal(
         "requests forwarded to the target when the kill is sent",
         before + n,

@@ -43,6 +43,16 @@ pub const READY_TIMEOUT_MS: u64 = 30_000;
 /// Longest wait for N requests to be seen held at the proxy before a release,
 /// milliseconds.
 pub const HOLD_WAIT_MS: u64 = 10_000;
+
+/// Waits until `seen()` holds, looking every 5 ms, for at most [`HOLD_WAIT_MS`]: a hang
+/// bound only; the caller checks the count it waited for afterwards, so a bound that
+/// passes fails that check by name rather than deciding anything.
+pub(crate) async fn wait_until(mut seen: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(HOLD_WAIT_MS);
+    while !seen() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
 /// Longest wait, after a kill, for the target to stop accepting connections,
 /// milliseconds.
 pub const KILL_WAIT_MS: u64 = 10_000;

@@ -4,7 +4,6 @@
 //! released), then released together.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
 
 use launch::proxy::Proxy;
 
@@ -75,10 +74,7 @@ async fn held_together(
             })
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_millis(crate::HOLD_WAIT_MS);
-    while proxy.held() < u64::from(n) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    crate::wait_until(|| proxy.held() >= u64::from(n)).await;
     let released = proxy.release_held();
     out.equal("requests held at the proxy before the release", n, released);
     let mut replies = Vec::new();
